@@ -1,0 +1,3 @@
+from seedlab.cli import main
+
+main()

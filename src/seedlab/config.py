@@ -1,0 +1,124 @@
+"""Config plumbing shared by every study: strict pydantic models, YAML loading,
+one-line error messages and content hashes.
+
+Every config model derives from :class:`Strict`, so an unknown or mistyped field
+is an error that names it, never a silently ignored key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from seedlab.errors import SeedlabError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base for all configs: unknown fields are rejected, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "<config>"
+
+
+def format_validation_error(err: ValidationError, prefix: str = "") -> str:
+    """Turn pydantic's multi-line report into one line naming the first bad field."""
+    e = err.errors()[0]
+    # pydantic appends the failing union/validator name to loc; keep only field names
+    loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or "function-" in p)))
+    field = _loc(((prefix,) if prefix else ()) + loc)
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        return f"{field}: unknown field (allowed: see the documented config fields)"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    m = re.match(r"^([A-Za-z_][\w.]*): (.*)$", msg)
+    if m:  # a cross-field check names its own field, relative to where it ran
+        field = f"{field}.{m.group(1)}" if loc or prefix else m.group(1)
+        msg = m.group(2)
+    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    inp = e.get("input")
+    got = "" if isinstance(inp, dict) or "got" in msg else f", got {inp!r}"
+    return f"{field}: {msg}{got}{more}"
+
+
+def parse(model: type[M], data: Any, prefix: str = "") -> M:
+    """Validate ``data`` into ``model``; bad input becomes a one-line SeedlabError."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        # an unknown field gets the list of allowed ones, named from the model
+        e = err.errors()[0]
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_fields(model, e["loc"][:-1])
+            raise SeedlabError(
+                f"{_loc(((prefix,) if prefix else ()) + tuple(e['loc']))}: unknown field"
+                f" (allowed: {', '.join(allowed)})"
+            ) from None
+        raise SeedlabError(format_validation_error(err, prefix)) from None
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Walk ``loc`` through nested models to list the fields allowed at that level."""
+    cur: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(cur, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        cur = _model_in(ann)
+        if cur is None:
+            return []
+    return list(getattr(cur, "model_fields", {}).keys())
+
+
+def _model_in(ann: Any) -> type[BaseModel] | None:
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file with ``safe_load``; a missing or malformed file is a SeedlabError."""
+    p = Path(path)
+    if not p.is_file():
+        raise SeedlabError(f"config: no such file {str(p)!r}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise SeedlabError(f"config: {p} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise SeedlabError(f"config: {p} must hold a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def content_hash(obj: Any, n: int = 12) -> str:
+    """A stable short hash of a config (or any JSON-able value): the run-folder name."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json")
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:n]

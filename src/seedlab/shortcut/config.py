@@ -1,0 +1,231 @@
+"""Hyperparameters of a shortcut ensemble, as strict pydantic dataclasses.
+
+Every value the paper does not state is a field here with its default, and is listed
+in docs/assumptions.md. Units are in the comments.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import field_validator, model_validator
+
+from seedlab.config import Strict
+from seedlab.shortcut.tasks import TASKS
+
+
+def _task_name(v: str) -> str:
+    if v not in TASKS:
+        raise ValueError(f"must be one of {', '.join(TASKS)}, got {v!r}")
+    return v
+
+
+def _ratio(v: float) -> float:
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"must be in [0, 1], got {v!r}")
+    return v
+
+
+class ModelConfig(Strict):
+    layers: int = 2  # transformer blocks (paper: 1 or 2)
+    heads: int = 2  # attention heads per block (paper: 1 or 2)
+    d_model: int = 64  # residual width (paper)
+    d_ff: int = 128  # MLP hidden width (paper)
+    act: Literal["relu", "gelu"] = "relu"  # MLP nonlinearity (not stated)
+    layer_norm: bool = True  # pre-LN blocks + final LN (not stated)
+    causal: bool = False  # attention mask; the readout token sits last (not stated)
+    init_std: float = 0.02  # std of N(0, s^2) for every weight matrix; biases 0, LN gains 1
+
+    @field_validator("layers", "heads", "d_model", "d_ff")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"must be a positive integer, got {v}")
+        return v
+
+    @field_validator("init_std")
+    @classmethod
+    def _std(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelConfig:
+        if self.d_model % self.heads:
+            raise ValueError(f"heads: must divide d_model={self.d_model}, got {self.heads}")
+        return self
+
+
+class DataConfig(Strict):
+    length: int = 5  # integers per sequence ("five numbers", plain-language summary)
+    vocab: int = 16  # integers are drawn from 0 .. vocab-1 (not stated)
+    n_train: int = 16384  # training samples (paper)
+    n_val: int = 2048  # validation samples, r = 1 (not stated)
+    n_adv: int = 2048  # adversarial samples, r = 0 (not stated)
+    data_seed: int = 0  # fixes the three splits of an experiment (shared by all model seeds)
+
+    @field_validator("length", "vocab", "n_train", "n_val", "n_adv")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"must be a positive integer, got {v}")
+        return v
+
+    @field_validator("vocab")
+    @classmethod
+    def _vocab(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"must be >= 2, got {v}")
+        return v
+
+
+class OptimConfig(Strict):
+    """AdamW (torch.optim.AdamW semantics). Members may override lr and weight_decay."""
+
+    lr: float = 1e-3  # peak learning rate (not stated)
+    beta1: float = 0.9  # (not stated; torch default)
+    beta2: float = 0.999  # (not stated; torch default)
+    eps: float = 1e-8  # (not stated; torch default)
+    weight_decay: float = 0.1  # decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)
+
+    @field_validator("lr", "eps")
+    @classmethod
+    def _pos(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @field_validator("beta1", "beta2")
+    @classmethod
+    def _beta(cls, v: float) -> float:
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"must be in [0, 1), got {v}")
+        return v
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _wd(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError(f"must be >= 0, got {v}")
+        return v
+
+
+class TrainConfig(Strict):
+    epochs: int = 15000  # passes over the training split (paper)
+    batch_size: int | None = None  # samples per step; null = full batch (not stated)
+    chunk: int | None = 1024  # rows per forward/backward piece; pieces' gradients are summed (same math, less memory)
+    eval_every: int = 10  # epochs between evaluations of train/val/adv
+    stop_when_decided: bool = False  # stop once every member has generalized
+    checkpoint_epochs: list[int] = []  # epochs at which all members' weights are saved
+    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
+    threads: int | None = None  # torch intra-op threads on CPU; null = torch's default
+
+    @field_validator("epochs", "eval_every")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"must be a positive integer, got {v}")
+        return v
+
+    @field_validator("batch_size", "chunk", "threads")
+    @classmethod
+    def _opt_positive(cls, v: int | None) -> int | None:
+        if v is not None and v <= 0:
+            raise ValueError(f"must be a positive integer or null, got {v}")
+        return v
+
+    @field_validator("checkpoint_epochs")
+    @classmethod
+    def _ckpt(cls, v: list[int]) -> list[int]:
+        bad = [e for e in v if e < 0]
+        if bad:
+            raise ValueError(f"must be epochs >= 0, got {bad[0]}")
+        return sorted(set(v))
+
+
+class MemberGrid(Strict):
+    """Members of one ensemble: every combination of the lists below.
+
+    ``weight_decay`` and ``lr`` default to the optimizer's single value.
+    """
+
+    task: list[str] = ["sum2-max"]
+    ratio: list[float] = [0.9]  # fraction of shortcut-consistent training samples
+    seed: list[int] = [0]  # model seeds (initialization and batch order)
+    weight_decay: list[float] | None = None
+    lr: list[float] | None = None
+
+    @field_validator("task")
+    @classmethod
+    def _tasks(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must list at least one task")
+        return [_task_name(t) for t in v]
+
+    @field_validator("ratio")
+    @classmethod
+    def _ratios(cls, v: list[float]) -> list[float]:
+        if not v:
+            raise ValueError("must list at least one ratio")
+        return [_ratio(r) for r in v]
+
+    @field_validator("seed")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("must list at least one seed")
+        return v
+
+    @field_validator("weight_decay", "lr")
+    @classmethod
+    def _nonneg(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None:
+            if not v:
+                raise ValueError("must be null or a non-empty list")
+            bad = [x for x in v if x < 0]
+            if bad:
+                raise ValueError(f"must be >= 0, got {bad[0]}")
+        return v
+
+
+@dataclass(frozen=True)
+class Member:
+    """One model of an ensemble: everything but the architecture may differ between members."""
+
+    task: str
+    ratio: float
+    seed: int
+    weight_decay: float
+    lr: float
+
+
+class EnsembleConfig(Strict):
+    """``seedlab shortcut train CONFIG``: one architecture, many members."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    members: MemberGrid = MemberGrid()
+
+    @model_validator(mode="after")
+    def _same_classes(self) -> EnsembleConfig:
+        ks = {TASKS[t].n_classes for t in self.members.task}
+        if len(ks) > 1:
+            raise ValueError(
+                "members.task: tasks in one ensemble must have the same number of classes"
+                f" (binary sum2-* or ternary sum3-*), got {self.members.task}"
+            )
+        return self
+
+    def expand(self) -> list[Member]:
+        g = self.members
+        wds = g.weight_decay or [self.optim.weight_decay]
+        lrs = g.lr or [self.optim.lr]
+        return [
+            Member(t, r, s, wd, lr)
+            for t, r, wd, lr, s in itertools.product(g.task, g.ratio, wds, lrs, g.seed)
+        ]

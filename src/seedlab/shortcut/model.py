@@ -1,0 +1,278 @@
+"""A seed-vectorized transformer classifier: S members in one set of tensors.
+
+Every parameter has a leading member axis ``S``; member ``i`` is the slice ``[i]``.
+The math of one member is a plain pre-LN transformer encoder with a readout token:
+
+    tokens   = x_1 .. x_L, [READ]                      (READ = vocab, a dedicated token)
+    resid    = W_E[tokens] + W_pos                      hook_embed, hook_pos_embed
+    for each block l:                                   blocks.l.hook_resid_pre
+        h        = LN1(resid)
+        q, k, v  = h W_Q + b_Q, h W_K + b_K, h W_V + b_V  blocks.l.attn.hook_q/k/v
+        pattern  = softmax(q k^T / sqrt(d_head))        blocks.l.attn.hook_attn_scores/hook_pattern
+        z        = pattern v                            blocks.l.attn.hook_z
+        resid    = resid + z W_O + b_O                  blocks.l.hook_attn_out, hook_resid_mid
+        resid    = resid + MLP(LN2(resid))              blocks.l.mlp.hook_pre/hook_post, hook_mlp_out
+                                                        blocks.l.hook_resid_post
+    logits   = LN_final(resid[READ]) W_U + b_U           ln_final.hook_normalized
+
+Hook names and weight shapes follow TransformerLens (W_Q: [heads, d_model, d_head],
+W_O: [heads, d_head, d_model], ...), with the member axis in front of everything:
+activations are [S, batch, pos, ...]. ``blocks.l.attn.hook_result`` (per-head
+outputs, [S, batch, pos, head, d_model]) is computed only when a hook asks for it.
+
+Why our own module instead of ``torch.func.vmap`` over S ``nn.Module`` copies: the
+ensemble is the hot path of every sweep; writing the batched matmuls directly lets
+us fuse Q/K/V into one ``baddbmm`` per layer and skip dead work (below), and keeps
+every weight addressable by name for the circuit analyses.
+
+When no hook is registered, the last block computes queries, the attention output
+and the MLP at the readout position only: the logits read nothing else, so this is
+the same function with less work. With any hook registered, every position is computed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seedlab.shortcut.config import ModelConfig
+
+Hook = Callable[[Tensor, str], Tensor | None]
+
+
+def _p(*shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.empty(*shape))
+
+
+class _LN(nn.Module):
+    def __init__(self, S: int, d: int):
+        super().__init__()
+        self.w, self.b = _p(S, d), _p(S, d)
+
+
+class _Attn(nn.Module):
+    def __init__(self, S: int, H: int, d: int, dh: int):
+        super().__init__()
+        self.W_Q, self.W_K, self.W_V = _p(S, H, d, dh), _p(S, H, d, dh), _p(S, H, d, dh)
+        self.b_Q, self.b_K, self.b_V = _p(S, H, dh), _p(S, H, dh), _p(S, H, dh)
+        self.W_O, self.b_O = _p(S, H, dh, d), _p(S, d)
+
+
+class _MLP(nn.Module):
+    def __init__(self, S: int, d: int, f: int):
+        super().__init__()
+        self.W_in, self.b_in = _p(S, d, f), _p(S, f)
+        self.W_out, self.b_out = _p(S, f, d), _p(S, d)
+
+
+class _Block(nn.Module):
+    def __init__(self, S: int, cfg: ModelConfig):
+        super().__init__()
+        d, H = cfg.d_model, cfg.heads
+        self.ln1, self.ln2 = _LN(S, d), _LN(S, d)
+        self.attn = _Attn(S, H, d, d // H)
+        self.mlp = _MLP(S, d, cfg.d_ff)
+
+
+class _Embed(nn.Module):
+    def __init__(self, S: int, n: int, d: int):
+        super().__init__()
+        self.W_E = _p(S, n, d)
+
+
+class _PosEmbed(nn.Module):
+    def __init__(self, S: int, n: int, d: int):
+        super().__init__()
+        self.W_pos = _p(S, n, d)
+
+
+class _Unembed(nn.Module):
+    def __init__(self, S: int, d: int, c: int):
+        super().__init__()
+        self.W_U, self.b_U = _p(S, d, c), _p(S, c)
+
+
+def _per_member(t: Tensor, like: Tensor) -> Tensor:
+    """Reshape an [S, ...] parameter slice so it broadcasts over ``like``'s batch dims."""
+    return t.view(t.shape[0], *([1] * (like.dim() - t.dim())), *t.shape[1:])
+
+
+class EnsembleTransformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, n_members: int, vocab: int, length: int, n_classes: int):
+        super().__init__()
+        S, d = n_members, cfg.d_model
+        self.cfg, self.S, self.vocab, self.length, self.n_classes = cfg, S, vocab, length, n_classes
+        self.embed = _Embed(S, vocab + 1, d)  # +1: the readout token
+        self.pos_embed = _PosEmbed(S, length + 1, d)
+        self.blocks = nn.ModuleList(_Block(S, cfg) for _ in range(cfg.layers))
+        self.ln_final = _LN(S, d)
+        self.unembed = _Unembed(S, d, n_classes)
+        self._hooks: dict[str, list[Hook]] = {}
+        self.init_members([0] * S)
+
+    # ---------------------------------------------------------------- init
+    @torch.no_grad()
+    def init_members(self, seeds: Sequence[int]) -> None:
+        """Initialize member i from its own generator seeded with ``seeds[i]``.
+
+        A member's initial weights depend only on its seed, never on its ensemble.
+        """
+        assert len(seeds) == self.S
+        for i, seed in enumerate(seeds):
+            g = torch.Generator().manual_seed(int(seed))
+            for name, p in self.named_parameters():  # fixed order
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf.startswith("W_"):
+                    p[i].copy_(torch.randn(p.shape[1:], generator=g) * self.cfg.init_std)
+                elif leaf == "w":
+                    p[i].fill_(1.0)
+                else:
+                    p[i].zero_()
+
+    # ---------------------------------------------------------------- hooks
+    @property
+    def hook_names(self) -> list[str]:
+        names = ["hook_embed", "hook_pos_embed"]
+        for l in range(self.cfg.layers):
+            b = f"blocks.{l}."
+            names += [b + n for n in ("hook_resid_pre", "ln1.hook_normalized")]
+            names += [b + "attn." + n for n in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result")]
+            names += [b + n for n in ("hook_attn_out", "hook_resid_mid", "ln2.hook_normalized")]
+            names += [b + "mlp." + n for n in ("hook_pre", "hook_post")]
+            names += [b + n for n in ("hook_mlp_out", "hook_resid_post")]
+        return names + ["ln_final.hook_normalized"]
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Sequence[tuple[str, Hook]]) -> Iterator[None]:
+        """Temporarily register ``(name, fn)`` pairs; ``fn(act, name)`` may return a replacement."""
+        valid = set(self.hook_names)
+        for name, _ in fwd_hooks:
+            if name not in valid:
+                raise KeyError(f"unknown hook point {name!r}")
+        old = self._hooks
+        self._hooks = {}
+        for name, fn in fwd_hooks:
+            self._hooks.setdefault(name, []).append(fn)
+        try:
+            yield
+        finally:
+            self._hooks = old
+
+    def run_with_hooks(self, x: Tensor, fwd_hooks: Sequence[tuple[str, Hook]]) -> Tensor:
+        with self.hooks(fwd_hooks):
+            return self(x)
+
+    def run_with_cache(self, x: Tensor, names: Sequence[str] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+        cache: dict[str, Tensor] = {}
+
+        def save(t: Tensor, name: str) -> None:
+            cache[name] = t.detach()
+
+        logits = self.run_with_hooks(x, [(n, save) for n in (names or self.hook_names)])
+        return logits, cache
+
+    def _h(self, name: str, t: Tensor) -> Tensor:
+        for fn in self._hooks.get(name, ()):
+            out = fn(t, name)
+            if out is not None:
+                t = out
+        return t
+
+    # ---------------------------------------------------------------- forward
+    def _ln(self, x: Tensor, ln: _LN, name: str) -> Tensor:
+        if not self.cfg.layer_norm:
+            return x
+        y = F.layer_norm(x, x.shape[-1:]) * _per_member(ln.w, x) + _per_member(ln.b, x)
+        return self._h(name, y)
+
+    def _mm(self, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+        """[S, *, i] @ [S, i, o] + [S, o] as one batched matmul per member axis."""
+        S = x.shape[0]
+        out = torch.baddbmm(b.unsqueeze(1), x.reshape(S, -1, x.shape[-1]), W)
+        return out.view(*x.shape[:-1], W.shape[-1])
+
+    def _attention(self, l: int, h: Tensor, readout_only: bool) -> Tensor:
+        a, pre = self.blocks[l].attn, f"blocks.{l}.attn."
+        S, B, P, d = h.shape
+        H, dh = a.W_Q.shape[1], a.W_Q.shape[3]
+        flat = lambda W: W.permute(0, 2, 1, 3).reshape(S, d, H * dh)  # [S,H,d,dh] -> [S,d,H*dh]
+        if readout_only:  # keys/values everywhere, a query only at the readout token
+            kv = self._mm(h, torch.cat([flat(a.W_K), flat(a.W_V)], -1), torch.cat([a.b_K, a.b_V], 1).view(S, -1))
+            k, v = kv.view(S, B, P, 2, H, dh).unbind(3)
+            q = self._mm(h[:, :, -1:], flat(a.W_Q), a.b_Q.reshape(S, -1)).view(S, B, 1, H, dh)
+        else:
+            W = torch.cat([flat(a.W_Q), flat(a.W_K), flat(a.W_V)], -1)
+            qkv = self._mm(h, W, torch.cat([a.b_Q, a.b_K, a.b_V], 1).view(S, -1))
+            q, k, v = qkv.view(S, B, P, 3, H, dh).unbind(3)
+        q, k, v = self._h(pre + "hook_q", q), self._h(pre + "hook_k", k), self._h(pre + "hook_v", v)
+        # Sequences are a handful of tokens long, and tiny per-head (pos x pos) matmuls are slow
+        # on CPU, above all in backward. So all heads' scores come from one matmul per sequence,
+        # [q_pos*H, dh] @ [dh, k_pos*H], read off its head-diagonal blocks (H x the flops of the
+        # per-head products, which are negligible next to the projections).
+        P, Pq = k.shape[2], q.shape[2]
+        SB = S * B
+        cross = torch.bmm(q.reshape(SB, Pq * H, dh), k.reshape(SB, P * H, dh).transpose(1, 2))
+        scores = cross.view(S, B, Pq, H, P, H).diagonal(dim1=3, dim2=5)  # [S, B, q_pos, k_pos, H]
+        scores = scores.permute(0, 1, 4, 2, 3) / math.sqrt(dh)  # [S, B, H, q_pos, k_pos]
+        if self.cfg.causal:
+            mask = torch.ones(P, P, dtype=torch.bool, device=h.device).tril()[P - Pq :]
+            scores = scores.masked_fill(~mask, float("-inf"))
+        scores = self._h(pre + "hook_attn_scores", scores)
+        pattern = self._h(pre + "hook_pattern", scores.softmax(-1))
+        z = self._h(pre + "hook_z", (pattern @ v.transpose(2, 3)).transpose(2, 3))  # [S, B, q_pos, H, dh]
+        if pre + "hook_result" in self._hooks:  # per-head writes into the residual stream
+            result = torch.einsum("sbphe,shed->sbphd", z, a.W_O)
+            result = self._h(pre + "hook_result", result)
+            return result.sum(-2) + _per_member(a.b_O, result[..., 0, :])
+        return self._mm(z.flatten(-2), a.W_O.reshape(S, H * dh, d), a.b_O)
+
+    def _mlp(self, l: int, h: Tensor) -> Tensor:
+        m, pre = self.blocks[l].mlp, f"blocks.{l}.mlp."
+        act = F.relu if self.cfg.act == "relu" else F.gelu
+        post = self._h(pre + "hook_post", act(self._h(pre + "hook_pre", self._mm(h, m.W_in, m.b_in))))
+        return self._mm(post, m.W_out, m.b_out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: [S, B, length] integers in 0..vocab-1 -> logits [S, B, n_classes]."""
+        S, B, L = x.shape
+        V = self.vocab + 1
+        tokens = torch.cat([x, x.new_full((S, B, 1), self.vocab)], -1)  # append the readout token
+        offsets = torch.arange(S, device=x.device).view(S, 1, 1) * V  # member i reads its own W_E
+        embed = self._h("hook_embed", F.embedding(tokens + offsets, self.embed.W_E.reshape(S * V, -1)))
+        pos = self._h("hook_pos_embed", self.pos_embed.W_pos[:, None, : L + 1])
+        resid = embed + pos
+        n = self.cfg.layers
+        for l, blk in enumerate(self.blocks):
+            b = f"blocks.{l}."
+            last_only = l == n - 1 and not self._hooks
+            resid = self._h(b + "hook_resid_pre", resid)
+            attn_out = self._h(b + "hook_attn_out", self._attention(l, self._ln(resid, blk.ln1, b + "ln1.hook_normalized"), last_only))
+            resid = self._h(b + "hook_resid_mid", (resid[:, :, -1:] if last_only else resid) + attn_out)
+            mlp_out = self._h(b + "hook_mlp_out", self._mlp(l, self._ln(resid, blk.ln2, b + "ln2.hook_normalized")))
+            resid = self._h(b + "hook_resid_post", resid + mlp_out)
+        final = self._ln(resid[:, :, -1], self.ln_final, "ln_final.hook_normalized")  # the readout token
+        return self._mm(final, self.unembed.W_U, self.unembed.b_U)
+
+    # ---------------------------------------------------------------- losses
+    def losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-member summed cross-entropy and number correct: two [S] tensors."""
+        logits = self(x)
+        S, B, C = logits.shape
+        ce = F.cross_entropy(logits.reshape(S * B, C), y.reshape(S * B), reduction="none").view(S, B)
+        correct = (logits.argmax(-1) == y).sum(1)
+        return ce.sum(1), correct
+
+    # ---------------------------------------------------------------- members
+    def member_state(self, i: int) -> dict[str, Tensor]:
+        """Member i's weights as a plain state dict (TransformerLens-style names, no member axis)."""
+        return {k: v[i].detach().clone() for k, v in self.state_dict().items()}
+
+    @torch.no_grad()
+    def load_member(self, i: int, state: dict[str, Tensor]) -> None:
+        for k, v in self.state_dict().items():
+            v[i].copy_(state[k])
