@@ -85,7 +85,7 @@ class DataConfig(Strict):
 class OptimConfig(Strict):
     """AdamW (torch.optim.AdamW semantics). Members may override lr and weight_decay."""
 
-    lr: float = 1e-3  # peak learning rate (not stated)
+    lr: float = 1e-3  # learning rate, constant: no schedule (not stated)
     beta1: float = 0.9  # (not stated; torch default)
     beta2: float = 0.999  # (not stated; torch default)
     eps: float = 1e-8  # (not stated; torch default)

@@ -201,14 +201,10 @@ class EnsembleTransformer(nn.Module):
         S, B, P, d = h.shape
         H, dh = a.W_Q.shape[1], a.W_Q.shape[3]
         flat = lambda W: W.permute(0, 2, 1, 3).reshape(S, d, H * dh)  # [S,H,d,dh] -> [S,d,H*dh]
-        if readout_only:  # keys/values everywhere, a query only at the readout token
-            kv = self._mm(h, torch.cat([flat(a.W_K), flat(a.W_V)], -1), torch.cat([a.b_K, a.b_V], 1).view(S, -1))
-            k, v = kv.view(S, B, P, 2, H, dh).unbind(3)
-            q = self._mm(h[:, :, -1:], flat(a.W_Q), a.b_Q.reshape(S, -1)).view(S, B, 1, H, dh)
-        else:
-            W = torch.cat([flat(a.W_Q), flat(a.W_K), flat(a.W_V)], -1)
-            qkv = self._mm(h, W, torch.cat([a.b_Q, a.b_K, a.b_V], 1).view(S, -1))
-            q, k, v = qkv.view(S, B, P, 3, H, dh).unbind(3)
+        # three separate projections: each output is contiguous, so the reshapes below are free
+        proj = lambda t, W, b: self._mm(t, flat(W), b.reshape(S, -1)).view(*t.shape[:-1], H, dh)
+        q = proj(h[:, :, -1:] if readout_only else h, a.W_Q, a.b_Q)  # readout: one query per sequence
+        k, v = proj(h, a.W_K, a.b_K), proj(h, a.W_V, a.b_V)
         q, k, v = self._h(pre + "hook_q", q), self._h(pre + "hook_k", k), self._h(pre + "hook_v", v)
         # Sequences are a handful of tokens long, and tiny per-head (pos x pos) matmuls are slow
         # on CPU, above all in backward. So all heads' scores come from one matmul per sequence,

@@ -25,6 +25,7 @@ are disjoint, so the adversarial split measures the rule, not memory.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def get_task(name: str) -> Task:
 
 def n_consistent(ratio: float, n: int) -> int:
     """Exactly how many shortcut-consistent samples a split of ``n`` at ratio ``r`` holds."""
-    return int(math.floor(ratio * n + 0.5))  # round half up (documented in docs/assumptions.md)
+    # round half up on the decimal the user wrote (0.29 * 50 = 14.5 -> 15, not float's 14.4999...)
+    return math.floor(Fraction(repr(float(ratio))) * n + Fraction(1, 2))
 
 
 def count_sequences(task: Task, length: int, vocab: int) -> tuple[int, int]:

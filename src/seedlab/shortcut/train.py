@@ -61,6 +61,18 @@ class Outcome:
     final: dict[str, float] = field(default_factory=dict)  # last evaluation: {split}_acc, {split}_loss
     final_epoch: int = 0
 
+    def update(self, epoch: int, metrics: dict[str, float]) -> None:
+        """Fold one evaluation in: generalization is adversarial accuracy of exactly 100%."""
+        adv = metrics["adv_acc"]
+        self.peak_adv_acc = max(self.peak_adv_acc, adv)
+        if adv == 1.0 and not self.generalized:
+            self.generalized, self.gen_epoch = True, epoch
+        self.final, self.final_epoch = dict(metrics), epoch
+
+    @property
+    def retained(self) -> bool:
+        return self.generalized and self.final.get("adv_acc") == 1.0
+
 
 @dataclass
 class Result:
@@ -93,6 +105,38 @@ def evaluate(model: EnsembleTransformer, x: torch.Tensor, y: torch.Tensor, chunk
         loss += l.double()
         correct += c
     return (correct.double() / n).cpu().numpy(), (loss / n).cpu().numpy()
+
+
+def train_epoch(
+    model: EnsembleTransformer,
+    opt: EnsembleAdamW,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    batch_size: int,
+    chunk: int,
+    order: torch.Tensor | None = None,
+) -> None:
+    """One pass over the training split: a step per batch, each batch in ``chunk``-row pieces.
+
+    ``order`` ([S, n], each member's own shuffle) is needed for mini-batches; full batch ignores it.
+    """
+    n = x.shape[1]
+    for b0 in range(0, n, batch_size):
+        opt.zero_grad()
+        rows = min(batch_size, n - b0)
+        for c0 in range(b0, b0 + rows, chunk):
+            c1 = min(c0 + chunk, b0 + rows)
+            if order is None:
+                xb, yb = x[:, c0:c1], y[:, c0:c1]
+            else:
+                idx = order[:, c0:c1]
+                xb = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
+                yb = torch.gather(y, 1, idx)
+            loss, _ = model.losses(xb, yb)
+            # members' losses are independent: the sum's gradient is each member's own
+            (loss.sum() / rows).backward()
+        opt.step()
 
 
 def train_ensemble(
@@ -145,12 +189,7 @@ def train_ensemble(
             metrics[f"{s}_acc"], metrics[f"{s}_loss"] = acc, loss
             rows.extend((i, epoch, s, float(acc[i]), float(loss[i])) for i in range(S))
         for i, oc in enumerate(outcomes):
-            adv = metrics["adv_acc"][i]
-            oc.peak_adv_acc = max(oc.peak_adv_acc, float(adv))
-            if adv == 1.0 and not oc.generalized:
-                oc.generalized, oc.gen_epoch = True, epoch
-            oc.final = {k: float(v[i]) for k, v in metrics.items()}
-            oc.final_epoch = epoch
+            oc.update(epoch, {k: float(v[i]) for k, v in metrics.items()})
         if on_eval is not None:
             on_eval(epoch, metrics)
 
@@ -168,21 +207,7 @@ def train_ensemble(
     with bar:
         for epoch in range(1, tc.epochs + 1):
             order = _batch_orders(members, n, epoch).to(dev) if bs < n else None
-            for b0 in range(0, n, bs):
-                opt.zero_grad()
-                rows_b = min(bs, n - b0)
-                for c0 in range(b0, b0 + rows_b, chunk):
-                    c1 = min(c0 + chunk, b0 + rows_b)
-                    if order is None:
-                        xb, yb = xtr[:, c0:c1], ytr[:, c0:c1]
-                    else:
-                        idx = order[:, c0:c1]
-                        xb = torch.gather(xtr, 1, idx.unsqueeze(-1).expand(-1, -1, xtr.shape[2]))
-                        yb = torch.gather(ytr, 1, idx)
-                    loss, _ = model.losses(xb, yb)
-                    # members' losses are independent: the sum's gradient is each member's own
-                    (loss.sum() / rows_b).backward()
-                opt.step()
+            train_epoch(model, opt, xtr, ytr, batch_size=bs, chunk=chunk, order=order)
             last = epoch == tc.epochs
             decided = False
             if epoch % tc.eval_every == 0 or last:
@@ -194,8 +219,6 @@ def train_ensemble(
             bar.update(epoch, sum(oc.generalized for oc in outcomes))
             if decided:
                 break
-        if outcomes[0].final_epoch != epoch:  # stopped between evaluations
-            do_eval(epoch)
 
     summary = summarize(members, outcomes, cfg)
     curves = pd.DataFrame(rows, columns=["member", "epoch", "split", "acc", "loss"])
@@ -227,7 +250,7 @@ def summarize(members: list[Member], outcomes: list[Outcome], cfg: EnsembleConfi
                 "gen_epoch": oc.gen_epoch,
                 "final_val_acc": oc.final["val_acc"],
                 "final_adv_acc": oc.final["adv_acc"],
-                "retained": oc.generalized and oc.final["adv_acc"] == 1.0,
+                "retained": oc.retained,
                 "lr": m.lr,
                 "final_train_acc": oc.final["train_acc"],
                 "final_train_loss": oc.final["train_loss"],
