@@ -82,7 +82,7 @@ def bench_seedlab(members: int, epochs: int, x, y, dev, chunk: int | None) -> fl
     model.to(dev)
     opt = EnsembleAdamW(model.parameters(), lr=[1e-3] * S, weight_decay=[0.1] * S, beta1=[0.9] * S, beta2=[0.999] * S, eps=[1e-8] * S)
     xs, ys = x.expand(S, -1, -1).contiguous(), y.expand(S, -1).contiguous()
-    run = lambda: train_epoch(model, opt, xs, ys, batch_size=N, chunk=chunk or N)
+    run = lambda: train_epoch(model, opt, xs, ys, batch_size=N, chunk=max(1, chunk // S) if chunk else N)
     run()  # warm-up
     sync(dev)
     t = time.perf_counter()
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--members", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--plain-members", type=int, default=4, help="seeds timed for the plain loop (its rate is per seed)")
     ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--chunk", type=int, default=1024)
+    ap.add_argument("--chunk", type=int, default=8192, help="member-rows per piece (rows per member = chunk // S)")
     ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     dev = torch.device(args.device)

@@ -18,7 +18,7 @@ def _cfg(**over):
         "model": {"layers": 2, "heads": 2},
         "data": {"n_train": 256, "n_val": 64, "n_adv": 64, "vocab": 10},
         "optim": {"lr": 3e-3},
-        "train": {"epochs": 12, "batch_size": 64, "chunk": 32, "eval_every": 3},
+        "train": {"epochs": 12, "batch_size": 64, "chunk": None, "eval_every": 3},
         "members": {"task": ["sum2-max", "sum2-first"], "ratio": [0.5, 0.9], "seed": [0, 1], "weight_decay": [0.1, 0.4]},
     }
     for k, v in over.items():
@@ -43,10 +43,10 @@ def test_member_in_ensemble_of_8_matches_solo_run():
 
 
 def test_full_batch_chunking_is_the_same_math():
-    cfg = _cfg(train={"batch_size": None, "chunk": 256, "epochs": 6})
+    cfg = _cfg(train={"batch_size": None, "chunk": 512, "epochs": 6})
     members = cfg.expand()[:2]
     whole = train_ensemble(cfg, members=members, progress=False)
-    cfg.train.chunk = 37  # uneven pieces
+    cfg.train.chunk = 74  # uneven pieces: 37 rows per member
     pieces = train_ensemble(cfg, members=members, progress=False)
     np.testing.assert_allclose(whole.curves.loss, pieces.curves.loss, rtol=1e-4, atol=1e-6)
 

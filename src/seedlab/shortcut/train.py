@@ -174,7 +174,7 @@ def train_ensemble(
     xtr, ytr = data["train"]
     n = xtr.shape[1]
     bs = tc.batch_size or n
-    chunk = min(tc.chunk or bs, bs)
+    chunk = min(max(1, tc.chunk // S) if tc.chunk else bs, bs)  # rows per member per piece
     outcomes = [Outcome() for _ in members]
     rows: list[tuple[int, int, str, float, float]] = []
     if out is not None:
