@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from seedlab.config import Strict
 from seedlab.shortcut.tasks import TASKS
@@ -28,29 +28,21 @@ def _ratio(v: float) -> float:
     return v
 
 
+Pos = Annotated[int, Field(gt=0)]  # a positive integer
+PosFloat = Annotated[float, Field(gt=0)]
+NonNeg = Annotated[float, Field(ge=0)]
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
 class ModelConfig(Strict):
-    layers: int = 2  # transformer blocks (paper: 1 or 2)
-    heads: int = 2  # attention heads per block (paper: 1 or 2)
-    d_model: int = 64  # residual width (paper)
-    d_ff: int = 128  # MLP hidden width (paper)
+    layers: Pos = 2  # transformer blocks (paper: 1 or 2)
+    heads: Pos = 2  # attention heads per block (paper: 1 or 2)
+    d_model: Pos = 64  # residual width (paper)
+    d_ff: Pos = 128  # MLP hidden width (paper)
     act: Literal["relu", "gelu"] = "relu"  # MLP nonlinearity (not stated)
     layer_norm: bool = True  # pre-LN blocks + final LN (not stated)
     causal: bool = False  # attention mask; the readout token sits last (not stated)
-    init_std: float = 0.02  # std of N(0, s^2) for every weight matrix; biases 0, LN gains 1
-
-    @field_validator("layers", "heads", "d_model", "d_ff")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be a positive integer, got {v}")
-        return v
-
-    @field_validator("init_std")
-    @classmethod
-    def _std(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"must be > 0, got {v}")
-        return v
+    init_std: PosFloat = 0.02  # std of N(0, s^2) for every weight matrix; biases 0, LN gains 1
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
@@ -60,84 +52,35 @@ class ModelConfig(Strict):
 
 
 class DataConfig(Strict):
-    length: int = 5  # integers per sequence ("five numbers", plain-language summary)
-    vocab: int = 16  # integers are drawn from 0 .. vocab-1 (not stated)
-    n_train: int = 16384  # training samples (paper)
-    n_val: int = 2048  # validation samples, r = 1 (not stated)
-    n_adv: int = 2048  # adversarial samples, r = 0 (not stated)
+    length: Pos = 5  # integers per sequence ("five numbers", plain-language summary)
+    vocab: Annotated[int, Field(ge=2)] = 16  # integers are drawn from 0 .. vocab-1 (not stated)
+    n_train: Pos = 16384  # training samples (paper)
+    n_val: Pos = 2048  # validation samples, r = 1 (not stated)
+    n_adv: Pos = 2048  # adversarial samples, r = 0 (not stated)
     data_seed: int = 0  # fixes the three splits of an experiment (shared by all model seeds)
-
-    @field_validator("length", "vocab", "n_train", "n_val", "n_adv")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be a positive integer, got {v}")
-        return v
-
-    @field_validator("vocab")
-    @classmethod
-    def _vocab(cls, v: int) -> int:
-        if v < 2:
-            raise ValueError(f"must be >= 2, got {v}")
-        return v
 
 
 class OptimConfig(Strict):
     """AdamW (torch.optim.AdamW semantics). Members may override lr and weight_decay."""
 
-    lr: float = 1e-3  # learning rate, constant: no schedule (not stated)
-    beta1: float = 0.9  # (not stated; torch default)
-    beta2: float = 0.999  # (not stated; torch default)
-    eps: float = 1e-8  # (not stated; torch default)
-    weight_decay: float = 0.1  # decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)
-
-    @field_validator("lr", "eps")
-    @classmethod
-    def _pos(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"must be > 0, got {v}")
-        return v
-
-    @field_validator("beta1", "beta2")
-    @classmethod
-    def _beta(cls, v: float) -> float:
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"must be in [0, 1), got {v}")
-        return v
-
-    @field_validator("weight_decay")
-    @classmethod
-    def _wd(cls, v: float) -> float:
-        if v < 0:
-            raise ValueError(f"must be >= 0, got {v}")
-        return v
+    lr: PosFloat = 1e-3  # learning rate, constant: no schedule (not stated)
+    beta1: Beta = 0.9  # (not stated; torch default)
+    beta2: Beta = 0.999  # (not stated; torch default)
+    eps: PosFloat = 1e-8  # (not stated; torch default)
+    weight_decay: NonNeg = 0.1  # decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)
 
 
 class TrainConfig(Strict):
-    epochs: int = 15000  # passes over the training split (paper)
-    batch_size: int | None = None  # samples per step; null = full batch (not stated)
+    epochs: Pos = 15000  # passes over the training split (paper)
+    batch_size: Pos | None = None  # samples per step; null = full batch (not stated)
     # a batch is run in pieces of about `chunk` member-rows (chunk // members rows each); the
     # pieces' gradients are summed: same math, activations stay cache-sized (benchmarks/)
-    chunk: int | None = 8192
-    eval_every: int = 10  # epochs between evaluations of train/val/adv
+    chunk: Pos | None = 8192
+    eval_every: Pos = 10  # epochs between evaluations of train/val/adv
     stop_when_decided: bool = False  # stop once every member has generalized
     checkpoint_epochs: list[int] = []  # epochs at which all members' weights are saved
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
-    threads: int | None = None  # torch intra-op threads on CPU; null = torch's default
-
-    @field_validator("epochs", "eval_every")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be a positive integer, got {v}")
-        return v
-
-    @field_validator("batch_size", "chunk", "threads")
-    @classmethod
-    def _opt_positive(cls, v: int | None) -> int | None:
-        if v is not None and v <= 0:
-            raise ValueError(f"must be a positive integer or null, got {v}")
-        return v
+    threads: Pos | None = None  # torch intra-op threads on CPU; null = torch's default
 
     @field_validator("checkpoint_epochs")
     @classmethod
@@ -157,8 +100,8 @@ class MemberGrid(Strict):
     task: list[str] = ["sum2-max"]
     ratio: list[float] = [0.9]  # fraction of shortcut-consistent training samples
     seed: list[int] = [0]  # model seeds (initialization and batch order)
-    weight_decay: list[float] | None = None
-    lr: list[float] | None = None
+    weight_decay: list[NonNeg] | None = None
+    lr: list[PosFloat] | None = None
 
     @field_validator("task")
     @classmethod
@@ -183,13 +126,9 @@ class MemberGrid(Strict):
 
     @field_validator("weight_decay", "lr")
     @classmethod
-    def _nonneg(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None:
-            if not v:
-                raise ValueError("must be null or a non-empty list")
-            bad = [x for x in v if x < 0]
-            if bad:
-                raise ValueError(f"must be >= 0, got {bad[0]}")
+    def _nonempty(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and not v:
+            raise ValueError("must be null or a non-empty list")
         return v
 
 
