@@ -113,6 +113,7 @@ class EnsembleTransformer(nn.Module):
         self.ln_final = _LN(S, d)
         self.unembed = _Unembed(S, d, n_classes)
         self._hooks: dict[str, list[Hook]] = {}
+        self._masks: dict[tuple, Tensor] = {}
         self.init_members([0] * S)
 
     # ---------------------------------------------------------------- init
@@ -206,26 +207,46 @@ class EnsembleTransformer(nn.Module):
         q = proj(h[:, :, -1:] if readout_only else h, a.W_Q, a.b_Q)  # readout: one query per sequence
         k, v = proj(h, a.W_K, a.b_K), proj(h, a.W_V, a.b_V)
         q, k, v = self._h(pre + "hook_q", q), self._h(pre + "hook_k", k), self._h(pre + "hook_v", v)
-        # Sequences are a handful of tokens long, and tiny per-head (pos x pos) matmuls are slow
-        # on CPU, above all in backward. So all heads' scores come from one matmul per sequence,
-        # [q_pos*H, dh] @ [dh, k_pos*H], read off its head-diagonal blocks (H x the flops of the
-        # per-head products, which are negligible next to the projections).
+        # Sequences are a handful of tokens long, and per-head (pos x pos) matmuls on transposed
+        # views fall off the batched-GEMM path on CPU. So one matmul per sequence scores every
+        # query row (pos, head) against every key row (pos, head) in the native [pos, head, d_head]
+        # layout; a mask of -inf off the head diagonal (and above it, if causal) makes the row
+        # softmax the per-head softmax, giving a block-diagonal pattern A that multiplies V
+        # directly. H x the flops of per-head products, negligible next to the projections.
         P, Pq = k.shape[2], q.shape[2]
         SB = S * B
         cross = torch.bmm(q.reshape(SB, Pq * H, dh), k.reshape(SB, P * H, dh).transpose(1, 2))
-        scores = cross.view(S, B, Pq, H, P, H).diagonal(dim1=3, dim2=5)  # [S, B, q_pos, k_pos, H]
-        scores = scores.permute(0, 1, 4, 2, 3) / math.sqrt(dh)  # [S, B, H, q_pos, k_pos]
-        if self.cfg.causal:
-            mask = torch.ones(P, P, dtype=torch.bool, device=h.device).tril()[P - Pq :]
-            scores = scores.masked_fill(~mask, float("-inf"))
-        scores = self._h(pre + "hook_attn_scores", scores)
-        pattern = self._h(pre + "hook_pattern", scores.softmax(-1))
-        z = self._h(pre + "hook_z", (pattern @ v.transpose(2, 3)).transpose(2, 3))  # [S, B, q_pos, H, dh]
+        cross = cross / math.sqrt(dh) + self._mask(Pq, P, H, k.device)
+        if pre + "hook_attn_scores" in self._hooks or pre + "hook_pattern" in self._hooks:
+            # TransformerLens's layout [S, B, H, q_pos, k_pos]; a hook may replace either
+            diag = cross.view(S, B, Pq, H, P, H).diagonal(dim1=3, dim2=5)  # [S, B, q_pos, k_pos, H]
+            scores = self._h(pre + "hook_attn_scores", diag.permute(0, 1, 4, 2, 3))
+            pattern = self._h(pre + "hook_pattern", scores.softmax(-1))
+            eye = torch.eye(H, dtype=pattern.dtype, device=pattern.device)
+            A = torch.einsum("sbhij,hg->sbihjg", pattern, eye).reshape(SB, Pq * H, P * H)
+        else:
+            A = cross.softmax(-1)
+        z = self._h(pre + "hook_z", torch.bmm(A, v.reshape(SB, P * H, dh)).view(S, B, Pq, H, dh))
         if pre + "hook_result" in self._hooks:  # per-head writes into the residual stream
             result = torch.einsum("sbphe,shed->sbphd", z, a.W_O)
             result = self._h(pre + "hook_result", result)
             return result.sum(-2) + _per_member(a.b_O, result[..., 0, :])
         return self._mm(z.flatten(-2), a.W_O.reshape(S, H * dh, d), a.b_O)
+
+    def _mask(self, Pq: int, P: int, H: int, device: torch.device) -> Tensor:
+        """[Pq*H, P*H] additive mask: 0 where query row (i, h) may see key row (j, g), else -inf.
+
+        Rows see their own head only; with ``causal``, key positions up to their own. The Pq
+        queries are the last Pq positions (all of them, or the readout token alone).
+        """
+        key = (Pq, P, H, str(device))
+        if key not in self._masks:
+            i = torch.arange(P - Pq, P).view(Pq, 1, 1, 1)
+            j = torch.arange(P).view(1, 1, P, 1)
+            h, g = torch.arange(H).view(1, H, 1, 1), torch.arange(H).view(1, 1, 1, H)
+            ok = (h == g) & ((j <= i) | (not self.cfg.causal))
+            self._masks[key] = torch.zeros(ok.shape).masked_fill(~ok, float("-inf")).reshape(Pq * H, P * H).to(device)
+        return self._masks[key]
 
     def _mlp(self, l: int, h: Tensor) -> Tensor:
         m, pre = self.blocks[l].mlp, f"blocks.{l}.mlp."
