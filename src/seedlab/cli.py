@@ -96,6 +96,34 @@ def shortcut_train(
     typer.echo(f"{len(members)} members, {r.epochs_run} epochs in {r.seconds:.1f}s; {g} generalized -> {out}/summary.parquet")
 
 
+@shortcut_app.command("sweep")
+def shortcut_sweep(
+    config: Annotated[Path, typer.Argument(help="sweep config (YAML): shared hyperparameters + grid")],
+    out: Annotated[Path, typer.Option(help="sweep folder (resumable: rerun to finish)")],
+    executor: Annotated[str, typer.Option(help="local (no services) or ray")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="a running Ray cluster (HOST:PORT or auto); default: start a local one")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set grid.seed=4")] = [],  # noqa: B006
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Run (or resume) a sweep; write summary.parquet and curves.parquet into OUT."""
+    from seedlab.config import load_yaml, parse
+    from seedlab.shortcut.sweep import SweepConfig, run_sweep
+
+    cfg = parse(SweepConfig, _apply_overrides(load_yaml(config), set_))
+    df = run_sweep(cfg, out, executor=executor, ray_address=ray_address, progress=progress)
+    g = int(df["generalized"].sum()) if len(df) else 0
+    typer.echo(f"{len(df)} members finished, {g} generalized -> {out}/summary.parquet")
+
+
+@shortcut_app.command("report")
+def shortcut_report(run: Annotated[Path, typer.Argument(help="a sweep folder")]) -> None:
+    """Write report.md and PNG figures into a sweep folder."""
+    from seedlab.shortcut.report import write_report
+
+    path = write_report(run)
+    typer.echo(f"report: {path}")
+
+
 def main() -> None:
     # click handles usage errors itself (exit 2); our own bad-input errors are caught here
     try:

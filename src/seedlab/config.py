@@ -37,11 +37,19 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "<config>"
 
 
+#: union tags pydantic puts into error locations (see shortcut.config.Members); not field names
+_TAGS = {"as-grid", "as-list"}
+
+
+def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or "function-" in p or p in _TAGS)))
+
+
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     """Turn pydantic's multi-line report into one line naming the first bad field."""
     e = err.errors()[0]
     # pydantic appends the failing union/validator name to loc; keep only field names
-    loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and ("[" in p or "function-" in p)))
+    loc = _clean(e["loc"])
     field = _loc(((prefix,) if prefix else ()) + loc)
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
@@ -66,9 +74,10 @@ def parse(model: type[M], data: Any, prefix: str = "") -> M:
         # an unknown field gets the list of allowed ones, named from the model
         e = err.errors()[0]
         if e["type"] == "extra_forbidden":
-            allowed = _allowed_fields(model, e["loc"][:-1])
+            loc = _clean(e["loc"])
+            allowed = _allowed_fields(model, loc[:-1])
             raise SeedlabError(
-                f"{_loc(((prefix,) if prefix else ()) + tuple(e['loc']))}: unknown field"
+                f"{_loc(((prefix,) if prefix else ()) + loc)}: unknown field"
                 f" (allowed: {', '.join(allowed)})"
             ) from None
         raise SeedlabError(format_validation_error(err, prefix)) from None

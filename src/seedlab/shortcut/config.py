@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from seedlab.config import Strict
 from seedlab.shortcut.tasks import TASKS
@@ -132,6 +132,19 @@ class MemberGrid(Strict):
         return v
 
 
+class MemberSpec(Strict):
+    """One member, listed explicitly (sweeps write their ensembles this way)."""
+
+    task: str
+    ratio: float
+    seed: int
+    weight_decay: NonNeg | None = None  # null: optim.weight_decay
+    lr: PosFloat | None = None  # null: optim.lr
+
+    _t = field_validator("task")(classmethod(lambda cls, v: _task_name(v)))
+    _r = field_validator("ratio")(classmethod(lambda cls, v: _ratio(v)))
+
+
 @dataclass(frozen=True)
 class Member:
     """One model of an ensemble: everything but the architecture may differ between members."""
@@ -143,6 +156,13 @@ class Member:
     lr: float
 
 
+# a grid (mapping) or an explicit list; the discriminator keeps errors about the form the user wrote
+Members = Annotated[
+    Annotated[MemberGrid, Tag("as-grid")] | Annotated[list[MemberSpec], Tag("as-list")],
+    Discriminator(lambda v: "as-list" if isinstance(v, list) else "as-grid"),
+]
+
+
 class EnsembleConfig(Strict):
     """``seedlab shortcut train CONFIG``: one architecture, many members."""
 
@@ -150,23 +170,31 @@ class EnsembleConfig(Strict):
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
-    members: MemberGrid = MemberGrid()
+    members: Members = MemberGrid()  # a grid, or an explicit list
 
     @model_validator(mode="after")
     def _same_classes(self) -> EnsembleConfig:
-        ks = {TASKS[t].n_classes for t in self.members.task}
-        if len(ks) > 1:
+        tasks = self.members.task if isinstance(self.members, MemberGrid) else [m.task for m in self.members]
+        if not tasks:
+            raise ValueError("members: must list at least one member")
+        if len({TASKS[t].n_classes for t in tasks}) > 1:
             raise ValueError(
                 "members.task: tasks in one ensemble must have the same number of classes"
-                f" (binary sum2-* or ternary sum3-*), got {self.members.task}"
+                f" (binary sum2-* or ternary sum3-*), got {sorted(set(tasks))}"
             )
         return self
 
     def expand(self) -> list[Member]:
-        g = self.members
-        wds = g.weight_decay or [self.optim.weight_decay]
-        lrs = g.lr or [self.optim.lr]
+        o, g = self.optim, self.members
+        if isinstance(g, list):
+            return [Member(m.task, m.ratio, m.seed, _or(m.weight_decay, o.weight_decay), _or(m.lr, o.lr)) for m in g]
+        wds = g.weight_decay or [o.weight_decay]
+        lrs = g.lr or [o.lr]
         return [
             Member(t, r, s, wd, lr)
             for t, r, wd, lr, s in itertools.product(g.task, g.ratio, wds, lrs, g.seed)
         ]
+
+
+def _or(v: float | None, default: float) -> float:
+    return default if v is None else v

@@ -1,0 +1,252 @@
+"""Sweeps: a grid over tasks x ratios x layers x heads x weight decays x lrs x seeds.
+
+The grid expands into members; members of one architecture (and one class count) are
+grouped into ensembles of at most ``max_members``; each ensemble is a *job* whose folder
+is the hash of its resolved config (``DIR/jobs/<hash>/``). Seeds are the outermost loop,
+so the first jobs to finish already cover every cell.
+
+Resumable: a job is finished when its ``done.json`` exists (written last, atomically);
+a restarted sweep skips finished jobs and reruns unfinished ones from scratch. The
+sweep's ``summary.parquet``/``curves.parquet`` are rebuilt from finished jobs after each
+one, atomically, so they always hold exactly one row per finished member. A lock on
+``DIR/.lock`` (released by the OS even on kill -9) keeps two sweeps out of one folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+from pydantic import Field, field_validator
+
+from seedlab.config import Strict, content_hash, parse
+from seedlab.errors import SeedlabError
+from seedlab.shortcut.config import DataConfig, EnsembleConfig, ModelConfig, OptimConfig, TrainConfig, _ratio, _task_name
+from seedlab.shortcut.tasks import TASKS
+from seedlab.store import write_json, write_parquet, write_yaml
+
+
+class SweepGrid(Strict):
+    task: list[str] = ["sum2-max"]
+    ratio: list[float] = [0.5, 0.9]  # fractions of shortcut-consistent training samples
+    layers: list[Annotated[int, Field(gt=0)]] = [1, 2]
+    heads: list[Annotated[int, Field(gt=0)]] = [1]
+    weight_decay: list[Annotated[float, Field(ge=0)]] | None = None  # null: optim.weight_decay
+    lr: list[Annotated[float, Field(gt=0)]] | None = None  # null: optim.lr
+    seed: list[int] | Annotated[int, Field(gt=0)] = 8  # a list, or a count n meaning 0..n-1
+
+    @field_validator("task")
+    @classmethod
+    def _tasks(cls, v: list[str]) -> list[str]:
+        return [_task_name(t) for t in v]
+
+    @field_validator("ratio")
+    @classmethod
+    def _ratios(cls, v: list[float]) -> list[float]:
+        return [_ratio(r) for r in v]
+
+    @field_validator("task", "ratio", "layers", "heads", "weight_decay", "lr")
+    @classmethod
+    def _nonempty(cls, v: list | None) -> list | None:
+        if v is not None and not v:
+            raise ValueError("empty grid axis: list at least one value")
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seeds(cls, v: list[int] | int) -> list[int] | int:
+        if isinstance(v, list) and not v:
+            raise ValueError("empty grid axis: list at least one seed (or give a count)")
+        return v
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.seed)) if isinstance(self.seed, int) else self.seed
+
+
+class SweepConfig(Strict):
+    """``seedlab shortcut sweep CONFIG``: shared hyperparameters plus the grid."""
+
+    model: ModelConfig = ModelConfig()  # layers/heads here are overridden by the grid
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    grid: SweepGrid = SweepGrid()
+    max_members: Annotated[int, Field(gt=0)] = 64  # members per ensemble job (bounds memory)
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str  # hash of the resolved ensemble config: the job's folder name
+    config: dict  # the resolved EnsembleConfig, as JSON-able data
+
+
+def plan(cfg: SweepConfig) -> list[Job]:
+    """Expand the grid into ensemble jobs, in a stable order."""
+    g = cfg.grid
+    wds = g.weight_decay or [cfg.optim.weight_decay]
+    lrs = g.lr or [cfg.optim.lr]
+    jobs = []
+    for layers, heads in itertools.product(g.layers, g.heads):
+        model = parse(ModelConfig, cfg.model.model_dump() | {"layers": layers, "heads": heads}, prefix="grid")
+        for k in sorted({TASKS[t].n_classes for t in g.task}):
+            tasks = [t for t in g.task if TASKS[t].n_classes == k]
+            members = [
+                {"task": t, "ratio": r, "seed": s, "weight_decay": wd, "lr": lr}
+                for s, t, r, wd, lr in itertools.product(g.seeds, tasks, g.ratio, wds, lrs)
+            ]
+            for i in range(0, len(members), cfg.max_members):
+                ens = EnsembleConfig.model_validate(
+                    {
+                        "model": model.model_dump(),
+                        "data": cfg.data.model_dump(),
+                        "optim": cfg.optim.model_dump(),
+                        "train": cfg.train.model_dump(),
+                        "members": members[i : i + cfg.max_members],
+                    }
+                )
+                data = ens.model_dump(mode="json")
+                jobs.append(Job(content_hash(data), data))
+    return jobs
+
+
+def job_dir(out: Path, job: Job) -> Path:
+    return out / "jobs" / job.key
+
+
+def is_done(out: Path, job: Job) -> bool:
+    return (job_dir(out, job) / "done.json").exists()
+
+
+def run_job(spec: tuple[str, dict, int | None]) -> str:
+    """Train one job into its folder (module-level, so Ray can ship it to a worker)."""
+    from seedlab.shortcut.train import train_ensemble
+
+    folder, data, threads = spec
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    folder_p = Path(folder)
+    if folder_p.exists():  # leftovers of an interrupted attempt
+        shutil.rmtree(folder_p)
+    cfg = EnsembleConfig.model_validate(data)
+    r = train_ensemble(cfg, folder_p, progress=False)
+    write_json(folder_p / "done.json", {"members": len(r.members), "seconds": round(r.seconds, 3)})
+    return folder
+
+
+@contextmanager
+def sweep_lock(out: Path) -> Iterator[None]:
+    """An exclusive lock on the sweep folder; a second sweep gets a clear one-line error."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise SeedlabError(f"--out: {out} is in use by another sweep (pid {holder}); wait for it or stop it") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock; the kernel does the same on kill -9
+
+
+def aggregate(out: Path, jobs: list[Job]) -> pd.DataFrame:
+    """Rebuild the sweep's summary/curves from finished jobs: one row per member, global ids."""
+    summaries, curves, offset = [], [], 0
+    for job in jobs:
+        d = job_dir(out, job)
+        n = len(job.config["members"])
+        if is_done(out, job):
+            s = pd.read_parquet(d / "summary.parquet")
+            c = pd.read_parquet(d / "curves.parquet")
+            s["member"] += offset
+            c["member"] += offset
+            s.insert(0, "job", job.key)
+            c.insert(0, "job", job.key)
+            summaries.append(s)
+            curves.append(c)
+        offset += n
+    if summaries:
+        write_parquet(out / "summary.parquet", pd.concat(summaries, ignore_index=True))
+        write_parquet(out / "curves.parquet", pd.concat(curves, ignore_index=True))
+    return pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame()
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    out: str | Path,
+    *,
+    executor: str = "local",
+    ray_address: str | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run (or resume) every unfinished job of the sweep and aggregate the results."""
+    from seedlab.executors import preflight_ray, run_local, run_ray
+    from seedlab.shortcut.train import check_members
+
+    if executor not in ("local", "ray"):
+        raise SeedlabError(f"--executor: must be local or ray, got {executor!r}")
+    if executor == "ray":
+        preflight_ray(ray_address)
+    jobs = plan(cfg)
+    for job in jobs:  # every job's data can be built: fail before anything is written
+        ens = EnsembleConfig.model_validate(job.config)
+        check_members(ens, ens.expand())
+    out = Path(out)
+    with sweep_lock(out):
+        write_yaml(out / "sweep.yaml", cfg.model_dump(mode="json"))
+        todo = [j for j in jobs if not is_done(out, j)]
+        n_members = sum(len(j.config["members"]) for j in jobs)
+        bar = _SweepProgress(len(jobs), len(jobs) - len(todo), n_members, enabled=progress)
+        by_dir = {str(job_dir(out, j)): j for j in todo}
+
+        def on_done(spec: tuple[str, dict, int | None]) -> None:
+            aggregate(out, jobs)
+            bar.advance(len(spec[1]["members"]))
+
+        threads = 1 if executor == "ray" else cfg.train.threads
+        specs = [(d, j.config, threads) for d, j in by_dir.items()]
+        with bar:
+            if executor == "local":
+                run_local(run_job, specs, on_done)
+            else:
+                run_ray(run_job, specs, on_done, address=ray_address)
+        return aggregate(out, jobs)
+
+
+class _SweepProgress:
+    def __init__(self, jobs: int, done: int, members: int, enabled: bool):
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.p = Progress(
+                TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn(f"({members} members)"),
+            )
+            self.task = self.p.add_task("sweep", total=jobs, completed=done)
+
+    def __enter__(self) -> _SweepProgress:
+        if self.enabled:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.p.__exit__(*exc)
+
+    def advance(self, members: int) -> None:
+        if self.enabled:
+            self.p.advance(self.task)

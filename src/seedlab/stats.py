@@ -1,0 +1,246 @@
+"""Statistics shared by the studies: rates with intervals, rate contrasts, an interaction test.
+
+Input is a per-member ``summary`` frame (one row per trained model: task, ratio, layers, heads,
+weight_decay, lr, seed, generalized, ...). What each function computes:
+
+- ``chance``            -- chance accuracy of a task: 1/2 for ``sum2-*``, 1/3 for ``sum3-*``.
+- ``wilson``            -- Wilson score interval for a proportion k/n (statsmodels ``proportion_confint``).
+- ``rate_table``        -- generalization rate per group, with n, k and the Wilson 95% interval.
+- ``fisher``            -- two-sided Fisher exact test of k1/n1 against k2/n2 (scipy ``fisher_exact``).
+- ``ratio_contrasts``   -- Fisher's test between every pair of ratios within each capacity cell.
+- ``interaction_logit`` -- logistic regression ``generalized ~ dist * cap`` (dist = |ratio - chance|,
+  cap = 1 for 2 layers): the dist:cap coefficient tests the paper's claim that distance from chance
+  helps a 2-layer model and not a 1-layer one. Maximum likelihood with Wald inference when the MLE
+  exists; under (quasi-)separation -- common in small sweeps (0% / 77% / 0%) -- Firth's
+  bias-reduced logistic regression with profile penalized-likelihood inference instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import statsmodels.api as sm
+from scipy import optimize, stats
+from scipy.special import expit
+from statsmodels.stats.proportion import proportion_confint
+from statsmodels.tools.sm_exceptions import (
+    ConvergenceWarning,
+    HessianInversionWarning,
+    PerfectSeparationError,
+    PerfectSeparationWarning,
+)
+
+#: name of the tested coefficient in ``interaction_logit``; columns of its design matrix
+TERMS = ("Intercept", "dist", "cap", "dist:cap")
+_J = TERMS.index("dist:cap")
+
+
+def chance(task: str) -> float:
+    """Chance accuracy of a task from its name prefix: ``sum2-*`` -> 1/2, ``sum3-*`` -> 1/3."""
+    prefix = str(task).split("-", 1)[0]
+    if prefix == "sum2":
+        return 1 / 2
+    if prefix == "sum3":
+        return 1 / 3
+    raise ValueError(f"task: expected a name starting with sum2 or sum3, got {task!r}")
+
+
+def wilson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Wilson score interval (1 - alpha) for the proportion k/n; ``(nan, nan)`` when n == 0."""
+    k, n = int(k), int(n)
+    if n < 0 or not 0 <= k <= max(n, 0):
+        raise ValueError(f"wilson: need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return (math.nan, math.nan)
+    lo, hi = proportion_confint(k, n, alpha=alpha, method="wilson")
+    return (float(np.clip(lo, 0.0, 1.0)), float(np.clip(hi, 0.0, 1.0)))
+
+
+def rate_table(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Generalization rate per group: columns ``*by, n, k, rate, lo, hi``, sorted by ``by``.
+
+    ``k`` counts generalized members, ``rate = k / n`` and ``lo, hi`` is the Wilson 95% interval.
+    An empty ``by`` gives one row for the whole frame.
+    """
+    by = list(by)
+    g = df["generalized"].astype(bool).astype(int)
+    if by:
+        t = g.groupby([df[c] for c in by], sort=True).agg(n="size", k="sum").reset_index()
+    else:
+        t = pd.DataFrame({"n": [len(g)], "k": [int(g.sum())]})
+    t["n"] = t["n"].astype(int)
+    t["k"] = t["k"].astype(int)
+    t["rate"] = t["k"] / t["n"]
+    ci = [wilson(k, n) for k, n in zip(t["k"], t["n"])]
+    t["lo"] = [c[0] for c in ci]
+    t["hi"] = [c[1] for c in ci]
+    return t[[*by, "n", "k", "rate", "lo", "hi"]].sort_values(by, ignore_index=True) if by else t
+
+
+def fisher(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """Two-sided Fisher exact test on ``[[k1, n1-k1], [k2, n2-k2]]``: ``(sample odds ratio, p)``."""
+    res = stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided")
+    return float(res.statistic), float(res.pvalue)
+
+
+def ratio_contrasts(df: pd.DataFrame) -> pd.DataFrame:
+    """Fisher's test between every pair of ratios within each (task, layers, heads, weight_decay) cell.
+
+    Columns: task, layers, heads, weight_decay, ratio_a, ratio_b (ratio_a < ratio_b), rate_a, rate_b,
+    odds_ratio (odds of generalizing at ratio_a over ratio_b), p (two-sided, not adjusted for the
+    number of pairs).
+    """
+    cell = ["task", "layers", "heads", "weight_decay"]
+    counts = rate_table(df, [*cell, "ratio"])
+    rows = []
+    for key, grp in counts.groupby(cell, sort=True):
+        grp = grp.sort_values("ratio")
+        for a, b in itertools.combinations(grp.itertuples(index=False), 2):
+            odds, p = fisher(a.k, a.n, b.k, b.n)
+            rows.append((*key, a.ratio, b.ratio, a.rate, b.rate, odds, p))
+    cols = [*cell, "ratio_a", "ratio_b", "rate_a", "rate_b", "odds_ratio", "p"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ---------------------------------------------------------------- interaction: dist x capacity
+
+
+def _design(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Design matrix ``[1, dist, cap, dist*cap]`` and the 0/1 outcome."""
+    dist = np.abs(df["ratio"].to_numpy(float) - np.array([chance(t) for t in df["task"]], float))
+    cap = (df["layers"].to_numpy() == 2).astype(float)
+    X = np.column_stack([np.ones(len(df)), dist, cap, dist * cap])
+    y = df["generalized"].astype(bool).to_numpy(float)
+    return X, y
+
+
+def _separated(X: np.ndarray, y: np.ndarray) -> bool:
+    """True when the data are completely or quasi-completely separated (the MLE does not exist).
+
+    Linear program (Konis 2007): look for a direction b != 0 with s_i x_i'b >= 0 for every row
+    (s = +1 for y = 1, -1 for y = 0). With X of full rank such a b exists iff the MLE is infinite.
+    """
+    A = X * np.where(y > 0, 1.0, -1.0)[:, None]
+    scale = np.abs(A).max()
+    res = optimize.linprog(-A.sum(0) / scale, A_ub=-A / scale, b_ub=np.zeros(len(A)), bounds=[(-1, 1)] * X.shape[1])
+    return bool(res.status == 0 and -res.fun > 1e-7 * len(A))
+
+
+def _firth_parts(X, y, beta):
+    """Penalized log-likelihood, modified score and Fisher information at ``beta``."""
+    eta = X @ beta
+    p = expit(eta)
+    w = p * (1 - p)
+    info = X.T @ (X * w[:, None])
+    sign, logdet = np.linalg.slogdet(info)
+    loglik = float(np.sum(y * eta - np.logaddexp(0, eta)))
+    if sign <= 0:
+        return -np.inf, np.full(len(beta), np.nan), info
+    h = w * np.einsum("ij,jk,ik->i", X, np.linalg.inv(info), X)  # diag of the weighted hat matrix
+    score = X.T @ (y - p + h * (0.5 - p))  # gradient of the penalized log-likelihood
+    return loglik + 0.5 * logdet, score, info
+
+
+def _firth_fit(X, y, fix: tuple[int, float] | None = None, tol=1e-9, max_iter=200):
+    """Maximize l(b) + 1/2 log|I(b)| (Firth 1993), optionally with coefficient ``fix[0]`` held at ``fix[1]``.
+
+    Newton steps on the modified score with step halving. Returns ``(beta, penalized loglik)``.
+    """
+    k = X.shape[1]
+    free = np.ones(k, bool)
+    beta = np.zeros(k)
+    if fix is not None:
+        free[fix[0]] = False
+        beta[fix[0]] = fix[1]
+    pll, score, info = _firth_parts(X, y, beta)
+    for _ in range(max_iter):
+        step = np.zeros(k)
+        step[free] = np.linalg.solve(info[np.ix_(free, free)], score[free])
+        for _ in range(40):
+            new = _firth_parts(X, y, beta + step)
+            if new[0] >= pll - 1e-12:
+                break
+            step /= 2
+        beta = beta + step
+        pll, score, info = new
+        if np.max(np.abs(score[free])) < 1e-8 or np.max(np.abs(step)) < tol:
+            break
+    return beta, pll
+
+
+def _firth_inference(X, y, alpha=0.05):
+    """Firth estimate of dist:cap with penalized likelihood-ratio p-value and profile CI."""
+    beta, pll = _firth_fit(X, y)
+    est = float(beta[_J])
+    se = float(np.sqrt(np.linalg.inv(_firth_parts(X, y, beta)[2])[_J, _J]))
+
+    def lr(b):  # penalized likelihood-ratio statistic for dist:cap == b
+        return 2 * (pll - _firth_fit(X, y, fix=(_J, b))[1])
+
+    p = float(stats.chi2.sf(max(lr(0.0), 0.0), 1))
+    crit = stats.chi2.ppf(1 - alpha, 1)
+
+    def bound(direction):
+        step, b = max(se, 1e-3), est
+        for _ in range(60):  # walk out until the profile drops below the cut-off, then bracket
+            nb = b + direction * step
+            if lr(nb) > crit:
+                return float(optimize.brentq(lambda t: lr(t) - crit, b, nb) if direction > 0
+                             else optimize.brentq(lambda t: lr(t) - crit, nb, b))
+            b, step = nb, step * 1.5
+        return direction * math.inf
+
+    return est, bound(-1), bound(+1), p
+
+
+def interaction_logit(df: pd.DataFrame) -> dict:
+    """Test whether distance from chance helps 2-layer models more than 1-layer ones.
+
+    Fits ``generalized ~ dist + cap + dist:cap`` with dist = |ratio - chance(task)| and
+    cap = 1 if layers == 2 else 0, on all rows of ``df`` (filter to one task / heads / weight decay
+    first if they should not be pooled). Returns a dict for the dist:cap coefficient (log-odds per
+    unit of dist): ``estimate, ci_low, ci_high`` (95%), ``p`` (two-sided), ``n``, ``method``,
+    ``separated``.
+
+    When the maximum-likelihood estimate exists it is used with Wald z inference
+    (``method="mle-wald"``). When the data are (quasi-)separated -- detected by a linear program,
+    or by statsmodels reporting perfect separation / non-convergence / non-finite standard
+    errors -- ``separated`` is True and Firth's bias-reduced logistic regression is used instead,
+    with a penalized likelihood-ratio p-value and a profile penalized-likelihood 95% interval
+    (``method="firth-profile-lr"``, as in R's logistf).
+
+    Raises ValueError when the interaction is not identified (design not of full rank, e.g. one
+    capacity or one distance per capacity) or when ``generalized`` never varies.
+    """
+    X, y = _design(df)
+    n = len(y)
+    if n == 0 or np.linalg.matrix_rank(X) < X.shape[1]:
+        raise ValueError(
+            "interaction_logit: dist:cap not identified (needs two capacities, each at two or more distances)"
+        )
+    if y.min() == y.max():
+        raise ValueError(f"interaction_logit: generalized is {bool(y[0])} for all {n} members; nothing to contrast")
+
+    separated = _separated(X, y)
+    if not separated:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PerfectSeparationWarning)
+            warnings.simplefilter("ignore", (ConvergenceWarning, HessianInversionWarning, RuntimeWarning))
+            try:
+                fit = sm.Logit(y, X).fit(disp=0, maxiter=100)
+                ok = bool(fit.mle_retvals.get("converged", True)) and np.all(np.isfinite(fit.bse))
+            except (PerfectSeparationError, PerfectSeparationWarning, np.linalg.LinAlgError):
+                ok = False
+        separated = not ok
+    if separated:
+        est, lo, hi, p = _firth_inference(X, y)
+        method = "firth-profile-lr"
+    else:
+        lo, hi = fit.conf_int(0.05)[_J]
+        est, p, method = fit.params[_J], fit.pvalues[_J], "mle-wald"
+    return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "n": int(n),
+            "method": method, "separated": bool(separated)}

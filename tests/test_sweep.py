@@ -1,0 +1,118 @@
+"""Sweeps: planning, kill -9 and resume, the folder lock, the Ray executor, bad input."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+from seedlab.config import parse
+from seedlab.shortcut.sweep import SweepConfig, plan, sweep_lock
+
+SMALL = {
+    "data": {"n_train": 128, "n_val": 32, "n_adv": 32, "vocab": 10},
+    "train": {"epochs": 4, "eval_every": 2, "threads": 1},
+    "grid": {"task": ["sum2-max", "sum3-first"], "ratio": [0.5, 0.9], "layers": [1, 2], "heads": [1], "seed": 3},
+    "max_members": 4,
+}
+
+
+def _write(tmp_path, cfg, name="sweep.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
+def test_plan_groups_by_architecture_and_caps_size():
+    jobs = plan(parse(SweepConfig, SMALL))
+    # 2 architectures x 2 class counts x 6 members each, in ensembles of <= 4
+    assert len(jobs) == 2 * 2 * 2
+    assert sum(len(j.config["members"]) for j in jobs) == 2 * 2 * 2 * 3
+    for j in jobs:
+        ms = j.config["members"]
+        assert len(ms) <= 4
+        assert len({m["task"][:4] for m in ms}) == 1  # one class count per ensemble
+    assert len({j.key for j in jobs}) == len(jobs)
+    assert [j.key for j in plan(parse(SweepConfig, SMALL))] == [j.key for j in jobs]  # stable hashes
+    # seeds are the outer loop: the first job holds seed 0 of every cell before seed 1
+    assert [m["seed"] for m in jobs[0].config["members"]] == [0, 0, 1, 1]
+
+
+def _sweep_cmd(cfg_path, out, *extra):
+    return [sys.executable, "-m", "seedlab", "shortcut", "sweep", str(cfg_path), "--out", str(out), "--no-progress", *extra]
+
+
+def test_kill9_and_resume(tmp_path):
+    cfg = SMALL | {"train": SMALL["train"] | {"epochs": 30}, "max_members": 2}
+    path, out = _write(tmp_path, cfg), tmp_path / "sweep"
+    n_jobs = len(plan(parse(SweepConfig, cfg)))
+    proc = subprocess.Popen(_sweep_cmd(path, out), start_new_session=True)
+    deadline = time.time() + 120
+    while len(list(out.glob("jobs/*/done.json"))) < 2 and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = {p: p.stat().st_mtime_ns for p in out.glob("jobs/*/done.json")}
+    assert 2 <= len(done_before) < n_jobs
+    # the restart finishes without redoing finished jobs
+    r = subprocess.run(_sweep_cmd(path, out), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert all(p.stat().st_mtime_ns == t for p, t in done_before.items())
+    assert len(list(out.glob("jobs/*/done.json"))) == n_jobs
+    s = pd.read_parquet(out / "summary.parquet")
+    assert len(s) == 24 and s.member.is_unique
+    assert not s.duplicated(["task", "ratio", "layers", "heads", "seed"]).any()
+    c = pd.read_parquet(out / "curves.parquet")
+    assert len(c) == 24 * 3 * (30 // 2 + 1)
+    assert not c.duplicated(["member", "epoch", "split"]).any()
+
+
+def test_second_sweep_on_same_folder_is_refused(tmp_path):
+    out = tmp_path / "sweep"
+    with sweep_lock(out):
+        r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL), out), capture_output=True, text=True)
+    assert r.returncode == 2
+    assert f"in use by another sweep (pid {os.getpid()})" in r.stderr
+    assert not (out / "sweep.yaml").exists()
+
+
+def test_ray_executor_matches_local(tmp_path):
+    pytest.importorskip("ray")
+    path = _write(tmp_path, SMALL)
+    local = subprocess.run(_sweep_cmd(path, tmp_path / "local"), capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr
+    ray_run = subprocess.run(_sweep_cmd(path, tmp_path / "ray", "--executor", "ray"), capture_output=True, text=True)
+    assert ray_run.returncode == 0, ray_run.stderr
+    a = pd.read_parquet(tmp_path / "local" / "curves.parquet")
+    b = pd.read_parquet(tmp_path / "ray" / "curves.parquet")
+    pd.testing.assert_frame_equal(a, b)  # same jobs, same threads: the same numbers
+
+
+@pytest.mark.parametrize(
+    "over,msg",
+    [
+        ({"grid": SMALL["grid"] | {"ratio": []}}, "error: grid.ratio: empty grid axis"),
+        ({"grid": SMALL["grid"] | {"seed": []}}, "error: grid.seed"),
+        ({"grid": SMALL["grid"] | {"ratio": [0.5, 1.5]}}, "error: grid.ratio: must be in [0, 1]"),
+        ({"grid": SMALL["grid"] | {"layrs": [1]}}, "error: grid.layrs: unknown field"),
+        ({"grid": SMALL["grid"] | {"heads": [3]}}, "error: grid.heads: must divide d_model"),
+    ],
+)
+def test_bad_sweep_config(tmp_path, over, msg):
+    out = tmp_path / "sweep"
+    r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL | over), out), capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith(msg), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_unreachable_ray_address(tmp_path):
+    pytest.importorskip("ray")
+    out = tmp_path / "sweep"
+    r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL), out, "--executor", "ray", "--ray-address", "127.0.0.1:9"), capture_output=True, text=True)
+    assert r.returncode == 2 and "no Ray cluster answers" in r.stderr
+    assert not out.exists()
