@@ -15,8 +15,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/seedlab shortcut train configs/shortcut/demo.yaml --out runs/demo --force
-	$(BIN)/python -c "import pandas as pd; print(pd.read_parquet('runs/demo/summary.parquet').groupby(['ratio'])['generalized'].agg(['mean','count']))"
+	$(BIN)/seedlab shortcut sweep configs/shortcut/quick.yaml --out runs/quick
+	$(BIN)/seedlab shortcut report runs/quick
+	@echo "shortcut demo report: runs/quick/report.md"
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

@@ -1,6 +1,7 @@
 """Sweeps: planning, kill -9 and resume, the folder lock, the Ray executor, bad input."""
 
 import os
+from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -116,3 +117,18 @@ def test_unreachable_ray_address(tmp_path):
     r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL), out, "--executor", "ray", "--ray-address", "127.0.0.1:9"), capture_output=True, text=True)
     assert r.returncode == 2 and "no Ray cluster answers" in r.stderr
     assert not out.exists()
+
+
+def test_several_grids_union_without_duplicates():
+    cfg = SMALL | {"grid": [{"ratio": [0.5, 0.9], "layers": [1, 2], "seed": 2}, {"ratio": [0.9, 0.15], "layers": [2], "seed": 3}]}
+    members = [(j.config["model"]["layers"], m["ratio"], m["seed"]) for j in plan(parse(SweepConfig, cfg)) for m in j.config["members"]]
+    assert len(members) == len(set(members)) == 4 + 4 + 4  # 2L r=0.9 seeds 0-1 appear in both grids
+
+
+def test_paper_preset_plans():
+    from seedlab.config import load_yaml
+
+    cfg = parse(SweepConfig, load_yaml(Path(__file__).parents[1] / "configs/shortcut/paper.yaml"))
+    jobs = plan(cfg)
+    assert cfg.data.n_train == 16384 and cfg.train.epochs == 15000 and cfg.train.batch_size is None
+    assert sum(len(j.config["members"]) for j in jobs) == 1140

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pandas as pd
-from pydantic import Field, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator
 
 from seedlab.config import Strict, content_hash, parse
 from seedlab.errors import SeedlabError
@@ -72,6 +72,12 @@ class SweepGrid(Strict):
         return list(range(self.seed)) if isinstance(self.seed, int) else self.seed
 
 
+Grids = Annotated[
+    Annotated[SweepGrid, Tag("as-grid")] | Annotated[list[SweepGrid], Tag("as-list")],
+    Discriminator(lambda v: "as-list" if isinstance(v, list) else "as-grid"),
+]
+
+
 class SweepConfig(Strict):
     """``seedlab shortcut sweep CONFIG``: shared hyperparameters plus the grid."""
 
@@ -79,7 +85,7 @@ class SweepConfig(Strict):
     data: DataConfig = DataConfig()
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
-    grid: SweepGrid = SweepGrid()
+    grid: Grids = SweepGrid()  # one grid, or several (their union, duplicates dropped)
     max_members: Annotated[int, Field(gt=0)] = 64  # members per ensemble job (bounds memory)
 
 
@@ -90,31 +96,41 @@ class Job:
 
 
 def plan(cfg: SweepConfig) -> list[Job]:
-    """Expand the grid into ensemble jobs, in a stable order."""
-    g = cfg.grid
-    wds = g.weight_decay or [cfg.optim.weight_decay]
-    lrs = g.lr or [cfg.optim.lr]
+    """Expand the grid(s) into ensemble jobs, in a stable order."""
+    grids = cfg.grid if isinstance(cfg.grid, list) else [cfg.grid]
+    seen: set[tuple] = set()
     jobs = []
-    for layers, heads in itertools.product(g.layers, g.heads):
-        model = parse(ModelConfig, cfg.model.model_dump() | {"layers": layers, "heads": heads}, prefix="grid")
-        for k in sorted({TASKS[t].n_classes for t in g.task}):
-            tasks = [t for t in g.task if TASKS[t].n_classes == k]
-            members = [
-                {"task": t, "ratio": r, "seed": s, "weight_decay": wd, "lr": lr}
-                for s, t, r, wd, lr in itertools.product(g.seeds, tasks, g.ratio, wds, lrs)
-            ]
-            for i in range(0, len(members), cfg.max_members):
-                ens = EnsembleConfig.model_validate(
-                    {
-                        "model": model.model_dump(),
-                        "data": cfg.data.model_dump(),
-                        "optim": cfg.optim.model_dump(),
-                        "train": cfg.train.model_dump(),
-                        "members": members[i : i + cfg.max_members],
-                    }
-                )
-                data = ens.model_dump(mode="json")
-                jobs.append(Job(content_hash(data), data))
+    for g in grids:
+        wds = g.weight_decay or [cfg.optim.weight_decay]
+        lrs = g.lr or [cfg.optim.lr]
+        for layers, heads in itertools.product(g.layers, g.heads):
+            model = parse(ModelConfig, cfg.model.model_dump() | {"layers": layers, "heads": heads}, prefix="grid")
+            for k in sorted({TASKS[t].n_classes for t in g.task}):
+                tasks = [t for t in g.task if TASKS[t].n_classes == k]
+                members = []
+                for s, t, r, wd, lr in itertools.product(g.seeds, tasks, g.ratio, wds, lrs):
+                    if (key := (layers, heads, t, r, s, wd, lr)) not in seen:  # grids may overlap
+                        seen.add(key)
+                        members.append({"task": t, "ratio": r, "seed": s, "weight_decay": wd, "lr": lr})
+                jobs += _ensembles(cfg, model, members)
+    return jobs
+
+
+def _ensembles(cfg: SweepConfig, model: ModelConfig, members: list[dict]) -> list[Job]:
+    """Cut one architecture's members into jobs of at most ``max_members``."""
+    jobs = []
+    for i in range(0, len(members), cfg.max_members):
+        ens = EnsembleConfig.model_validate(
+            {
+                "model": model.model_dump(),
+                "data": cfg.data.model_dump(),
+                "optim": cfg.optim.model_dump(),
+                "train": cfg.train.model_dump(),
+                "members": members[i : i + cfg.max_members],
+            }
+        )
+        data = ens.model_dump(mode="json")
+        jobs.append(Job(content_hash(data), data))
     return jobs
 
 
