@@ -15,10 +15,11 @@ one, atomically, so they always hold exactly one row per finished member. A lock
 from __future__ import annotations
 
 import fcntl
+import functools
 import itertools
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from pydantic import Discriminator, Field, Tag, field_validator
 
 from seedlab.config import Strict, content_hash, parse
 from seedlab.errors import SeedlabError
+from seedlab.progress import Bar
 from seedlab.shortcut.config import DataConfig, EnsembleConfig, ModelConfig, OptimConfig, TrainConfig, _ratio, _task_name
 from seedlab.shortcut.tasks import TASKS
 from seedlab.store import write_json, write_parquet, write_yaml
@@ -142,7 +144,7 @@ def is_done(out: Path, job: Job) -> bool:
     return (job_dir(out, job) / "done.json").exists()
 
 
-def run_job(spec: tuple[str, dict, int | None]) -> str:
+def run_job(spec: tuple[str, dict, int | None], on_eval: Callable[[int, dict], None] | None = None) -> str:
     """Train one job into its folder (module-level, so Ray can ship it to a worker)."""
     from seedlab.shortcut.train import train_ensemble
 
@@ -155,7 +157,7 @@ def run_job(spec: tuple[str, dict, int | None]) -> str:
     if folder_p.exists():  # leftovers of an interrupted attempt
         shutil.rmtree(folder_p)
     cfg = EnsembleConfig.model_validate(data)
-    r = train_ensemble(cfg, folder_p, progress=False)
+    r = train_ensemble(cfg, folder_p, progress=False, on_eval=on_eval)
     write_json(folder_p / "done.json", {"members": len(r.members), "seconds": round(r.seconds, 3)})
     return folder
 
@@ -225,44 +227,20 @@ def run_sweep(
         write_yaml(out / "sweep.yaml", cfg.model_dump(mode="json"))
         todo = [j for j in jobs if not is_done(out, j)]
         n_members = sum(len(j.config["members"]) for j in jobs)
-        bar = _SweepProgress(len(jobs), len(jobs) - len(todo), n_members, enabled=progress)
+        bar = Bar("sweep", len(jobs), "jobs", note=f"({n_members} members)", done=len(jobs) - len(todo), enabled=progress)
         by_dir = {str(job_dir(out, j)): j for j in todo}
 
         def on_done(spec: tuple[str, dict, int | None]) -> None:
             aggregate(out, jobs)
-            bar.advance(len(spec[1]["members"]))
+            bar.advance()
 
         threads = 1 if executor == "ray" else cfg.train.threads
         specs = [(d, j.config, threads) for d, j in by_dir.items()]
+        epochs = cfg.train.epochs
+        note = lambda epoch, _: bar.update(note=f"({n_members} members; this job: epoch {epoch}/{epochs})")
         with bar:
-            if executor == "local":
-                run_local(run_job, specs, on_done)
+            if executor == "local":  # one job at a time: show its epochs too
+                run_local(functools.partial(run_job, on_eval=note), specs, on_done)
             else:
                 run_ray(run_job, specs, on_done, address=ray_address)
         return aggregate(out, jobs)
-
-
-class _SweepProgress:
-    def __init__(self, jobs: int, done: int, members: int, enabled: bool):
-        self.enabled = enabled
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self.p = Progress(
-                TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("jobs"),
-                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn(f"({members} members)"),
-            )
-            self.task = self.p.add_task("sweep", total=jobs, completed=done)
-
-    def __enter__(self) -> _SweepProgress:
-        if self.enabled:
-            self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self.p.__exit__(*exc)
-
-    def advance(self, members: int) -> None:
-        if self.enabled:
-            self.p.advance(self.task)

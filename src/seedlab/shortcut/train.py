@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from seedlab.config import content_hash
+from seedlab.progress import Bar
 from seedlab.shortcut.config import EnsembleConfig, Member
 from seedlab.shortcut.model import EnsembleTransformer
 from seedlab.shortcut.optim import EnsembleAdamW
@@ -199,7 +200,7 @@ def train_ensemble(
         meta = {"epoch": str(epoch), "members": json.dumps([asdict(m) for m in members])}
         write_safetensors(out / "checkpoints" / f"epoch-{epoch:06d}.safetensors", model.state_dict(), meta)
 
-    bar = _Progress(tc.epochs, S, enabled=progress)
+    bar = Bar("train", tc.epochs, "epochs", note=f"generalized 0/{S}", enabled=progress)
     do_eval(0)
     if 0 in tc.checkpoint_epochs:
         save_checkpoint(0)
@@ -216,7 +217,7 @@ def train_ensemble(
             # an early stop also keeps the final weights when any checkpoints were asked for
             if epoch in tc.checkpoint_epochs or (decided and tc.checkpoint_epochs):
                 save_checkpoint(epoch)
-            bar.update(epoch, sum(oc.generalized for oc in outcomes))
+            bar.update(epoch, f"generalized {sum(oc.generalized for oc in outcomes)}/{S}")
             if decided:
                 break
 
@@ -261,38 +262,3 @@ def summarize(members: list[Member], outcomes: list[Outcome], cfg: EnsembleConfi
     df = pd.DataFrame(rows)
     df["gen_epoch"] = df["gen_epoch"].astype("Int64")
     return df
-
-
-class _Progress:
-    """A rich progress bar: epochs, ETA, and how many members have generalized so far."""
-
-    def __init__(self, epochs: int, members: int, enabled: bool):
-        self.enabled, self.members = enabled, members
-        if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self.p = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("epochs"),
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-                TextColumn("{task.fields[gen]}"),
-                transient=False,
-            )
-            self.task = self.p.add_task("train", total=epochs, gen=f"generalized 0/{members}")
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            self.p.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self.p.__exit__(*exc)
-
-    def update(self, epoch: int, generalized: int) -> None:
-        if self.enabled:
-            self.p.update(self.task, completed=epoch, gen=f"generalized {generalized}/{self.members}")

@@ -1,0 +1,33 @@
+"""One progress bar for long work: label, bar, done/total unit, elapsed, ETA, and a status note."""
+
+from __future__ import annotations
+
+
+class Bar:
+    def __init__(self, label: str, total: int, unit: str, *, note: str = "", done: int = 0, enabled: bool = True):
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.p = Progress(
+                TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
+            )
+            self.task = self.p.add_task(label, total=total, completed=done, note=note)
+
+    def __enter__(self) -> Bar:
+        if self.enabled:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.p.__exit__(*exc)
+
+    def update(self, done: int | None = None, note: str | None = None) -> None:
+        if self.enabled:
+            self.p.update(self.task, completed=done, **({} if note is None else {"note": note}))
+
+    def advance(self, n: int = 1) -> None:
+        if self.enabled:
+            self.p.advance(self.task, n)
