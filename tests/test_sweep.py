@@ -132,3 +132,17 @@ def test_paper_preset_plans():
     jobs = plan(cfg)
     assert cfg.data.n_train == 16384 and cfg.train.epochs == 15000 and cfg.train.batch_size is None
     assert sum(len(j.config["members"]) for j in jobs) == 1140
+
+
+def test_ray_executor_joins_a_running_cluster(tmp_path):
+    """`--ray-address` connects to a cluster started beforehand with `ray start --head`."""
+    pytest.importorskip("ray")
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    start = subprocess.run([ray_bin, "start", "--head", "--port", "6391", "--num-cpus", "2", "--include-dashboard=false"], capture_output=True, text=True)
+    assert start.returncode == 0, start.stderr
+    try:
+        r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL), tmp_path / "s", "--executor", "ray", "--ray-address", "auto"), capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert len(pd.read_parquet(tmp_path / "s" / "summary.parquet")) == 24
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True)

@@ -6,6 +6,7 @@ caller can record progress. Jobs must be independent and write their own results
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,15 +50,17 @@ def run_ray(
     fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], *, address: str | None, cpus_per_job: float = 1.0
 ) -> None:
     """Run each spec as a Ray task: on the cluster at ``address``, or on a new local cluster."""
+    preflight_ray(address)
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # keep Ray's C++ retry warnings off stderr
     import ray
 
-    preflight_ray(address)
     started_here = not ray.is_initialized()
     if started_here:
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError) as err:
-            raise SeedlabError(f"--ray-address: could not connect to Ray at {address!r}: {err}".splitlines()[0]) from None
+            hint = "" if os.environ.get("RAY_AUTH_MODE") else " (a token-authenticated cluster also needs RAY_AUTH_MODE=token, or use --ray-address auto on its head node)"
+            raise SeedlabError(f"--ray-address: could not connect to Ray at {address!r}: {str(err).splitlines()[0]}{hint}") from None
     try:
         remote = ray.remote(num_cpus=cpus_per_job)(fn)
         pending = {remote.remote(spec): spec for spec in specs}
