@@ -70,6 +70,14 @@ class OptimConfig(Strict):
     weight_decay: NonNeg = 0.1  # decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)
 
 
+class GradientsConfig(Strict):
+    """Gradient dynamics measured during training (-> gradients.parquet); see shortcut/gradients.py."""
+
+    enabled: bool = False
+    every: Pos = 50  # epochs between measurements (and epoch 0)
+    sample: Annotated[int, Field(ge=0)] = 64  # examples per group for per-example gradient norms (0: skip)
+
+
 class TrainConfig(Strict):
     epochs: Pos = 15000  # passes over the training split (paper)
     batch_size: Pos | None = None  # samples per step; null = full batch (not stated)
@@ -81,6 +89,7 @@ class TrainConfig(Strict):
     checkpoint_epochs: list[int] = []  # epochs at which all members' weights are saved
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
     threads: Pos | None = None  # torch intra-op threads on CPU; null = torch's default
+    gradients: GradientsConfig = GradientsConfig()
 
     @field_validator("checkpoint_epochs")
     @classmethod

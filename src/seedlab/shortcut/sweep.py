@@ -136,6 +136,10 @@ def _ensembles(cfg: SweepConfig, model: ModelConfig, members: list[dict]) -> lis
     return jobs
 
 
+#: per-job tables merged into the sweep folder (member ids made global)
+TABLES = ("summary.parquet", "curves.parquet", "gradients.parquet")
+
+
 def job_dir(out: Path, job: Job) -> Path:
     return out / "jobs" / job.key
 
@@ -181,25 +185,23 @@ def sweep_lock(out: Path) -> Iterator[None]:
 
 
 def aggregate(out: Path, jobs: list[Job]) -> pd.DataFrame:
-    """Rebuild the sweep's summary/curves from finished jobs: one row per member, global ids."""
-    summaries, curves, offset = [], [], 0
+    """Rebuild the sweep's tables from finished jobs: one row per member, global member ids."""
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    offset = 0
     for job in jobs:
         d = job_dir(out, job)
-        n = len(job.config["members"])
         if is_done(out, job):
-            s = pd.read_parquet(d / "summary.parquet")
-            c = pd.read_parquet(d / "curves.parquet")
-            s["member"] += offset
-            c["member"] += offset
-            s.insert(0, "job", job.key)
-            c.insert(0, "job", job.key)
-            summaries.append(s)
-            curves.append(c)
-        offset += n
-    if summaries:
-        write_parquet(out / "summary.parquet", pd.concat(summaries, ignore_index=True))
-        write_parquet(out / "curves.parquet", pd.concat(curves, ignore_index=True))
-    return pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame()
+            for name in TABLES:
+                if (d / name).exists():  # gradients.parquet only when measured
+                    t = pd.read_parquet(d / name)
+                    t["member"] += offset
+                    t.insert(0, "job", job.key)
+                    tables[name].append(t)
+        offset += len(job.config["members"])
+    for name, parts in tables.items():
+        if parts:
+            write_parquet(out / name, pd.concat(parts, ignore_index=True))
+    return pd.concat(tables["summary.parquet"], ignore_index=True) if tables["summary.parquet"] else pd.DataFrame()
 
 
 def run_sweep(

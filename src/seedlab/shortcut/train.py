@@ -37,8 +37,11 @@ def check_members(cfg: EnsembleConfig, members: list[Member]) -> None:
         check_feasible(get_task(m.task), m.ratio, d.n_train, d.n_val, d.n_adv, d.length, d.vocab)
 
 
-def member_data(cfg: EnsembleConfig, members: list[Member]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Stack each member's splits: split -> (x [S, n, length], y [S, n]). Shared splits are built once."""
+def member_data(cfg: EnsembleConfig, members: list[Member]) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Stack each member's splits: split -> (x [S, n, length], y [S, n], consistent [S, n]).
+
+    Splits shared by several members (same task and ratio) are built once.
+    """
     d = cfg.data
     cache: dict[tuple[str, float], dict[str, Split]] = {}
     for m in members:
@@ -50,7 +53,8 @@ def member_data(cfg: EnsembleConfig, members: list[Member]) -> dict[str, tuple[t
     for s in SPLITS:
         x = np.stack([cache[(m.task, m.ratio)][s].x for m in members])
         y = np.stack([cache[(m.task, m.ratio)][s].y for m in members])
-        out[s] = (torch.from_numpy(x), torch.from_numpy(y))
+        c = np.stack([cache[(m.task, m.ratio)][s].consistent for m in members])
+        out[s] = (torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(c))
     return out
 
 
@@ -80,6 +84,7 @@ class Result:
     members: list[Member]
     summary: pd.DataFrame
     curves: pd.DataFrame
+    gradients: pd.DataFrame | None
     seconds: float
     epochs_run: int
 
@@ -156,7 +161,7 @@ def train_ensemble(
     if tc.threads:
         torch.set_num_threads(tc.threads)
     dev = torch.device(tc.device)
-    data = {s: (x.to(dev), y.to(dev)) for s, (x, y) in member_data(cfg, members).items()}
+    data = {s: tuple(t.to(dev) for t in xyc) for s, xyc in member_data(cfg, members).items()}
     n_classes = get_task(members[0].task).n_classes
 
     model = EnsembleTransformer(cfg.model, S, cfg.data.vocab, cfg.data.length, n_classes)
@@ -172,7 +177,7 @@ def train_ensemble(
         eps=[o.eps] * S,
     )
 
-    xtr, ytr = data["train"]
+    xtr, ytr, ctr = data["train"]
     n = xtr.shape[1]
     bs = tc.batch_size or n
     chunk = min(max(1, tc.chunk // S) if tc.chunk else bs, bs)  # rows per member per piece
@@ -186,7 +191,7 @@ def train_ensemble(
     def do_eval(epoch: int) -> None:
         metrics = {}
         for s in SPLITS:
-            acc, loss = evaluate(model, *data[s], chunk=max(chunk, 1024))
+            acc, loss = evaluate(model, *data[s][:2], chunk=max(chunk, 1024))
             metrics[f"{s}_acc"], metrics[f"{s}_loss"] = acc, loss
             rows.extend((i, epoch, s, float(acc[i]), float(loss[i])) for i in range(S))
         for i, oc in enumerate(outcomes):
@@ -200,8 +205,21 @@ def train_ensemble(
         meta = {"epoch": str(epoch), "members": json.dumps([asdict(m) for m in members])}
         write_safetensors(out / "checkpoints" / f"epoch-{epoch:06d}.safetensors", model.state_dict(), meta)
 
+    gc = tc.gradients
+    grad_frames: list[pd.DataFrame] = []
+
+    def measure_gradients(epoch: int) -> None:
+        from seedlab.shortcut import gradients
+
+        df = gradients.measure(
+            model, xtr, ytr, ctr, [m.ratio for m in members], epoch, chunk=max(chunk, 1024), sample=gc.sample, seed=epoch
+        )
+        grad_frames.append(df)
+
     bar = Bar("train", tc.epochs, "epochs", note=f"generalized 0/{S}", enabled=progress)
     do_eval(0)
+    if gc.enabled:
+        measure_gradients(0)
     if 0 in tc.checkpoint_epochs:
         save_checkpoint(0)
     epoch = 0
@@ -214,6 +232,8 @@ def train_ensemble(
             if epoch % tc.eval_every == 0 or last:
                 do_eval(epoch)
                 decided = tc.stop_when_decided and all(oc.generalized for oc in outcomes)
+            if gc.enabled and (epoch % gc.every == 0 or last or decided):
+                measure_gradients(epoch)
             # an early stop also keeps the final weights when any checkpoints were asked for
             if epoch in tc.checkpoint_epochs or (decided and tc.checkpoint_epochs):
                 save_checkpoint(epoch)
@@ -226,12 +246,15 @@ def train_ensemble(
     seconds = time.time() - t0
     if out is not None:
         write_parquet(out / "curves.parquet", curves)
+        if grad_frames:
+            write_parquet(out / "gradients.parquet", pd.concat(grad_frames, ignore_index=True))
         write_parquet(out / "summary.parquet", summary)
         write_json(
             out / "meta.json",
             {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S},
         )
-    return Result(members, summary, curves, seconds, epoch)
+    grads = pd.concat(grad_frames, ignore_index=True) if grad_frames else None
+    return Result(members, summary, curves, grads, seconds, epoch)
 
 
 def summarize(members: list[Member], outcomes: list[Outcome], cfg: EnsembleConfig) -> pd.DataFrame:
