@@ -91,7 +91,7 @@ def test_every_referenced_figure_exists(tmp_path):
     make_sweep(tmp_path, PAPER_LIKE, weight_decays=(0.1, 0.4))
     text = write_report(tmp_path).read_text()
     pngs = referenced_pngs(text)
-    assert set(pngs) == {"rate_vs_ratio.png", "curves.png", "gen_epoch.png", "transient.png"}
+    assert set(pngs) == {"rate_vs_ratio.png", "curves.png", "gen_epoch.png", "transient.png", "aligned.png"}
     for name in pngs:
         f = tmp_path / name
         assert f.is_file() and f.stat().st_size > 1000, name
@@ -140,3 +140,20 @@ def test_missing_summary_is_a_seedlab_error(tmp_path):
     with pytest.raises(SeedlabError, match=r"no summary\.parquet \(run `seedlab shortcut sweep` first\)") as e:
         write_report(tmp_path)
     assert str(e.value).startswith(f"{tmp_path}: ")
+
+
+def test_mechanism_section_from_a_real_sweep(tmp_path):
+    """A tiny real sweep with gradient dynamics on: phases table and gradient figures in the report."""
+    from seedlab.config import parse
+    from seedlab.shortcut.sweep import SweepConfig, run_sweep
+
+    cfg = parse(SweepConfig, {
+        "data": {"length": 3, "n_train": 64, "n_val": 32, "n_adv": 32, "vocab": 8},
+        "train": {"epochs": 6, "eval_every": 2, "gradients": {"enabled": True, "every": 3, "sample": 4}},
+        "grid": {"ratio": [0.5, 0.9], "layers": [1, 2], "heads": [1], "seed": 2},
+    })
+    run_sweep(cfg, tmp_path, progress=False)
+    text = write_report(tmp_path).read_text()
+    assert "### Phases" in text and "| 2L/1H | 0.9 | 2 |" in text
+    for png in ("grad_conflict.png", "grad_amplification.png"):
+        assert f"({png})" in text and (tmp_path / png).stat().st_size > 1000

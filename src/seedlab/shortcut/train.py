@@ -24,6 +24,7 @@ from seedlab.progress import Bar
 from seedlab.shortcut.config import EnsembleConfig, Member
 from seedlab.shortcut.model import EnsembleTransformer
 from seedlab.shortcut.optim import EnsembleAdamW
+from seedlab.shortcut.phases import phases
 from seedlab.shortcut.tasks import Split, check_feasible, get_task, make_splits
 from seedlab.store import write_json, write_parquet, write_safetensors, write_yaml
 
@@ -241,8 +242,11 @@ def train_ensemble(
             if decided:
                 break
 
-    summary = summarize(members, outcomes, cfg)
     curves = pd.DataFrame(rows, columns=["member", "epoch", "split", "acc", "loss"])
+    summary = summarize(members, outcomes, cfg)
+    ph = phases(curves).set_index("member")
+    summary["shortcut_epoch"] = ph["shortcut_epoch"].reindex(summary["member"]).to_numpy()
+    summary["phase2_epoch"] = ph["phase2_epoch"].reindex(summary["member"]).to_numpy()
     seconds = time.time() - t0
     if out is not None:
         write_parquet(out / "curves.parquet", curves)
