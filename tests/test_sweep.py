@@ -146,3 +146,15 @@ def test_ray_executor_joins_a_running_cluster(tmp_path):
         assert len(pd.read_parquet(tmp_path / "s" / "summary.parquet")) == 24
     finally:
         subprocess.run([ray_bin, "stop", "--force"], capture_output=True)
+
+
+def test_analyze_a_sweep_uses_global_member_ids(tmp_path):
+    cfg = SMALL | {"train": SMALL["train"] | {"checkpoint_epochs": [0, 4]}, "grid": SMALL["grid"] | {"task": ["sum2-max"], "seed": 2}}
+    out = tmp_path / "s"
+    assert subprocess.run(_sweep_cmd(_write(tmp_path, cfg), out), capture_output=True).returncode == 0
+    r = subprocess.run([sys.executable, "-m", "seedlab", "shortcut", "analyze", str(out), "--n", "16"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    c = pd.read_parquet(out / "circuits.parquet")
+    s = pd.read_parquet(out / "summary.parquet")
+    assert set(c.member) == set(s.member) and set(c.epoch) == {0, 4}
+    assert set(c.merge(s, on=["member", "job"]).layers) == {1, 2}

@@ -115,6 +115,17 @@ def shortcut_sweep(
     typer.echo(f"{len(df)} members finished, {g} generalized -> {out}/summary.parquet")
 
 
+@shortcut_app.command("analyze")
+def shortcut_analyze(
+    run: Annotated[Path, typer.Argument(help="a run folder (shortcut train) or a sweep folder")],
+    n: Annotated[int, typer.Option(help="validation/adversarial rows per member")] = 512,
+) -> None:
+    """Circuit analyses of every checkpoint -> circuits.parquet (fingerprints, ablations, patching)."""
+    from seedlab.shortcut.circuits import write_circuits
+
+    typer.echo(f"circuits: {write_circuits(run, n=n)}")
+
+
 @shortcut_app.command("report")
 def shortcut_report(run: Annotated[Path, typer.Argument(help="a sweep folder")]) -> None:
     """Write report.md and PNG figures into a sweep folder."""

@@ -81,7 +81,9 @@ def _component_hooks(model: EnsembleTransformer) -> list[str]:
     return names
 
 
-def _run(model: EnsembleTransformer, x: Tensor, layer: int | None = None, head: int | None = None, value: Tensor | None = None) -> Tensor:
+def _run(
+    model: EnsembleTransformer, x: Tensor, layer: int | None = None, head: int = 0, value: Tensor | None = None
+) -> Tensor:
     """Logits [S, B, C] with every component hook registered; optionally one component replaced.
 
     ``head`` in ``0..H-1`` replaces ``hook_result[..., head, :]`` of ``layer`` by ``value``
@@ -219,7 +221,8 @@ def ov_fingerprint(model: EnsembleTransformer, x: Tensor, modulus: int | None = 
             a = blk.attn
             h = resid
             if model.cfg.layer_norm:
-                h = F.layer_norm(h, h.shape[-1:]) * blk.ln1.w.double()[:, None, None] + blk.ln1.b.double()[:, None, None]
+                w, b = blk.ln1.w.double()[:, None, None], blk.ln1.b.double()[:, None, None]
+                h = F.layer_norm(h, h.shape[-1:]) * w + b
             v = torch.einsum("sbpd,shde->sbphe", h, a.W_V.double()) + a.b_V.double()[:, None, None]
             o = torch.einsum("sbphe,shed->sbphd", v, a.W_O.double())  # [S, B, L, H, d]
             score = torch.einsum("sbphd,sdc->shcbp", o, u).reshape(S, H, C, -1).cpu().numpy()
@@ -253,7 +256,9 @@ def ablate(model: EnsembleTransformer, x: Tensor, y: Tensor, kind: str = "zero")
 
 
 # --------------------------------------------------------------------------- patching
-def patch_delta(model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tensor) -> tuple[np.ndarray, np.ndarray]:
+def patch_delta(
+    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tensor
+) -> tuple[np.ndarray, np.ndarray]:
     """The two parts of :func:`patch`: (moved [S, layers, heads+1], full [S]).
 
     ``moved = mean_i ld(patched)_i - mean_i ld(dst)_i`` and ``full = mean_i ld(src)_i - mean_i ld(dst)_i``,
@@ -262,7 +267,10 @@ def patch_delta(model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst:
     _check_x(model, x_src)
     _check_x(model, x_dst)
     if x_src.shape != x_dst.shape or y_dst.shape != x_dst.shape[:2]:
-        raise ValueError(f"patch: x_src {list(x_src.shape)}, x_dst {list(x_dst.shape)} and y_dst {list(y_dst.shape)} must pair row i with row i")
+        raise ValueError(
+            f"patch: x_src {list(x_src.shape)}, x_dst {list(x_dst.shape)} and y_dst {list(y_dst.shape)}"
+            " must pair row i with row i"
+        )
     S, Ly, H = _dims(model)
     src_logits, cache = _cache(model, x_src)
     dst_logits = _run(model, x_dst)
@@ -385,8 +393,24 @@ def analyze_run(run_dir: str | Path, n: int = 512) -> pd.DataFrame:
 
 
 def write_circuits(run_dir: str | Path, n: int = 512) -> Path:
-    """:func:`analyze_run` written to ``run_dir/circuits.parquet``; returns that path."""
+    """:func:`analyze_run` written to ``run_dir/circuits.parquet``; returns that path.
+
+    A sweep folder is analyzed job by job (jobs with checkpoints), with the sweep's global
+    member ids, as in its summary.parquet.
+    """
+    from seedlab.shortcut.sweep import finished_jobs
     from seedlab.store import write_parquet
 
     run_dir = Path(run_dir)
-    return write_parquet(run_dir / "circuits.parquet", analyze_run(run_dir, n=n))
+    if not (run_dir / "sweep.yaml").is_file():
+        return write_parquet(run_dir / "circuits.parquet", analyze_run(run_dir, n=n))
+    parts = []
+    for key, folder, offset in finished_jobs(run_dir):
+        if any((folder / "checkpoints").glob("epoch-*.safetensors")):
+            df = analyze_run(folder, n=n)
+            df["member"] += offset
+            df.insert(0, "job", key)
+            parts.append(df)
+    if not parts:
+        raise SeedlabError(f"{run_dir}: no checkpoints in any finished job (set train.checkpoint_epochs)")
+    return write_parquet(run_dir / "circuits.parquet", pd.concat(parts, ignore_index=True))

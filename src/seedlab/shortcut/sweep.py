@@ -204,6 +204,18 @@ def aggregate(out: Path, jobs: list[Job]) -> pd.DataFrame:
     return pd.concat(tables["summary.parquet"], ignore_index=True) if tables["summary.parquet"] else pd.DataFrame()
 
 
+def finished_jobs(out: Path) -> list[tuple[str, Path, int]]:
+    """(job key, folder, first global member id) of each finished job of the sweep in ``out``."""
+    from seedlab.config import load_yaml
+
+    jobs, offset, found = plan(parse(SweepConfig, load_yaml(out / "sweep.yaml"))), 0, []
+    for job in jobs:
+        if is_done(out, job):
+            found.append((job.key, job_dir(out, job), offset))
+        offset += len(job.config["members"])
+    return found
+
+
 def run_sweep(
     cfg: SweepConfig,
     out: str | Path,
