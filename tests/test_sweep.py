@@ -158,3 +158,9 @@ def test_analyze_a_sweep_uses_global_member_ids(tmp_path):
     s = pd.read_parquet(out / "summary.parquet")
     assert set(c.member) == set(s.member) and set(c.epoch) == {0, 4}
     assert set(c.merge(s, on=["member", "job"]).layers) == {1, 2}
+    # the report picks the circuits up: fingerprint evolution and ablation heatmaps
+    from seedlab.shortcut.report import write_report
+
+    text = write_report(out).read_text()
+    for png in ("fingerprints.png", "ablation.png"):
+        assert f"({png})" in text and (out / png).stat().st_size > 1000

@@ -64,7 +64,7 @@ def write_report(run_dir: str | Path) -> Path:
     rep.add(figure_block(transient_figure(summary, run_dir)), transient_counts(summary))
     rep.add("## Mechanism", "### Phases", phases_table(summary))
     rep.add(figure_block(aligned_figure(summary, run_dir)))
-    for fig in gradient_figures(summary, run_dir):
+    for fig in gradient_figures(summary, run_dir) + circuit_figures(summary, run_dir):
         rep.add(figure_block(fig))
     return write_text(run_dir / "report.md", rep.text())
 
@@ -603,3 +603,51 @@ def gradient_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
               "Each dot is one member at one measurement. Once the shortcut saturates, anti-shortcut samples carry "
               "far more gradient than consistent ones (paper: 9-17x at r = 0.9, against r/(1-r) = 9).")
     return [conflict, amp]
+
+
+def circuit_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
+    """Fingerprint evolution per head, and ablation heatmaps (circuits.parquet, `seedlab shortcut analyze`)."""
+    path = run_dir / "circuits.parquet"
+    if not path.is_file():
+        return [Fig("Circuits", None, "no circuits.parquet (checkpoint the runs, then `seedlab shortcut analyze DIR`)")]
+    c = pd.read_parquet(path)
+    keys = [k for k in ("job", "member") if k in summary.columns and k in c.columns]
+    c = c.merge(summary[[*keys, "layers", "heads", "ratio"]].rename(columns={"layers": "n_layers", "heads": "n_heads"}), on=keys)
+    heads = c[c["head"] >= 0]
+    prints = [("qk_rho_value", "QK rho with token value"), ("attn_pos0", "attention on position 0"), ("ov_rho_residue", "OV rho with residue")]
+    caps = sorted({(int(a), int(b)) for a, b in heads[["n_layers", "n_heads"]].itertuples(index=False)}, key=paper_order)
+    fig, axes = _figure(len(caps), len(prints), w=3.8, h=2.8)
+    for row, (L, H) in enumerate(caps):
+        d = heads[(heads["n_layers"] == L) & (heads["n_heads"] == H)]
+        for col, (name, label) in enumerate(prints):
+            ax = axes[row * len(prints) + col]
+            for (layer, head, r), g in d.groupby(["layer", "head", "ratio"]):
+                med = g.groupby("epoch")[name].median()
+                ax.plot(med.index, med.values, marker=".", lw=1, label=f"L{layer}H{head} r={r:g}")
+            ax.set(title=f"{cap_label(L, H)}: {label}", xlabel="epoch", ylim=(-1.05, 1.05) if "rho" in name else (0, 1.02))
+            if col == 0:
+                ax.legend(fontsize=6)
+    fp = Fig("Fingerprint evolution per head", _save(fig, run_dir / "fingerprints.png"),
+             "Median over seeds at each checkpoint. A shortcut head: QK rho near 1 (attends to the max) or attention on "
+             "position 0 near 1 (first-element shortcut); a robust head: OV rho with parity near 1.")
+    last = c[c["epoch"] == c.groupby(keys)["epoch"].transform("max")]
+    last = last.assign(component=np.where(last["head"] >= 0, "L" + last["layer"].astype(str) + "H" + last["head"].astype(str), "L" + last["layer"].astype(str) + "MLP"))
+    cells = sorted({(int(a), int(b), float(r)) for a, b, r in last[["n_layers", "n_heads", "ratio"]].itertuples(index=False)}, key=paper_order)
+    comps = sorted(last["component"].unique())
+    fig, axes = _figure(1, 2, w=max(4.0, 0.9 * len(comps) + 2), h=0.45 * len(cells) + 1.6)
+    for ax, split in zip(axes, ("val", "adv"), strict=True):
+        grid = np.full((len(cells), len(comps)), np.nan)
+        for i, (L, H, r) in enumerate(cells):
+            d = last[(last["n_layers"] == L) & (last["n_heads"] == H) & np.isclose(last["ratio"], r)]
+            for j, comp in enumerate(comps):
+                v = d.loc[d["component"] == comp, f"zero_ablation_{split}"]
+                grid[i, j] = 100 * v.mean() if len(v) else np.nan
+        im = ax.imshow(grid, cmap="RdBu", vmin=-100, vmax=100, aspect="auto")
+        ax.set_xticks(range(len(comps)), comps, fontsize=7)
+        ax.set_yticks(range(len(cells)), [f"{cap_label(L, H)} r={r:g}" for L, H, r in cells], fontsize=7)
+        ax.set_title(f"zero-ablation: change in {split} accuracy (points)")
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    abl = Fig("Ablation heatmap (last checkpoint)", _save(fig, run_dir / "ablation.png"),
+              "Mean over seeds of the accuracy change when one component's output is zeroed. A component the shortcut "
+              "needs costs validation accuracy; one the rule needs costs adversarial accuracy.")
+    return [fp, abl]
