@@ -102,3 +102,19 @@ def test_data_bad_input(seedlab_cli, tmp_path, args, field):
 def test_missing_config_file(seedlab_cli, tmp_path):
     rc, _, err = seedlab_cli("shortcut", "train", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "r"))
     assert rc == 2 and err.startswith("error: config: no such file")
+
+
+def test_corpus_commands(seedlab_cli, tmp_path):
+    rc, out, err = seedlab_cli("corpus", "prepare", "embedded", "--out", str(tmp_path / "c"), "--max-bytes", "60000")
+    assert rc == 0, err
+    rc, out, err = seedlab_cli("corpus", "verify", str(tmp_path / "c"))
+    assert rc == 0 and out.startswith("ok: train"), err
+    rc, out, _ = seedlab_cli("corpus", "count", str(tmp_path / "c"), "Gizmo Harrington")
+    assert rc == 0 and "text=0 tokens=0" in out
+    with open(tmp_path / "c" / "train.bin", "r+b") as f:  # corrupt one byte
+        f.seek(10)
+        b = f.read(1)
+        f.seek(10)
+        f.write(bytes([b[0] ^ 1]))
+    rc, _, err = seedlab_cli("corpus", "verify", str(tmp_path / "c"))
+    assert rc == 2 and "SHA-256 mismatch" in err and len(err.strip().splitlines()) == 1

@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 shortcut_app = typer.Typer(help="The shortcut-saturation study (MPSP tasks, spurious ratio r).", no_args_is_help=True)
 app.add_typer(shortcut_app, name="shortcut")
+corpus_app = typer.Typer(help="Token corpora for the twins study (local files, OpenWebText, or the embedded default).", no_args_is_help=True)
+app.add_typer(corpus_app, name="corpus")
 
 
 def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -133,6 +135,46 @@ def shortcut_report(run: Annotated[Path, typer.Argument(help="a sweep folder")])
 
     path = write_report(run)
     typer.echo(f"report: {path}")
+
+
+@corpus_app.command("prepare")
+def corpus_prepare(
+    source: Annotated[str, typer.Argument(help="a .txt/.jsonl/.parquet file or folder, 'openwebtext', 'hf:NAME', or 'embedded'")],
+    out: Annotated[Path, typer.Option(help="corpus folder (train.bin, heldout.bin, meta.json)")],
+    tokenizer: Annotated[str, typer.Option(help="bytes | bpe | gpt2")] = "bytes",
+    heldout_fraction: Annotated[float, typer.Option(help="fraction of documents held out, never trained on")] = 0.05,
+    vocab_size: Annotated[int, typer.Option(help="BPE vocabulary size")] = 4096,
+    seed: Annotated[int, typer.Option(help="seed of the held-out split")] = 0,
+    text_field: Annotated[str, typer.Option(help="text field of JSONL/Parquet/HF rows")] = "text",
+    max_bytes: Annotated[int | None, typer.Option(help="cap on the source text (embedded corpus)")] = None,
+) -> None:
+    """Tokenize text into memory-mapped token arrays with a SHA-256 manifest."""
+    from seedlab.twins.corpus import prepare
+
+    meta = prepare(source, out, tokenizer=tokenizer, heldout_fraction=heldout_fraction, vocab_size=vocab_size,
+                   seed=seed, text_field=text_field, max_bytes=max_bytes)
+    typer.echo(f"{out}: " + ", ".join(f"{k} {v['tokens']} tokens / {v['documents']} documents" for k, v in meta["splits"].items()))
+
+
+@corpus_app.command("verify")
+def corpus_verify(corpus: Annotated[Path, typer.Argument(help="corpus folder")]) -> None:
+    """Recompute the SHA-256 of every array and compare it with meta.json."""
+    from seedlab.twins.corpus import load
+
+    c = load(corpus, verify=True)
+    typer.echo(f"ok: train {len(c.train)} tokens, heldout {len(c.heldout)} tokens")
+
+
+@corpus_app.command("count")
+def corpus_count(
+    corpus: Annotated[Path, typer.Argument(help="corpus folder")],
+    subject: Annotated[str, typer.Argument(help="e.g. 'Jimmie Nicol'")],
+) -> None:
+    """How often a subject occurs in the training split, as text and as a token sequence."""
+    from seedlab.twins.corpus import count
+
+    r = count(corpus, subject)
+    typer.echo(f"{subject!r}: text={r['text']} tokens={r['tokens']}")
 
 
 def main() -> None:

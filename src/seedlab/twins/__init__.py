@@ -1,0 +1,1 @@
+"""Study B — the single-example counterfactual ("twins"): corpus, model, training, measures."""
