@@ -1,0 +1,179 @@
+"""A GPT in the spirit of nanoGPT's ``model.py``: tied embeddings, learned positions, pre-LN.
+
+State-dict keys are plain and stable (they become safetensors tensor names)::
+
+    wte.weight  wpe.weight  ln_f.weight  ln_f.bias
+    blocks.{l}.ln_1.*  blocks.{l}.attn.c_attn.*  blocks.{l}.attn.c_proj.*
+    blocks.{l}.ln_2.*  blocks.{l}.mlp.c_fc.*     blocks.{l}.mlp.c_proj.*
+
+The output head is ``wte.weight`` itself (no ``lm_head`` module), so no tensor is
+stored twice and safetensors never sees shared storage.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+
+from seedlab.config import Strict
+
+Pos = Annotated[int, Field(gt=0)]
+
+
+class GPTConfig(Strict):
+    n_layer: Pos  # transformer blocks
+    n_head: Pos  # attention heads per block (must divide n_embd)
+    n_embd: Pos  # residual width, in features
+    block_size: Pos  # context length, in tokens (rows are block_size tokens)
+    vocab_size: Pos  # token ids 0 .. vocab_size-1 (50304 = GPT-2's 50257 padded to a multiple of 64)
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # probability; keep 0 for bitwise-deterministic twins
+    bias: bool = True  # biases in Linear and LayerNorm (GPT-2: yes)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> GPTConfig:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_head: must divide n_embd={self.n_embd}, got {self.n_head}")
+        return self
+
+
+PRESETS: dict[str, GPTConfig] = {
+    "gpt2-124m": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
+    "mini": GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=257),  # CPU seconds
+}
+
+
+def param_count(cfg: GPTConfig, non_embedding: bool = False) -> int:
+    """Parameters of ``GPT(cfg)`` computed from the config alone (no tensors allocated).
+
+    ``non_embedding=True`` leaves out the position table, as nanoGPT's report does
+    (the token table stays in: it is also the output head)."""
+    d, b = cfg.n_embd, int(cfg.bias)
+    ln = d + b * d
+    block = 2 * ln + (d * 3 * d + b * 3 * d) + (d * d + b * d) + (d * 4 * d + b * 4 * d) + (4 * d * d + b * d)
+    n = cfg.vocab_size * d + cfg.block_size * d + cfg.n_layer * block + ln
+    return n - cfg.block_size * d if non_embedding else n
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v of all heads
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.resid_drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        return self.resid_drop(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """``GPT(cfg, seed=None)``; with a seed the weights come from :meth:`init_from_seed`.
+
+    Without one they are torch's defaults (global RNG): call ``init_from_seed`` before
+    training. Build on ``torch.device("meta")`` to inspect shapes without memory."""
+
+    def __init__(self, cfg: GPTConfig, seed: int | None = None):
+        super().__init__()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token table, also the output head
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)  # learned positions
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        if seed is not None:
+            self.init_from_seed(seed)
+
+    @torch.no_grad()
+    def init_from_seed(self, seed: int) -> GPT:
+        """nanoGPT's init, drawn on the CPU from ``torch.Generator().manual_seed(seed)`` in
+        state-dict order, then copied to each parameter's device: the same seed gives
+        bitwise-identical weights on any device. Weights ~ N(0, 0.02²), residual
+        projections (``*.c_proj.weight``) ~ N(0, (0.02/√(2·n_layer))²), biases 0, LN gains 1."""
+        g = torch.Generator(device="cpu").manual_seed(int(seed))
+        proj_std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                w = torch.normal(0.0, proj_std, p.shape, generator=g)
+            elif name.endswith("weight") and p.dim() == 2:  # Linear and Embedding tables
+                w = torch.normal(0.0, 0.02, p.shape, generator=g)
+            elif ".ln_" in name or name.startswith("ln_"):
+                w = torch.ones(p.shape) if name.endswith("weight") else torch.zeros(p.shape)
+            else:  # Linear biases
+                w = torch.zeros(p.shape)
+            p.copy_(w.to(p.dtype))
+        return self
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count (tied table counted once); ``non_embedding`` drops ``wpe`` as nanoGPT does."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.wpe.weight.numel() if non_embedding else n
+
+    def residuals(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """The residual stream after each block (TransformerLens ``blocks.{l}.hook_resid_post``)."""
+        out, x = [], self._embed(idx)
+        for block in self.blocks:
+            x = block(x)
+            out.append(x)
+        return out
+
+    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens exceeds block_size={self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``idx`` [B, T] int64 -> (logits [B, T, vocab], loss or None).
+
+        loss = mean cross-entropy (nats/token) over the target positions where
+        ``loss_mask`` [B, T] is True; ``loss_mask=None`` counts every position."""
+        x = self._embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied output head
+        if targets is None:
+            return logits, None
+        flat = logits.view(-1, logits.size(-1)).float()
+        if loss_mask is None:
+            return logits, F.cross_entropy(flat, targets.reshape(-1))
+        ce = F.cross_entropy(flat, targets.reshape(-1), reduction="none")
+        m = loss_mask.reshape(-1).to(torch.bool)
+        loss = torch.where(m, ce, torch.zeros_like(ce)).sum() / m.sum().clamp_min(1)
+        return logits, loss
