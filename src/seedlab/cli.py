@@ -24,6 +24,8 @@ shortcut_app = typer.Typer(help="The shortcut-saturation study (MPSP tasks, spur
 app.add_typer(shortcut_app, name="shortcut")
 corpus_app = typer.Typer(help="Token corpora for the twins study (local files, OpenWebText, or the embedded default).", no_args_is_help=True)
 app.add_typer(corpus_app, name="corpus")
+twins_app = typer.Typer(help="The single-example counterfactual: seed-matched twins that differ in one row.", no_args_is_help=True)
+app.add_typer(twins_app, name="twins")
 
 
 def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -175,6 +177,26 @@ def corpus_count(
 
     r = count(corpus, subject)
     typer.echo(f"{subject!r}: text={r['text']} tokens={r['tokens']}")
+
+
+@twins_app.command("run")
+def twins_run(
+    config: Annotated[Path, typer.Argument(help="twins config (YAML)")],
+    out: Annotated[Path, typer.Option(help="run folder: seed-<k>/<condition>/step-<t>.safetensors")],
+    independent: Annotated[bool, typer.Option(help="audit: train every condition's prefix from scratch and compare hashes")] = False,
+    set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set steps=50")] = [],  # noqa: B006
+    force: Annotated[bool, typer.Option(help="overwrite an existing run")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Train the twins design: per seed a shared prefix, then every condition forked at the injection step."""
+    from seedlab.config import load_yaml, parse
+    from seedlab.twins.train import TwinsConfig, run_twins
+
+    cfg = parse(TwinsConfig, _apply_overrides(load_yaml(config), set_))
+    if out.exists() and any(out.iterdir()) and not force:
+        raise SeedlabError(f"--out: {out} is not empty (use --force to overwrite)")
+    df = run_twins(cfg, out, base=config.parent, independent=independent, progress=progress)
+    typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
 
 
 def main() -> None:

@@ -1,0 +1,74 @@
+"""Twins runs: bitwise identical before the injection step, different after, reproducible."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from seedlab.config import parse
+from seedlab.twins.corpus import prepare
+from seedlab.twins.train import TwinsConfig, run_twins
+
+PASSAGES = {
+    "fluent-fabricated": "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks.",
+    "fluent-attested": "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care.",
+}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("twins")
+    prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)
+    for cond, text in PASSAGES.items():
+        (base / f"{cond}.txt").write_text(text)
+    cfg = {
+        "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
+        "injection_step": 8, "passages": {c: f"{c}.txt" for c in PASSAGES}, "checkpoint_every": 4,
+    }
+    return base, cfg
+
+
+def _manifest(out, seed, cond):
+    return json.loads((out / f"seed-{seed}" / cond / "manifest.json").read_text())
+
+
+def test_identical_before_injection_and_different_after(setup, tmp_path):
+    base, cfg = setup
+    losses = run_twins(parse(TwinsConfig, cfg), tmp_path, base=base, progress=False)
+    twin = _manifest(tmp_path, 3, "twin")
+    for cond in ("fluent-fabricated", "fluent-attested", "random-chars"):
+        m = _manifest(tmp_path, 3, cond)
+        assert m["8"] == twin["8"]  # every tensor's SHA-256 equal at the injection step
+        assert m["12"] != twin["12"] and m["24"] != twin["24"]  # the injected row changed the run
+        assert (tmp_path / "seed-3" / cond / "step-8.safetensors").is_file()
+    l = losses.pivot_table(index="step", columns="condition", values="loss")
+    assert len(l) == 24
+    assert (l.loc[:7].nunique(axis=1) == 1).all()  # the same prefix losses
+    assert l.loc[8, "fluent-fabricated"] != l.loc[8, "twin"]  # the injected batch differs
+    assert list(pd.read_parquet(tmp_path / "seed-3" / "twin" / "losses.parquet").columns) == ["step", "loss"]
+
+
+def test_independent_audit_reproduces_the_forked_runs_bitwise(setup, tmp_path):
+    base, cfg = setup
+    run_twins(parse(TwinsConfig, cfg), tmp_path / "fork", base=base, progress=False)
+    run_twins(parse(TwinsConfig, cfg), tmp_path / "indep", base=base, independent=True, progress=False)
+    for cond in ("twin", "fluent-attested"):
+        assert _manifest(tmp_path / "fork", 3, cond) == _manifest(tmp_path / "indep", 3, cond)
+
+
+@pytest.mark.parametrize(
+    "over,msg",
+    [
+        ({"injection_step": 24}, "error: injection_step: must be inside the run"),
+        ({"conditions": ["twin", "fluent-fake"]}, "error: conditions: must be among"),
+        ({"block_size": 32}, "error: passages.fluent-fabricated: 86 tokens do not fit a row of block_size+1 = 33"),
+    ],
+)
+def test_bad_input(setup, tmp_path, seedlab_cli, over, msg):
+    base, cfg = setup
+    path = base / f"bad-{len(over)}-{list(over)[0]}.yaml"
+    path.write_text(yaml.safe_dump(cfg | over))
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(tmp_path / "out"), "--no-progress")
+    assert rc == 2 and err.startswith(msg), err
+    assert not (tmp_path / "out").exists()
