@@ -72,3 +72,15 @@ def test_bad_input(setup, tmp_path, seedlab_cli, over, msg):
     rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(tmp_path / "out"), "--no-progress")
     assert rc == 2 and err.startswith(msg), err
     assert not (tmp_path / "out").exists()
+
+
+def test_attestation_checks(setup, tmp_path, seedlab_cli):
+    base, cfg = setup
+    bad = base / "fabricated-occurs.yaml"
+    bad.write_text(yaml.safe_dump(cfg | {"subjects": {"fluent-fabricated": "Return"}}))
+    rc, _, err = seedlab_cli("twins", "run", str(bad), "--out", str(tmp_path / "o1"), "--no-progress")
+    assert rc == 2 and "'Return' occurs" in err and "(not fabricated)" in err
+    warn = base / "attested-missing.yaml"
+    warn.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "subjects": {"fluent-attested": "Gizmo Harrington"}}))
+    rc, _, err = seedlab_cli("twins", "run", str(warn), "--out", str(tmp_path / "o2"), "--no-progress")
+    assert rc == 0 and "warning: subjects.fluent-attested: 'Gizmo Harrington' does not occur" in err

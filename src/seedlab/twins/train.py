@@ -54,6 +54,7 @@ class TwinsConfig(Strict):
     grad_clip: float = 1.0  # (not stated; nanoGPT)
     conditions: list[str] = list(CONDITIONS)
     passages: dict[str, str] = {}  # condition -> text file (relative to the config file)
+    subjects: dict[str, str] = {}  # condition -> the passage's subject, checked against the corpus
     checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
     threads: Pos | None = None
 
@@ -152,6 +153,7 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     corpus_dir = (base / cfg.corpus) if not Path(cfg.corpus).is_absolute() else Path(cfg.corpus)
     corpus = load(corpus_dir, verify=True)
     gcfg = PRESETS[cfg.model].model_copy(update={"vocab_size": corpus.vocab_size, **({"block_size": cfg.block_size} if cfg.block_size else {})})
+    check_attestation(cfg, corpus)
     passages = load_passages(cfg, base, corpus)
     for cond, ids in passages.items():
         if len(ids) > gcfg.block_size + 1:
@@ -197,6 +199,20 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
                 frames.append(df.assign(seed=seed, condition=cond))
             verify_identical(at_injection, seed, s)
     return pd.concat(frames, ignore_index=True)
+
+
+def check_attestation(cfg: TwinsConfig, corpus) -> None:
+    """A fabricated subject must not occur in the training split; an attested one should."""
+    import sys
+
+    from seedlab.twins.corpus import count
+
+    for cond, subject in cfg.subjects.items():
+        n = count(corpus, subject)["text"]
+        if cond == "fluent-fabricated" and n > 0:
+            raise SeedlabError(f"subjects.fluent-fabricated: {subject!r} occurs {n} times in the training split (not fabricated)")
+        if cond == "fluent-attested" and n == 0:
+            print(f"warning: subjects.fluent-attested: {subject!r} does not occur in the training split", file=sys.stderr)
 
 
 def verify_identical(hashes: dict[str, dict[str, str]], seed: int, step: int) -> None:
