@@ -84,3 +84,45 @@ def test_attestation_checks(setup, tmp_path, seedlab_cli):
     warn.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "subjects": {"fluent-attested": "Gizmo Harrington"}}))
     rc, _, err = seedlab_cli("twins", "run", str(warn), "--out", str(tmp_path / "o2"), "--no-progress")
     assert rc == 0 and "warning: subjects.fluent-attested: 'Gizmo Harrington' does not occur" in err
+
+
+def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
+    """A run killed mid-way and started again ends with the same weights as an uninterrupted one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    base, cfg = setup
+    path = base / "resume.yaml"
+    path.write_text(yaml.safe_dump(cfg | {"steps": 60, "injection_step": 10, "checkpoint_every": 5}))
+    cmd = lambda out: [sys.executable, "-m", "seedlab", "twins", "run", str(path), "--out", str(out), "--no-progress"]
+    ref = subprocess.run(cmd(tmp_path / "ref"), capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(out), start_new_session=True)
+    target = out / "seed-3" / "fluent-attested" / "state.safetensors"  # the second fork, mid-way
+    deadline = time.time() + 120
+    while not target.exists() and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "seed-3" / "random-chars" / "done.json").exists()  # it really was interrupted
+    again = subprocess.run(cmd(out), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    for cond in ("twin", "fluent-fabricated", "fluent-attested", "random-chars"):
+        assert _manifest(out, 3, cond) == _manifest(tmp_path / "ref", 3, cond), cond  # every step, every tensor
+        a = pd.read_parquet(out / "seed-3" / cond / "losses.parquet")
+        b = pd.read_parquet(tmp_path / "ref" / "seed-3" / cond / "losses.parquet")
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_cli):
+    base, cfg = setup
+    p1, p2 = base / "r1.yaml", base / "r2.yaml"
+    p1.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4}))
+    p2.write_text(yaml.safe_dump(cfg | {"steps": 12, "injection_step": 4}))
+    assert seedlab_cli("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
+    rc, _, err = seedlab_cli("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
+    assert rc == 2 and "holds something else" in err

@@ -5,6 +5,8 @@ Bad input anywhere is a :class:`SeedlabError`: one line on stderr, exit code 2.
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -193,9 +195,15 @@ def twins_run(
     from seedlab.twins.train import TwinsConfig, run_twins
 
     cfg = parse(TwinsConfig, _apply_overrides(load_yaml(config), set_))
-    if out.exists() and any(out.iterdir()) and not force:
-        raise SeedlabError(f"--out: {out} is not empty (use --force to overwrite)")
-    df = run_twins(cfg, out, base=config.parent, independent=independent, progress=progress)
+    record = cfg.model_dump(mode="json") | {"independent": independent}
+    if out.exists() and any(out.iterdir()):
+        same = (out / "config.json").is_file() and json.loads((out / "config.json").read_text()) == record
+        if force:
+            shutil.rmtree(out)
+        elif not same:
+            raise SeedlabError(f"--out: {out} holds something else than this run (use --force to overwrite)")
+        # else: the same run, interrupted: it resumes from its last checkpoints
+    df = run_twins(cfg, out, base=config.parent, independent=independent, progress=progress, record=record)
     typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import random
 import string
 from pathlib import Path
@@ -138,6 +139,31 @@ class _Run:
         self.step += 1
         return float(loss.detach())
 
+    def save_state(self, path: Path, losses: list[float]) -> None:
+        """The complete training state (weights, AdamW moments and step counts, losses so far)."""
+        t = {f"model.{k}": v for k, v in self.model.state_dict().items()}
+        for i, st in self.opt.state_dict()["state"].items():
+            for k, v in st.items():
+                t[f"opt.{i}.{k}"] = v if torch.is_tensor(v) else torch.tensor(v)
+        t["losses"] = torch.tensor(losses, dtype=torch.float64)
+        write_safetensors(path, t, {"step": str(self.step)})
+
+    def load_state(self, path: Path) -> list[float]:
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            t = {k: f.get_tensor(k) for k in f.keys()}
+            self.step = int(f.metadata()["step"])
+        self.model.load_state_dict({k[6:]: v for k, v in t.items() if k.startswith("model.")})
+        sd = self.opt.state_dict()
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in t.items():
+            if k.startswith("opt."):
+                _, i, name = k.split(".", 2)
+                state.setdefault(int(i), {})[name] = v
+        self.opt.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
+        return t["losses"].tolist()
+
     def fork(self) -> _Run:
         """A copy with its own model and optimizer state (deep-copied together, so the
         optimizer's references point at the copy's parameters)."""
@@ -146,8 +172,14 @@ class _Run:
         return twin
 
 
-def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), independent: bool = False, progress: bool = True) -> pd.DataFrame:
-    """Train every seed x condition; returns the per-step losses of all runs."""
+def run_twins(
+    cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), independent: bool = False, progress: bool = True, record: dict | None = None
+) -> pd.DataFrame:
+    """Train every seed x condition (resuming what an interrupted run left); returns all per-step losses.
+
+    ``record`` (the resolved config) is written to ``out/config.json`` once every input is
+    validated, before any training: a folder is only created for a run that can start.
+    """
     from seedlab.twins.corpus import load
 
     corpus_dir = (base / cfg.corpus) if not Path(cfg.corpus).is_absolute() else Path(cfg.corpus)
@@ -161,44 +193,69 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(out)
+    write_json(out / "config.json", record if record is not None else cfg.model_dump(mode="json") | {"independent": independent})
     s, ckpts = cfg.injection_step, cfg.checkpoint_steps()
     frames = []
     total = len(cfg.seeds) * ((1 if not independent else len(cfg.conditions)) * s + len(cfg.conditions) * (cfg.steps - s))
     with Bar("twins", total, "steps", enabled=progress) as bar:
-        done = 0
         for seed in cfg.seeds:
-            prefix_losses: list[float] = []
-            prefix = None if independent else _Run(cfg, gcfg, seed, corpus.train)
-            while prefix is not None and prefix.step < s:
-                prefix_losses.append(prefix.advance())
-                done += 1
-                bar.update(done, f"seed {seed}: shared prefix")
+            prefix: tuple[_Run, list[float]] | None = None
             at_injection: dict[str, dict[str, str]] = {}
             for cond in cfg.conditions:
-                run, losses = (prefix.fork(), list(prefix_losses)) if prefix is not None else (_Run(cfg, gcfg, seed, corpus.train), [])
-                while run.step < s:  # the audit: this condition's own prefix
-                    losses.append(run.advance())
-                    done += 1
                 folder = out / f"seed-{seed}" / cond
-                manifest: dict[str, dict[str, str]] = {}
+                if (folder / "done.json").is_file():  # finished before an interruption
+                    at_injection[cond] = json.loads((folder / "manifest.json").read_text())[str(s)]
+                    frames.append(pd.read_parquet(folder / "losses.parquet").assign(seed=seed, condition=cond))
+                    bar.advance(cfg.steps - s + (s if independent else 0))
+                    continue
+                if (folder / "state.safetensors").is_file():  # resume from the last checkpoint
+                    run = _Run(cfg, gcfg, seed, corpus.train)
+                    losses = run.load_state(folder / "state.safetensors")
+                    manifest = json.loads((folder / "manifest.json").read_text())
+                elif independent:  # the audit: this condition trains its own prefix
+                    run, losses, manifest = _Run(cfg, gcfg, seed, corpus.train), [], {}
+                    while run.step < s:
+                        losses.append(run.advance())
+                        bar.advance()
+                else:
+                    prefix = prefix or shared_prefix(cfg, gcfg, seed, corpus.train, out / f"seed-{seed}" / "prefix.safetensors", bar)
+                    run, losses, manifest = prefix[0].fork(), list(prefix[1]), {}
+                bar.advance(run.step - s if run.step > s else 0)
                 while True:
-                    if run.step in ckpts:
+                    if run.step in ckpts and str(run.step) not in manifest:
                         state = run.model.state_dict()
                         write_safetensors(folder / f"step-{run.step}.safetensors", state, {"step": str(run.step), "seed": str(seed), "condition": cond})
                         manifest[str(run.step)] = tensor_hashes(state)
+                        write_json(folder / "manifest.json", manifest)
+                        run.save_state(folder / "state.safetensors", losses)  # last: the resume point
                     if run.step == cfg.steps:
                         break
                     inj = passages.get(cond) if run.step == s else None
                     losses.append(run.advance(inj, pad_id=corpus.eot_id))
-                    done += 1
-                    bar.update(done, f"seed {seed}: {cond}")
+                    bar.update(note=f"seed {seed}: {cond}")
+                    bar.advance()
                 at_injection[cond] = manifest[str(s)]
-                write_json(folder / "manifest.json", manifest)
                 df = pd.DataFrame({"step": range(len(losses)), "loss": losses})
                 write_parquet(folder / "losses.parquet", df)
+                write_json(folder / "done.json", {"steps": cfg.steps})
+                (folder / "state.safetensors").unlink(missing_ok=True)
                 frames.append(df.assign(seed=seed, condition=cond))
             verify_identical(at_injection, seed, s)
     return pd.concat(frames, ignore_index=True)
+
+
+def shared_prefix(cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, path: Path, bar: Bar) -> tuple[_Run, list[float]]:
+    """Steps 0 .. s-1 of a seed, trained once and kept (complete state) for every fork."""
+    run = _Run(cfg, gcfg, seed, tokens)
+    if path.is_file():
+        return run, run.load_state(path)
+    losses = []
+    while run.step < cfg.injection_step:
+        losses.append(run.advance())
+        bar.update(note=f"seed {seed}: shared prefix")
+        bar.advance()
+    run.save_state(path, losses)
+    return run, losses
 
 
 def check_attestation(cfg: TwinsConfig, corpus) -> None:
