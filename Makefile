@@ -16,6 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: $(VENV)/.installed
 	$(BIN)/seedlab shortcut sweep configs/shortcut/quick.yaml --out runs/quick
+	$(BIN)/seedlab shortcut analyze runs/quick --n 256
 	$(BIN)/seedlab shortcut report runs/quick
 	@echo "shortcut demo report: runs/quick/report.md"
 
