@@ -47,6 +47,14 @@ def get_batch(
     return x, y
 
 
+def check_passage(n: int, block_size: int, name: str = "passage") -> None:
+    """A passage of ``n`` tokens must give at least one target and fit one row (block_size + 1 tokens)."""
+    if n > block_size + 1:
+        raise SeedlabError(f"{name}: {n} tokens do not fit a row of block_size+1 = {block_size + 1}")
+    if n < 2:
+        raise SeedlabError(f"{name}: needs at least 2 tokens (one next-token target), got {n}")
+
+
 def inject(
     x: torch.Tensor, y: torch.Tensor, row: int, passage_ids: Sequence[int] | np.ndarray | torch.Tensor, pad_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -60,10 +68,7 @@ def inject(
     B, T = x.shape
     p = torch.as_tensor(np.asarray(passage_ids), dtype=torch.int64).reshape(-1)
     n = p.numel()
-    if n > T + 1:
-        raise SeedlabError(f"passage: {n} tokens do not fit a row of block_size+1 = {T + 1}")
-    if n < 2:
-        raise SeedlabError(f"passage: needs at least 2 tokens (one next-token target), got {n}")
+    check_passage(n, T)
     if not 0 <= row < B:
         raise SeedlabError(f"row: must be in 0 .. {B - 1}, got {row!r}")
     x, y = x.clone(), y.clone()

@@ -29,7 +29,7 @@ from seedlab.config import Strict
 from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet, write_safetensors
-from seedlab.twins.batches import get_batch, inject
+from seedlab.twins.batches import check_passage, get_batch, inject
 from seedlab.twins.model import GPT, PRESETS, GPTConfig
 from seedlab.twins.schedule import lr_at
 
@@ -114,8 +114,8 @@ class _Run:
     def __init__(self, cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens):
         self.cfg, self.seed, self.tokens, self.step = cfg, seed, tokens, 0
         self.model = GPT(gcfg).init_from_seed(seed)
-        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
-        rest = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
             lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2), foreach=False,
@@ -187,9 +187,8 @@ def run_twins(
     gcfg = PRESETS[cfg.model].model_copy(update={"vocab_size": corpus.vocab_size, **({"block_size": cfg.block_size} if cfg.block_size else {})})
     check_attestation(cfg, corpus)
     passages = load_passages(cfg, base, corpus)
-    for cond, ids in passages.items():
-        if len(ids) > gcfg.block_size + 1:
-            raise SeedlabError(f"passages.{cond}: {len(ids)} tokens do not fit a row of block_size+1 = {gcfg.block_size + 1}")
+    for cond, ids in passages.items():  # before anything is written; inject() checks the same
+        check_passage(len(ids), gcfg.block_size, f"passages.{cond}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(out)
