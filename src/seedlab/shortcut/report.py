@@ -610,9 +610,8 @@ def circuit_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
     path = run_dir / "circuits.parquet"
     if not path.is_file():
         return [Fig("Circuits", None, "no circuits.parquet (checkpoint the runs, then `seedlab shortcut analyze DIR`)")]
-    c = pd.read_parquet(path)
-    keys = [k for k in ("job", "member") if k in summary.columns and k in c.columns]
-    c = c.merge(summary[[*keys, "layers", "heads", "ratio"]].rename(columns={"layers": "n_layers", "heads": "n_heads"}), on=keys)
+    caps_of = summary[["member", "layers", "heads", "ratio"]].rename(columns={"layers": "n_layers", "heads": "n_heads"})
+    c = pd.read_parquet(path).merge(caps_of, on="member")  # member ids are global in a sweep
     heads = c[c["head"] >= 0]
     prints = [("qk_rho_value", "QK rho with token value"), ("attn_pos0", "attention on position 0"), ("ov_rho_residue", "OV rho with residue")]
     caps = sorted({(int(a), int(b)) for a, b in heads[["n_layers", "n_heads"]].itertuples(index=False)}, key=paper_order)
@@ -630,7 +629,7 @@ def circuit_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
     fp = Fig("Fingerprint evolution per head", _save(fig, run_dir / "fingerprints.png"),
              "Median over seeds at each checkpoint. A shortcut head: QK rho near 1 (attends to the max) or attention on "
              "position 0 near 1 (first-element shortcut); a robust head: OV rho with parity near 1.")
-    last = c[c["epoch"] == c.groupby(keys)["epoch"].transform("max")]
+    last = c[c["epoch"] == c.groupby("member")["epoch"].transform("max")]
     last = last.assign(component=np.where(last["head"] >= 0, "L" + last["layer"].astype(str) + "H" + last["head"].astype(str), "L" + last["layer"].astype(str) + "MLP"))
     cells = sorted({(int(a), int(b), float(r)) for a, b, r in last[["n_layers", "n_heads", "ratio"]].itertuples(index=False)}, key=paper_order)
     comps = sorted(last["component"].unique())
