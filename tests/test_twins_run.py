@@ -126,3 +126,40 @@ def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_
     assert seedlab_cli("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
     rc, _, err = seedlab_cli("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
     assert rc == 2 and "holds something else" in err
+
+
+def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
+    """Resuming reads the kept prefix state; one flipped byte there is an exit-2 error, not a silent run."""
+    import shutil
+
+    base, cfg = setup
+    path = base / "corrupt.yaml"
+    path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "conditions": ["twin", "fluent-attested"]}))
+    out = tmp_path / "o"
+    assert seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    shutil.rmtree(out / "seed-3" / "fluent-attested")  # as if interrupted before this fork started
+    prefix = out / "seed-3" / "prefix.safetensors"
+    data = bytearray(prefix.read_bytes())
+    data[-3] ^= 0x01  # inside the last tensor
+    prefix.write_bytes(bytes(data))
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
+    assert rc == 2 and "prefix.safetensors: tensor" in err and "corrupted checkpoint" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p in before} == before  # nothing overwritten
+    assert not (out / "seed-3" / "fluent-attested").exists()
+
+
+def test_random_chars_length(setup):
+    from seedlab.twins.corpus import load
+    from seedlab.twins.train import load_passages
+
+    base, cfg = setup
+    corpus = load(base / "corpus")
+    fab = corpus.encode(PASSAGES["fluent-fabricated"])
+    same = load_passages(parse(TwinsConfig, cfg), base, corpus)
+    assert len(same["random-chars"]) == len(fab) and same["random-chars"] != fab
+    fixed = load_passages(parse(TwinsConfig, cfg | {"random_chars_tokens": 40, "random_chars_seed": 7}), base, corpus)
+    assert len(fixed["random-chars"]) == 40 and fixed["random-chars"][:20] != same["random-chars"][:20]
+    with pytest.raises(Exception, match="random_chars_tokens"):
+        load_passages(parse(TwinsConfig, cfg | {"conditions": ["twin", "random-chars"]}), base, corpus)

@@ -190,21 +190,29 @@ def twins_run(
     force: Annotated[bool, typer.Option(help="overwrite an existing run")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
-    """Train the twins design: per seed a shared prefix, then every condition forked at the injection step."""
+    """Train the twins design: per seed a shared prefix, then every condition forked at the injection step.
+
+    Under torchrun (e.g. torchrun --nproc-per-node 2 -m seedlab twins run ...) the ranks split every batch."""
     from seedlab.config import load_yaml, parse
-    from seedlab.twins.train import TwinsConfig, run_twins
+    from seedlab.twins.config import TwinsConfig
+    from seedlab.twins.distributed import init_world
+    from seedlab.twins.train import run_twins
 
     cfg = parse(TwinsConfig, _apply_overrides(load_yaml(config), set_))
-    record = cfg.model_dump(mode="json") | {"independent": independent}
+    world = init_world()
+    record = cfg.model_dump(mode="json") | {"independent": independent, "world_size": world.size}
     if out.exists() and any(out.iterdir()):
-        same = (out / "config.json").is_file() and json.loads((out / "config.json").read_text()) == record
-        if force:
-            shutil.rmtree(out)
-        elif not same:
+        old = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
+        same = old is not None and {k: v for k, v in old.items() if k != "injection_rank"} == record
+        if not (same or force):
             raise SeedlabError(f"--out: {out} holds something else than this run (use --force to overwrite)")
+        world.barrier()  # every rank has compared before rank 0 removes anything
+        if force and world.main:
+            shutil.rmtree(out)
         # else: the same run, interrupted: it resumes from its last checkpoints
-    df = run_twins(cfg, out, base=config.parent, independent=independent, progress=progress, record=record)
-    typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
+    df = run_twins(cfg, out, base=config.parent, independent=independent, progress=progress, record=record, world=world)
+    if world.main:
+        typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
 
 
 def main() -> None:

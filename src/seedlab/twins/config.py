@@ -1,0 +1,114 @@
+"""The twins design as one config: what is trained (``TwinsConfig``), what is measured
+(``MeasureConfig``), and which outcomes are primary (pre-registered before training).
+
+Numbers the paper does not state are fields with a default and a ``(not stated)``
+comment; docs/assumptions.md lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from seedlab.config import Strict, content_hash
+from seedlab.twins.model import PRESETS
+
+CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
+INJECTED = CONDITIONS[1:]
+Pos = Annotated[int, Field(gt=0)]
+Label = Literal["primary", "secondary", "exploratory"]
+
+#: the paper's pre-registration: barrier primary, held-out CE secondary, the rest exploratory
+OUTCOMES: dict[str, Label] = {
+    "barrier": "primary",
+    "heldout_ce": "secondary",
+    "distance": "exploratory",
+    "cka": "exploratory",
+    "passage_ce": "exploratory",
+}
+
+
+class MeasureConfig(Strict):
+    """How ``seedlab twins measure`` evaluates a finished design (all not stated by the paper)."""
+
+    alphas: list[float] = [i / 10 for i in range(11)]  # interpolation grid, endpoints 0 and 1 included
+    heldout_rows: Pos = 64  # held-out rows (block_size tokens each) for the barrier and held-out CE
+    probe_rows: Pos = 16  # held-out rows whose representations CKA compares
+    eval_rows: Pos = 16  # rows per forward pass while evaluating (memory, not results)
+    seed: int = 0  # which held-out rows are drawn (the same rows for every model)
+
+    @model_validator(mode="after")
+    def _grid(self) -> MeasureConfig:
+        a = self.alphas
+        if len(a) < 3 or a[0] != 0 or a[-1] != 1 or any(x >= y for x, y in zip(a, a[1:])):
+            raise ValueError(f"alphas: must rise strictly from 0 to 1 with at least one point between, got {a}")
+        return self
+
+
+class TwinsConfig(Strict):
+    corpus: str  # a prepared corpus folder (seedlab corpus prepare), relative to the config file
+    model: str = "mini"  # a preset of twins.model.PRESETS
+    block_size: Pos | None = None  # tokens per row; null: the preset's (row length: not stated)
+    seeds: list[int] = [0, 1]
+    steps: Pos = 300  # optimizer updates per run (paper: 9,536)
+    batch_size: Pos = 16  # rows per batch, over all ranks (paper: 256)
+    micro_batch: Pos | None = None  # rows per forward/backward on one rank (gradient accumulation); null: all of them
+    injection_step: int = 100  # updates completed before the injected batch (paper: 200)
+    injection_row: int = 0  # which row of that batch is replaced (under torchrun: in rank row // (batch/world))
+    peak_lr: float = 6e-4  # (paper: 6e-4)
+    min_lr: float = 6e-5  # end of the cosine decay (not stated)
+    warmup: Pos | None = None  # null: ends at the injection step, so it happens at peak LR (not stated)
+    weight_decay: float = 0.1  # (not stated; nanoGPT)
+    beta1: float = 0.9
+    beta2: float = 0.95  # (not stated; nanoGPT)
+    grad_clip: float = 1.0  # (not stated; nanoGPT)
+    conditions: list[str] = list(CONDITIONS)
+    passages: dict[str, str] = {}  # condition -> text file (relative to the config file)
+    subjects: dict[str, str] = {}  # condition -> the passage's subject, checked against the corpus
+    random_chars_tokens: Pos | None = None  # null: the fabricated (else attested) passage's token length
+    random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
+    checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
+    midpoint: Pos | None = None  # the "mid-point" checkpoint (updates completed); null: steps // 2
+    device: str = "auto"  # "auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast; fp32 keeps CPU runs bitwise reproducible
+    threads: Pos | None = None  # torch CPU threads per process; null: torch's default
+    outcomes: dict[str, Label] = dict(OUTCOMES)  # measure -> label, pre-registered when the run starts
+    measure: MeasureConfig = MeasureConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> TwinsConfig:
+        bad = [c for c in self.conditions if c not in CONDITIONS]
+        if bad:
+            raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
+        if "twin" not in self.conditions:
+            raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
+        if self.model not in PRESETS:
+            raise ValueError(f"model: must be one of {', '.join(PRESETS)}, got {self.model!r}")
+        if not 0 < self.injection_step < self.steps:
+            raise ValueError(f"injection_step: must be inside the run (1 .. {self.steps - 1}), got {self.injection_step}")
+        if not 0 <= self.injection_row < self.batch_size:
+            raise ValueError(f"injection_row: must be in 0 .. {self.batch_size - 1}, got {self.injection_row}")
+        if self.midpoint is not None and not self.injection_step < self.midpoint < self.steps:
+            raise ValueError(f"midpoint: must be between the injection step and the end, got {self.midpoint}")
+        unknown = [k for k in self.outcomes if k not in OUTCOMES]
+        if unknown:
+            raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
+        return self
+
+    @property
+    def mid(self) -> int:
+        return self.midpoint or self.steps // 2
+
+    def checkpoint_steps(self) -> list[int]:
+        """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""
+        s = self.injection_step
+        steps = {s, min(s + 50, self.steps), self.mid, self.steps}
+        if self.checkpoint_every:
+            steps |= set(range(self.checkpoint_every, self.steps + 1, self.checkpoint_every))
+        return sorted(steps)
+
+    def preregistration(self) -> dict:
+        """What is fixed before training: the outcomes' labels and how they are measured."""
+        body = {"outcomes": self.outcomes, "measure": self.measure.model_dump(mode="json")}
+        return body | {"hash": content_hash(body)}

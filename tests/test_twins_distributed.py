@@ -1,0 +1,68 @@
+"""The twins runner under torchrun: 2 gloo processes on the CPU split every batch."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+
+from seedlab.twins.corpus import prepare
+
+PASSAGES = {
+    "fluent-fabricated": "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks.",
+    "fluent-attested": "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care.",
+}
+
+
+@pytest.fixture(scope="module")
+def design(tmp_path_factory):
+    base = tmp_path_factory.mktemp("ddp")
+    prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)
+    for cond, text in PASSAGES.items():
+        (base / f"{cond}.txt").write_text(text)
+    cfg = {
+        "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [3], "steps": 16, "batch_size": 4,
+        "injection_step": 6, "injection_row": 3,  # row 3 of 4: in rank 1's half
+        "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
+        "passages": {c: f"{c}.txt" for c in PASSAGES}, "checkpoint_every": 4,
+    }
+    path = base / "ddp.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return base, path
+
+
+def _run(path, out, *launcher):
+    cmd = [*launcher, "-m", "seedlab", "twins", "run", str(path), "--out", str(out), "--no-progress"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+
+
+def _manifest(out, cond):
+    return json.loads((out / "seed-3" / cond / "manifest.json").read_text())
+
+
+def test_two_gloo_ranks_identical_twins_and_reproducible(design, tmp_path):
+    base, path = design
+    _run(path, tmp_path / "a", *TORCHRUN)
+    _run(path, tmp_path / "b", *TORCHRUN)
+    record = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert record["world_size"] == 2 and record["injection_rank"] == 1
+    twin = _manifest(tmp_path / "a", "twin")
+    for cond in ("twin", "fluent-fabricated", "fluent-attested"):
+        m = _manifest(tmp_path / "a", cond)
+        assert m["6"] == twin["6"]  # identical before the injection (every tensor's SHA-256)
+        if cond != "twin":
+            assert m["16"] != twin["16"]  # and the injected row, on rank 1, changed the run
+        assert m == _manifest(tmp_path / "b", cond)  # two identical runs: identical weights at every step
+
+    # the split is the whole batch's update: the same losses as one process, to float rounding
+    _run(path, tmp_path / "solo", sys.executable)
+    for cond in ("twin", "fluent-attested"):
+        dist = pd.read_parquet(tmp_path / "a" / "seed-3" / cond / "losses.parquet")
+        solo = pd.read_parquet(tmp_path / "solo" / "seed-3" / cond / "losses.parquet")
+        assert (dist.loss - solo.loss).abs().max() < 1e-5
