@@ -6,8 +6,9 @@ import pytest
 import statsmodels.formula.api as smf
 from scipy import optimize, stats
 from scipy.special import expit
+from statsmodels.stats.power import TTestPower
 
-from seedlab.stats import chance, fisher, interaction_logit, rate_table, ratio_contrasts, wilson
+from seedlab.stats import chance, fisher, interaction_logit, mde_paired, paired, rate_table, ratio_contrasts, wilson
 
 
 def members(cells, task="sum2-max", **extra):
@@ -183,3 +184,93 @@ def test_interaction_logit_not_identified():
         interaction_logit(members([(1, 0.5, 2, 10), (2, 0.5, 1, 10), (2, 0.9, 8, 10)]))
     with pytest.raises(ValueError, match="nothing to contrast"):  # nobody generalized
         interaction_logit(members([(c, r, 0, 5) for c in (1, 2) for r in (0.5, 0.9)]))
+
+
+# --------------------------------------------------------------------------- paired per-seed comparisons
+
+
+def _scipy_perm(d, n_resamples=np.inf, **kw):
+    return stats.permutation_test((d,), np.mean, permutation_type="samples", alternative="two-sided",
+                                  n_resamples=n_resamples, **kw)
+
+
+def test_paired_t_test_and_interval_match_scipy():
+    rng = np.random.default_rng(0)
+    a = rng.normal(3.0, 0.2, 8)
+    b = a - 0.15 + rng.normal(0, 0.1, 8)
+    ref = stats.ttest_rel(a, b)
+    for alpha in (0.05, 0.1):
+        r = paired(a, b, alpha=alpha)
+        assert r["n"] == 8 and r["n_dropped"] == 0 and r["df"] == ref.df == 7
+        assert r["diff"] == pytest.approx(np.mean(a - b), rel=1e-12)
+        assert r["mean_a"] - r["mean_b"] == pytest.approx(r["diff"], rel=1e-12)
+        assert r["sd_diff"] == pytest.approx(np.std(a - b, ddof=1), rel=1e-12)
+        assert r["t"] == pytest.approx(ref.statistic, rel=1e-10)
+        assert r["p_t"] == pytest.approx(ref.pvalue, rel=1e-10)
+        ci = ref.confidence_interval(confidence_level=1 - alpha)
+        assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-10)
+
+
+def test_paired_exact_permutation_p_matches_scipy():
+    rng = np.random.default_rng(1)
+    for _ in range(20):  # continuous differences, n = 8: p is k / 256
+        a, b = rng.normal(size=8), rng.normal(0.4, 1, size=8)
+        r = paired(a, b)
+        assert r["perm_exact"] and r["p_perm"] == _scipy_perm(a - b).pvalue
+    for _ in range(20):  # small integers: many exactly tied null values, exercising scipy's >= / <= counting
+        a, b = rng.integers(-2, 3, 8).astype(float), rng.integers(-2, 3, 8).astype(float)
+        if np.all(a - b == (a - b)[0]):
+            continue
+        assert paired(a, b)["p_perm"] == _scipy_perm(a - b).pvalue
+    for _ in range(20):  # multiples of 0.1: theoretically equal null means differ in the last bits
+        a, b = rng.integers(0, 5, 8) * 0.1, rng.integers(0, 5, 8) * 0.1
+        if np.all(a - b == (a - b)[0]):
+            continue
+        assert paired(a, b)["p_perm"] == _scipy_perm(a - b).pvalue
+    # all 8 differences positive: only the observed pattern and its mirror are as extreme
+    assert paired(np.arange(8.0) + 1, np.zeros(8))["p_perm"] == 2 / 256
+
+
+def test_paired_monte_carlo_permutation_is_seeded_and_sane():
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=25)
+    b = a - 0.3 + rng.normal(0, 1, size=25)
+    r = paired(a, b)
+    assert not r["perm_exact"] and r["n"] == 25
+    assert 1 / 100_001 <= r["p_perm"] <= 1
+    assert paired(a, b)["p_perm"] == r["p_perm"]  # seeded
+    ref = _scipy_perm(a - b, n_resamples=100_000, rng=np.random.default_rng(0)).pvalue
+    assert r["p_perm"] == pytest.approx(ref, abs=0.01)
+    assert r["p_perm"] == pytest.approx(r["p_t"], abs=0.03)  # permutation and t agree for ~normal data
+    # forcing exact enumeration at n = 25 is not needed: check the switch at exact_limit instead
+    assert paired(a[:12], b[:12], exact_limit=11)["perm_exact"] is False
+    assert paired(a[:12], b[:12], exact_limit=12)["perm_exact"] is True
+
+
+def test_paired_zero_variance_and_nan_pairs():
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    r = paired(a, a - 1)  # every difference is 1
+    assert math.isnan(r["t"]) and math.isnan(r["p_t"])
+    assert r["sd_diff"] == 0.0 and r["ci_low"] == r["ci_high"] == r["diff"] == 1.0
+    assert r["p_perm"] == _scipy_perm(np.ones(4)).pvalue == 2 / 16
+    r = paired(a, a)  # no difference at all
+    assert math.isnan(r["t"]) and r["diff"] == 0.0 and r["p_perm"] == 1.0
+    r = paired([1.0, np.nan, 3.0, 4.0, 5.0], [0.5, 2.0, np.nan, 3.0, 5.5])
+    assert r["n"] == 3 and r["n_dropped"] == 2
+    assert r["p_t"] == pytest.approx(stats.ttest_rel([1.0, 4.0, 5.0], [0.5, 3.0, 5.5]).pvalue, rel=1e-10)
+    with pytest.raises(ValueError, match="same length"):
+        paired([1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="at least 2"):
+        paired([1.0, np.nan], [2.0, 3.0])
+
+
+def test_mde_paired_matches_statsmodels():
+    d = mde_paired(8)
+    assert d == pytest.approx(TTestPower().solve_power(nobs=8, alpha=0.05, power=0.8, alternative="two-sided"))
+    power = TTestPower().power(effect_size=d, nobs=8, alpha=0.05, alternative="two-sided")
+    assert power == pytest.approx(0.8, abs=1e-4)
+    assert 1.0 < d < 1.3  # ~1.16 sd of the differences with 8 seeds
+    assert mde_paired(8, sd_diff=0.02) == pytest.approx(0.02 * d)
+    assert mde_paired(32) < d and mde_paired(8, power=0.9) > d and mde_paired(8, alpha=0.01) > d
+    with pytest.raises(ValueError, match="n >= 2"):
+        mde_paired(1)

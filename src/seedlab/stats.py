@@ -13,6 +13,13 @@ weight_decay, lr, seed, generalized, ...). What each function computes:
   helps a 2-layer model and not a 1-layer one. Maximum likelihood with Wald inference when the MLE
   exists; under (quasi-)separation -- common in small sweeps (0% / 77% / 0%) -- Firth's
   bias-reduced logistic regression with profile penalized-likelihood inference instead.
+
+For paired per-seed values (model A and model B trained from the same seeds):
+
+- ``paired``     -- mean difference with the paired t-test and its t interval (as scipy ``ttest_rel``)
+  and a two-sided sign-flip permutation test (as scipy ``permutation_test``, exact for small n).
+- ``mde_paired`` -- minimum detectable effect of the two-sided paired t-test with n pairs
+  (statsmodels ``TTestPower``), as Cohen's d or in raw units.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import pandas as pd
 import statsmodels.api as sm
 from scipy import optimize, stats
 from scipy.special import expit
+from statsmodels.stats.power import TTestPower
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.tools.sm_exceptions import (
     ConvergenceWarning,
@@ -244,3 +252,73 @@ def interaction_logit(df: pd.DataFrame) -> dict:
         est, p, method = fit.params[_J], fit.pvalues[_J], "mle-wald"
     return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "n": int(n),
             "method": method, "separated": bool(separated)}
+
+
+# ---------------------------------------------------------------- paired per-seed comparisons
+
+
+def _sign_flip_p(d: np.ndarray, exact_limit: int, n_resamples: int, seed: int) -> tuple[float, bool]:
+    """Two-sided sign-flip permutation p-value of mean(d), counted as scipy's ``permutation_test``.
+
+    Null: the mean of ``s·d`` over sign patterns s ∈ {-1, +1}ⁿ. scipy takes
+    ``p = min(2·min(P(null <= obs + γ), P(null >= obs - γ)), 1)`` with ``γ = 100·eps·|obs|``
+    (null values within γ of obs count as ties, i.e. as extreme). Exact enumeration divides by 2ⁿ;
+    Monte Carlo adds the observed pattern: ``(count + 1) / (n_resamples + 1)`` per side."""
+    n, obs = len(d), float(np.mean(d))
+    if n <= exact_limit:
+        sums = np.zeros(1)
+        for v in d:  # all 2^n signed sums, doubling once per observation
+            sums = np.concatenate([sums + v, sums - v])
+        null, extra, exact = sums / n, 0, True
+    else:
+        signs = np.random.default_rng(seed).integers(0, 2, size=(n_resamples, n), dtype=np.int8) * 2 - 1
+        null, extra, exact = signs @ d / n, 1, False
+    gamma = abs(obs) * np.finfo(np.float64).eps * 100
+    lo = (np.count_nonzero(null <= obs + gamma) + extra) / (len(null) + extra)
+    hi = (np.count_nonzero(null >= obs - gamma) + extra) / (len(null) + extra)
+    return float(min(2 * min(lo, hi), 1.0)), exact
+
+
+def paired(a, b, *, alpha: float = 0.05, exact_limit: int = 20, n_resamples: int = 100_000, seed: int = 0) -> dict:
+    """Paired comparison of per-seed values ``a[i]`` vs ``b[i]`` through their differences d = a - b.
+
+    Pairs with a NaN on either side are dropped (``n_dropped``); n >= 2 pairs must remain. Returns
+    ``n, n_dropped, mean_a, mean_b, diff`` (mean of d), ``sd_diff`` (sample sd, ddof=1), ``t, df, p_t``
+    (two-sided paired t-test, as scipy ``ttest_rel``), ``ci_low, ci_high`` (t interval of the mean
+    difference at level 1 - alpha), ``p_perm`` (two-sided sign-flip permutation test of mean(d):
+    all 2ⁿ sign patterns when n <= exact_limit, else ``n_resamples`` seeded random ones) and
+    ``perm_exact``. When all differences are equal the t-test is undefined: t and p_t are nan
+    (scipy gives inf and 0 for a nonzero constant) and the interval collapses to the difference.
+    """
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired: a and b need the same length, got {len(a)} and {len(b)}")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[keep], b[keep]
+    n = len(a)
+    if n < 2:
+        raise ValueError(f"paired: need at least 2 pairs without NaN, got {n}")
+    d = a - b
+    diff, sd, df = float(np.mean(d)), float(np.std(d, ddof=1)), n - 1
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(1 - alpha / 2, df)) * se  # half-width of the t interval
+    if np.all(d == d[0]):
+        t = p_t = math.nan
+    else:
+        t = diff / se
+        p_t = float(2 * stats.t.sf(abs(t), df))
+    p_perm, exact = _sign_flip_p(d, exact_limit, n_resamples, seed)
+    return {"n": n, "n_dropped": int((~keep).sum()), "mean_a": float(np.mean(a)), "mean_b": float(np.mean(b)),
+            "diff": diff, "sd_diff": sd, "t": t, "df": df, "p_t": p_t, "ci_low": diff - half, "ci_high": diff + half,
+            "p_perm": p_perm, "perm_exact": exact}
+
+
+def mde_paired(n: int, sd_diff: float | None = None, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Smallest mean difference a two-sided paired t-test with n pairs detects with the given power.
+
+    Cohen's d (mean difference / sd of differences) from statsmodels ``TTestPower().solve_power``;
+    times ``sd_diff`` when given, i.e. in the units of the compared values."""
+    if n < 2:
+        raise ValueError(f"mde_paired: need n >= 2 pairs, got {n}")
+    d = float(np.squeeze(TTestPower().solve_power(nobs=n, alpha=alpha, power=power, alternative="two-sided")))
+    return d * sd_diff if sd_diff is not None else d

@@ -1,0 +1,168 @@
+"""twins.metrics: interpolation, loss barrier, linear CKA, weight distance."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from seedlab.errors import SeedlabError
+from seedlab.twins.metrics import (
+    barrier,
+    barrier_curve,
+    interpolate,
+    layer_groups,
+    linear_cka,
+    loss_path,
+    weight_distance,
+)
+from seedlab.twins.model import GPT, PRESETS
+
+MINI = PRESETS["mini"]
+ALPHAS = np.linspace(0, 1, 11)
+
+
+def _sd(seed: int) -> dict[str, torch.Tensor]:
+    return GPT(MINI, seed=seed).state_dict()
+
+
+def _gpt_loss_fn(seed: int = 0):
+    """loss_fn(state_dict) -> mean cross-entropy (nats/token) of the mini GPT on a fixed random-token batch."""
+    g = torch.Generator().manual_seed(seed)
+    tok = torch.randint(0, MINI.vocab_size, (4, MINI.block_size + 1), generator=g)
+    x, y = tok[:, :-1], tok[:, 1:]
+    model = GPT(MINI).eval()
+
+    @torch.no_grad()
+    def loss_fn(sd):
+        model.load_state_dict(sd)
+        return model(x, y)[1].item()
+
+    return loss_fn
+
+
+# --------------------------------------------------------------------------- interpolate
+
+
+def test_interpolate_endpoints_bitwise_and_midpoint():
+    a, b = _sd(0), _sd(1)
+    for k, v in interpolate(a, b, 0.0).items():
+        assert torch.equal(v, a[k]), k
+    for k, v in interpolate(a, b, 1.0).items():
+        assert torch.equal(v, b[k]), k
+    mid = interpolate(a, b, 0.5)
+    assert list(mid) == list(a)
+    for k in a:
+        torch.testing.assert_close(mid[k], 0.5 * (a[k] + b[k]), rtol=0, atol=1e-7)
+
+
+def test_mismatched_models_raise_with_tensor_name():
+    a = _sd(0)
+    b = dict(a, **{"blocks.0.attn.c_attn.weight": torch.zeros(96, 32)})
+    for fn in (lambda: interpolate(a, b, 0.5), lambda: weight_distance(a, b)):
+        with pytest.raises(SeedlabError) as e:
+            fn()
+        assert str(e.value) == "models differ in shape at 'blocks.0.attn.c_attn.weight': (192, 64) vs (96, 32)"
+    missing = {k: v for k, v in a.items() if k != "ln_f.bias"}
+    with pytest.raises(SeedlabError, match="'ln_f.bias'"):
+        interpolate(a, missing, 0.5)
+    with pytest.raises(SeedlabError, match="'ln_f.bias'"):
+        weight_distance(missing, a)
+
+
+# --------------------------------------------------------------------------- barrier
+
+
+def test_barrier_of_gpt_with_itself_is_zero():
+    a, loss_fn = _sd(0), _gpt_loss_fn()
+    L = loss_path(loss_fn, a, a, ALPHAS)
+    assert L.dtype == np.float64 and L.shape == ALPHAS.shape
+    assert np.all(L == L[0]) and 4.0 < L[0] < 7.0  # ~ ln(257) = 5.55 nats at init
+    assert barrier(ALPHAS, L) == 0.0
+    # the ends of a path between twins are the twins' own losses
+    b = _sd(1)
+    L = loss_path(loss_fn, a, b, [0.0, 1.0])
+    assert L.tolist() == [loss_fn(a), loss_fn(b)]
+
+
+def test_barrier_zero_on_convex_loss():
+    a, b, c = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.tensor([-3.0, 4.0, 2.0]).double(), 0.3
+    loss = lambda sd: float(((sd["theta"] - c) ** 2).sum())  # noqa: E731 -- convex quadratic
+    alphas = np.linspace(0, 1, 21)
+    L = loss_path(loss, {"theta": a}, {"theta": b}, alphas)
+    assert np.all(barrier_curve(alphas, L) <= 1e-12)
+    assert 0.0 <= barrier(alphas, L) <= 1e-12
+
+
+def test_barrier_known_bump_above_a_sloped_chord():
+    # θ from -1 to 1; L(θ) = exp(-θ²) + θ. The chord is exp(-1) + θ, so the rise is exp(-θ²) - exp(-1),
+    # largest at θ = 0 (α = 0.5, on the grid): 1 - 1/e. A flat baseline (min or mean of the end losses)
+    # would give a different number.
+    a, b = {"theta": torch.tensor(-1.0, dtype=torch.float64)}, {"theta": torch.tensor(1.0, dtype=torch.float64)}
+    loss = lambda sd: math.exp(-float(sd["theta"]) ** 2) + float(sd["theta"])  # noqa: E731
+    alphas = np.linspace(0, 1, 9)
+    L = loss_path(loss, a, b, alphas)
+    assert barrier(alphas, L) == pytest.approx(1 - math.exp(-1), abs=1e-12)
+    curve = barrier_curve(alphas, L)
+    assert curve[0] == 0.0 and curve[-1] == 0.0 and int(np.argmax(curve)) == 4
+    # a hand-made path: the rise above the chord 1 -> 3 at α = 0.25 is 2.5 - 1.5 = 1
+    assert barrier([0, 0.25, 0.5, 1], [1.0, 2.5, 2.0, 3.0]) == 1.0
+
+
+@pytest.mark.parametrize("alphas", [[0.1, 0.5, 1.0], [0.0, 0.5, 0.9], [0.0, 0.6, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0]])
+def test_barrier_rejects_bad_grids(alphas):
+    with pytest.raises(SeedlabError, match="alphas"):
+        barrier(alphas, np.zeros(len(alphas)))
+
+
+# --------------------------------------------------------------------------- CKA
+
+
+def test_cka_invariances_and_symmetry():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 16, generator=g)
+    q, _ = torch.linalg.qr(torch.randn(16, 16, generator=g))  # random orthogonal
+    assert linear_cka(x, x) == pytest.approx(1.0, abs=1e-10)
+    assert linear_cka(x, x @ q) == pytest.approx(1.0, abs=1e-10)
+    assert linear_cka(x, 3.7 * x) == pytest.approx(1.0, abs=1e-10)
+    assert linear_cka(x, x + torch.randn(16, generator=g) * 5) == pytest.approx(1.0, abs=1e-10)
+    assert linear_cka(x, 0.2 * x @ q - 1.5) == pytest.approx(1.0, abs=1e-10)
+    y = torch.tanh(x @ torch.randn(16, 24, generator=g))
+    assert linear_cka(x, y) == pytest.approx(linear_cka(y, x), abs=1e-12)
+    assert 0.0 < linear_cka(x, y) < 1.0
+
+
+def test_cka_unrelated_is_low_and_leading_dims_flatten():
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(500, 32, generator=g), torch.randn(500, 32, generator=g)
+    assert linear_cka(x, y) < 0.2
+    # [B, T, d] residual streams: B*T examples
+    model, idx = GPT(MINI, seed=0).eval(), torch.randint(0, MINI.vocab_size, (2, 16), generator=g)
+    with torch.no_grad():
+        r = model.residuals(idx)
+    assert linear_cka(r[0], r[1]) == pytest.approx(linear_cka(r[0].reshape(32, -1), r[1].reshape(32, -1)), abs=1e-12)
+    with pytest.raises(SeedlabError, match="500 vs 499"):
+        linear_cka(x, y[:-1])
+
+
+# --------------------------------------------------------------------------- weight distance
+
+
+def test_layer_groups_of_mini_gpt():
+    assert layer_groups(_sd(0)) == ["wte", "wpe", "blocks.0", "blocks.1", "ln_f"]
+
+
+def test_weight_distance_overall_and_per_group():
+    a, b = _sd(0), _sd(1)
+    dist = weight_distance(a, b)
+    assert list(dist) == ["all", "wte", "wpe", "blocks.0", "blocks.1", "ln_f"]
+    groups = [v for k, v in dist.items() if k != "all"]
+    assert dist["all"] == pytest.approx(math.sqrt(sum(v * v for v in groups)), rel=1e-12)
+    flat = torch.cat([(a[k].double() - b[k].double()).flatten() for k in a])
+    assert dist["all"] == pytest.approx(float(torch.linalg.vector_norm(flat)), rel=1e-12)
+    assert dist["wte"] == pytest.approx(float(torch.linalg.vector_norm(a["wte.weight"].double() - b["wte.weight"])))
+    assert dist["ln_f"] == 0.0  # LN gains 1 / biases 0 for every seed
+    assert all(v > 0 for k, v in dist.items() if k != "ln_f")
+    assert all(v == 0.0 for v in weight_distance(a, a).values())
