@@ -215,6 +215,53 @@ def twins_run(
         typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
 
 
+@twins_app.command("measure")
+def twins_measure(
+    run: Annotated[Path, typer.Argument(help="a twins run folder (seedlab twins run --out)")],
+    corpus: Annotated[Path | None, typer.Option(help="the prepared corpus, if it moved since the run")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Barrier, held-out CE, distance, CKA and passage CE of every condition against its twin, and between seeds."""
+    from seedlab.twins.measure import measure
+
+    out = measure(run, corpus=corpus, device=device, progress=progress)
+    m = out["measures"]
+    typer.echo(f"{(m.kind == 'injected').sum()} condition-vs-twin and {(m.kind == 'seed').sum()} seed-vs-seed comparisons -> {run / 'measures.parquet'}")
+
+
+@twins_app.command("gradmatch")
+def twins_gradmatch(
+    run: Annotated[Path, typer.Argument(help="a twins run folder (its twins' checkpoints at the injection step)")],
+    fabricated: Annotated[list[Path], typer.Option(help="a candidate fabricated-subject passage file (repeatable)")] = [],  # noqa: B006
+    attested: Annotated[list[Path], typer.Option(help="a candidate attested-subject passage file (repeatable)")] = [],  # noqa: B006
+    seed: Annotated[int | None, typer.Option(help="one of the run's seeds (default: every seed, and their mean)")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="the prepared corpus, if it moved since the run")] = None,
+) -> None:
+    """Full-batch gradient deltas of candidate passages at the injection step, and the best-matched
+    fabricated x attested pair (smallest relative norm difference). Writes RUN/gradmatch.parquet.
+
+    A side with no candidates given is the run's own passage, as it was trained."""
+    from seedlab.twins.gradmatch import match
+
+    cands = {k: v for k, v in {"fluent-fabricated": fabricated, "fluent-attested": attested}.items() if v}
+    res = match(run, cands, seed=seed, corpus=corpus)
+    for _, r in res.mean.iterrows():
+        typer.echo(f"{r.fabricated} vs {r.attested}: |Δ| {r.norm_fabricated:.4g} vs {r.norm_attested:.4g}, "
+                   f"differ by {r.rel_norm_diff:.2%} (vectors {r.rel_vec_diff:.2%}, cosine {r.cosine:.4f})")
+    b = res.best
+    n = res.pairs["seed"].dropna().nunique()
+    typer.echo(f"best: {b.fabricated} vs {b.attested}, differ by {b.rel_norm_diff:.2%} (mean of {n} seed(s)) -> {res.path}")
+
+
+@twins_app.command("report")
+def twins_report(run: Annotated[Path, typer.Argument(help="a measured twins run folder")]) -> None:
+    """Write report.md and PNG figures: the paper's numbers beside this run's, paired statistics, time course."""
+    from seedlab.twins.report import write_report
+
+    typer.echo(f"report: {write_report(run)}")
+
+
 def main() -> None:
     # click handles usage errors itself (exit 2); our own bad-input errors are caught here
     try:

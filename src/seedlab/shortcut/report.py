@@ -11,13 +11,13 @@ own numbers are constants (``PAPER``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from seedlab.errors import SeedlabError
+from seedlab.reporting import Fig, Report, figure_block, fmt_num, fmt_p, md_table, new_figure, p_text, pct, save_figure
 
 # The paper's headline (task sum2-max, weight decay 0.1): (layers, ratio) -> % of seeds that generalize.
 PAPER_TASK, PAPER_WD = "sum2-max", 0.1
@@ -28,19 +28,6 @@ GROUP = ["task", "weight_decay"]  # one headline table per group
 MAX_SEEDS_DRAWN = 12  # per panel of curves.png
 SPLIT_COLORS = {"val": "tab:blue", "adv": "tab:orange"}
 SPLIT_NOTES = {"val": "r = 1, shortcut holds", "adv": "r = 0, shortcut misleads"}
-
-
-@dataclass
-class Report:
-    """What the sections hand to the final markdown: text blocks in order."""
-
-    blocks: list[str] = field(default_factory=list)
-
-    def add(self, *lines: str) -> None:
-        self.blocks.append("\n\n".join(line.rstrip() for line in lines))
-
-    def text(self) -> str:
-        return "\n\n".join(b.rstrip() for b in self.blocks) + "\n"
 
 
 def write_report(run_dir: str | Path) -> Path:
@@ -102,38 +89,8 @@ def paper_order(cell: tuple) -> tuple:
     return (-cell[0], *cell[1:])
 
 
-def pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def fmt_ratio(r: float) -> str:
     return f"{r:g}"
-
-
-def fmt_p(p: float) -> str:
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "n/a"
-    return "<0.0001" if p < 1e-4 else f"{p:.2g}"
-
-
-def p_text(p: float) -> str:
-    """``p = 0.03`` or ``p < 0.0001``, for prose."""
-    t = fmt_p(p)
-    return f"p {t[0]} {t[1:]}" if t.startswith("<") else f"p = {t}"
-
-
-def fmt_num(x: float) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if math.isinf(x):
-        return "∞" if x > 0 else "−∞"
-    return f"{x:.3g}"
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def paper_pct(task: str, wd: float, layers: int, ratio: float) -> int | None:
@@ -326,37 +283,6 @@ def interaction_section(summary: pd.DataFrame) -> str:
 # ---------------------------------------------------------------- figures
 
 
-@dataclass
-class Fig:
-    """A figure written beside the report (path None when skipped, with the reason as caption)."""
-
-    title: str
-    path: Path | None
-    caption: str
-
-
-def figure_block(fig: Fig) -> str:
-    if fig.path is None:
-        return f"### {fig.title}\n\n*Skipped: {fig.caption}*"
-    return f"### {fig.title}\n\n![{fig.title}]({fig.path.name})\n\n*{fig.caption}*"
-
-
-def _figure(nrows: int, ncols: int, w: float = 4.0, h: float = 3.2):
-    from matplotlib.figure import Figure  # no pyplot: no global state, renders with Agg
-
-    fig = Figure(figsize=(w * ncols, h * nrows), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-    return fig, axes
-
-
-def _save(fig, path: Path) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=110)
-    return path
-
-
 def _grid(n: int, max_cols: int = 4) -> tuple[int, int]:
     ncols = min(n, max_cols)
     return math.ceil(n / ncols), ncols
@@ -366,7 +292,7 @@ def rate_vs_ratio_figure(summary: pd.DataFrame, rates: pd.DataFrame, run_dir: Pa
     from seedlab.stats import chance
 
     tasks = sorted(rates["task"].unique())
-    fig, axes = _figure(*_grid(len(tasks)))
+    fig, axes = new_figure(*_grid(len(tasks)))
     many_wd = summary["weight_decay"].nunique() > 1
     for ax, task in zip(axes, tasks, strict=False):
         t = rates[rates["task"] == task]
@@ -384,7 +310,7 @@ def rate_vs_ratio_figure(summary: pd.DataFrame, rates: pd.DataFrame, run_dir: Pa
         ax.legend(fontsize=7)
     for ax in axes[len(tasks) :]:
         ax.set_visible(False)
-    path = _save(fig, run_dir / "rate_vs_ratio.png")
+    path = save_figure(fig, run_dir / "rate_vs_ratio.png")
     return Fig(
         "Generalization rate vs spurious ratio",
         path,
@@ -424,7 +350,7 @@ def curves_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
         return Fig(title, None, f"curves.parquet has no val/adv rows for the members of {task}.")
     caps = sorted({k[:2] for k, _ in panels}, key=paper_order)
     ratios = sorted({k[2] for k, _ in panels})
-    fig, axes = _figure(len(caps), len(ratios), w=3.6, h=2.8)
+    fig, axes = new_figure(len(caps), len(ratios), w=3.6, h=2.8)
     axes = axes.reshape(len(caps), len(ratios))
     for ax in axes.ravel():
         ax.set_visible(False)
@@ -442,7 +368,7 @@ def curves_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
     handles = [Line2D([], [], color=c, lw=1.2, label=f"{s} ({SPLIT_NOTES[s]})") for s, c in SPLIT_COLORS.items()]
     fig.legend(handles=handles, loc="outside upper right", fontsize=8)
     fig.suptitle(f"{task}, weight decay {wd:g}", fontsize=10)
-    out = _save(fig, run_dir / "curves.png")
+    out = save_figure(fig, run_dir / "curves.png")
     return Fig(
         title,
         out,
@@ -460,7 +386,7 @@ def gen_epoch_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
     tasks = sorted(summary["task"].unique())
     wds = sorted(summary["weight_decay"].unique())
     colors = {w: f"C{i}" for i, w in enumerate(wds)}
-    fig, axes = _figure(*_grid(len(tasks), 2), w=5.5, h=3.4)
+    fig, axes = new_figure(*_grid(len(tasks), 2), w=5.5, h=3.4)
     rng = np.random.default_rng(0)  # jitter only
     for ax, task in zip(axes, tasks, strict=False):
         t = summary[summary["task"] == task]
@@ -485,7 +411,7 @@ def gen_epoch_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
 
         handles = [Line2D([], [], ls="", marker="o", color=c, label=f"wd={w:g}") for w, c in colors.items()]
         fig.legend(handles=handles, loc="outside upper right", fontsize=8)
-    out = _save(fig, run_dir / "gen_epoch.png")
+    out = save_figure(fig, run_dir / "gen_epoch.png")
     return Fig(
         title,
         out,
@@ -496,7 +422,7 @@ def gen_epoch_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
 
 def transient_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
     wds = sorted(summary["weight_decay"].unique())
-    fig, axes = _figure(1, 1, w=4.6, h=4.2)
+    fig, axes = new_figure(1, 1, w=4.6, h=4.2)
     ax = axes[0]
     for i, w in enumerate(wds):
         d = summary[np.isclose(summary["weight_decay"], w)]
@@ -508,7 +434,7 @@ def transient_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
     ax.set(xlim=(-3, 103), ylim=(-3, 103))
     ax.set_aspect("equal")
     ax.legend(fontsize=8)
-    out = _save(fig, run_dir / "transient.png")
+    out = save_figure(fig, run_dir / "transient.png")
     return Fig(
         "Transient generalization: peak vs final adversarial accuracy",
         out,
@@ -553,7 +479,7 @@ def aligned_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
         return Fig(title, None, "no member generalized" if gen.empty else "no curves.parquet")
     curves = pd.read_parquet(path, columns=["member", "epoch", "split", "acc"])
     caps = sorted({(int(a), int(b)) for a, b in gen[["layers", "heads"]].itertuples(index=False)}, key=paper_order)
-    fig, axes = _figure(1, len(caps), w=4.2)
+    fig, axes = new_figure(1, len(caps), w=4.2)
     for ax, (layers, heads) in zip(axes, caps, strict=False):
         d = gen[(gen["layers"] == layers) & (gen["heads"] == heads)]
         for _, m in pick_members(d).iterrows():
@@ -563,7 +489,7 @@ def aligned_figure(summary: pd.DataFrame, run_dir: Path) -> Fig:
                 ax.plot(s["epoch"] - m["gen_epoch"], 100 * s["acc"], lw=0.8, alpha=0.6, color=SPLIT_COLORS[split])
         ax.axvline(0, ls="--", color="gray", lw=1)
         ax.set(title=f"{cap_label(layers, heads)} ({len(d)} generalized)", xlabel="epochs from gen_epoch", ylabel="accuracy (%)")
-    return Fig(title, _save(fig, run_dir / "aligned.png"),
+    return Fig(title, save_figure(fig, run_dir / "aligned.png"),
                "Seed-conditional view: aligned at the epoch each seed reaches 100% adversarial accuracy, runs that look "
                "different on the raw time axis share one transition shape (blue val, orange adv).")
 
@@ -574,7 +500,7 @@ def gradient_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
     if not path.is_file():
         return [Fig("Gradient dynamics", None, "no gradients.parquet (set train.gradients.enabled: true)")]
     g = pd.read_parquet(path).merge(summary[["member", "layers", "heads", "ratio"]], on="member")
-    fig, axes = _figure(1, 1, w=5.0)
+    fig, axes = new_figure(1, 1, w=5.0)
     ax = axes[0]
     top = g["ratio"].max()
     for i, (layers, d) in enumerate(sorted(g[g["ratio"] == top].groupby("layers"), key=lambda kv: -kv[0])):
@@ -586,10 +512,10 @@ def gradient_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
     ax.axhline(0, color="gray", lw=1, ls="--")
     ax.set(xlabel="epoch", ylabel="cos(g_consistent, g_anti)", title=f"gradient conflict at r = {top:g}")
     ax.legend()
-    conflict = Fig("Gradient conflict over training", _save(fig, run_dir / "grad_conflict.png"),
+    conflict = Fig("Gradient conflict over training", save_figure(fig, run_dir / "grad_conflict.png"),
                    "Cosine between the consistent-sample and anti-sample gradients (thin: seeds; thick: median). The "
                    "paper: negative at first; in 2L at high r it resolves toward 0 as the model generalizes, in 1L it persists.")
-    fig, axes = _figure(1, 1, w=5.0)
+    fig, axes = new_figure(1, 1, w=5.0)
     ax = axes[0]
     d = g[np.isfinite(g["expected_ratio"]) & g["per_example_ratio"].notna()]
     for i, (layers, dd) in enumerate(sorted(d.groupby("layers"), key=lambda kv: -kv[0])):
@@ -599,7 +525,7 @@ def gradient_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
         ax.plot(lim, lim, ls="--", color="gray", lw=1, label="ratio = r/(1-r)")
     ax.set(xlabel="r / (1 - r)", ylabel="per-example gradient norm, anti / consistent", yscale="log")
     ax.legend(fontsize=8)
-    amp = Fig("Gradient amplification", _save(fig, run_dir / "grad_amplification.png"),
+    amp = Fig("Gradient amplification", save_figure(fig, run_dir / "grad_amplification.png"),
               "Each dot is one member at one measurement. Once the shortcut saturates, anti-shortcut samples carry "
               "far more gradient than consistent ones (paper: 9-17x at r = 0.9, against r/(1-r) = 9).")
     return [conflict, amp]
@@ -615,7 +541,7 @@ def circuit_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
     heads = c[c["head"] >= 0]
     prints = [("qk_rho_value", "QK rho with token value"), ("attn_pos0", "attention on position 0"), ("ov_rho_residue", "OV rho with residue")]
     caps = sorted({(int(a), int(b)) for a, b in heads[["n_layers", "n_heads"]].itertuples(index=False)}, key=paper_order)
-    fig, axes = _figure(len(caps), len(prints), w=3.8, h=2.8)
+    fig, axes = new_figure(len(caps), len(prints), w=3.8, h=2.8)
     for row, (L, H) in enumerate(caps):
         d = heads[(heads["n_layers"] == L) & (heads["n_heads"] == H)]
         for col, (name, label) in enumerate(prints):
@@ -626,14 +552,14 @@ def circuit_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
             ax.set(title=f"{cap_label(L, H)}: {label}", xlabel="epoch", ylim=(-1.05, 1.05) if "rho" in name else (0, 1.02))
             if col == 0:
                 ax.legend(fontsize=6)
-    fp = Fig("Fingerprint evolution per head", _save(fig, run_dir / "fingerprints.png"),
+    fp = Fig("Fingerprint evolution per head", save_figure(fig, run_dir / "fingerprints.png"),
              "Median over seeds at each checkpoint. A shortcut head: QK rho near 1 (attends to the max) or attention on "
              "position 0 near 1 (first-element shortcut); a robust head: OV rho with parity near 1.")
     last = c[c["epoch"] == c.groupby("member")["epoch"].transform("max")]
     last = last.assign(component=np.where(last["head"] >= 0, "L" + last["layer"].astype(str) + "H" + last["head"].astype(str), "L" + last["layer"].astype(str) + "MLP"))
     cells = sorted({(int(a), int(b), float(r)) for a, b, r in last[["n_layers", "n_heads", "ratio"]].itertuples(index=False)}, key=paper_order)
     comps = sorted(last["component"].unique())
-    fig, axes = _figure(1, 2, w=max(4.0, 0.9 * len(comps) + 2), h=0.45 * len(cells) + 1.6)
+    fig, axes = new_figure(1, 2, w=max(4.0, 0.9 * len(comps) + 2), h=0.45 * len(cells) + 1.6)
     for ax, split in zip(axes, ("val", "adv"), strict=True):
         grid = np.full((len(cells), len(comps)), np.nan)
         for i, (L, H, r) in enumerate(cells):
@@ -646,7 +572,7 @@ def circuit_figures(summary: pd.DataFrame, run_dir: Path) -> list[Fig]:
         ax.set_yticks(range(len(cells)), [f"{cap_label(L, H)} r={r:g}" for L, H, r in cells], fontsize=7)
         ax.set_title(f"zero-ablation: change in {split} accuracy (points)")
         fig.colorbar(im, ax=ax, shrink=0.8)
-    abl = Fig("Ablation heatmap (last checkpoint)", _save(fig, run_dir / "ablation.png"),
+    abl = Fig("Ablation heatmap (last checkpoint)", save_figure(fig, run_dir / "ablation.png"),
               "Mean over seeds of the accuracy change when one component's output is zeroed. A component the shortcut "
               "needs costs validation accuracy; one the rule needs costs adversarial accuracy.")
     return [fp, abl]

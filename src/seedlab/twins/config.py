@@ -69,7 +69,7 @@ class TwinsConfig(Strict):
     random_chars_tokens: Pos | None = None  # null: the fabricated (else attested) passage's token length
     random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
     checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
-    midpoint: Pos | None = None  # the "mid-point" checkpoint (updates completed); null: steps // 2
+    midpoint: Pos | None = None  # the "mid-point" checkpoint (updates completed); null: half-way from s to the end
     device: str = "auto"  # "auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast; fp32 keeps CPU runs bitwise reproducible
     threads: Pos | None = None  # torch CPU threads per process; null: torch's default
@@ -98,7 +98,7 @@ class TwinsConfig(Strict):
 
     @property
     def mid(self) -> int:
-        return self.midpoint or self.steps // 2
+        return self.midpoint or (self.injection_step + self.steps) // 2
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

@@ -11,6 +11,7 @@ Layout (DESIGN contract)::
 
     DIR/config.json               the resolved config (+ independent, world_size, injection_rank)
     DIR/preregistration.json      outcomes and measurement settings, hashed, before any training
+    DIR/inputs.json               the corpus (absolute path, hashes) and every passage's text and token ids
     DIR/seed-<k>/prefix.safetensors               the shared prefix's complete state at step s
     DIR/seed-<k>/<condition>/step-<t>.safetensors  weights after t updates (state_dict keys)
     DIR/seed-<k>/<condition>/manifest.json        {t: {tensor: SHA-256}} for every saved t
@@ -237,10 +238,16 @@ def run_twins(
         record = cfg.model_dump(mode="json") | {"independent": independent, "world_size": world.size}
     record = record | {"injection_rank": world.rank_of_row(cfg.injection_row, cfg.batch_size)}
     if world.main:
-        if not (out / "config.json").is_file() or json.loads((out / "config.json").read_text()) != record:
-            write_json(out / "config.json", record)  # a resumed run leaves it untouched
+        _write_if_changed(out / "config.json", record)  # a resumed run leaves it untouched
         if not (out / "preregistration.json").is_file():  # written once, before the first step
             write_json(out / "preregistration.json", cfg.preregistration())
+        inputs = {  # what later tools (measure, gradmatch) need without the config's folder
+            "corpus": str(corpus.path.resolve()),
+            "corpus_sha256": {k: v["sha256"] for k, v in corpus.meta["splits"].items()},
+            "eot_id": corpus.eot_id,
+            "passages": {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in passages.items()},
+        }
+        _write_if_changed(out / "inputs.json", inputs)
     world.barrier()
     s, ckpts = cfg.injection_step, cfg.checkpoint_steps()
     frames = []
@@ -300,6 +307,11 @@ def run_twins(
             verify_identical(at_injection, seed, s)
     world.barrier()
     return pd.concat(frames, ignore_index=True)
+
+
+def _write_if_changed(path: Path, obj: dict) -> None:
+    if not path.is_file() or json.loads(path.read_text()) != obj:
+        write_json(path, obj)
 
 
 def shared_prefix(cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, path: Path, bar: Bar, world: World) -> tuple[_Run, list[float]]:

@@ -1,0 +1,196 @@
+"""``seedlab twins measure DIR``: every condition against its twin, and twins of different seeds.
+
+For each seed k and injected condition c (against the twin of the same seed) at the final step:
+
+- **barrier**      the interpolation loss barrier on held-out tokens (twins/metrics.py), α grid from the config;
+                   ``rise_mid`` is the signed rise above the chord at α = 0.5 (negative on a convex path,
+                   where the barrier itself is 0, so differences between conditions stay visible);
+- **heldout_ce**   held-out cross-entropy of c, of the twin, and the difference c − twin (nats/token);
+- **distance**     Euclidean distance of the weights, overall and per layer (``dist.<group>``);
+- **cka**          linear CKA per layer (``cka.blocks.<l>``: the residual stream after block l) on a probe batch;
+- **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end.
+
+The same barrier / distance / CKA / held-out CE between the twins of every pair of seeds are the
+baselines (``kind = "seed"``). At every saved step ``checkpoints.parquet`` also has the distance to
+the twin, both held-out CEs and both passage CEs (the time course), ``timecourse.parquet`` the
+per-step training-loss difference c − twin, and ``paths.parquet`` the loss along each interpolation.
+
+Files (all written only when measuring succeeds): measures.parquet (DESIGN contract: one row per
+seed × condition plus the seed-vs-seed rows), checkpoints.parquet, timecourse.parquet,
+paths.parquet, measures.json (settings, what was missing, the outcomes used).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from seedlab.errors import SeedlabError
+from seedlab.progress import Bar
+from seedlab.store import write_json, write_parquet
+from seedlab.twins.batches import get_batch
+from seedlab.twins.metrics import barrier_curve, interpolate, linear_cka, weight_distance
+from seedlab.twins.model import GPT
+from seedlab.twins.rundir import RunDir, open_run
+
+OUTPUTS = ("measures.parquet", "checkpoints.parquet", "timecourse.parquet", "paths.parquet", "measures.json")
+
+
+class Evaluator:
+    """One GPT whose weights are swapped in; held-out CE, passage CE and residual streams."""
+
+    def __init__(self, run: RunDir, device: torch.device):
+        m, g = run.cfg.measure, run.gcfg
+        self.device, self.eval_rows = device, m.eval_rows
+        self.model = GPT(g).to(device).eval()
+        self.x, self.y = get_batch(run.corpus.heldout, m.seed, 0, m.heldout_rows, g.block_size)
+        self.probe = self.x[: m.probe_rows]
+        self.shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+
+    def load(self, state: dict[str, torch.Tensor], name: str) -> None:
+        for k, shape in self.shapes.items():
+            if k not in state or tuple(state[k].shape) != shape:
+                got = tuple(state[k].shape) if k in state else "missing"
+                raise SeedlabError(f"{name}: tensor {k!r} is {got}, the run's model needs {shape} (mismatched model shapes)")
+        self.model.load_state_dict(state)
+
+    @torch.no_grad()
+    def heldout_ce(self) -> float:
+        """Mean cross-entropy (nats/token) over the held-out rows."""
+        total = 0.0
+        for i in range(0, len(self.x), self.eval_rows):
+            _, loss = self.model(self.x[i : i + self.eval_rows].to(self.device), self.y[i : i + self.eval_rows].to(self.device))
+            total += float(loss) * len(self.x[i : i + self.eval_rows])
+        return total / len(self.x)
+
+    @torch.no_grad()
+    def passage_ce(self, ids: list[int]) -> float:
+        p = torch.tensor(ids, dtype=torch.int64, device=self.device)[None]
+        return float(self.model(p[:, :-1], p[:, 1:])[1])
+
+    @torch.no_grad()
+    def residuals(self) -> list[torch.Tensor]:
+        return [r.cpu() for r in self.model.residuals(self.probe.to(self.device))]
+
+    def path(self, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], alphas: list[float]) -> np.ndarray:
+        out = []
+        for al in alphas:
+            self.model.load_state_dict(interpolate(a, b, al))
+            out.append(self.heldout_ce())
+        return np.array(out)
+
+
+def _device(name: str) -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else torch.device(name)
+
+
+def measure(root: str | Path, *, corpus: str | Path | None = None, device: str = "auto", progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Measure what is there; warn about what is missing; raise when nothing can be measured."""
+    t0 = time.perf_counter()
+    run = open_run(root, corpus)
+    cfg, s = run.cfg, run.cfg.injection_step
+    final, s50 = cfg.steps, min(s + 50, cfg.steps)
+    seeds = [k for k in cfg.seeds if (k, "twin") in run.done]
+    pairs = [(k, c) for k in seeds for c in cfg.conditions if c != "twin" and (k, c) in run.done]
+    seed_pairs = list(itertools.combinations(seeds, 2))
+    if not pairs and not seed_pairs:
+        raise SeedlabError(f"{run.root}: nothing to measure (finished runs: {sorted(run.done) or 'none'}; "
+                           "a condition needs its seed's twin, a baseline two seeds' twins)")
+    for what in run.missing:
+        print(f"warning: missing {what} (not finished); measuring the rest", file=sys.stderr)
+
+    ev = Evaluator(run, _device(device))
+    alphas = cfg.measure.alphas
+    ckpt_steps = [t for t in cfg.checkpoint_steps() if t >= s]
+    rows, ckpt_rows, path_rows = [], [], []
+    work = len(seeds) * len(ckpt_steps) + (len(pairs) + len(seed_pairs)) * len(alphas)
+    finals: dict[int, tuple[dict, float, list[torch.Tensor]]] = {}  # seed -> twin's final (state, ce, residuals)
+    with Bar("measure", work, "evals", enabled=progress) as bar:
+        for k in seeds:
+            conds = [c for kk, c in pairs if kk == k]
+            for t in ckpt_steps:
+                twin = run.weights(k, "twin", t)
+                ev.load(twin, f"seed {k} twin step {t}")
+                twin_ce = ev.heldout_ce()
+                twin_pce = {c: ev.passage_ce(run.passages[c]) for c in conds}
+                twin_res = ev.residuals() if t == final else None
+                if t == final:
+                    finals[k] = (twin, twin_ce, twin_res)
+                for c in conds:
+                    state = run.weights(k, c, t)
+                    ev.load(state, f"seed {k} {c} step {t}")
+                    ce = ev.heldout_ce()
+                    ckpt_rows.append({
+                        "seed": k, "condition": c, "step": t, "distance": weight_distance(state, twin)["all"],
+                        "heldout_ce": ce, "twin_heldout_ce": twin_ce,
+                        "passage_ce": ev.passage_ce(run.passages[c]), "twin_passage_ce": twin_pce[c],
+                    })
+                    if t == final:
+                        rows.append(_compare(ev, state, twin, ce, twin_ce, twin_res, alphas, path_rows, bar,
+                                             kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t))
+                bar.update(note=f"seed {k}: step {t}")
+                bar.advance()
+        for a, b in seed_pairs:
+            (sa, ce_a, _), (sb, ce_b, res_b) = finals[a], finals[b]
+            ev.load(sa, f"seed {a} twin")
+            rows.append(_compare(ev, sa, sb, ce_a, ce_b, res_b, alphas, path_rows, bar,
+                                 kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=final))
+
+    measures = pd.DataFrame(rows)
+    checkpoints = pd.DataFrame(ckpt_rows)
+    if len(checkpoints):  # passage CE at s + 50 and at the end, beside each pair's row
+        for tag, t in (("s50", s50), ("final", final)):
+            at = checkpoints[checkpoints.step == t].set_index(["seed", "condition"])
+            key = pd.MultiIndex.from_frame(measures[["seed", "condition"]])
+            measures[f"passage_ce_{tag}"] = at["passage_ce"].reindex(key).to_numpy()
+            measures[f"twin_passage_ce_{tag}"] = at["twin_passage_ce"].reindex(key).to_numpy()
+    out = {
+        "measures": measures,
+        "checkpoints": checkpoints,
+        "timecourse": _timecourse(run, pairs),
+        "paths": pd.DataFrame(path_rows),
+    }
+    root = run.root
+    for name, df in out.items():
+        write_parquet(root / f"{name}.parquet", df)
+    write_json(root / "measures.json", {
+        "missing": run.missing, "measured_pairs": len(pairs), "seed_pairs": len(seed_pairs),
+        "preregistration": cfg.preregistration(), "device": str(ev.device), "seconds": round(time.perf_counter() - t0, 1),
+        "steps": {"injection": s, "s50": s50, "mid": cfg.mid, "final": final},
+    })
+    return out
+
+
+def _compare(ev: Evaluator, a: dict, b: dict, ce_a: float, ce_b: float, res_b: list[torch.Tensor],
+             alphas: list[float], path_rows: list, bar: Bar, **key) -> dict:
+    """Barrier, held-out CE, distance and CKA of ``a`` (loaded in ``ev``) against ``b``."""
+    res_a = ev.residuals()
+    losses = ev.path(a, b, alphas)
+    rise = barrier_curve(alphas, losses)
+    path_rows += [{**key, "alpha": al, "loss": lo, "rise": r} for al, lo, r in zip(alphas, losses, rise)]
+    bar.advance(len(alphas))
+    dist = weight_distance(a, b)
+    return {
+        **key, "barrier": float(rise.max()), "rise_mid": float(np.interp(0.5, alphas, rise)),
+        "heldout_ce": ce_a, "heldout_ce_b": ce_b, "heldout_ce_diff": ce_a - ce_b,
+        "distance": dist.pop("all"), **{f"dist.{g}": v for g, v in dist.items()},
+        **{f"cka.blocks.{i}": linear_cka(x, y) for i, (x, y) in enumerate(zip(res_a, res_b))},
+    }
+
+
+def _timecourse(run: RunDir, pairs: list[tuple[int, str]]) -> pd.DataFrame:
+    """Per-step training loss of each injected run, its twin's, and the difference (c − twin)."""
+    frames = []
+    for k, c in pairs:
+        mine = pd.read_parquet(run.done[k, c] / "losses.parquet")
+        twin = pd.read_parquet(run.done[k, "twin"] / "losses.parquet")
+        df = mine.merge(twin, on="step", suffixes=("", "_twin"))
+        frames.append(df.assign(seed=k, condition=c, diff=df.loss - df.loss_twin))
+    cols = ["seed", "condition", "step", "loss", "loss_twin", "diff"]
+    return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)

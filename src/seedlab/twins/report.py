@@ -1,0 +1,328 @@
+"""``seedlab twins report DIR``: ``DIR/report.md`` plus PNG figures beside it.
+
+Read top to bottom, the module follows the report: load what ``twins measure`` wrote, the
+design and its pre-registration, the headline (the paper's numbers beside ours), the paired
+statistics, the normalized effects and the time course, then one function per figure. Every
+number is computed from the measured files; only the paper's own numbers are constants.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from seedlab.errors import SeedlabError
+from seedlab.reporting import Fig, Report, figure_block, fmt_num, fmt_p, md_table, new_figure, save_figure
+from seedlab.twins import stats
+from seedlab.twins.config import INJECTED
+
+# "Learned, Then Lost" (shared/spec/single-example-counterfactual.md)
+PAPER = {
+    "gain_s50": {"fluent-fabricated": 0.0389, "fluent-attested": 0.0437},  # nats, p < 1e-4
+    "p_final": {"fluent-fabricated": 0.25, "fluent-attested": 0.71},
+    "barrier_fab_att": (0.00680, 0.509, 0.032),  # mean difference, p, MDE
+    "barrier_pct": 3.0,
+    "distance_pct": 44.1,
+    "distance_mid_frac": 0.92,
+    "peak_after": 100,  # steps after the injection where the loss difference peaks (step ~300, s = 200)
+}
+COLORS = {"fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green", "seed": "0.4"}
+
+
+@dataclass
+class Measured:
+    root: Path
+    measures: pd.DataFrame
+    checkpoints: pd.DataFrame
+    timecourse: pd.DataFrame
+    paths: pd.DataFrame
+    meta: dict
+    config: dict
+
+    @property
+    def steps(self) -> dict[str, int]:
+        return self.meta["steps"]
+
+
+def load(root: str | Path) -> Measured:
+    root = Path(root)
+    need = [root / f for f in ("measures.parquet", "checkpoints.parquet", "timecourse.parquet", "paths.parquet", "measures.json")]
+    missing = [p.name for p in need if not p.is_file()]
+    if missing:
+        raise SeedlabError(f"{root}: no {missing[0]} (run `seedlab twins measure {root}` first)")
+    frames = [pd.read_parquet(p) for p in need[:4]]
+    return Measured(root, *frames, json.loads(need[4].read_text()), json.loads((root / "config.json").read_text()))
+
+
+def write_report(root: str | Path) -> Path:
+    """Write ``root/report.md`` and its figures; returns the report's path."""
+    from seedlab.store import write_text
+
+    d = load(root)
+    outcomes = d.meta["preregistration"]["outcomes"]
+    comp = stats.comparisons(d.measures, outcomes)
+    norm = stats.normalized(d.measures)
+    course = stats.time_course(d.timecourse, d.checkpoints, d.steps)
+    rep = Report()
+    rep.add("# Twins: a measured single-example counterfactual", intro(d))
+    rep.add("## Pre-registration", preregistration(d))
+    rep.add("## Headline: the paper's numbers beside this run's", headline(d, comp, norm, course))
+    rep.add("## Learned, then lost: each passage's own cross-entropy", learned_then_lost(comp, d.steps))
+    rep.add("## Fabricated vs attested, every measure", fab_vs_att(comp))
+    rep.add("## Normalized effects: one example vs a different seed", normalized_table(norm))
+    rep.add("## Time course", time_course_table(course, d.steps))
+    rep.add("## Figures")
+    for fig in (path_figure(d), loss_diff_figure(d), distance_barrier_figure(d, norm), cka_figure(d),
+                passage_figure(d), distance_course_figure(d)):
+        rep.add(figure_block(fig))
+    write_text(d.root / "report.md", rep.text())
+    return d.root / "report.md"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def intro(d: Measured) -> str:
+    c, inj = d.config, d.measures[d.measures.kind == "injected"]
+    seeds = sorted(set(inj.seed) | set(d.measures[d.measures.kind == "seed"].seed))
+    lines = [
+        f"Model `{c['model']}`, {c['steps']:,} steps of {c['batch_size']} rows, one row replaced at step "
+        f"{c['injection_step']} (row {c['injection_row']}). Seeds measured: {', '.join(map(str, seeds)) or 'none'}; "
+        f"conditions: {', '.join(sorted(set(inj.condition))) or 'none'}, each against the twin of its seed. "
+        f"Steps below are optimizer updates completed: s = {d.steps['injection']}, s + 50 = {d.steps['s50']}, "
+        f"mid-point = {d.steps['mid']}, end = {d.steps['final']}.",
+    ]
+    if d.meta["missing"]:
+        lines.append(f"**Not measured (runs not finished):** {', '.join(d.meta['missing'])}.")
+    n = inj.seed.nunique()
+    if n < 8:
+        lines.append(f"With {n} seeds the paired tests have little power (the paper used 8): read the minimum "
+                     "detectable effects (MDE) before reading a p-value.")
+    return "\n\n".join(lines)
+
+
+def preregistration(d: Measured) -> str:
+    path = d.root / "preregistration.json"
+    used = d.meta["preregistration"]
+    rows = [[k, v] for k, v in used["outcomes"].items()]
+    table = md_table(["outcome", "label"], rows)
+    if not path.is_file():
+        return table + "\n\n**No preregistration.json in the run folder: the outcomes were not fixed before training.**"
+    before = json.loads(path.read_text())
+    if before["hash"] == used["hash"]:
+        return table + f"\n\nFixed before training (preregistration.json, hash `{before['hash']}`); unchanged since."
+    changed = [k for k in set(before["outcomes"]) | set(used["outcomes"]) if before["outcomes"].get(k) != used["outcomes"].get(k)]
+    what = (f"outcome labels changed: {', '.join(sorted(changed))}" if changed else "measurement settings changed")
+    return table + (f"\n\n**Changed after pre-registration** ({what}; hash `{before['hash']}` before training, "
+                    f"`{used['hash']}` when measured). The labels above are the ones used now.")
+
+
+def _get(comp: pd.DataFrame, comparison: str, measure: str) -> pd.Series | None:
+    r = comp[(comp.comparison == comparison) & (comp.measure == measure)]
+    return r.iloc[0] if len(r) else None
+
+
+def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame) -> str:
+    rows = []
+    for cond in ("fluent-fabricated", "fluent-attested"):
+        r = _get(comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
+        if r is not None:
+            rows.append([f"passage learned at s + 50 ({cond}): twin − injected CE",
+                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4", f"{-r['diff']:.4f} nats, p = {fmt_p(r['p_t'])}"])
+        r = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
+        if r is not None:
+            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]}", f"{-r['diff']:.4f} nats, p = {fmt_p(r['p_t'])}"])
+    r = _get(comp, "fabricated vs attested", "barrier")
+    if r is not None:
+        diff, p, mde = PAPER["barrier_fab_att"]
+        rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({diff / mde:.2f}× MDE)",
+                     f"{r['diff']:+.5f}, p = {fmt_p(r['p_t'])}, MDE {fmt_num(r['mde'])} ({fmt_num(r['diff_over_mde'])}× MDE)"])
+    inj = norm[norm.condition.isin(INJECTED[:2])]
+    if len(inj):
+        rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(inj.barrier.mean(), inj.seed_barrier.iloc[0])])
+        rows.append(["distance, % of inter-seed distance", f"{PAPER['distance_pct']}%", _pct(inj.distance.mean(), inj.seed_distance.iloc[0])])
+    fl = course[course.condition.isin(INJECTED[:2])]
+    if len(fl):
+        rows.append(["distance at mid-point / at the end", f"{100 * PAPER['distance_mid_frac']:.0f}%", f"{100 * fl.distance_mid_frac.mean():.0f}%"])
+        rows.append(["loss difference peaks, steps after injection", f"~{PAPER['peak_after']} (~100× just after)",
+                     f"{fl.peak_step.mean() - d.steps['injection']:.0f} ({fmt_num(fl.peak_over_just_after.mean())}× just after)"])
+    note = ("Fluent conditions pooled where the paper pools them; the CPU scale changes the absolute numbers "
+            "(model, corpus and steps are far smaller), so compare directions and orders of magnitude.")
+    return md_table(["", "paper", "this run"], rows) + "\n\n" + note
+
+
+def _pct(x: float, base: float) -> str:
+    return f"{100 * x / base:.1f}%" if base and np.isfinite(base) and base > 0 else "n/a (no seed pair)"
+
+
+def _stat_rows(rows: pd.DataFrame, name) -> list[list[str]]:
+    return [[name(r), r["label"], str(r["n"]), f"{r['mean_a']:.4g}", f"{r['mean_b']:.4g}", f"{r['diff']:+.4g}",
+             f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_t"]), fmt_p(r["p_perm"]) + ("" if r["perm_exact"] else " (MC)"),
+             fmt_num(r["mde"])] for _, r in rows.iterrows()]
+
+
+HEAD = ["", "label", "n", "mean a", "mean b", "a − b", "95% CI", "p (t)", "p (sign-flip)", "MDE"]
+
+
+def learned_then_lost(comp: pd.DataFrame, steps: dict) -> str:
+    rows = comp[comp.measure.isin(["passage_ce_s50", "passage_ce_final"])]
+    if not len(rows):
+        return "*No injected condition measured.*"
+    return ("a = the injected run's CE on its own passage, b = its twin's CE on the same passage (nats/token); "
+            "negative a − b: the passage was learned.\n\n" + md_table(HEAD, _stat_rows(rows, lambda r: r["comparison"])))
+
+
+def fab_vs_att(comp: pd.DataFrame) -> str:
+    rows = comp[comp.comparison == "fabricated vs attested"]
+    if not len(rows):
+        return "*Needs both fluent conditions measured on the same seeds.*"
+    return ("a = fabricated, b = attested, paired by seed. MDE: the smallest true difference the design "
+            "detects with 80% power at α = 0.05 (paired t).\n\n"
+            + md_table(HEAD, _stat_rows(rows, lambda r: stats.MEASURES[r["measure"]][1])))
+
+
+def normalized_table(norm: pd.DataFrame) -> str:
+    if not len(norm):
+        return "*No injected condition measured.*"
+    rows = [[r.condition, str(r.n), f"{r.barrier:.4g}", f"{r.rise_mid:+.3g}", fmt_num(r.seed_barrier), _pct(r.barrier, r.seed_barrier),
+             f"{r.distance:.4g}", fmt_num(r.seed_distance), _pct(r.distance, r.seed_distance)] for r in norm.itertuples()]
+    return ("Barrier and distance to the twin (mean over seeds), and the same between twins of different seeds. "
+            "The inter-seed distance is inflated by gauge freedom (rotated bases computing the same function), "
+            "so the distance ratio is a lower bound, as in the paper.\n\n"
+            + md_table(["condition", "seeds", "barrier", "rise at α=0.5", "seed barrier", "barrier %", "distance", "seed distance", "distance %"], rows))
+
+
+def time_course_table(course: pd.DataFrame, steps: dict) -> str:
+    if not len(course):
+        return "*No injected condition measured.*"
+    rows = [[r.condition, str(r.peak_step), f"{r.peak:.3g}", f"{r.just_after:.3g}", fmt_num(r.peak_over_just_after), f"{r.final:.3g}",
+             f"{100 * r.distance_mid_frac:.0f}%"] for r in course.itertuples()]
+    return (f"|training loss − twin's| per step, mean over seeds, smoothed over {stats.SMOOTH} steps; "
+            f"'just after' = the {stats.JUST_AFTER} steps after the injected batch.\n\n"
+            + md_table(["condition", "peak step", "peak", "just after", "peak / just after", "at the end", "distance at mid / end"], rows))
+
+
+# ---------------------------------------------------------------- figures
+
+
+def path_figure(d: Measured) -> Fig:
+    title = "Loss along the interpolation path"
+    if not len(d.paths):
+        return Fig(title, None, "no pair measured")
+    fig, (a1, a2) = new_figure(1, 2, w=4.6)
+    for (kind, cond, k, kb), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
+        color = COLORS["seed"] if kind == "seed" else COLORS.get(cond, "k")
+        label = f"seed {k} vs {kb}" if kind == "seed" else cond
+        a1.plot(g.alpha, g.loss, color=color, alpha=0.8, label=label)
+        a2.plot(g.alpha, g.rise, color=color, alpha=0.8, label=label)
+    a1.set(xlabel="α (0: run, 1: its twin / other seed)", ylabel="held-out CE (nats)")
+    a2.set(xlabel="α", ylabel="rise above the chord (nats)")
+    a2.axhline(0, color="k", lw=0.5)
+    _legend(a1)
+    return Fig(title, save_figure(fig, d.root / "interpolation.png"),
+               "Held-out loss along the straight line between two final weight vectors (left) and its rise above "
+               "the chord between the end losses (right); the barrier is the largest rise. Grey: twins of different seeds.")
+
+
+def _legend(ax) -> None:
+    h, labels = ax.get_legend_handles_labels()
+    keep = dict(zip(labels, h))  # one entry per label
+    ax.legend(keep.values(), keep.keys(), fontsize=7)
+
+
+def loss_diff_figure(d: Measured) -> Fig:
+    title = "Training-loss difference, injected − twin"
+    tc = d.timecourse
+    if not len(tc):
+        return Fig(title, None, "no injected condition measured")
+    s = d.steps["injection"]
+    fig, (ax,) = new_figure(1, 1, w=6.4, h=3.6)
+    for cond, g in tc[tc.step > s].groupby("condition"):
+        curve = g.assign(a=g["diff"].abs()).groupby("step").a.mean()
+        ax.plot(curve.index, curve.rolling(stats.SMOOTH, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
+    ax.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)")
+    ax.axvline(s, color="k", lw=0.5, ls=":")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.root / "loss_difference.png"),
+               f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), rolling mean over "
+               f"{stats.SMOOTH} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
+
+
+def distance_barrier_figure(d: Measured, norm: pd.DataFrame) -> Fig:
+    title = "Distance vs barrier, normalized by seed variance"
+    m = d.measures
+    seed = m[m.kind == "seed"]
+    if not len(seed) or not len(m[m.kind == "injected"]):
+        return Fig(title, None, "needs at least two seeds' twins and one injected condition")
+    sb, sd = seed.barrier.mean(), seed.distance.mean()
+    fig, (ax,) = new_figure(1, 1, w=5.0, h=4.0)
+    for cond, g in m[m.kind == "injected"].groupby("condition"):
+        y = g.barrier / sb if sb > 0 else g.rise_mid / abs(seed.rise_mid.mean())
+        ax.scatter(g.distance / sd, y, color=COLORS.get(cond), label=cond, s=18)
+    ax.scatter([1], [1], color=COLORS["seed"], marker="*", s=120, label="different seed (= 1, 1)")
+    ax.set(xlabel="distance / inter-seed distance", ylabel="barrier / inter-seed barrier" if sb > 0 else "rise at α=0.5 / inter-seed")
+    ax.axline((0, 0), (1, 1), color="k", lw=0.5, ls=":")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.root / "distance_vs_barrier.png"),
+               "Each point is one seed's injected run against its twin. Far right and low: the example moved the weights "
+               "but hardly the function (the paper: 44% of seed distance, 3% of seed barrier).")
+
+
+def cka_figure(d: Measured) -> Fig:
+    title = "CKA per layer"
+    m = d.measures
+    cols = [c for c in m.columns if c.startswith("cka.")]
+    if not cols or not len(m):
+        return Fig(title, None, "no pair measured")
+    fig, (ax,) = new_figure(1, 1, w=5.6, h=3.4)
+    groups = [(c, g) for c, g in m[m.kind == "injected"].groupby("condition")] + [("seed", m[m.kind == "seed"])]
+    width = 0.8 / len(groups)
+    for i, (name, g) in enumerate(groups):
+        if len(g):
+            ax.bar(np.arange(len(cols)) + i * width, g[cols].mean(), width, color=COLORS.get(name), label=name if name != "seed" else "different seed")
+    ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [c.removeprefix("cka.") for c in cols])
+    lo = float(np.nanmin(m[cols].to_numpy()))
+    ax.set(ylabel="linear CKA", ylim=(max(0.0, lo - 0.05 * (1 - lo) - 1e-3), 1.0))
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.root / "cka.png"),
+               "Linear CKA of the residual stream after each block on a fixed held-out probe batch, each run against its "
+               "twin (mean over seeds) and between twins of different seeds.")
+
+
+def passage_figure(d: Measured) -> Fig:
+    title = "The injected passage's cross-entropy over steps"
+    c = d.checkpoints
+    if not len(c):
+        return Fig(title, None, "no injected condition measured")
+    fig, (ax,) = new_figure(1, 1, w=6.0, h=3.6)
+    for cond, g in c.groupby("condition"):
+        gain = (g.twin_passage_ce - g.passage_ce).groupby(g.step)
+        ax.errorbar(gain.mean().index, gain.mean(), yerr=gain.std().fillna(0), color=COLORS.get(cond), marker="o", ms=3, capsize=2, label=cond)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.axvline(d.steps["injection"], color="k", lw=0.5, ls=":")
+    ax.set(xlabel="step", ylabel="twin's CE − injected run's CE (nats)")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.root / "passage_ce.png"),
+               "How much better the run that saw the passage predicts it than its twin, at every checkpoint (mean ± sd over "
+               "seeds): 0 at the injection step (identical weights), up right after, then lost.")
+
+
+def distance_course_figure(d: Measured) -> Fig:
+    title = "Distance to the twin over training"
+    c = d.checkpoints
+    if not len(c):
+        return Fig(title, None, "no injected condition measured")
+    fig, (ax,) = new_figure(1, 1, w=6.0, h=3.4)
+    for cond, g in c.groupby("condition"):
+        mean = g.groupby("step").distance.mean()
+        ax.plot(mean.index, mean / mean.iloc[-1], marker="o", ms=3, color=COLORS.get(cond), label=cond)
+    ax.axvline(d.steps["mid"], color="k", lw=0.5, ls=":")
+    ax.set(xlabel="step", ylabel="distance / final distance")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.root / "distance_course.png"),
+               f"Weight distance to the twin at each checkpoint as a fraction of its final value (mean over seeds); dotted: "
+               f"the mid-point (step {d.steps['mid']}). The paper: 92% of the final distance by the mid-point.")
