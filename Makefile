@@ -14,17 +14,27 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.installed runs/corpus-embedded/meta.json
 	$(BIN)/seedlab shortcut sweep configs/shortcut/quick.yaml --out runs/quick
 	$(BIN)/seedlab shortcut analyze runs/quick --n 256
 	$(BIN)/seedlab shortcut report runs/quick
+	$(BIN)/seedlab twins run configs/twins/mini.yaml --out runs/twins-mini
+	$(BIN)/seedlab twins measure runs/twins-mini
+	$(BIN)/seedlab twins report runs/twins-mini
 	@echo "shortcut demo report: runs/quick/report.md"
+	@echo "twins demo report:    runs/twins-mini/report.md"
+
+# the twins study's default corpus: docstrings of Python's standard library (no network)
+runs/corpus-embedded/meta.json: | $(VENV)/.installed
+	rm -rf runs/corpus-embedded
+	$(BIN)/seedlab corpus prepare embedded --out runs/corpus-embedded
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/shortcut_trainer.py
+	$(BIN)/python benchmarks/twins_trainer.py
 
 clean:
 	rm -rf $(VENV) runs

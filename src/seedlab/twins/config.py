@@ -37,6 +37,8 @@ class MeasureConfig(Strict):
     probe_rows: Pos = 16  # held-out rows whose representations CKA compares
     eval_rows: Pos = 16  # rows per forward pass while evaluating (memory, not results)
     seed: int = 0  # which held-out rows are drawn (the same rows for every model)
+    smooth_steps: Pos = 25  # rolling mean of |loss − twin's loss| before finding its peak (steps)
+    just_after_steps: Pos = 5  # the steps after the injected batch that define "just after the injection"
 
     @model_validator(mode="after")
     def _grid(self) -> MeasureConfig:

@@ -47,6 +47,14 @@ class Measured:
     def steps(self) -> dict[str, int]:
         return self.meta["steps"]
 
+    @property
+    def smooth(self) -> int:
+        return self.meta["preregistration"]["measure"].get("smooth_steps", 25)
+
+    @property
+    def just_after(self) -> int:
+        return self.meta["preregistration"]["measure"].get("just_after_steps", 5)
+
 
 def load(root: str | Path) -> Measured:
     root = Path(root)
@@ -66,7 +74,7 @@ def write_report(root: str | Path) -> Path:
     outcomes = d.meta["preregistration"]["outcomes"]
     comp = stats.comparisons(d.measures, outcomes)
     norm = stats.normalized(d.measures)
-    course = stats.time_course(d.timecourse, d.checkpoints, d.steps)
+    course = stats.time_course(d.timecourse, d.checkpoints, d.steps, smooth=d.smooth, just_after=d.just_after)
     rep = Report()
     rep.add("# Twins: a measured single-example counterfactual", intro(d))
     rep.add("## Pre-registration", preregistration(d))
@@ -74,7 +82,7 @@ def write_report(root: str | Path) -> Path:
     rep.add("## Learned, then lost: each passage's own cross-entropy", learned_then_lost(comp, d.steps))
     rep.add("## Fabricated vs attested, every measure", fab_vs_att(comp))
     rep.add("## Normalized effects: one example vs a different seed", normalized_table(norm))
-    rep.add("## Time course", time_course_table(course, d.steps))
+    rep.add("## Time course", time_course_table(course, d))
     rep.add("## Figures")
     for fig in (path_figure(d), loss_diff_figure(d), distance_barrier_figure(d, norm), cka_figure(d),
                 passage_figure(d), distance_course_figure(d)):
@@ -196,13 +204,13 @@ def normalized_table(norm: pd.DataFrame) -> str:
             + md_table(["condition", "seeds", "barrier", "rise at α=0.5", "seed barrier", "barrier %", "distance", "seed distance", "distance %"], rows))
 
 
-def time_course_table(course: pd.DataFrame, steps: dict) -> str:
+def time_course_table(course: pd.DataFrame, d: Measured) -> str:
     if not len(course):
         return "*No injected condition measured.*"
     rows = [[r.condition, str(r.peak_step), f"{r.peak:.3g}", f"{r.just_after:.3g}", fmt_num(r.peak_over_just_after), f"{r.final:.3g}",
              f"{100 * r.distance_mid_frac:.0f}%"] for r in course.itertuples()]
-    return (f"|training loss − twin's| per step, mean over seeds, smoothed over {stats.SMOOTH} steps; "
-            f"'just after' = the {stats.JUST_AFTER} steps after the injected batch.\n\n"
+    return (f"|training loss − twin's| per step, mean over seeds, smoothed over {d.smooth} steps; "
+            f"'just after' = the {d.just_after} steps after the injected batch.\n\n"
             + md_table(["condition", "peak step", "peak", "just after", "peak / just after", "at the end", "distance at mid / end"], rows))
 
 
@@ -243,13 +251,13 @@ def loss_diff_figure(d: Measured) -> Fig:
     fig, (ax,) = new_figure(1, 1, w=6.4, h=3.6)
     for cond, g in tc[tc.step > s].groupby("condition"):
         curve = g.assign(a=g["diff"].abs()).groupby("step").a.mean()
-        ax.plot(curve.index, curve.rolling(stats.SMOOTH, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
+        ax.plot(curve.index, curve.rolling(d.smooth, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
     ax.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)")
     ax.axvline(s, color="k", lw=0.5, ls=":")
     ax.legend(fontsize=7)
     return Fig(title, save_figure(fig, d.root / "loss_difference.png"),
                f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), rolling mean over "
-               f"{stats.SMOOTH} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
+               f"{d.smooth} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
 
 
 def distance_barrier_figure(d: Measured, norm: pd.DataFrame) -> Fig:

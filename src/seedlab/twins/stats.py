@@ -30,8 +30,6 @@ MEASURES = {
     "passage_gain_s50": ("passage_ce", "passage CE: twin − injected at s + 50 (nats)"),
     "passage_gain_final": ("passage_ce", "passage CE: twin − injected at the end (nats)"),
 }
-SMOOTH = 25  # steps in the rolling mean of |loss difference| (not stated by the paper)
-JUST_AFTER = 5  # steps after the injection that define "just after" (the injected batch itself excluded)
 
 
 def with_derived(measures: pd.DataFrame) -> pd.DataFrame:
@@ -85,21 +83,24 @@ def normalized(measures: pd.DataFrame) -> pd.DataFrame:
     return g.reset_index()
 
 
-def time_course(timecourse: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict[str, int]) -> pd.DataFrame:
-    """Per condition: peak of the smoothed mean |loss difference| after the injection, its ratio to
-    the value just after, the final value, and distance at the mid-point / at the end."""
+def time_course(timecourse: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict[str, int], *,
+                smooth: int = 25, just_after: int = 5) -> pd.DataFrame:
+    """Per condition: peak of the mean |loss difference| after the injection (rolling mean over
+    ``smooth`` steps), its ratio to the mean over the ``just_after`` steps after the injected batch,
+    the final value, and distance at the mid-point / at the end (config: measure.smooth_steps,
+    measure.just_after_steps)."""
     s, mid, final = steps["injection"], steps["mid"], steps["final"]
     rows = []
     for cond, g in timecourse.groupby("condition"):
         curve = g.assign(absdiff=g["diff"].abs()).groupby("step").absdiff.mean()
         after = curve[curve.index > s]  # the injected batch's own loss (step s) is not a difference of models
-        smooth = after.rolling(SMOOTH, min_periods=1, center=True).mean()
-        just = after.iloc[:JUST_AFTER].mean()
+        smoothed = after.rolling(smooth, min_periods=1, center=True).mean()
+        just = after.iloc[:just_after].mean()
         c = checkpoints[checkpoints.condition == cond].pivot_table(index="seed", columns="step", values="distance")
         frac = (c[mid] / c[final]).mean() if mid in c and final in c else np.nan
         rows.append({
-            "condition": cond, "peak_step": int(smooth.idxmax()), "peak": float(smooth.max()),
-            "just_after": float(just), "peak_over_just_after": float(smooth.max() / just) if just > 0 else np.nan,
-            "final": float(smooth.iloc[-1]), "distance_mid_frac": float(frac),
+            "condition": cond, "peak_step": int(smoothed.idxmax()), "peak": float(smoothed.max()),
+            "just_after": float(just), "peak_over_just_after": float(smoothed.max() / just) if just > 0 else np.nan,
+            "final": float(smoothed.iloc[-1]), "distance_mid_frac": float(frac),
         })
     return pd.DataFrame(rows)

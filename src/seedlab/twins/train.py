@@ -118,7 +118,8 @@ class _Run:
         rest = [p for p in self.model.parameters() if p.dim() < 2]
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-            lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2), foreach=False,
+            lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2),
+            **({"fused": True} if self.device.type == "cuda" else {"foreach": False}),  # fused: nanoGPT's GPU choice
         )
         self.warmup = cfg.warmup or cfg.injection_step
         self.params = list(self.model.parameters())

@@ -1,0 +1,333 @@
+"""The twins trainer vs a plain nanoGPT loop, side by side in one run, on the mini design.
+
+Model, block size, batch size, AdamW settings and lr schedule come from the twins config
+(default configs/twins/mini.yaml: GPT "mini" at block 256, batch 16). Four parts:
+
+1. throughput: ``_Run.advance`` vs the ordinary nanoGPT loop (benchmarks/plain_gpt_loop.py),
+   ``--steps`` timed steps after ``--warmup``, interleaved A, B, A, B ... best of ``--repeats``;
+   tokens/s, their ratio (target >= 0.9x) and GFLOP/s (nanoGPT's 6N + 12·L·d·T per token);
+2. determinism: a fresh ``_Run`` repeats the timed run's steps; every weight's SHA-256 must agree;
+3. the shared prefix: ``run_twins`` for one seed forked vs ``independent=True`` (wall time; steps
+   trained s + C·(T - s) vs C·T), and the forked and independent final weights compared;
+4. pieces: what ``advance`` does differently from the plain loop (batch, loss, AdamW, readout),
+   each timed alone, interleaved, best of ``--repeats``.
+
+Usage (about 3 minutes with the defaults on this 2-core machine, part 3 being 2 of them; --fork-steps and
+--fork-injection scale part 3 down; on a busy machine --threads 1 keeps the timings far steadier):
+
+    python benchmarks/twins_trainer.py [--steps 60] [--repeats 3] [--fork-steps 300 --fork-injection 100]
+                                       [--corpus runs/corpus-embedded] [--threads 2] [--device cpu] [--skip-fork]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plain_gpt_loop import PlainGPTLoop  # noqa: E402
+from plain_gpt_loop import get_batch as plain_batch  # noqa: E402
+
+from seedlab.config import load_yaml, parse  # noqa: E402
+from seedlab.twins.batches import get_batch  # noqa: E402
+from seedlab.twins.config import TwinsConfig  # noqa: E402
+from seedlab.twins.corpus import load, prepare  # noqa: E402
+from seedlab.twins.distributed import World  # noqa: E402
+from seedlab.twins.model import GPT  # noqa: E402
+from seedlab.twins.train import _Run, model_config, run_twins, tensor_hashes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_rate(dev: torch.device, n: int = 1024, reps: int = 5) -> float:
+    """The machine's fp32 matmul GFLOP/s (context for the GFLOP/s columns)."""
+    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    a @ b
+    sync(dev)
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync(dev)
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+
+
+def flops_per_token(gcfg) -> tuple[float, float]:
+    """(nanoGPT's estimate 6N + 12·L·d·T with N the non-embedding params, FlopCounterMode's
+    matmul count of one forward+backward per token; the CPU attention kernel is not counted)."""
+    m = GPT(gcfg, seed=0)
+    L, d, T = gcfg.n_layer, gcfg.n_embd, gcfg.block_size
+    x = torch.randint(0, gcfg.vocab_size, (2, T))
+    with FlopCounterMode(display=False) as fc:
+        m(x, x)[1].backward()
+    return 6 * m.num_params(non_embedding=True) + 12 * L * d * T, fc.get_total_flops() / x.numel()
+
+
+def interleaved(
+    fns: dict[str, Callable[[], None]], repeats: int, dev: torch.device, rounds: dict | None = None
+) -> dict[str, float]:
+    """Best wall time of each ``fn`` over ``repeats`` rounds, the fns taking turns within a round
+    (``rounds``, if given, receives every round's time of each)."""
+    rounds = {} if rounds is None else rounds
+    for name in fns:
+        rounds[name] = []
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            sync(dev)
+            t = time.perf_counter()
+            fn()
+            sync(dev)
+            rounds[name].append(time.perf_counter() - t)
+    return {name: min(ts) for name, ts in rounds.items()}
+
+
+def throughput(cfg: TwinsConfig, gcfg, tokens: np.ndarray, args) -> tuple[dict, _Run, int]:
+    run = _Run(cfg, gcfg, args.seed, tokens)
+    plain = PlainGPTLoop(cfg, gcfg, args.seed, tokens, run.device)
+    for _ in range(args.warmup):
+        run.advance()
+        plain.step()
+
+    def twins() -> None:
+        for _ in range(args.steps):
+            run.advance()
+
+    def loop() -> None:
+        for _ in range(args.steps):
+            plain.step()
+
+    rounds: dict[str, list[float]] = {}
+    best = interleaved({"twins": twins, "plain": loop}, args.repeats, run.device, rounds)
+    best["ratios"] = [p / t for t, p in zip(rounds["twins"], rounds["plain"])]  # plain time / twins time
+    return best, run, args.warmup + args.repeats * args.steps
+
+
+def determinism(cfg, gcfg, tokens, first: _Run, steps: int, seed: int) -> tuple[bool, int]:
+    again = _Run(cfg, gcfg, seed, tokens)
+    for _ in range(steps):
+        again.advance()
+    a, b = tensor_hashes(first.model.state_dict()), tensor_hashes(again.model.state_dict())
+    return a == b, len(a)
+
+
+def fork_vs_independent(cfg: TwinsConfig, base: Path, repeats: int, dev: torch.device) -> tuple[dict[str, float], bool]:
+    """Best wall time of run_twins forked vs independent (fresh folders each time); and whether
+    every condition's final weights agree bitwise between the two."""
+    manifests: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="twins-bench-") as tmp:
+
+        def go(independent: bool) -> Callable[[], None]:
+            def fn() -> None:
+                out = Path(tempfile.mkdtemp(dir=tmp))
+                run_twins(cfg, out, base=base, independent=independent, progress=False)
+                key = "independent" if independent else "forked"
+                manifests[key] = {
+                    c: json.loads((out / f"seed-{cfg.seeds[0]}" / c / "manifest.json").read_text())[str(cfg.steps)]
+                    for c in cfg.conditions
+                }
+
+            return fn
+
+        best = interleaved({"forked": go(False), "independent": go(True)}, repeats, dev)
+    return best, manifests["forked"] == manifests["independent"]
+
+
+def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeats: int, calls: int) -> list[tuple]:
+    """(piece, twins way, plain way, twins µs/step, plain µs/step), each piece timed alone."""
+    B, T, V = cfg.batch_size, gcfg.block_size, gcfg.vocab_size
+    rows = []
+
+    def per_call(fns: dict[str, Callable[[], None]]) -> list[float]:
+        def many(f):
+            return lambda: [f() for _ in range(calls)]
+
+        best = interleaved({k: many(f) for k, f in fns.items()}, repeats, dev)
+        return [1e6 * best[k] / calls for k in fns]
+
+    # the batch: numpy default_rng([seed, step]) + stack + mask + count, vs torch.randint offsets
+    gen, step = torch.Generator().manual_seed(0), iter(range(10**9))
+
+    def twins_batch():
+        x, y = get_batch(tokens, 0, next(step), B, T)
+        mask = torch.ones_like(x, dtype=torch.bool)
+        int(mask.sum())
+        x.to(dev), y.to(dev), mask.to(dev)
+
+    times = per_call({"t": twins_batch, "p": lambda: plain_batch(tokens, B, T, dev, gen)})
+    rows.append(("batch", "get_batch(seed, step) + mask + .to", "randint get_batch", *times))
+
+    # the loss: masked CE sum / n_targets (reduction="none", where, sum) vs F.cross_entropy mean, fwd + bwd
+    logits = torch.randn(B, T, V, device=dev, requires_grad=True)
+    y = torch.randint(0, V, (B, T), device=dev)
+    m = torch.ones(B, T, dtype=torch.bool, device=dev)
+
+    def twins_loss():
+        total = torch.zeros((), device=dev)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none")
+        part = torch.where(m.flatten(), ce, torch.zeros_like(ce)).sum() / (B * T)
+        part.backward()
+        total += part.detach()
+        logits.grad = None
+
+    def plain_loss():
+        F.cross_entropy(logits.view(-1, V).float(), y.view(-1)).backward()
+        logits.grad = None
+
+    times = per_call({"t": twins_loss, "p": plain_loss})
+    rows.append(("loss fwd+bwd", "CE none + where + sum/n", "F.cross_entropy mean", *times))
+
+    # AdamW: foreach=False (twins) vs torch's default (plain on CPU) vs fused
+    def opt_step(**kw) -> Callable[[], None]:
+        model = GPT(gcfg, seed=0).to(dev)
+        for p in model.parameters():
+            p.grad = torch.randn_like(p) * 1e-3
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+        opt = torch.optim.AdamW(groups, lr=1e-4, **kw)
+        return opt.step
+
+    plain_kw = {"fused": True} if dev.type == "cuda" else {}
+    times = per_call({"t": opt_step(foreach=False), "p": opt_step(**plain_kw)})
+    rows.append(("AdamW step", "foreach=False", "fused" if plain_kw else "default", *times))
+    if dev.type == "cpu":
+        times = per_call({"t": opt_step(foreach=False), "p": opt_step(fused=True)})
+        rows.append(("AdamW step", "foreach=False", "fused=True (suggestion)", *times))
+
+    # the per-step loss readout: float() of the accumulated loss (a host sync on CUDA) vs none
+    v = torch.ones((), device=dev)
+    times = per_call({"t": lambda: float(v * 1), "p": lambda: v * 1})
+    rows.append(("loss readout", "float(total) every step", "none", *times))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", type=Path, default=ROOT / "configs/twins/mini.yaml")
+    ap.add_argument("--corpus", type=Path, help="a prepared corpus; default: 'embedded' (bytes) prepared in a temp dir")
+    ap.add_argument("--steps", type=int, default=60, help="timed steps per repeat (throughput)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (throughput)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds, best taken")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fork-steps", type=int, help="T for part 3; default: the config's steps")
+    ap.add_argument("--fork-injection", type=int, help="s for part 3; default: the config's injection_step, scaled with T")
+    ap.add_argument("--fork-repeats", type=int, default=1)
+    ap.add_argument("--skip-fork", action="store_true", help="leave out part 3 (the longest)")
+    ap.add_argument("--piece-calls", type=int, default=20, help="calls per round for each piece (part 4)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads; default: torch's")
+    ap.add_argument("--device", help="override the config's device (auto|cpu|cuda)")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    t_start = time.perf_counter()
+
+    with tempfile.TemporaryDirectory(prefix="twins-corpus-") as tmp:
+        corpus_dir = args.corpus or Path(tmp) / "corpus"
+        if args.corpus is None:
+            prepare("embedded", corpus_dir, tokenizer="bytes")
+        corpus = load(corpus_dir)
+        raw = load_yaml(args.config) | {"corpus": str(Path(corpus_dir).resolve()), "seeds": [args.seed]}
+        if args.device:
+            raw["device"] = args.device
+        if args.threads:
+            raw["threads"] = args.threads
+        cfg = parse(TwinsConfig, raw)
+        gcfg = model_config(cfg, corpus.vocab_size)
+        tokens = corpus.train
+        B, T = cfg.batch_size, gcfg.block_size
+        est, counted = flops_per_token(gcfg)
+        dev = World().device(cfg.device)
+        peak = matmul_rate(dev)
+
+        cpu = platform.processor() or platform.machine()
+        print(f"# {time.strftime('%Y-%m-%d')} {platform.node()} {cpu} torch {torch.__version__} "
+              f"threads {torch.get_num_threads()} device {dev}")
+        name = args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config
+        print(f"config {name}: model {cfg.model} (L={gcfg.n_layer}, d={gcfg.n_embd}, V={gcfg.vocab_size}), block {T}, "
+              f"batch {B} = {B * T} tokens/step, precision {cfg.precision}; corpus {len(tokens):,} train tokens")
+        load1, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if load1 > cores - 0.5:
+            hint = " (try --threads 1)" if torch.get_num_threads() > 1 else ""
+            print(f"warning: load average {load1:.1f} on {cores} cores at the start: timings are contended{hint}")
+        n_params = GPT(gcfg).num_params(non_embedding=True)
+        print(f"FLOPs/token (fwd+bwd): {est / 1e6:.3f} M (6N + 12·L·d·T, N = {n_params:,} non-embedding); "
+              f"FlopCounterMode matmuls {counted / 1e6:.3f} M; fp32 matmul peak {peak:.1f} GFLOP/s")
+
+        # 1. throughput
+        best, run, done = throughput(cfg, gcfg, tokens, args)
+        n_tok = args.steps * B * T
+        print(f"\n## 1. throughput: {args.steps} steps x best of {args.repeats} (interleaved), "
+              f"after {args.warmup} warm-up steps")
+        print("| trainer | ms/step | tokens/s | vs plain | GFLOP/s | % of matmul peak |")
+        print("|---|---|---|---|---|---|")
+        for name, key in (("twins `_Run.advance`", "twins"), ("plain nanoGPT loop", "plain")):
+            rate = n_tok / best[key]
+            print(f"| {name} | {1e3 * best[key] / args.steps:.1f} | {rate:,.0f} | {best['plain'] / best[key]:.2f}x | "
+                  f"{rate * est / 1e9:.2f} | {100 * rate * est / 1e9 / peak:.0f}% |")
+        ratio = best["plain"] / best["twins"]
+        print(f"twins/plain: {ratio:.2f}x (target >= 0.9x: {'met' if ratio >= 0.9 else 'NOT met'}); "
+              f"round by round: {', '.join(f'{r:.2f}x' for r in best['ratios'])}")
+
+        # 2. determinism
+        same, n = determinism(cfg, gcfg, tokens, run, done, args.seed)
+        print(f"\n## 2. determinism: the timed twins run ({done} steps) repeated by a fresh _Run")
+        print(f"deterministic: {'yes' if same else 'no'} ({n} tensors, SHA-256 of each)")
+
+        # 3. the shared prefix
+        if not args.skip_fork:
+            Tf = args.fork_steps or cfg.steps
+            s = args.fork_injection or max(1, Tf * cfg.injection_step // cfg.steps)  # the config's share
+            fcfg = cfg.model_copy(update={"steps": Tf, "injection_step": s})
+            fcfg = parse(TwinsConfig, fcfg.model_dump(mode="json"))  # re-validated
+            C = len(fcfg.conditions)
+            forked, indep = s + C * (Tf - s), C * Tf
+            real = (Tf, s) == (cfg.steps, cfg.injection_step)
+            scaled = "" if real else f" (scaled down from the config's T={cfg.steps}, s={cfg.injection_step})"
+            print(f"\n## 3. shared prefix: run_twins, one seed, T={Tf}, s={s}, C={C} conditions{scaled}")
+            print(f"steps trained per seed: forked s + C·(T - s) = {s} + {C}·{Tf - s} = {forked:,}; "
+                  f"independent C·T = {C}·{Tf} = {indep:,}; the fork saves (C - 1)·s = {indep - forked:,} "
+                  f"({100 * (indep - forked) / indep:.0f}%)")
+            walls, agree = fork_vs_independent(fcfg, args.config.parent, args.fork_repeats, dev)
+            print("| mode | steps | wall s | ms/step |")
+            print("|---|---|---|---|")
+            for mode, n in (("forked", forked), ("independent", indep)):
+                print(f"| {mode} | {n:,} | {walls[mode]:.1f} | {1e3 * walls[mode] / n:.1f} |")
+            print(f"forked/independent wall time: {walls['forked'] / walls['independent']:.2f} "
+                  f"(steps alone: {forked / indep:.2f}); "
+                  f"final weights forked == independent, every condition: {'yes' if agree else 'no'}")
+            step_ms = 1e3 * best["twins"] / args.steps
+            slow = [k for k, n in (("forked", forked), ("independent", indep)) if 1e3 * walls[k] / n > 1.25 * step_ms]
+            if slow:
+                print(f"note: {' and '.join(slow)} ran > 1.25x part 1's {step_ms:.1f} ms/step: contended? "
+                      "rerun with --fork-repeats 2 (or --threads 1 on a busy machine)")
+
+        # 4. pieces
+        rows = pieces(cfg, gcfg, tokens, dev, args.repeats, args.piece_calls)
+        step_us = 1e6 * best["twins"] / args.steps
+        print(f"\n## 4. what advance() does differently, each piece alone: "
+              f"{args.piece_calls} calls x best of {args.repeats}")
+        print("| piece | twins way | plain way | twins µs | plain µs | difference, % of a twins step |")
+        print("|---|---|---|---|---|---|")
+        for piece, tw, pw, t_us, p_us in rows:
+            print(f"| {piece} | {tw} | {pw} | {t_us:,.0f} | {p_us:,.0f} | {100 * (t_us - p_us) / step_us:+.1f}% |")
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
