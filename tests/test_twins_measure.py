@@ -175,3 +175,21 @@ def test_gradmatch_command(design, tmp_path, seedlab_cli):
     assert pd.read_parquet(run / "gradmatch.parquet").seed.dropna().tolist() == [1]
     rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(tmp_path / "nope.txt"))
     assert rc == 2 and err.startswith("error: passages.fluent-attested: no such file")
+
+
+def test_export_command_gives_the_same_logits(design, tmp_path, seedlab_cli):
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    rc, out, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--condition", "fluent-attested",
+                               "--out", str(tmp_path / "hf"))
+    assert rc == 0, err
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    corpus = load(design / "corpus")
+    model = GPT(PRESETS["mini"].model_copy(update={"vocab_size": corpus.vocab_size, "block_size": 128}))
+    model.load_state_dict(load_file(design / "run" / "seed-1" / "fluent-attested" / f"step-{T}.safetensors"))
+    x = torch.randint(0, corpus.vocab_size, (2, 128), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (hf(x).logits - model(x)[0]).abs().max() < 1e-5
+    rc, _, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--step", "7", "--out", str(tmp_path / "h2"))
+    assert rc == 2 and "no checkpoint at step 7" in err

@@ -254,6 +254,29 @@ def twins_gradmatch(
     typer.echo(f"best: {b.fabricated} vs {b.attested}, differ by {b.rel_norm_diff:.2%} (mean of {n} seed(s)) -> {res.path}")
 
 
+@twins_app.command("export")
+def twins_export(
+    run: Annotated[Path, typer.Argument(help="a twins run folder")],
+    out: Annotated[Path, typer.Option(help="folder for config.json + model.safetensors (GPT2LMHeadModel)")],
+    seed: Annotated[int, typer.Option(help="which seed")],
+    condition: Annotated[str, typer.Option(help="twin | fluent-fabricated | fluent-attested | random-chars")] = "twin",
+    step: Annotated[int | None, typer.Option(help="updates completed (a saved checkpoint); default: the final step")] = None,
+    force: Annotated[bool, typer.Option(help="overwrite an existing folder")] = False,
+) -> None:
+    """Export one checkpoint (hash-checked) as a Hugging Face transformers GPT2LMHeadModel folder."""
+    from seedlab.twins.export import to_hf
+    from seedlab.twins.model import GPT
+    from seedlab.twins.rundir import open_run
+
+    r = open_run(run)
+    step = r.cfg.steps if step is None else step
+    _refuse_overwrite(out, ["config.json", "model.safetensors"], force)
+    model = GPT(r.gcfg)
+    model.load_state_dict(r.weights(seed, condition, step))
+    to_hf(model, out, eot_id=r.corpus.eot_id, metadata={"run": str(run), "seed": seed, "condition": condition, "step": step})
+    typer.echo(f"{out}: GPT2LMHeadModel.from_pretrained({str(out)!r}) (seed {seed}, {condition}, step {step})")
+
+
 @twins_app.command("report")
 def twins_report(run: Annotated[Path, typer.Argument(help="a measured twins run folder")]) -> None:
     """Write report.md and PNG figures: the paper's numbers beside this run's, paired statistics, time course."""

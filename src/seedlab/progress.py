@@ -10,10 +10,11 @@ class Bar:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self.p = Progress(
-                TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[note]}"),
             )
             self.task = self.p.add_task(label, total=total, completed=done, note=note)
+        self.sub = None
 
     def __enter__(self) -> Bar:
         if self.enabled:
@@ -31,3 +32,13 @@ class Bar:
     def advance(self, n: int = 1) -> None:
         if self.enabled:
             self.p.advance(self.task, n)
+            if self.sub is not None:
+                self.p.advance(self.sub, n)
+
+    def start_sub(self, label: str, total: int, done: int = 0) -> None:
+        """A second line for the piece of work in progress (e.g. one run of a design); it
+        advances with the main bar and is replaced by the next ``start_sub``."""
+        if self.enabled:
+            if self.sub is not None:
+                self.p.remove_task(self.sub)
+            self.sub = self.p.add_task(label, total=total, completed=done, note="")

@@ -221,19 +221,23 @@ def path_figure(d: Measured) -> Fig:
     title = "Loss along the interpolation path"
     if not len(d.paths):
         return Fig(title, None, "no pair measured")
-    fig, (a1, a2) = new_figure(1, 2, w=4.6)
+    fig, (a1, a2, a3) = new_figure(1, 3, w=4.2)
     for (kind, cond, k, kb), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
         color = COLORS["seed"] if kind == "seed" else COLORS.get(cond, "k")
-        label = f"seed {k} vs {kb}" if kind == "seed" else cond
-        a1.plot(g.alpha, g.loss, color=color, alpha=0.8, label=label)
-        a2.plot(g.alpha, g.rise, color=color, alpha=0.8, label=label)
-    a1.set(xlabel="α (0: run, 1: its twin / other seed)", ylabel="held-out CE (nats)")
-    a2.set(xlabel="α", ylabel="rise above the chord (nats)")
-    a2.axhline(0, color="k", lw=0.5)
+        label = "different seeds" if kind == "seed" else cond
+        a1.plot(g.alpha, g.loss, color=color, alpha=0.7, lw=1, label=label)
+        (a2 if kind == "seed" else a3).plot(g.alpha, g.rise, color=color, alpha=0.7, lw=1, label=label)
+    a1.set(xlabel="α (0: run, 1: its twin / other seed)", ylabel="held-out CE (nats)", title="loss")
+    a2.set(xlabel="α", ylabel="rise above the chord (nats)", title="twins of different seeds")
+    a3.set(xlabel="α", ylabel="rise above the chord (nats)", title="each condition vs its twin")
+    for ax in (a2, a3):
+        ax.axhline(0, color="k", lw=0.5)
     _legend(a1)
+    _legend(a3)
     return Fig(title, save_figure(fig, d.root / "interpolation.png"),
-               "Held-out loss along the straight line between two final weight vectors (left) and its rise above "
-               "the chord between the end losses (right); the barrier is the largest rise. Grey: twins of different seeds.")
+               "Held-out loss along the straight line between two final weight vectors (left), and its rise above the "
+               "chord between the end losses for twins of different seeds (middle) and for each injected run against its "
+               "twin (right, its own scale); the barrier is the largest rise.")
 
 
 def _legend(ax) -> None:
@@ -263,21 +267,24 @@ def loss_diff_figure(d: Measured) -> Fig:
 def distance_barrier_figure(d: Measured, norm: pd.DataFrame) -> Fig:
     title = "Distance vs barrier, normalized by seed variance"
     m = d.measures
-    seed = m[m.kind == "seed"]
-    if not len(seed) or not len(m[m.kind == "injected"]):
-        return Fig(title, None, "needs at least two seeds' twins and one injected condition")
+    seed, inj = m[m.kind == "seed"], m[m.kind == "injected"]
     sb, sd = seed.barrier.mean(), seed.distance.mean()
+    if not len(seed) or not len(inj) or not sb > 0:
+        return Fig(title, None, "needs at least two seeds' twins (with a barrier between them) and one injected condition")
     fig, (ax,) = new_figure(1, 1, w=5.0, h=4.0)
-    for cond, g in m[m.kind == "injected"].groupby("condition"):
-        y = g.barrier / sb if sb > 0 else g.rise_mid / abs(seed.rise_mid.mean())
-        ax.scatter(g.distance / sd, y, color=COLORS.get(cond), label=cond, s=18)
+    shown = inj[inj.barrier > 0]
+    for cond, g in shown.groupby("condition"):
+        ax.scatter(g.distance / sd, g.barrier / sb, color=COLORS.get(cond), label=cond, s=18)
     ax.scatter([1], [1], color=COLORS["seed"], marker="*", s=120, label="different seed (= 1, 1)")
-    ax.set(xlabel="distance / inter-seed distance", ylabel="barrier / inter-seed barrier" if sb > 0 else "rise at α=0.5 / inter-seed")
-    ax.axline((0, 0), (1, 1), color="k", lw=0.5, ls=":")
+    ax.set(xscale="log", yscale="log", xlabel="distance / inter-seed distance", ylabel="barrier / inter-seed barrier")
+    lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
+    ax.plot([lo, 1], [lo, 1], color="k", lw=0.5, ls=":")
     ax.legend(fontsize=7)
+    dropped = len(inj) - len(shown)
     return Fig(title, save_figure(fig, d.root / "distance_vs_barrier.png"),
-               "Each point is one seed's injected run against its twin. Far right and low: the example moved the weights "
-               "but hardly the function (the paper: 44% of seed distance, 3% of seed barrier).")
+               "Each point is one seed's injected run against its twin, on log axes. Below the diagonal: the example moved "
+               "the weights more than the function (the paper: 44% of seed distance, 3% of seed barrier)."
+               + (f" {dropped} pair(s) with a barrier of exactly 0 (a convex path) are not drawn." if dropped else ""))
 
 
 def cka_figure(d: Measured) -> Fig:

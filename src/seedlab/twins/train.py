@@ -270,17 +270,22 @@ def run_twins(
                     frames.append(pd.read_parquet(folder / "losses.parquet").assign(seed=seed, condition=cond))
                     bar.advance(cfg.steps - s + (s if independent else 0))
                     continue
+                first = 0 if independent else s
+                bar.start_sub(f"seed {seed} {cond}", cfg.steps - first)
                 if resume:  # from the last checkpoint
                     run = _Run(cfg, gcfg, seed, corpus.train, world)
                     losses = run.load_state(folder / "state.safetensors", manifest)
-                    bar.advance(run.step - (0 if independent else s))
+                    bar.advance(run.step - first)
                 elif independent:  # the audit: this condition trains its own prefix
                     run, losses = _Run(cfg, gcfg, seed, corpus.train, world), []
                     while run.step < s:
                         losses.append(run.advance())
                         bar.advance()
                 else:
+                    if prefix is None and not prefix_path.is_file():
+                        bar.start_sub(f"seed {seed} shared prefix", s)
                     prefix = prefix or shared_prefix(cfg, gcfg, seed, corpus.train, prefix_path, bar, world)
+                    bar.start_sub(f"seed {seed} {cond}", cfg.steps - s)
                     run, losses = prefix[0].fork(), list(prefix[1])
                 while True:
                     if run.step in ckpts and str(run.step) not in manifest:
