@@ -66,3 +66,31 @@ def test_two_gloo_ranks_identical_twins_and_reproducible(design, tmp_path):
         dist = pd.read_parquet(tmp_path / "a" / "seed-3" / cond / "losses.parquet")
         solo = pd.read_parquet(tmp_path / "solo" / "seed-3" / cond / "losses.parquet")
         assert (dist.loss - solo.loss).abs().max() < 1e-5
+
+
+def test_kill9_under_torchrun_then_resume_is_bitwise(design, tmp_path):
+    """Kill every rank mid-fork (SIGKILL to the process group), start again: the same weights at every step."""
+    import os
+    import signal
+    import time
+
+    base, path = design
+    cfg = yaml.safe_load(path.read_text()) | {"steps": 80, "checkpoint_every": 5, "conditions": ["twin", "fluent-fabricated"]}
+    long = base / "ddp-long.yaml"
+    long.write_text(yaml.safe_dump(cfg))
+    _run(long, tmp_path / "ref", *TORCHRUN)
+    out = tmp_path / "killed"
+    cmd = [*TORCHRUN, "-m", "seedlab", "twins", "run", str(long), "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = out / "seed-3" / "fluent-fabricated" / "step-20.safetensors"
+    deadline = time.time() + 120
+    while not target.exists() and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "seed-3" / "fluent-fabricated" / "done.json").exists()  # it really was interrupted
+    _run(long, out, *TORCHRUN)
+    for cond in ("twin", "fluent-fabricated"):
+        assert _manifest(out, cond) == _manifest(tmp_path / "ref", cond), cond
+        a = pd.read_parquet(out / "seed-3" / cond / "losses.parquet")
+        pd.testing.assert_frame_equal(a, pd.read_parquet(tmp_path / "ref" / "seed-3" / cond / "losses.parquet"))
