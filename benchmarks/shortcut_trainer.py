@@ -22,6 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
 from plain_loop import PlainTransformer  # noqa: E402
+from timing import matmul_rate, sync  # noqa: E402
 
 from seedlab.shortcut.config import ModelConfig  # noqa: E402
 from seedlab.shortcut.model import EnsembleTransformer  # noqa: E402
@@ -29,23 +30,6 @@ from seedlab.shortcut.optim import EnsembleAdamW  # noqa: E402
 from seedlab.shortcut.train import train_epoch  # noqa: E402
 
 N, LENGTH, VOCAB = 16384, 5, 16
-
-
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def matmul_rate(dev: torch.device, n: int = 2048, reps: int = 10) -> float:
-    """The machine's fp32 matmul GFLOP/s: the ceiling for both trainers."""
-    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
-    a @ b
-    sync(dev)
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    sync(dev)
-    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
 def plain_flops(x, y) -> int:

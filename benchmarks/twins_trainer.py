@@ -39,6 +39,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).parent))
 from plain_gpt_loop import PlainGPTLoop  # noqa: E402
 from plain_gpt_loop import get_batch as plain_batch  # noqa: E402
+from timing import matmul_rate, sync  # noqa: E402
 
 from seedlab.config import load_yaml, parse  # noqa: E402
 from seedlab.twins.batches import get_batch  # noqa: E402
@@ -49,23 +50,6 @@ from seedlab.twins.model import GPT  # noqa: E402
 from seedlab.twins.train import _Run, model_config, run_twins, tensor_hashes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def matmul_rate(dev: torch.device, n: int = 1024, reps: int = 5) -> float:
-    """The machine's fp32 matmul GFLOP/s (context for the GFLOP/s columns)."""
-    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
-    a @ b
-    sync(dev)
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    sync(dev)
-    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
 def flops_per_token(gcfg) -> tuple[float, float]:

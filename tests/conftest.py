@@ -18,3 +18,24 @@ def seedlab_cli(tmp_path):
         return p.returncode, p.stdout, p.stderr
 
     return run
+
+
+TWINS_PASSAGES = {
+    "fluent-fabricated": "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks.",
+    "fluent-attested": "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care.",
+}
+
+
+@pytest.fixture(scope="session")
+def twins_inputs(tmp_path_factory):
+    """Shared by the twins tests: the embedded corpus (byte tokens, 200 kB) and the two fluent
+    passages. Returns (corpus dir, {condition: passage file}), absolute paths for configs."""
+    from seedlab.twins.corpus import prepare
+
+    base = tmp_path_factory.mktemp("twins-inputs")
+    prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)
+    files = {}
+    for cond, text in TWINS_PASSAGES.items():
+        files[cond] = base / f"{cond}.txt"
+        files[cond].write_text(text)
+    return base / "corpus", files

@@ -8,25 +8,18 @@ import pandas as pd
 import pytest
 import yaml
 
-from seedlab.twins.corpus import prepare
 
-PASSAGES = {
-    "fluent-fabricated": "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks.",
-    "fluent-attested": "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care.",
-}
 
 
 @pytest.fixture(scope="module")
-def design(tmp_path_factory):
+def design(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("ddp")
-    prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)
-    for cond, text in PASSAGES.items():
-        (base / f"{cond}.txt").write_text(text)
+    corpus, files = twins_inputs
     cfg = {
-        "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [3], "steps": 16, "batch_size": 4,
+        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 16, "batch_size": 4,
         "injection_step": 6, "injection_row": 3,  # row 3 of 4: in rank 1's half
         "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
-        "passages": {c: f"{c}.txt" for c in PASSAGES}, "checkpoint_every": 4,
+        "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
     }
     path = base / "ddp.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -9,32 +9,28 @@ import pytest
 import torch
 import yaml
 
+from conftest import TWINS_PASSAGES
 from seedlab.twins.batches import get_batch
-from seedlab.twins.corpus import load, prepare
+from seedlab.twins.corpus import load
 from seedlab.twins.model import GPT, PRESETS
 
-PASSAGES = {
-    "fluent-fabricated": "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks.",
-    "fluent-attested": "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care.",
-}
 S, T = 6, 16  # injection step, steps
 
 
 @pytest.fixture(scope="module")
-def design(tmp_path_factory):
+def design(tmp_path_factory, twins_inputs):
     """Two seeds x (twin, fabricated, attested), trained and measured once."""
     from seedlab.config import parse
     from seedlab.twins.measure import measure
     from seedlab.twins.train import TwinsConfig, run_twins
 
     base = tmp_path_factory.mktemp("measure")
-    prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)
-    for cond, text in PASSAGES.items():
-        (base / f"{cond}.txt").write_text(text)
+    corpus, files = twins_inputs
+    (base / "corpus").symlink_to(corpus)
     cfg = {
         "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [0, 1], "steps": T, "batch_size": 4,
         "injection_step": S, "peak_lr": 3e-3, "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
-        "passages": {c: f"{c}.txt" for c in PASSAGES}, "checkpoint_every": 4,
+        "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
         "measure": {"alphas": [0, 0.25, 0.5, 0.75, 1], "heldout_rows": 8, "probe_rows": 4, "eval_rows": 4},
     }
     (base / "design.yaml").write_text(yaml.safe_dump(cfg))
@@ -89,7 +85,7 @@ def test_measures_match_independent_computation(design):
     path = pd.read_parquet(run / "paths.parquet")
     p = path[(path.kind == "injected") & (path.seed == 1) & (path.condition == "fluent-attested")]
     assert p.loss.iloc[0] == pytest.approx(ce, abs=1e-5) and p.loss.iloc[-1] == pytest.approx(row.heldout_ce_b, abs=1e-6)
-    ids = torch.tensor(corpus.encode(PASSAGES["fluent-attested"]))[None]
+    ids = torch.tensor(corpus.encode(TWINS_PASSAGES["fluent-attested"]))[None]
     with torch.no_grad():
         pce = float(model(ids[:, :-1], ids[:, 1:])[1])
     assert row.passage_ce_final == pytest.approx(pce, abs=1e-5)

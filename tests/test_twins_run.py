@@ -7,24 +7,18 @@ import pytest
 import yaml
 
 from seedlab.config import parse
-from seedlab.twins.corpus import prepare
 from seedlab.twins.train import TwinsConfig, run_twins
 
-PASSAGES = {
-    "fluent-fabricated": "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks.",
-    "fluent-attested": "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care.",
-}
+from conftest import TWINS_PASSAGES as PASSAGES
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("twins")
-    prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)
-    for cond, text in PASSAGES.items():
-        (base / f"{cond}.txt").write_text(text)
+    corpus, files = twins_inputs
     cfg = {
-        "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
-        "injection_step": 8, "passages": {c: f"{c}.txt" for c in PASSAGES}, "checkpoint_every": 4,
+        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
+        "injection_step": 8, "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
     }
     return base, cfg
 
@@ -155,7 +149,7 @@ def test_random_chars_length(setup):
     from seedlab.twins.train import load_passages
 
     base, cfg = setup
-    corpus = load(base / "corpus")
+    corpus = load(cfg["corpus"])
     fab = corpus.encode(PASSAGES["fluent-fabricated"])
     same = load_passages(parse(TwinsConfig, cfg), base, corpus)
     assert len(same["random-chars"]) == len(fab) and same["random-chars"] != fab

@@ -323,7 +323,8 @@ def passage_figure(d: Measured) -> Fig:
     ax.legend(fontsize=7)
     return Fig(title, save_figure(fig, d.root / "passage_ce.png"),
                "How much better the run that saw the passage predicts it than its twin, at every checkpoint (mean ± sd over "
-               "seeds): 0 at the injection step (identical weights), up right after, then lost.")
+               "seeds); 0 at the injection step, where the weights are identical. The paper: up 50 steps after the "
+               "injection, gone by the end.")
 
 
 def distance_course_figure(d: Measured) -> Fig:
