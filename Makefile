@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-demo: $(VENV)/.installed runs/corpus-embedded/meta.json
+demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/seedlab shortcut sweep configs/shortcut/quick.yaml --out runs/quick
 	$(BIN)/seedlab shortcut analyze runs/quick --n 256
 	$(BIN)/seedlab shortcut report runs/quick
@@ -24,10 +24,10 @@ demo: $(VENV)/.installed runs/corpus-embedded/meta.json
 	@echo "shortcut demo report: runs/quick/report.md"
 	@echo "twins demo report:    runs/twins-mini/report.md"
 
-# the twins study's default corpus: docstrings of Python's standard library (no network)
-runs/corpus-embedded/meta.json: | $(VENV)/.installed
-	rm -rf runs/corpus-embedded
-	$(BIN)/seedlab corpus prepare embedded --out runs/corpus-embedded
+# the twins study's default corpus: docstrings of Python's standard library (no network), BPE tokens
+runs/corpus-embedded-bpe/meta.json: | $(VENV)/.installed
+	rm -rf runs/corpus-embedded-bpe
+	$(BIN)/seedlab corpus prepare embedded --out runs/corpus-embedded-bpe --tokenizer bpe --vocab-size 2048
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest

@@ -16,7 +16,7 @@ Usage (about 3 minutes with the defaults on this 2-core machine, part 3 being 2 
 --fork-injection scale part 3 down; on a busy machine --threads 1 keeps the timings far steadier):
 
     python benchmarks/twins_trainer.py [--steps 60] [--repeats 3] [--fork-steps 300 --fork-injection 100]
-                                       [--corpus runs/corpus-embedded] [--threads 2] [--device cpu] [--skip-fork]
+                                       [--corpus runs/corpus-embedded-bpe] [--threads 2] [--device cpu] [--skip-fork]
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", type=Path, default=ROOT / "configs/twins/mini.yaml")
-    ap.add_argument("--corpus", type=Path, help="a prepared corpus; default: 'embedded' (bytes) prepared in a temp dir")
+    ap.add_argument("--corpus", type=Path, help="a prepared corpus; default: 'embedded' with mini.yaml's 2,048-token BPE, prepared in a temp dir")
     ap.add_argument("--steps", type=int, default=60, help="timed steps per repeat (throughput)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (throughput)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds, best taken")
@@ -224,7 +224,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="twins-corpus-") as tmp:
         corpus_dir = args.corpus or Path(tmp) / "corpus"
         if args.corpus is None:
-            prepare("embedded", corpus_dir, tokenizer="bytes")
+            prepare("embedded", corpus_dir, tokenizer="bpe", vocab_size=2048)
         corpus = load(corpus_dir)
         raw = load_yaml(args.config) | {"corpus": str(Path(corpus_dir).resolve()), "seeds": [args.seed]}
         if args.device:
