@@ -176,7 +176,7 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
     times = per_call({"t": twins_loss, "p": plain_loss})
     rows.append(("loss fwd+bwd", "CE none + where + sum/n", "F.cross_entropy mean", *times))
 
-    # AdamW: foreach=False (twins) vs torch's default (plain on CPU) vs fused
+    # AdamW: fused (twins) vs torch's default (plain on CPU; fused on CUDA, as nanoGPT)
     def opt_step(**kw) -> Callable[[], None]:
         model = GPT(gcfg, seed=0).to(dev)
         for p in model.parameters():
@@ -188,11 +188,8 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
         return opt.step
 
     plain_kw = {"fused": True} if dev.type == "cuda" else {}
-    times = per_call({"t": opt_step(foreach=False), "p": opt_step(**plain_kw)})
-    rows.append(("AdamW step", "foreach=False", "fused" if plain_kw else "default", *times))
-    if dev.type == "cpu":
-        times = per_call({"t": opt_step(foreach=False), "p": opt_step(fused=True)})
-        rows.append(("AdamW step", "foreach=False", "fused=True (suggestion)", *times))
+    times = per_call({"t": opt_step(fused=True), "p": opt_step(**plain_kw)})
+    rows.append(("AdamW step", "fused=True", "fused" if plain_kw else "default", *times))
 
     # the per-step loss readout: float() of the accumulated loss (a host sync on CUDA) vs none
     v = torch.ones((), device=dev)
@@ -264,9 +261,9 @@ def main() -> None:
             rate = n_tok / best[key]
             print(f"| {name} | {1e3 * best[key] / args.steps:.1f} | {rate:,.0f} | {best['plain'] / best[key]:.2f}x | "
                   f"{rate * est / 1e9:.2f} | {100 * rate * est / 1e9 / peak:.0f}% |")
-        ratio = best["plain"] / best["twins"]
-        print(f"twins/plain: {ratio:.2f}x (target >= 0.9x: {'met' if ratio >= 0.9 else 'NOT met'}); "
-              f"round by round: {', '.join(f'{r:.2f}x' for r in best['ratios'])}")
+        ratio, med = best["plain"] / best["twins"], float(np.median(best["ratios"]))
+        print(f"twins/plain: {ratio:.2f}x best of each, {med:.2f}x median of the rounds (target >= 0.9x: "
+              f"{'met' if min(ratio, med) >= 0.9 else 'NOT met'}); round by round: {', '.join(f'{r:.2f}x' for r in best['ratios'])}")
 
         # 2. determinism
         same, n = determinism(cfg, gcfg, tokens, run, done, args.seed)

@@ -119,7 +119,7 @@ class _Run:
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
             lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2),
-            **({"fused": True} if self.device.type == "cuda" else {"foreach": False}),  # fused: nanoGPT's GPU choice
+            fused=True,  # one kernel per step on CPU and GPU (nanoGPT's GPU choice); deterministic
         )
         self.warmup = cfg.warmup or cfg.injection_step
         self.params = list(self.model.parameters())
