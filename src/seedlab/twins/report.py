@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from seedlab.errors import SeedlabError
-from seedlab.reporting import Fig, Report, figure_block, fmt_num, fmt_p, md_table, new_figure, save_figure
+from seedlab.reporting import Fig, Report, figure_block, fmt_num, fmt_p, md_table, new_figure, p_text, save_figure
 from seedlab.twins import stats
 from seedlab.twins.config import INJECTED
 
@@ -140,15 +140,15 @@ def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.Dat
         r = _get(comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
         if r is not None:
             rows.append([f"passage learned at s + 50 ({cond}): twin − injected CE",
-                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4", f"{-r['diff']:.4f} nats, p = {fmt_p(r['p_t'])}"])
+                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4", f"{-r['diff']:.4f} nats, {p_text(r['p_t'])}"])
         r = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
         if r is not None:
-            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]}", f"{-r['diff']:.4f} nats, p = {fmt_p(r['p_t'])}"])
+            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]}", f"{-r['diff']:.4f} nats, {p_text(r['p_t'])}"])
     r = _get(comp, "fabricated vs attested", "barrier")
     if r is not None:
         diff, p, mde = PAPER["barrier_fab_att"]
         rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({diff / mde:.2f}× MDE)",
-                     f"{r['diff']:+.5f}, p = {fmt_p(r['p_t'])}, MDE {fmt_num(r['mde'])} ({fmt_num(r['diff_over_mde'])}× MDE)"])
+                     f"{r['diff']:+.5f}, {p_text(r['p_t'])}, MDE {fmt_num(r['mde'])} ({fmt_num(r['diff_over_mde'])}× MDE)"])
     inj = norm[norm.condition.isin(INJECTED[:2])]
     if len(inj):
         rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(inj.barrier.mean(), inj.seed_barrier.iloc[0])])
