@@ -265,25 +265,24 @@ def run_twins(
                 done, resume = (folder / "done.json").is_file(), (folder / "state.safetensors").is_file()
                 manifest = json.loads((folder / "manifest.json").read_text()) if (done or resume) else {}
                 world.barrier()  # every rank has looked at the folder before rank 0 writes to it
+                first = 0 if independent else s  # where this condition's own steps start
                 if done:  # finished before an interruption
                     at_injection[cond] = manifest[str(s)]
                     frames.append(pd.read_parquet(folder / "losses.parquet").assign(seed=seed, condition=cond))
-                    bar.advance(cfg.steps - s + (s if independent else 0))
+                    bar.advance(cfg.steps - first)
                     continue
-                first = 0 if independent else s
-                bar.start_sub(f"seed {seed} {cond}", cfg.steps - first)
                 if resume:  # from the last checkpoint
                     run = _Run(cfg, gcfg, seed, corpus.train, world)
                     losses = run.load_state(folder / "state.safetensors", manifest)
+                    bar.start_sub(f"seed {seed} {cond}", cfg.steps - first)
                     bar.advance(run.step - first)
                 elif independent:  # the audit: this condition trains its own prefix
+                    bar.start_sub(f"seed {seed} {cond}", cfg.steps)
                     run, losses = _Run(cfg, gcfg, seed, corpus.train, world), []
                     while run.step < s:
                         losses.append(run.advance())
                         bar.advance()
                 else:
-                    if prefix is None and not prefix_path.is_file():
-                        bar.start_sub(f"seed {seed} shared prefix", s)
                     prefix = prefix or shared_prefix(cfg, gcfg, seed, corpus.train, prefix_path, bar, world)
                     bar.start_sub(f"seed {seed} {cond}", cfg.steps - s)
                     run, losses = prefix[0].fork(), list(prefix[1])
@@ -326,6 +325,7 @@ def shared_prefix(cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, path: Pa
     if path.is_file():
         return run, run.load_state(path)
     losses = []
+    bar.start_sub(f"seed {seed} shared prefix", cfg.injection_step)
     while run.step < cfg.injection_step:
         losses.append(run.advance())
         bar.update(note=f"seed {seed}: shared prefix")
