@@ -41,6 +41,7 @@ from seedlab.errors import SeedlabError
 from seedlab.store import write_parquet
 from seedlab.twins.batches import check_passage, get_batch, inject
 from seedlab.twins.config import TwinsConfig
+from seedlab.twins.distributed import World
 from seedlab.twins.model import GPT
 
 #: candidate conditions, in the order pairs are formed (fabricated x attested)
@@ -236,7 +237,7 @@ def match(
     seeds = list(cfg.seeds) if seed is None else [seed]
     states = {k: run.weights(k, "twin", s) for k in seeds}
     # --- gradients
-    dev = torch.device(device) if device else _device(cfg.device)
+    dev = World().device(device or cfg.device)
     norm_rows, pair_rows = [], []
     for k in seeds:
         model = GPT(gcfg)
@@ -268,12 +269,6 @@ def match(
     best = mean.loc[int(np.argmin(mean["rel_norm_diff"].fillna(np.inf).to_numpy()))]  # first of ties, in input order
     out = write_parquet(run.root / "gradmatch.parquet", pairs)
     return GradMatch(norms=pd.DataFrame(norm_rows), pairs=pairs, best=best, path=out)
-
-
-def _device(requested: str) -> torch.device:
-    from seedlab.twins.distributed import World
-
-    return World().device(requested)
 
 
 def _check_loss(run_dir: Path, cfg: TwinsConfig, seed: int, loss: float) -> None:

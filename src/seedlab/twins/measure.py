@@ -35,6 +35,7 @@ from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
 from seedlab.twins.batches import get_batch
+from seedlab.twins.distributed import World
 from seedlab.twins.metrics import barrier_curve, interpolate, linear_cka, weight_distance
 from seedlab.twins.model import GPT
 from seedlab.twins.rundir import RunDir, open_run
@@ -86,10 +87,6 @@ class Evaluator:
         return np.array(out)
 
 
-def _device(name: str) -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else torch.device(name)
-
-
 def measure(root: str | Path, *, corpus: str | Path | None = None, device: str = "auto", progress: bool = True) -> dict[str, pd.DataFrame]:
     """Measure what is there; warn about what is missing; raise when nothing can be measured."""
     t0 = time.perf_counter()
@@ -105,7 +102,7 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
     for what in run.missing:
         print(f"warning: missing {what} (not finished); measuring the rest", file=sys.stderr)
 
-    ev = Evaluator(run, _device(device))
+    ev = Evaluator(run, World().device(device))
     alphas = cfg.measure.alphas
     ckpt_steps = [t for t in cfg.checkpoint_steps() if t >= s]
     rows, ckpt_rows, path_rows = [], [], []
