@@ -157,3 +157,20 @@ def test_random_chars_length(setup):
     assert len(fixed["random-chars"]) == 40 and fixed["random-chars"][:20] != same["random-chars"][:20]
     with pytest.raises(Exception, match="random_chars_tokens"):
         load_passages(parse(TwinsConfig, cfg | {"conditions": ["twin", "random-chars"]}), base, corpus)
+
+
+@pytest.mark.parametrize("name", ["mini", "mini-long", "gpt2-124m"])
+def test_shipped_twins_configs_are_valid(name):
+    """Every preset parses, its passages exist, and its checkpoints include the paper's time points."""
+    from pathlib import Path
+
+    from seedlab.config import load_yaml
+
+    path = Path(__file__).parents[1] / "configs" / "twins" / f"{name}.yaml"
+    cfg = parse(TwinsConfig, load_yaml(path))
+    for cond in ("fluent-fabricated", "fluent-attested"):
+        assert (path.parent / cfg.passages[cond]).is_file()
+    s = cfg.injection_step
+    assert {s, s + 50, cfg.mid, cfg.steps} <= set(cfg.checkpoint_steps())
+    if name == "gpt2-124m":  # the paper's protocol
+        assert (len(cfg.seeds), cfg.steps, cfg.batch_size, s, cfg.peak_lr, cfg.mid) == (8, 9536, 256, 200, 6e-4, 5050)
