@@ -116,7 +116,8 @@ def intro(d: Measured) -> str:
 def preregistration(d: Measured) -> str:
     path = d.root / "preregistration.json"
     used = d.meta["preregistration"]
-    rows = [[k, v] for k, v in used["outcomes"].items()]
+    order = {"primary": 0, "secondary": 1, "exploratory": 2}
+    rows = sorted(([k, v] for k, v in used["outcomes"].items()), key=lambda r: (order.get(r[1], 3), r[0]))
     table = md_table(["outcome", "label"], rows)
     if not path.is_file():
         return table + "\n\n**No preregistration.json in the run folder: the outcomes were not fixed before training.**"
