@@ -46,7 +46,7 @@ from seedlab.twins.batches import get_batch  # noqa: E402
 from seedlab.twins.config import TwinsConfig  # noqa: E402
 from seedlab.twins.corpus import load, prepare  # noqa: E402
 from seedlab.twins.distributed import World  # noqa: E402
-from seedlab.twins.model import GPT  # noqa: E402
+from seedlab.twins.model import GPT, masked_ce_sum  # noqa: E402
 from seedlab.twins.train import _Run, model_config, run_twins, tensor_hashes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,8 +163,7 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
 
     def twins_loss():
         total = torch.zeros((), device=dev)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="none")
-        part = torch.where(m.flatten(), ce, torch.zeros_like(ce)).sum() / (B * T)
+        part = masked_ce_sum(logits, y, m) / (B * T)
         part.backward()
         total += part.detach()
         logits.grad = None

@@ -35,14 +35,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from seedlab.errors import SeedlabError
 from seedlab.store import write_parquet
 from seedlab.twins.batches import check_passage, get_batch, inject
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.distributed import World
-from seedlab.twins.model import GPT
+from seedlab.twins.model import GPT, masked_ce_sum
 
 #: candidate conditions, in the order pairs are formed (fabricated x attested)
 SIDES = ("fluent-fabricated", "fluent-attested")
@@ -86,8 +85,7 @@ def _ce_sum_grad(model: GPT, x: torch.Tensor, y: torch.Tensor, mask: torch.Tenso
     for i in range(0, x.shape[0], micro):
         xs, ys, ms = (t[i : i + micro].to(device) for t in (x, y, mask))
         logits, _ = model(xs)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), ys.flatten(), reduction="none")
-        s = torch.where(ms.flatten(), ce, torch.zeros_like(ce)).sum()
+        s = masked_ce_sum(logits, ys, ms)
         g = _flat_grad(model, s)
         total = g if total is None else total + g
         value += float(s.detach().double())

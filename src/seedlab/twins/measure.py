@@ -66,8 +66,9 @@ class Evaluator:
         """Mean cross-entropy (nats/token) over the held-out rows."""
         total = 0.0
         for i in range(0, len(self.x), self.eval_rows):
-            _, loss = self.model(self.x[i : i + self.eval_rows].to(self.device), self.y[i : i + self.eval_rows].to(self.device))
-            total += float(loss) * len(self.x[i : i + self.eval_rows])
+            x, y = self.x[i : i + self.eval_rows], self.y[i : i + self.eval_rows]
+            _, loss = self.model(x.to(self.device), y.to(self.device))
+            total += float(loss) * len(x)
         return total / len(self.x)
 
     @torch.no_grad()

@@ -170,10 +170,16 @@ class GPT(nn.Module):
         logits = F.linear(self.ln_f(x), self.wte.weight)  # tied output head
         if targets is None:
             return logits, None
-        flat = logits.view(-1, logits.size(-1)).float()
         if loss_mask is None:
-            return logits, F.cross_entropy(flat, targets.reshape(-1))
-        ce = F.cross_entropy(flat, targets.reshape(-1), reduction="none")
-        m = loss_mask.reshape(-1).to(torch.bool)
-        loss = torch.where(m, ce, torch.zeros_like(ce)).sum() / m.sum().clamp_min(1)
-        return logits, loss
+            return logits, F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+        m = loss_mask.to(torch.bool)
+        return logits, masked_ce_sum(logits, targets, m) / m.sum().clamp_min(1)
+
+
+def masked_ce_sum(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of the next-token cross-entropy (nats, fp32) over the positions where ``mask`` [B, T] is True.
+
+    The twins trainer divides it by the targets of the *whole* batch, so that row splits over
+    ranks and micro-batches give the whole batch's mean-loss update."""
+    ce = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return torch.where(mask.flatten(), ce, torch.zeros_like(ce)).sum()

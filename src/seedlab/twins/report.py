@@ -18,7 +18,7 @@ import pandas as pd
 from seedlab.errors import SeedlabError
 from seedlab.reporting import Fig, Report, figure_block, fmt_num, fmt_p, md_table, new_figure, p_text, save_figure
 from seedlab.twins import stats
-from seedlab.twins.config import INJECTED
+from seedlab.twins.config import INJECTED, MeasureConfig
 
 # "Learned, Then Lost" (shared/spec/single-example-counterfactual.md)
 PAPER = {
@@ -48,12 +48,9 @@ class Measured:
         return self.meta["steps"]
 
     @property
-    def smooth(self) -> int:
-        return self.meta["preregistration"]["measure"].get("smooth_steps", 25)
-
-    @property
-    def just_after(self) -> int:
-        return self.meta["preregistration"]["measure"].get("just_after_steps", 5)
+    def settings(self) -> MeasureConfig:
+        """The measurement settings the files were made with (their defaults: MeasureConfig's)."""
+        return MeasureConfig.model_validate(self.meta["preregistration"]["measure"])
 
 
 def load(root: str | Path) -> Measured:
@@ -74,7 +71,8 @@ def write_report(root: str | Path) -> Path:
     outcomes = d.meta["preregistration"]["outcomes"]
     comp = stats.comparisons(d.measures, outcomes)
     norm = stats.normalized(d.measures)
-    course = stats.time_course(d.timecourse, d.checkpoints, d.steps, smooth=d.smooth, just_after=d.just_after)
+    m = d.settings
+    course = stats.time_course(d.timecourse, d.checkpoints, d.steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
     rep = Report()
     rep.add("# Twins: a measured single-example counterfactual", intro(d))
     rep.add("## Pre-registration", preregistration(d))
@@ -210,8 +208,8 @@ def time_course_table(course: pd.DataFrame, d: Measured) -> str:
         return "*No injected condition measured.*"
     rows = [[r.condition, str(r.peak_step), f"{r.peak:.3g}", f"{r.just_after:.3g}", fmt_num(r.peak_over_just_after), f"{r.final:.3g}",
              f"{100 * r.distance_mid_frac:.0f}%"] for r in course.itertuples()]
-    return (f"|training loss − twin's| per step, mean over seeds, smoothed over {d.smooth} steps; "
-            f"'just after' = the {d.just_after} steps after the injected batch.\n\n"
+    return (f"|training loss − twin's| per step, mean over seeds, smoothed over {d.settings.smooth_steps} steps; "
+            f"'just after' = the {d.settings.just_after_steps} steps after the injected batch.\n\n"
             + md_table(["condition", "peak step", "peak", "just after", "peak / just after", "at the end", "distance at mid / end"], rows))
 
 
@@ -256,13 +254,13 @@ def loss_diff_figure(d: Measured) -> Fig:
     fig, (ax,) = new_figure(1, 1, w=6.4, h=3.6)
     for cond, g in tc[tc.step > s].groupby("condition"):
         curve = g.assign(a=g["diff"].abs()).groupby("step").a.mean()
-        ax.plot(curve.index, curve.rolling(d.smooth, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
+        ax.plot(curve.index, curve.rolling(d.settings.smooth_steps, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
     ax.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)")
     ax.axvline(s, color="k", lw=0.5, ls=":")
     ax.legend(fontsize=7)
     return Fig(title, save_figure(fig, d.root / "loss_difference.png"),
                f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), rolling mean over "
-               f"{d.smooth} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
+               f"{d.settings.smooth_steps} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
 
 
 def distance_barrier_figure(d: Measured, norm: pd.DataFrame) -> Fig:

@@ -84,7 +84,7 @@ def normalized(measures: pd.DataFrame) -> pd.DataFrame:
 
 
 def time_course(timecourse: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict[str, int], *,
-                smooth: int = 25, just_after: int = 5) -> pd.DataFrame:
+                smooth: int, just_after: int) -> pd.DataFrame:
     """Per condition: peak of the mean |loss difference| after the injection (rolling mean over
     ``smooth`` steps), its ratio to the mean over the ``just_after`` steps after the injected batch,
     the final value, and distance at the mid-point / at the end (config: measure.smooth_steps,

@@ -36,7 +36,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
@@ -44,7 +43,7 @@ from seedlab.store import write_json, write_parquet, write_safetensors
 from seedlab.twins.batches import check_passage, get_batch, inject
 from seedlab.twins.config import CONDITIONS, TwinsConfig  # noqa: F401  (re-exported)
 from seedlab.twins.distributed import World, check_divisible
-from seedlab.twins.model import GPT, PRESETS, GPTConfig
+from seedlab.twins.model import GPT, PRESETS, GPTConfig, masked_ce_sum
 from seedlab.twins.schedule import lr_at
 
 
@@ -147,8 +146,7 @@ class _Run:
             xs, ys, ms = (t[i : i + micro].to(self.device) for t in (x, y, mask))
             with self._autocast():
                 logits, _ = self.model(xs)
-            ce = F.cross_entropy(logits.float().flatten(0, 1), ys.flatten(), reduction="none")
-            part = torch.where(ms.flatten(), ce, torch.zeros_like(ce)).sum() / n_targets
+            part = masked_ce_sum(logits, ys, ms) / n_targets
             part.backward()
             total += part.detach()
         self.world.all_reduce_grads(self.params)
