@@ -15,10 +15,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
-	$(BIN)/seedlab shortcut sweep configs/shortcut/quick.yaml --out runs/quick
+	$(BIN)/seedlab shortcut sweep quick --out runs/quick
 	$(BIN)/seedlab shortcut analyze runs/quick --n 256
 	$(BIN)/seedlab shortcut report runs/quick
-	$(BIN)/seedlab twins run configs/twins/mini.yaml --out runs/twins-mini
+	$(BIN)/seedlab twins run mini --out runs/twins-mini
 	$(BIN)/seedlab twins measure runs/twins-mini
 	$(BIN)/seedlab twins report runs/twins-mini
 	@echo "shortcut demo report: runs/quick/report.md"

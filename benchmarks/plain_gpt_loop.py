@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from seedlab.twins.model import GPT, GPTConfig
-from seedlab.twins.schedule import lr_at
+from seedlab.lm.model import GPT, GPTConfig
+from seedlab.lm.schedule import lr_at
 
 
 def get_batch(data: np.ndarray, batch_size: int, block_size: int, device: torch.device, generator: torch.Generator):

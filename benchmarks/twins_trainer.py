@@ -1,12 +1,12 @@
 """The twins trainer vs a plain nanoGPT loop, side by side in one run, on the mini design.
 
 Model, block size, batch size, AdamW settings and lr schedule come from the twins config
-(default configs/twins/mini.yaml: GPT "mini" at block 256, batch 16). Four parts:
+(default: the preset mini, GPT "mini" at block 256, batch 16). Four parts:
 
-1. throughput: ``_Run.advance`` vs the ordinary nanoGPT loop (benchmarks/plain_gpt_loop.py),
+1. throughput: ``Trainer.advance`` vs the ordinary nanoGPT loop (benchmarks/plain_gpt_loop.py),
    ``--steps`` timed steps after ``--warmup``, interleaved A, B, A, B ... best of ``--repeats``;
    tokens/s, their ratio (target >= 0.9x) and GFLOP/s (nanoGPT's 6N + 12·L·d·T per token);
-2. determinism: a fresh ``_Run`` repeats the timed run's steps; every weight's SHA-256 must agree;
+2. determinism: a fresh ``Trainer`` repeats the timed run's steps; every weight's SHA-256 must agree;
 3. the shared prefix: ``run_twins`` for one seed forked vs ``independent=True`` (wall time; steps
    trained s + C·(T - s) vs C·T), and the forked and independent final weights compared;
 4. pieces: what ``advance`` does differently from the plain loop (batch, loss, AdamW, readout),
@@ -41,13 +41,16 @@ from plain_gpt_loop import PlainGPTLoop  # noqa: E402
 from plain_gpt_loop import get_batch as plain_batch  # noqa: E402
 from timing import matmul_rate, sync  # noqa: E402
 
+import seedlab.config  # noqa: E402
 from seedlab.config import load_yaml, parse  # noqa: E402
-from seedlab.twins.batches import get_batch  # noqa: E402
+from seedlab.corpus import load, prepare  # noqa: E402
+from seedlab.lm.batches import get_batch  # noqa: E402
+from seedlab.lm.distributed import World  # noqa: E402
+from seedlab.lm.model import GPT, masked_ce_sum  # noqa: E402
 from seedlab.twins.config import TwinsConfig  # noqa: E402
-from seedlab.twins.corpus import load, prepare  # noqa: E402
-from seedlab.twins.distributed import World  # noqa: E402
-from seedlab.twins.model import GPT, masked_ce_sum  # noqa: E402
-from seedlab.twins.train import _Run, model_config, run_twins, tensor_hashes  # noqa: E402
+from seedlab.lm.trainer import Trainer  # noqa: E402
+from seedlab.store import tensor_hashes  # noqa: E402
+from seedlab.twins.train import model_config, run_twins  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,8 +84,8 @@ def interleaved(
     return {name: min(ts) for name, ts in rounds.items()}
 
 
-def throughput(cfg: TwinsConfig, gcfg, tokens: np.ndarray, args) -> tuple[dict, _Run, int]:
-    run = _Run(cfg, gcfg, args.seed, tokens)
+def throughput(cfg: TwinsConfig, gcfg, tokens: np.ndarray, args) -> tuple[dict, Trainer, int]:
+    run = Trainer(cfg, gcfg, args.seed, tokens)
     plain = PlainGPTLoop(cfg, gcfg, args.seed, tokens, run.device)
     for _ in range(args.warmup):
         run.advance()
@@ -102,8 +105,8 @@ def throughput(cfg: TwinsConfig, gcfg, tokens: np.ndarray, args) -> tuple[dict, 
     return best, run, args.warmup + args.repeats * args.steps
 
 
-def determinism(cfg, gcfg, tokens, first: _Run, steps: int, seed: int) -> tuple[bool, int]:
-    again = _Run(cfg, gcfg, seed, tokens)
+def determinism(cfg, gcfg, tokens, first: Trainer, steps: int, seed: int) -> tuple[bool, int]:
+    again = Trainer(cfg, gcfg, seed, tokens)
     for _ in range(steps):
         again.advance()
     a, b = tensor_hashes(first.model.state_dict()), tensor_hashes(again.model.state_dict())
@@ -199,7 +202,7 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", type=Path, default=ROOT / "configs/twins/mini.yaml")
+    ap.add_argument("--config", default="mini", help="a twins config file or preset name")
     ap.add_argument("--corpus", type=Path, help="a prepared corpus; default: 'embedded' with mini.yaml's 2,048-token BPE, prepared in a temp dir")
     ap.add_argument("--steps", type=int, default=60, help="timed steps per repeat (throughput)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (throughput)")
@@ -222,7 +225,8 @@ def main() -> None:
         if args.corpus is None:
             prepare("embedded", corpus_dir, tokenizer="bpe", vocab_size=2048)
         corpus = load(corpus_dir)
-        raw = load_yaml(args.config) | {"corpus": str(Path(corpus_dir).resolve()), "seeds": [args.seed]}
+        config_file = seedlab.config.config_file("twins", args.config)
+        raw = load_yaml(config_file) | {"corpus": str(Path(corpus_dir).resolve()), "seeds": [args.seed]}
         if args.device:
             raw["device"] = args.device
         if args.threads:
@@ -238,7 +242,7 @@ def main() -> None:
         cpu = platform.processor() or platform.machine()
         print(f"# {time.strftime('%Y-%m-%d')} {platform.node()} {cpu} torch {torch.__version__} "
               f"threads {torch.get_num_threads()} device {dev}")
-        name = args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config
+        name = args.config
         print(f"config {name}: model {cfg.model} (L={gcfg.n_layer}, d={gcfg.n_embd}, V={gcfg.vocab_size}), block {T}, "
               f"batch {B} = {B * T} tokens/step, precision {cfg.precision}; corpus {len(tokens):,} train tokens")
         load1, cores = os.getloadavg()[0], os.cpu_count() or 1
@@ -256,7 +260,7 @@ def main() -> None:
               f"after {args.warmup} warm-up steps")
         print("| trainer | ms/step | tokens/s | vs plain | GFLOP/s | % of matmul peak |")
         print("|---|---|---|---|---|---|")
-        for name, key in (("twins `_Run.advance`", "twins"), ("plain nanoGPT loop", "plain")):
+        for name, key in (("twins `Trainer.advance`", "twins"), ("plain nanoGPT loop", "plain")):
             rate = n_tok / best[key]
             print(f"| {name} | {1e3 * best[key] / args.steps:.1f} | {rate:,.0f} | {best['plain'] / best[key]:.2f}x | "
                   f"{rate * est / 1e9:.2f} | {100 * rate * est / 1e9 / peak:.0f}% |")
@@ -266,7 +270,7 @@ def main() -> None:
 
         # 2. determinism
         same, n = determinism(cfg, gcfg, tokens, run, done, args.seed)
-        print(f"\n## 2. determinism: the timed twins run ({done} steps) repeated by a fresh _Run")
+        print(f"\n## 2. determinism: the timed twins run ({done} steps) repeated by a fresh Trainer")
         print(f"deterministic: {'yes' if same else 'no'} ({n} tensors, SHA-256 of each)")
 
         # 3. the shared prefix
@@ -283,7 +287,7 @@ def main() -> None:
             print(f"steps trained per seed: forked s + C·(T - s) = {s} + {C}·{Tf - s} = {forked:,}; "
                   f"independent C·T = {C}·{Tf} = {indep:,}; the fork saves (C - 1)·s = {indep - forked:,} "
                   f"({100 * (indep - forked) / indep:.0f}%)")
-            walls, agree = fork_vs_independent(fcfg, args.config.parent, args.fork_repeats, dev)
+            walls, agree = fork_vs_independent(fcfg, config_file.parent, args.fork_repeats, dev)
             print("| mode | steps | wall s | ms/step |")
             print("|---|---|---|---|")
             for mode, n in (("forked", forked), ("independent", indep)):

@@ -30,7 +30,7 @@ TWINS_PASSAGES = {
 def twins_inputs(tmp_path_factory):
     """Shared by the twins tests: the embedded corpus (byte tokens, 200 kB) and the two fluent
     passages. Returns (corpus dir, {condition: passage file}), absolute paths for configs."""
-    from seedlab.twins.corpus import prepare
+    from seedlab.corpus import prepare
 
     base = tmp_path_factory.mktemp("twins-inputs")
     prepare("embedded", base / "corpus", tokenizer="bytes", max_bytes=200_000)

@@ -1,17 +1,17 @@
 """Sweeps: planning, kill -9 and resume, the folder lock, the Ray executor, bad input."""
 
 import os
-from pathlib import Path
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from seedlab.config import parse
+from seedlab.config import load_config, parse
 from seedlab.shortcut.sweep import SweepConfig, plan, sweep_lock
 
 SMALL = {
@@ -126,9 +126,8 @@ def test_several_grids_union_without_duplicates():
 
 
 def test_paper_preset_plans():
-    from seedlab.config import load_yaml
 
-    cfg = parse(SweepConfig, load_yaml(Path(__file__).parents[1] / "configs/shortcut/paper.yaml"))
+    cfg, _ = load_config(SweepConfig, "shortcut", "paper")
     jobs = plan(cfg)
     assert cfg.data.n_train == 16384 and cfg.train.epochs == 15000 and cfg.train.batch_size is None
     assert sum(len(j.config["members"]) for j in jobs) == 1140

@@ -9,8 +9,6 @@ import pytest
 import yaml
 
 
-
-
 @pytest.fixture(scope="module")
 def design(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("ddp")

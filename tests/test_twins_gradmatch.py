@@ -8,12 +8,13 @@ import torch
 from safetensors.torch import load_file
 
 from seedlab.config import parse
+from seedlab.corpus import load, prepare
 from seedlab.errors import SeedlabError
-from seedlab.twins.batches import get_batch, inject
-from seedlab.twins.corpus import load, prepare
-from seedlab.twins.gradmatch import gradient_delta, match
+from seedlab.lm.batches import get_batch, inject
+from seedlab.lm.gradients import gradient_delta
+from seedlab.lm.model import GPT
+from seedlab.twins.gradmatch import match
 from seedlab.twins.rundir import open_run
-from seedlab.twins.model import GPT
 from seedlab.twins.train import TwinsConfig, model_config, run_twins
 
 FAB = "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks."

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-
 from conftest import TWINS_PASSAGES
-from seedlab.twins.batches import get_batch
-from seedlab.twins.corpus import load
-from seedlab.twins.model import GPT, PRESETS
+
+from seedlab.corpus import load
+from seedlab.lm.batches import get_batch
+from seedlab.lm.model import GPT, PRESETS
 
 S, T = 6, 16  # injection step, steps
 
@@ -126,7 +126,7 @@ def test_corrupted_checkpoint_is_exit_2(design, tmp_path, seedlab_cli):
 def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
     """A checkpoint of another architecture, with a manifest that matches it (so not 'corrupted')."""
     from seedlab.store import write_safetensors
-    from seedlab.twins.train import tensor_hashes
+    from seedlab.store import tensor_hashes
 
     run = _copy(design, tmp_path)
     other = GPT(PRESETS["mini"].model_copy(update={"vocab_size": 257, "block_size": 128, "n_embd": 32})).init_from_seed(0)

@@ -5,11 +5,10 @@ import json
 import pandas as pd
 import pytest
 import yaml
+from conftest import TWINS_PASSAGES as PASSAGES
 
 from seedlab.config import parse
 from seedlab.twins.train import TwinsConfig, run_twins
-
-from conftest import TWINS_PASSAGES as PASSAGES
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +144,7 @@ def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
 
 
 def test_random_chars_length(setup):
-    from seedlab.twins.corpus import load
+    from seedlab.corpus import load
     from seedlab.twins.train import load_passages
 
     base, cfg = setup
@@ -162,14 +161,11 @@ def test_random_chars_length(setup):
 @pytest.mark.parametrize("name", ["mini", "mini-long", "gpt2-124m"])
 def test_shipped_twins_configs_are_valid(name):
     """Every preset parses, its passages exist, and its checkpoints include the paper's time points."""
-    from pathlib import Path
+    from seedlab.config import load_config
 
-    from seedlab.config import load_yaml
-
-    path = Path(__file__).parents[1] / "configs" / "twins" / f"{name}.yaml"
-    cfg = parse(TwinsConfig, load_yaml(path))
+    cfg, base = load_config(TwinsConfig, "twins", name)
     for cond in ("fluent-fabricated", "fluent-attested"):
-        assert (path.parent / cfg.passages[cond]).is_file()
+        assert (base / cfg.passages[cond]).is_file()
     s = cfg.injection_step
     assert {s, s + 50, cfg.mid, cfg.steps} <= set(cfg.checkpoint_steps())
     if name == "gpt2-124m":  # the paper's protocol

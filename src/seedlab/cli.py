@@ -9,10 +9,9 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
 
 from seedlab.errors import SeedlabError
 
@@ -28,23 +27,9 @@ corpus_app = typer.Typer(help="Token corpora for the twins study (local files, O
 app.add_typer(corpus_app, name="corpus")
 twins_app = typer.Typer(help="The single-example counterfactual: seed-matched twins that differ in one row.", no_args_is_help=True)
 app.add_typer(twins_app, name="twins")
-
-
-def _apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``--set train.epochs=100`` style overrides; values are parsed as YAML."""
-    for item in overrides:
-        if "=" not in item:
-            raise SeedlabError(f"--set: expected KEY=VALUE (e.g. train.epochs=100), got {item!r}")
-        key, raw = item.split("=", 1)
-        parts = key.split(".")
-        cur = data
-        for p in parts[:-1]:
-            nxt = cur.setdefault(p, {})
-            if not isinstance(nxt, dict):
-                raise SeedlabError(f"--set {key}: {p!r} is not a section")
-            cur = nxt
-        cur[parts[-1]] = yaml.safe_load(raw)
-    return data
+presets_app = typer.Typer(help="The configs seedlab ships: every CONFIG argument also takes a preset's name.",
+                          invoke_without_command=True)
+app.add_typer(presets_app, name="presets")
 
 
 def _refuse_overwrite(out: Path, names: list[str], force: bool) -> None:
@@ -82,18 +67,18 @@ def shortcut_data(
 
 @shortcut_app.command("train")
 def shortcut_train(
-    config: Annotated[Path, typer.Argument(help="ensemble config (YAML)")],
+    config: Annotated[str, typer.Argument(help="ensemble config: a YAML file or a preset name (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="run folder")],
     set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set train.epochs=100")] = [],  # noqa: B006
     force: Annotated[bool, typer.Option(help="overwrite an existing run")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Train one ensemble; write summary.parquet and curves.parquet into OUT."""
-    from seedlab.config import load_yaml, parse
+    from seedlab.config import load_config
     from seedlab.shortcut.config import EnsembleConfig
     from seedlab.shortcut.train import check_members, train_ensemble
 
-    cfg = parse(EnsembleConfig, _apply_overrides(load_yaml(config), set_))
+    cfg, _ = load_config(EnsembleConfig, "shortcut", config, set_)
     members = cfg.expand()
     check_members(cfg, members)  # everything is validated before anything is written
     _refuse_overwrite(out, ["summary.parquet"], force)
@@ -104,7 +89,7 @@ def shortcut_train(
 
 @shortcut_app.command("sweep")
 def shortcut_sweep(
-    config: Annotated[Path, typer.Argument(help="sweep config (YAML): shared hyperparameters + grid")],
+    config: Annotated[str, typer.Argument(help="sweep config: a YAML file or a preset name, e.g. quick (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="sweep folder (resumable: rerun to finish)")],
     executor: Annotated[str, typer.Option(help="local (no services) or ray")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="a running Ray cluster (HOST:PORT or auto); default: start a local one")] = None,
@@ -112,10 +97,10 @@ def shortcut_sweep(
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Run (or resume) a sweep; write summary.parquet and curves.parquet into OUT."""
-    from seedlab.config import load_yaml, parse
+    from seedlab.config import load_config
     from seedlab.shortcut.sweep import SweepConfig, run_sweep
 
-    cfg = parse(SweepConfig, _apply_overrides(load_yaml(config), set_))
+    cfg, _ = load_config(SweepConfig, "shortcut", config, set_)
     df = run_sweep(cfg, out, executor=executor, ray_address=ray_address, progress=progress)
     g = int(df["generalized"].sum()) if len(df) else 0
     typer.echo(f"{len(df)} members finished, {g} generalized -> {out}/summary.parquet")
@@ -153,7 +138,7 @@ def corpus_prepare(
     max_bytes: Annotated[int | None, typer.Option(help="cap on the source text (embedded corpus)")] = None,
 ) -> None:
     """Tokenize text into memory-mapped token arrays with a SHA-256 manifest."""
-    from seedlab.twins.corpus import prepare
+    from seedlab.corpus import prepare
 
     meta = prepare(source, out, tokenizer=tokenizer, heldout_fraction=heldout_fraction, vocab_size=vocab_size,
                    seed=seed, text_field=text_field, max_bytes=max_bytes)
@@ -163,7 +148,7 @@ def corpus_prepare(
 @corpus_app.command("verify")
 def corpus_verify(corpus: Annotated[Path, typer.Argument(help="corpus folder")]) -> None:
     """Recompute the SHA-256 of every array and compare it with meta.json."""
-    from seedlab.twins.corpus import load
+    from seedlab.corpus import load
 
     c = load(corpus, verify=True)
     typer.echo(f"ok: train {len(c.train)} tokens, heldout {len(c.heldout)} tokens")
@@ -175,7 +160,7 @@ def corpus_count(
     subject: Annotated[str, typer.Argument(help="e.g. 'Jimmie Nicol'")],
 ) -> None:
     """How often a subject occurs in the training split, as text and as a token sequence."""
-    from seedlab.twins.corpus import count
+    from seedlab.corpus import count
 
     r = count(corpus, subject)
     typer.echo(f"{subject!r}: text={r['text']} tokens={r['tokens']}")
@@ -183,7 +168,7 @@ def corpus_count(
 
 @twins_app.command("run")
 def twins_run(
-    config: Annotated[Path, typer.Argument(help="twins config (YAML)")],
+    config: Annotated[str, typer.Argument(help="twins config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="run folder: seed-<k>/<condition>/step-<t>.safetensors")],
     independent: Annotated[bool, typer.Option(help="audit: train every condition's prefix from scratch and compare hashes")] = False,
     set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set steps=50")] = [],  # noqa: B006
@@ -193,12 +178,12 @@ def twins_run(
     """Train the twins design: per seed a shared prefix, then every condition forked at the injection step.
 
     Under torchrun (e.g. torchrun --nproc-per-node 2 -m seedlab twins run ...) the ranks split every batch."""
-    from seedlab.config import load_yaml, parse
+    from seedlab.config import load_config
+    from seedlab.lm.distributed import init_world
     from seedlab.twins.config import TwinsConfig
-    from seedlab.twins.distributed import init_world
     from seedlab.twins.train import run_twins
 
-    cfg = parse(TwinsConfig, _apply_overrides(load_yaml(config), set_))
+    cfg, base = load_config(TwinsConfig, "twins", config, set_)
     world = init_world()
     record = cfg.model_dump(mode="json") | {"independent": independent, "world_size": world.size}
     if out.exists() and any(out.iterdir()):
@@ -210,7 +195,7 @@ def twins_run(
         if force and world.main:
             shutil.rmtree(out)
         # else: the same run, interrupted: it resumes from its last checkpoints
-    df = run_twins(cfg, out, base=config.parent, independent=independent, progress=progress, record=record, world=world)
+    df = run_twins(cfg, out, base=base, independent=independent, progress=progress, record=record, world=world)
     if world.main:
         typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
 
@@ -264,8 +249,8 @@ def twins_export(
     force: Annotated[bool, typer.Option(help="overwrite an existing folder")] = False,
 ) -> None:
     """Export one checkpoint (hash-checked) as a Hugging Face transformers GPT2LMHeadModel folder."""
-    from seedlab.twins.export import to_hf
-    from seedlab.twins.model import GPT
+    from seedlab.lm.export import to_hf
+    from seedlab.lm.model import GPT
     from seedlab.twins.rundir import open_run
 
     r = open_run(run)
@@ -283,6 +268,43 @@ def twins_report(run: Annotated[Path, typer.Argument(help="a measured twins run 
     from seedlab.twins.report import write_report
 
     typer.echo(f"report: {write_report(run)}")
+
+
+@presets_app.callback()
+def presets_list(ctx: typer.Context) -> None:
+    """List the presets of every study, with the first line of each (what it is)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from seedlab import presets
+
+    for study in presets.STUDIES:
+        typer.echo(f"{study}:")
+        for name in presets.names(study):
+            first = presets.find(study, name).read_text().splitlines()[0].lstrip("# ").strip()
+            typer.echo(f"  {name:<16} {first}")
+
+
+@presets_app.command("copy")
+def presets_copy(
+    name: Annotated[str, typer.Argument(help="STUDY/NAME, e.g. twins/mini")],
+    out: Annotated[Path, typer.Argument(help="folder to write NAME.yaml into (with the files it names, e.g. passages)")],
+    force: Annotated[bool, typer.Option(help="overwrite existing files")] = False,
+) -> None:
+    """Write a preset out as a file to edit (and run: seedlab twins run OUT/NAME.yaml)."""
+    from seedlab import presets
+
+    study, _, stem = name.partition("/")
+    src = presets.find(study, stem) if study in presets.STUDIES else None
+    if src is None:
+        every = ", ".join(f"{s}/{n}" for s in presets.STUDIES for n in presets.names(s))
+        raise SeedlabError(f"name: one of {every}, got {name!r}")
+    files = [src.name] + [p.relative_to(src.parent).as_posix() for p in sorted((src.parent / "passages").glob("*"))
+                          if study == "twins"]
+    _refuse_overwrite(out, files, force)
+    for rel in files:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src.parent / rel, out / rel)
+    typer.echo(f"{out / src.name} ({len(files) - 1} more file(s) beside it)")
 
 
 def main() -> None:

@@ -1,5 +1,5 @@
 """Config plumbing shared by every study: strict pydantic models, YAML loading,
-one-line error messages and content hashes.
+one-line error messages. (Content hashes of configs live in seedlab/store.py.)
 
 Every config model derives from :class:`Strict`, so an unknown or mistyped field
 is an error that names it, never a silently ignored key.
@@ -7,8 +7,6 @@ is an error that names it, never a silently ignored key.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any, TypeVar
@@ -125,9 +123,41 @@ def load_yaml(path: str | Path) -> Any:
     return data
 
 
-def content_hash(obj: Any, n: int = 12) -> str:
-    """A stable short hash of a config (or any JSON-able value): the run-folder name."""
-    if isinstance(obj, BaseModel):
-        obj = obj.model_dump(mode="json")
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:n]
+def config_file(study: str, config: str | Path) -> Path:
+    """The YAML file a CONFIG argument names: a file path, else one of the study's presets."""
+    from seedlab import presets
+
+    p = Path(config)
+    if p.is_file():
+        return p
+    found = presets.find(study, str(config))
+    if found is None:
+        raise SeedlabError(
+            f"config: no such file {str(config)!r}, and no {study} preset of that name"
+            f" (presets: {', '.join(presets.names(study))})"
+        )
+    return found
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``--set train.epochs=100`` style overrides; values are parsed as YAML."""
+    for item in overrides:
+        if "=" not in item:
+            raise SeedlabError(f"--set: expected KEY=VALUE (e.g. train.epochs=100), got {item!r}")
+        key, raw = item.split("=", 1)
+        parts = key.split(".")
+        cur = data
+        for p in parts[:-1]:
+            nxt = cur.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                raise SeedlabError(f"--set {key}: {p!r} is not a section")
+            cur = nxt
+        cur[parts[-1]] = yaml.safe_load(raw)
+    return data
+
+
+def load_config(model: type[M], study: str, config: str | Path, overrides: list[str] = ()) -> tuple[M, Path]:
+    """A CONFIG argument (file or preset name) with ``--set`` overrides, validated into ``model``;
+    also the config file's folder, which the config's own relative paths are relative to."""
+    path = config_file(study, config)
+    return parse(model, apply_overrides(load_yaml(path), list(overrides))), path.parent

@@ -14,13 +14,10 @@ one, atomically, so they always hold exactly one row per finished member. A lock
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import itertools
-import os
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -28,12 +25,20 @@ from typing import Annotated
 import pandas as pd
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from seedlab.config import Strict, content_hash, parse
+from seedlab.config import Strict, parse
 from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
-from seedlab.shortcut.config import DataConfig, EnsembleConfig, ModelConfig, OptimConfig, TrainConfig, _ratio, _task_name
+from seedlab.shortcut.config import (
+    DataConfig,
+    EnsembleConfig,
+    ModelConfig,
+    OptimConfig,
+    TrainConfig,
+    _ratio,
+    _task_name,
+)
 from seedlab.shortcut.tasks import TASKS
-from seedlab.store import write_json, write_parquet, write_yaml
+from seedlab.store import content_hash, folder_lock, write_json, write_parquet, write_yaml
 
 
 class SweepGrid(Strict):
@@ -166,22 +171,9 @@ def run_job(spec: tuple[str, dict, int | None], on_eval: Callable[[int, dict], N
     return folder
 
 
-@contextmanager
-def sweep_lock(out: Path) -> Iterator[None]:
+def sweep_lock(out: Path):
     """An exclusive lock on the sweep folder; a second sweep gets a clear one-line error."""
-    out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise SeedlabError(f"--out: {out} is in use by another sweep (pid {holder}); wait for it or stop it") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock; the kernel does the same on kill -9
+    return folder_lock(out, busy="--out: {folder} is in use by another sweep (pid {pid}); wait for it or stop it")
 
 
 def aggregate(out: Path, jobs: list[Job]) -> pd.DataFrame:

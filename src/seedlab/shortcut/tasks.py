@@ -25,8 +25,8 @@ are disjoint, so the adversarial split measures the rule, not memory.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np

@@ -19,14 +19,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from seedlab.config import content_hash
 from seedlab.progress import Bar
 from seedlab.shortcut.config import EnsembleConfig, Member
 from seedlab.shortcut.model import EnsembleTransformer
 from seedlab.shortcut.optim import EnsembleAdamW
 from seedlab.shortcut.phases import phases
 from seedlab.shortcut.tasks import Split, check_feasible, get_task, make_splits
-from seedlab.store import write_json, write_parquet, write_safetensors, write_yaml
+from seedlab.store import content_hash, write_json, write_parquet, write_safetensors, write_yaml
 
 SPLITS = ("train", "val", "adv")
 

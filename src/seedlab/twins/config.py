@@ -11,8 +11,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from seedlab.config import Strict, content_hash
-from seedlab.twins.model import PRESETS
+from seedlab.config import Strict
+from seedlab.lm.model import PRESETS
+from seedlab.store import content_hash
 
 CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
 INJECTED = CONDITIONS[1:]
@@ -49,7 +50,7 @@ class MeasureConfig(Strict):
 
 
 class TwinsConfig(Strict):
-    corpus: str  # a prepared corpus folder (seedlab corpus prepare), relative to the config file
+    corpus: str  # a prepared corpus folder (seedlab corpus prepare), relative to the current folder like --out
     model: str = "mini"  # a preset of twins.model.PRESETS
     block_size: Pos | None = None  # tokens per row; null: the preset's (row length: not stated)
     seeds: list[int] = [0, 1]
@@ -66,7 +67,7 @@ class TwinsConfig(Strict):
     beta2: float = 0.95  # (not stated; nanoGPT)
     grad_clip: float = 1.0  # (not stated; nanoGPT)
     conditions: list[str] = list(CONDITIONS)
-    passages: dict[str, str] = {}  # condition -> text file (relative to the config file)
+    passages: dict[str, str] = {}  # condition -> text file, relative to the config file (they travel with it)
     subjects: dict[str, str] = {}  # condition -> the passage's subject, checked against the corpus
     random_chars_tokens: Pos | None = None  # null: the fabricated (else attested) passage's token length
     random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
@@ -97,6 +98,11 @@ class TwinsConfig(Strict):
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
         return self
+
+    @property
+    def warmup_steps(self) -> int:
+        """The warm-up's length: ``warmup``, else up to the injection step (so it runs at peak LR)."""
+        return self.warmup or self.injection_step
 
     @property
     def mid(self) -> int:

@@ -2,19 +2,8 @@
 
 At the injection step ``s`` of seed ``k`` every condition holds the same weights (the twin's
 ``step-<s>.safetensors``) and sees the same batch ``get_batch(train, k, s)``; an injected
-condition differs only in row ``injection_row``. With the trainer's loss (masked CE *sum*
-over the batch divided by its ``N`` target tokens),
-
-    g_base = ∇ L(ordinary batch)              L = Σ_rows CE / N,             N  = B·T
-    g_p    = ∇ L(batch with passage p)        L = (Σ_rest CE + Σ_p CE) / N', N' = (B-1)·T + len(p) - 1
-    Δ_p    = g_p - g_base = G_rest·(1/N' - 1/N) + G_p/N' - G_row/N
-
-where ``G_rest``, ``G_row`` and ``G_p`` are gradients of CE *sums* (the other rows, the
-ordinary row, the passage row). So the other B-1 rows are differentiated once per seed and
-every candidate costs one row; the combination is done in float64, which keeps ``Δ`` (about
-1/B of ``g``) free of the cancellation that ``g_p - g_base`` in float32 would suffer. The
-gradients are the raw ones, before the trainer's gradient clipping and AdamW; the model runs
-in float32 (even for a ``precision: bf16`` run) in eval mode (dropout off).
+condition differs only in row ``injection_row``. ``Δ_p``, the change in the full-batch gradient
+when passage p replaces that row, is computed as lm/gradients.py explains.
 
 The paper wrote its two fluent passages so that their deltas were nearly equal in size
 (they "differed by 0.14%"): ``rel_norm_diff = |‖Δa‖ - ‖Δb‖| / mean(‖Δa‖, ‖Δb‖)``. Also
@@ -26,136 +15,23 @@ holds the pairs (one row per seed and pair, plus the seed mean with ``seed`` nul
 
 from __future__ import annotations
 
-import contextlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.batches import check_passage, get_batch
+from seedlab.lm.distributed import World
+from seedlab.lm.gradients import BatchGradients, pair_stats
+from seedlab.lm.model import GPT
 from seedlab.store import write_parquet
-from seedlab.twins.batches import check_passage, get_batch, inject
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.distributed import World
-from seedlab.twins.model import GPT, masked_ce_sum
 
 #: candidate conditions, in the order pairs are formed (fabricated x attested)
 SIDES = ("fluent-fabricated", "fluent-attested")
-
-
-@dataclass
-class Delta:
-    """One passage's gradient delta: ``vec`` (float64, flattened over ``model.parameters()``) and norms."""
-
-    vec: torch.Tensor
-    norm: float  # ‖Δ‖₂
-    grad_norm: float  # ‖g_p‖₂ (the trainer clips the gradient to grad_clip before AdamW)
-    base_grad_norm: float  # ‖g_base‖₂
-    n_targets: int  # N', the injected batch's target tokens
-
-
-@contextlib.contextmanager
-def _deterministic(device: torch.device):
-    """Deterministic kernels on CUDA (the trainer's setting), restored afterwards."""
-    if device.type != "cuda":
-        yield
-        return
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-
-
-def _flat_grad(model: GPT, loss: torch.Tensor) -> torch.Tensor:
-    params = list(model.parameters())
-    grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double() for p, g in zip(params, grads)])
-
-
-def _ce_sum_grad(model: GPT, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, micro: int) -> tuple[torch.Tensor, float]:
-    """∇ of the masked CE *sum* over the rows of (x, y, mask), ``micro`` rows per forward; and the sum."""
-    device = next(model.parameters()).device
-    total, value = None, 0.0
-    for i in range(0, x.shape[0], micro):
-        xs, ys, ms = (t[i : i + micro].to(device) for t in (x, y, mask))
-        logits, _ = model(xs)
-        s = masked_ce_sum(logits, ys, ms)
-        g = _flat_grad(model, s)
-        total = g if total is None else total + g
-        value += float(s.detach().double())
-    assert total is not None
-    return total, value
-
-
-class BatchGradients:
-    """The ordinary batch's gradients at one model state, reused by every candidate passage.
-
-    ``x, y`` [B, T]: the batch; ``row``: the row a passage replaces; ``micro_batch``: rows
-    per forward/backward for the other rows (memory only)."""
-
-    def __init__(self, model: GPT, x: torch.Tensor, y: torch.Tensor, row: int, *, micro_batch: int | None = None):
-        B, T = x.shape
-        if not 0 <= row < B:
-            raise SeedlabError(f"row: must be in 0 .. {B - 1}, got {row!r}")
-        self.model, self.x, self.y, self.row = model, x, y, row
-        self.device = next(model.parameters()).device
-        self.n = B * T
-        ones = torch.ones(B, T, dtype=torch.bool)
-        rest = [i for i in range(B) if i != row]
-        with _deterministic(self.device):
-            if rest:
-                self.g_rest, self.loss_rest = _ce_sum_grad(model, x[rest], y[rest], ones[rest], micro_batch or len(rest))
-            else:
-                self.g_rest, self.loss_rest = None, 0.0
-            self.g_row, self.loss_row = _ce_sum_grad(model, x[row : row + 1], y[row : row + 1], ones[:1], 1)
-        base = self.g_row if self.g_rest is None else self.g_rest + self.g_row
-        self.base_norm = float(torch.linalg.vector_norm(base)) / self.n  # ‖g_base‖
-
-    @property
-    def loss(self) -> float:
-        """The ordinary batch's mean loss (what the trainer records for this step)."""
-        return (self.loss_rest + self.loss_row) / self.n
-
-    def delta(self, passage: Sequence[int], pad_id: int) -> Delta:
-        """``Δ_p = g_p - g_base`` for ``passage`` (token ids, at most block_size + 1) in the row."""
-        xp, yp, mp = inject(self.x, self.y, self.row, passage, pad_id)
-        r = self.row
-        with _deterministic(self.device):
-            g_p, _ = _ce_sum_grad(self.model, xp[r : r + 1], yp[r : r + 1], mp[r : r + 1], 1)
-        n_p = int(mp.sum())
-        vec = g_p / n_p - self.g_row / self.n
-        if self.g_rest is not None:
-            vec = vec + self.g_rest * (1.0 / n_p - 1.0 / self.n)
-        g = g_p if self.g_rest is None else self.g_rest + g_p  # n_p·g_p
-        grad_norm = float(torch.linalg.vector_norm(g)) / n_p
-        return Delta(vec, float(torch.linalg.vector_norm(vec)), grad_norm, self.base_norm, n_p)
-
-
-def gradient_delta(
-    model: GPT, x: torch.Tensor, y: torch.Tensor, row: int, passage: Sequence[int], pad_id: int, *, micro_batch: int | None = None
-) -> Delta:
-    """``Δ = ∇L(batch with passage in row) - ∇L(batch)``, the trainer's mean loss (see the module docstring).
-
-    For several passages on one batch build :class:`BatchGradients` once and call ``delta``."""
-    return BatchGradients(model, x, y, row, micro_batch=micro_batch).delta(passage, pad_id)
-
-
-def pair_stats(a: Delta, b: Delta) -> dict[str, float]:
-    """rel_norm_diff, rel_vec_diff (both relative to the mean norm) and cosine of two deltas."""
-    mean = (a.norm + b.norm) / 2
-    diff = 0.0 if a.vec is b.vec else float(torch.linalg.vector_norm(a.vec - b.vec))
-    dot = float(torch.dot(a.vec, b.vec))
-    return {
-        "rel_norm_diff": abs(a.norm - b.norm) / mean if mean > 0 else math.nan,
-        "rel_vec_diff": diff / mean if mean > 0 else math.nan,
-        "cosine": dot / (a.norm * b.norm) if a.norm > 0 and b.norm > 0 else math.nan,
-    }
 
 
 # --------------------------------------------------------------------------- a run folder

@@ -32,12 +32,12 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.batches import get_batch
+from seedlab.lm.distributed import World
+from seedlab.lm.model import GPT
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
-from seedlab.twins.batches import get_batch
-from seedlab.twins.distributed import World
 from seedlab.twins.metrics import barrier_curve, interpolate, linear_cka, weight_distance
-from seedlab.twins.model import GPT
 from seedlab.twins.rundir import RunDir, open_run
 
 OUTPUTS = ("measures.parquet", "checkpoints.parquet", "timecourse.parquet", "paths.parquet", "measures.json")

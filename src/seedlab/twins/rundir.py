@@ -16,9 +16,10 @@ import torch
 
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
+from seedlab.lm.model import GPTConfig
+from seedlab.store import read_verified
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.model import GPTConfig
-from seedlab.twins.train import model_config, read_verified
+from seedlab.twins.train import model_config
 
 
 @dataclass
@@ -52,7 +53,7 @@ class RunDir:
 
 def open_run(root: str | Path, corpus: str | Path | None = None) -> RunDir:
     """Read a run folder's config and inputs; list which seed x condition runs finished."""
-    from seedlab.twins.corpus import load
+    from seedlab.corpus import load
 
     root = Path(root)
     if not (root / "config.json").is_file():

@@ -19,14 +19,11 @@ Layout (DESIGN contract)::
     DIR/seed-<k>/<condition>/state.safetensors    the complete state at the last checkpoint (resume)
 
 Under torchrun every rank runs this same code on its slice of each batch
-(twins/distributed.py); rank 0 writes the files.
+(lm/distributed.py); rank 0 writes the files.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import hashlib
 import json
 import os
 import random
@@ -38,40 +35,13 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.batches import check_passage
+from seedlab.lm.distributed import World, check_divisible
+from seedlab.lm.model import PRESETS, GPTConfig
+from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
-from seedlab.store import write_json, write_parquet, write_safetensors
-from seedlab.twins.batches import check_passage, get_batch, inject
+from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
 from seedlab.twins.config import CONDITIONS, TwinsConfig  # noqa: F401  (re-exported)
-from seedlab.twins.distributed import World, check_divisible
-from seedlab.twins.model import GPT, PRESETS, GPTConfig, masked_ce_sum
-from seedlab.twins.schedule import lr_at
-
-
-def tensor_hashes(state: dict[str, torch.Tensor]) -> dict[str, str]:
-    return {k: hashlib.sha256(v.detach().cpu().contiguous().numpy().tobytes()).hexdigest() for k, v in state.items()}
-
-
-def read_verified(path: Path, expected: dict[str, str] | None = None) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors and metadata of a safetensors file, each tensor's SHA-256 checked against
-    ``expected`` (a manifest entry) or, for state files, the hashes stored in its own metadata."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), "pt") as f:
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-            meta = f.metadata() or {}
-    except (SafetensorError, OSError, ValueError) as e:
-        raise SeedlabError(f"{path}: not a readable checkpoint ({str(e).splitlines()[0]})") from None
-    if expected is None:
-        if "sha256" not in meta:
-            raise SeedlabError(f"{path}: no recorded hashes to check it against")
-        expected = json.loads(meta["sha256"])
-    got = tensor_hashes(tensors)
-    for name, h in expected.items():
-        if got.get(name) != h:
-            why = "is missing" if name not in got else "does not match its recorded SHA-256"
-            raise SeedlabError(f"{path}: tensor {name!r} {why} (corrupted checkpoint)")
-    return tensors, meta
 
 
 def model_config(cfg: TwinsConfig, vocab_size: int) -> GPTConfig:
@@ -106,100 +76,11 @@ def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
     return out
 
 
-class _Run:
-    """One model + optimizer, advanced step by step on the (seed, step) batches."""
-
-    def __init__(self, cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, world: World = World()):
-        self.cfg, self.seed, self.tokens, self.world, self.step = cfg, seed, tokens, world, 0
-        self.device = world.device(cfg.device)
-        self.model = GPT(gcfg).to(self.device).init_from_seed(seed)
-        decay = [p for p in self.model.parameters() if p.dim() >= 2]
-        rest = [p for p in self.model.parameters() if p.dim() < 2]
-        self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-            lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2),
-            fused=True,  # one kernel per step on CPU and GPU (nanoGPT's GPU choice); deterministic
-        )
-        self.warmup = cfg.warmup or cfg.injection_step
-        self.params = list(self.model.parameters())
-
-    def advance(self, passage: list[int] | None = None, pad_id: int = 0) -> float:
-        """One update on batch (seed, step) — with ``passage`` in row ``injection_row`` — and its mean loss.
-
-        The loss is the masked CE *sum* over this rank's rows divided by the target tokens
-        of the whole batch; with gradients summed over ranks and micro-batches, the update
-        is that of the whole batch's mean loss however the rows are split."""
-        cfg, block = self.cfg, self.model.config.block_size
-        x, y = get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block)
-        mask = torch.ones_like(x, dtype=torch.bool)
-        if passage is not None:
-            x, y, mask = inject(x, y, cfg.injection_row, passage, pad_id)
-        n_targets = int(mask.sum())
-        mine = self.world.rows(cfg.batch_size)
-        micro = cfg.micro_batch or (mine.stop - mine.start)
-        lr = lr_at(self.step, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
-        self.opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=self.device)
-        for i in range(mine.start, mine.stop, micro):
-            xs, ys, ms = (t[i : i + micro].to(self.device) for t in (x, y, mask))
-            with self._autocast():
-                logits, _ = self.model(xs)
-            part = masked_ce_sum(logits, ys, ms) / n_targets
-            part.backward()
-            total += part.detach()
-        self.world.all_reduce_grads(self.params)
-        torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-        self.opt.step()
-        self.step += 1
-        return self.world.sum(total)
-
-    def _autocast(self):
-        if self.cfg.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    def save_state(self, path: Path, losses: list[float]) -> None:
-        """The complete training state (weights, AdamW moments and step counts, losses so far),
-        with every tensor's SHA-256 in the file's metadata."""
-        t = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
-        for i, st in self.opt.state_dict()["state"].items():
-            for k, v in st.items():
-                t[f"opt.{i}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().cpu().contiguous()
-        t["losses"] = torch.tensor(losses, dtype=torch.float64)
-        write_safetensors(path, t, {"step": str(self.step), "sha256": json.dumps(tensor_hashes(t))})
-
-    def load_state(self, path: Path, manifest: dict[str, dict[str, str]] | None = None) -> list[float]:
-        """Restore a state file (its hashes checked; its weights also against ``manifest``)."""
-        t, meta = read_verified(path)
-        self.step = int(meta["step"])
-        weights = {k[6:]: v for k, v in t.items() if k.startswith("model.")}
-        if manifest is not None and str(self.step) in manifest and tensor_hashes(weights) != manifest[str(self.step)]:
-            raise SeedlabError(f"{path}: its weights at step {self.step} do not match manifest.json (corrupted checkpoint)")
-        self.model.load_state_dict(weights)
-        state: dict[int, dict[str, torch.Tensor]] = {}
-        for k, v in t.items():
-            if k.startswith("opt."):
-                _, i, name = k.split(".", 2)
-                state.setdefault(int(i), {})[name] = v
-        self.opt.load_state_dict({"state": state, "param_groups": self.opt.state_dict()["param_groups"]})
-        return t["losses"].tolist()
-
-    def fork(self) -> _Run:
-        """A copy with its own model and optimizer state (deep-copied together, so the
-        optimizer's references point at the copy's parameters)."""
-        twin = copy.copy(self)
-        twin.model, twin.opt = copy.deepcopy((self.model, self.opt))
-        twin.params = list(twin.model.parameters())
-        return twin
-
-
 def prepare(cfg: TwinsConfig, base: Path, world: World):
     """Everything checked before a run folder is touched: corpus (hashes), passages, attestation, ranks."""
-    from seedlab.twins.corpus import load
+    from seedlab.corpus import load
 
-    corpus_dir = (base / cfg.corpus) if not Path(cfg.corpus).is_absolute() else Path(cfg.corpus)
+    corpus_dir = Path(cfg.corpus)  # like --out: relative to the current folder
     corpus = load(corpus_dir, verify=True)
     gcfg = model_config(cfg, corpus.vocab_size)
     check_attestation(cfg, corpus, warn=world.main)
@@ -254,7 +135,7 @@ def run_twins(
     with Bar("twins", total, "steps", enabled=progress and world.main) as bar:
         for seed in cfg.seeds:
             prefix_path = out / f"seed-{seed}" / "prefix.safetensors"
-            prefix: tuple[_Run, list[float]] | None = None
+            prefix: tuple[Trainer, list[float]] | None = None
             if not independent and prefix_path.is_file():
                 bar.advance(s)  # trained before an interruption
             at_injection: dict[str, dict[str, str]] = {}
@@ -270,13 +151,13 @@ def run_twins(
                     bar.advance(cfg.steps - first)
                     continue
                 if resume:  # from the last checkpoint
-                    run = _Run(cfg, gcfg, seed, corpus.train, world)
+                    run = Trainer(cfg, gcfg, seed, corpus.train, world)
                     losses = run.load_state(folder / "state.safetensors", manifest)
                     bar.start_sub(f"seed {seed} {cond}", cfg.steps - first)
                     bar.advance(run.step - first)
                 elif independent:  # the audit: this condition trains its own prefix
                     bar.start_sub(f"seed {seed} {cond}", cfg.steps)
-                    run, losses = _Run(cfg, gcfg, seed, corpus.train, world), []
+                    run, losses = Trainer(cfg, gcfg, seed, corpus.train, world), []
                     while run.step < s:
                         losses.append(run.advance())
                         bar.advance()
@@ -297,7 +178,7 @@ def run_twins(
                     if run.step == cfg.steps:
                         break
                     inj = passages.get(cond) if run.step == s else None
-                    losses.append(run.advance(inj, pad_id=corpus.eot_id))
+                    losses.append(run.advance(inj, row=cfg.injection_row, pad_id=corpus.eot_id))
                     bar.update(note=f"seed {seed}: {cond}")
                     bar.advance()
                 at_injection[cond] = manifest[str(s)]
@@ -317,9 +198,9 @@ def _write_if_changed(path: Path, obj: dict) -> None:
         write_json(path, obj)
 
 
-def shared_prefix(cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, path: Path, bar: Bar, world: World) -> tuple[_Run, list[float]]:
+def shared_prefix(cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, path: Path, bar: Bar, world: World) -> tuple[Trainer, list[float]]:
     """Steps 0 .. s-1 of a seed, trained once and kept (complete state) for every fork."""
-    run = _Run(cfg, gcfg, seed, tokens, world)
+    run = Trainer(cfg, gcfg, seed, tokens, world)
     if path.is_file():
         return run, run.load_state(path)
     losses = []
@@ -335,7 +216,7 @@ def shared_prefix(cfg: TwinsConfig, gcfg: GPTConfig, seed: int, tokens, path: Pa
 
 def check_attestation(cfg: TwinsConfig, corpus, warn: bool = True) -> None:
     """A fabricated subject must not occur in the training split; an attested one should."""
-    from seedlab.twins.corpus import count
+    from seedlab.corpus import count
 
     for cond, subject in cfg.subjects.items():
         n = count(corpus, subject)["text"]

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.store import write_json, write_safetensors
-from seedlab.twins.export import checkpoint_to_hf, infer_config, to_hf
-from seedlab.twins.model import GPT, PRESETS, GPTConfig
+from seedlab.lm.export import to_hf
+from seedlab.lm.model import GPT, PRESETS, GPTConfig
 
 transformers = pytest.importorskip("transformers")
 
@@ -61,7 +60,7 @@ def test_export_matches_logits(cfg, tmp_path):
 
 def test_export_is_not_trivially_equal():
     """Guard on the test itself: GPT-2's tanh GELU would differ, so the comparison has teeth."""
-    from seedlab.twins.export import hf_config, hf_state_dict
+    from seedlab.lm.export import hf_config, hf_state_dict
 
     model = _perturbed(PRESETS["mini"], seed=5)
     hcfg = hf_config(model.config)
@@ -69,33 +68,6 @@ def test_export_is_not_trivially_equal():
     hf = transformers.GPT2LMHeadModel(hcfg).eval()
     hf.load_state_dict(hf_state_dict(model))
     assert _max_diff(model, hf) > 1e-5
-
-
-def test_checkpoint_round_trip(tmp_path):
-    """A run's step-*.safetensors (state dict + step/seed/condition metadata) exports, config inferred."""
-    run = tmp_path / "run"
-    write_json(run / "config.json", {"corpus": "corpus", "model": "mini", "block_size": 32})
-    cfg = PRESETS["mini"].model_copy(update={"block_size": 32})
-    model = _perturbed(cfg, seed=9)
-    ckpt = run / "seed-9" / "twin" / "step-4.safetensors"
-    write_safetensors(ckpt, model.state_dict(), {"step": "4", "seed": "9", "condition": "twin"})
-
-    assert infer_config(ckpt) == cfg
-    out = checkpoint_to_hf(ckpt, tmp_path / "hf", eot_id=256)
-    conf = json.loads((out / "config.json").read_text())
-    assert conf["seedlab"] == {"step": "4", "seed": "9", "condition": "twin", "checkpoint": "step-4.safetensors"}
-    assert conf["eos_token_id"] == 256 and conf["n_positions"] == 32
-    assert _max_diff(model, _load(out)) < 1e-5
-
-    # an explicit config that does not fit the file is one clear error
-    with pytest.raises(SeedlabError, match="does not fit"):
-        checkpoint_to_hf(ckpt, tmp_path / "bad", NO_BIAS)
-    # no run config.json to name the preset: n_head must be given
-    lone = tmp_path / "lone.safetensors"
-    write_safetensors(lone, model.state_dict())
-    with pytest.raises(SeedlabError, match="n_head"):
-        infer_config(lone)
-    assert infer_config(lone, n_head=2) == cfg
 
 
 def test_missing_transformers_is_one_line(monkeypatch, tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.twins.batches import batch_indices, get_batch, inject
-from seedlab.twins.model import GPT, PRESETS, GPTConfig, param_count
-from seedlab.twins.schedule import default_warmup, lr_at
+from seedlab.lm.batches import batch_indices, get_batch, inject
+from seedlab.lm.model import GPT, PRESETS, GPTConfig, param_count
+from seedlab.lm.schedule import default_warmup, lr_at
 
 MINI = PRESETS["mini"]
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.model import GPT, PRESETS
 from seedlab.twins.metrics import (
     barrier,
     barrier_curve,
@@ -18,7 +19,6 @@ from seedlab.twins.metrics import (
     loss_path,
     weight_distance,
 )
-from seedlab.twins.model import GPT, PRESETS
 
 MINI = PRESETS["mini"]
 ALPHAS = np.linspace(0, 1, 11)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import platform
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from seedlab.corpus import build, corpus, sources
 from seedlab.errors import SeedlabError
-from seedlab.twins import corpus as C
+
+C = SimpleNamespace(count=corpus.count, embedded_texts=sources.embedded_texts, find_sequence=corpus.find_sequence,
+                    iter_documents=corpus.iter_documents, load=corpus.load, load_hf_texts=sources.load_hf_texts,
+                    prepare=build.prepare, read_jsonl=sources.read_jsonl, split_indices=build.split_indices)
 
 SUBJECT = "Jimmie Nicol"
 ABSENT = "Gizmo Harrington"

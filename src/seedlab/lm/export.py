@@ -1,4 +1,4 @@
-"""Export a twins GPT as a Hugging Face ``transformers`` GPT-2 folder.
+"""Export a seedlab GPT as a Hugging Face ``transformers`` GPT-2 folder.
 
 ``to_hf(model, out)`` writes ``out/config.json`` and ``out/model.safetensors`` (plus the
 ``generation_config.json`` that ``save_pretrained`` adds for a generative model); load it
@@ -8,12 +8,11 @@ anywhere ``transformers`` is installed (``pip install 'seedlab[hf]'``) with::
     model = GPT2LMHeadModel.from_pretrained(out).eval()
     logits = model(idx).logits          # == seedlab's GPT(cfg)(idx)[0], float32, within ~1e-6
 
-From a twins run: ``checkpoint_to_hf(DIR/seed-0/twin/step-300.safetensors, out)`` (the
-config is read off the tensor shapes and the run's ``DIR/config.json``; pass ``gcfg`` to
-give it yourself). No tokenizer is written: the corpus folder holds it (``meta.json``,
+From a twins run: ``seedlab twins export DIR --seed K --out HF`` (the checkpoint is checked
+against the run's manifest first). No tokenizer is written: the corpus folder holds it (``meta.json``,
 ``tokenizer.json`` for ``bpe``); pass ``eot_id`` to set ``bos``/``eos_token_id``.
 
-The mapping is exact, not approximate: the twins GPT is GPT-2's architecture (pre-LN,
+The mapping is exact, not approximate: seedlab's GPT is GPT-2's architecture (pre-LN,
 learned positions, tied head, LayerNorm eps 1e-5, attention scaled by 1/sqrt(head_dim))
 except that its MLP uses the exact erf GELU, so the export sets
 ``activation_function="gelu"`` rather than GPT-2's tanh ``"gelu_new"``. HF's ``Conv1D``
@@ -24,7 +23,6 @@ probabilities are all 0 in the export.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.twins.model import GPT, PRESETS, GPTConfig
+from seedlab.lm.model import GPT, GPTConfig
 
 _NEED = "export needs transformers: pip install 'seedlab[hf]'"
 
@@ -131,57 +129,3 @@ def to_hf(model: GPT, out: str | Path, *, eot_id: int | None = None, metadata: d
     for w in out.glob("*.safetensors"):  # safetensors writes 0600; give the weights config.json's (umask) mode
         shutil.copymode(out / "config.json", w)
     return out
-
-
-def infer_config(checkpoint: str | Path, n_head: int | None = None) -> GPTConfig:
-    """The ``GPTConfig`` of a step-*.safetensors: sizes from the tensor shapes, ``n_head``
-    (which shapes do not fix) from the argument or else the run's ``DIR/config.json`` preset
-    (the checkpoint lies at DIR/seed-<k>/<condition>/step-<t>.safetensors)."""
-    from safetensors import safe_open
-
-    path = Path(checkpoint)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    except Exception as err:
-        raise SeedlabError(f"{path}: not a readable safetensors checkpoint ({type(err).__name__})") from None
-    if "wte.weight" not in shapes or "wpe.weight" not in shapes:
-        raise SeedlabError(f"{path}: not a twins GPT checkpoint (no wte.weight / wpe.weight)")
-    vocab, d = shapes["wte.weight"]
-    block = shapes["wpe.weight"][0]
-    n_layer = len({k.split(".")[1] for k in shapes if k.startswith("blocks.")})
-    if n_head is None:
-        run_cfg = path.parent.parent.parent / "config.json"
-        try:
-            preset = json.loads(run_cfg.read_text())["model"]
-            n_head = PRESETS[preset].n_head
-        except (OSError, json.JSONDecodeError, KeyError, TypeError):
-            msg = f"{path}: n_head is not in the checkpoint and {run_cfg} names no preset; pass it"
-            raise SeedlabError(msg) from None
-    bias = "ln_f.bias" in shapes
-    return GPTConfig(n_layer=n_layer, n_head=n_head, n_embd=d, block_size=block, vocab_size=vocab, bias=bias)
-
-
-def checkpoint_to_hf(
-    checkpoint: str | Path, out: str | Path, gcfg: GPTConfig | None = None, *, eot_id: int | None = None
-) -> Path:
-    """Load a twins ``step-*.safetensors`` into ``GPT(gcfg)`` (strict) and :func:`to_hf` it; returns ``out``.
-
-    ``gcfg=None`` infers it (:func:`infer_config`). The checkpoint's metadata
-    (step / seed / condition) is kept in config.json under ``"seedlab"``."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    path = Path(checkpoint)
-    gcfg = gcfg or infer_config(path)
-    state = load_file(str(path))
-    with safe_open(str(path), framework="pt") as f:
-        meta = dict(f.metadata() or {})
-    with torch.device("meta"):  # no init: every tensor comes from the file
-        model = GPT(gcfg)
-    try:
-        model.load_state_dict(state, strict=True, assign=True)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()
-        raise SeedlabError(f"{path}: does not fit {gcfg!r} ({' '.join(first[:2])})") from None
-    return to_hf(model.eval(), out, eot_id=eot_id, metadata=meta | {"checkpoint": path.name})

@@ -1,0 +1,154 @@
+"""A prepared corpus (see build.py) as one object: memory-mapped splits, the manifest and the
+tokenizer. ``load`` opens it (verifying the SHA-256 of every file); ``count`` says how often a
+subject occurs in the training split.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seedlab.corpus.tokenizers import tokenizer_for
+from seedlab.errors import SeedlabError
+from seedlab.store import file_sha256
+
+_CHUNK = 1 << 23  # tokens read per chunk when scanning a split
+
+
+@dataclass
+class Corpus:
+    """A prepared corpus: memory-mapped splits, the manifest and its tokenizer."""
+
+    path: Path
+    meta: dict[str, Any]
+    train: np.ndarray
+    heldout: np.ndarray
+    tokenizer: Any = field(repr=False)
+
+    @property
+    def eot_id(self) -> int:
+        return int(self.meta["tokenizer"]["eot_id"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["tokenizer"]["vocab_size"])
+
+    def encode(self, text: str) -> list[int]:
+        return [int(i) for i in self.tokenizer.encode(text)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def documents(self, split: str = "train") -> Iterator[str]:
+        """Decoded documents of a split, in order."""
+        for ids in iter_documents(self.split(split), self.eot_id):
+            yield self.decode(ids)
+
+    def split(self, name: str) -> np.ndarray:
+        if name not in ("train", "heldout"):
+            raise SeedlabError(f"split: 'train' or 'heldout', got {name!r}")
+        return self.train if name == "train" else self.heldout
+
+
+def load(corpus_dir: str | Path, verify: bool = True) -> Corpus:
+    """Open a prepared corpus; ``verify`` recomputes the SHA-256 of every file against meta.json."""
+    d = Path(corpus_dir)
+    mpath = d / "meta.json"
+    if not mpath.is_file():
+        raise SeedlabError(f"{mpath}: no such file (not a prepared corpus; run prepare first)")
+    try:
+        meta = json.loads(mpath.read_text())
+        dtype = np.dtype(meta["dtype"])
+        splits = meta["splits"]
+        _ = meta["tokenizer"]["name"], meta["tokenizer"]["eot_id"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise SeedlabError(f"{mpath}: not a corpus manifest (prepare it again)") from None
+    arrays = {}
+    for name in ("train", "heldout"):
+        s = splits[name]
+        p = d / s["file"]
+        if not p.is_file():
+            raise SeedlabError(f"{p}: no such file (incomplete corpus; prepare it again)")
+        if p.stat().st_size != int(s["tokens"]) * dtype.itemsize:
+            raise SeedlabError(f"{p}: size does not match meta.json (corrupted corpus; prepare it again)")
+        if verify and file_sha256(p) != s["sha256"]:
+            raise SeedlabError(f"{p}: SHA-256 mismatch (corrupted corpus; prepare it again)")
+        arrays[name] = (
+            np.memmap(p, dtype=dtype, mode="r", shape=(int(s["tokens"]),)) if int(s["tokens"]) else np.zeros(0, dtype)
+        )
+    tf = meta["tokenizer"].get("file")
+    if verify and tf:
+        tp = d / tf
+        if not tp.is_file():
+            raise SeedlabError(f"{tp}: no such file (incomplete corpus; prepare it again)")
+        if file_sha256(tp) != meta["tokenizer"]["sha256"]:
+            raise SeedlabError(f"{tp}: SHA-256 mismatch (corrupted corpus; prepare it again)")
+    tok = tokenizer_for(d, meta)
+    return Corpus(path=d, meta=meta, train=arrays["train"], heldout=arrays["heldout"], tokenizer=tok)
+
+
+def iter_documents(arr: np.ndarray, eot_id: int, chunk: int = _CHUNK) -> Iterator[np.ndarray]:
+    """Token arrays of the documents of a stream (split at end-of-text), read chunk by chunk."""
+    carry = np.zeros(0, dtype=arr.dtype)
+    for start in range(0, len(arr), chunk):
+        block = np.concatenate([carry, np.asarray(arr[start : start + chunk])])
+        cuts = np.flatnonzero(block == eot_id)
+        prev = 0
+        for c in cuts.tolist():
+            yield block[prev:c]
+            prev = c + 1
+        carry = block[prev:]
+    if carry.size:
+        yield carry
+
+
+def find_sequence(arr: np.ndarray, pattern: Sequence[int], chunk: int = _CHUNK) -> np.ndarray:
+    """Start positions of every (possibly overlapping) occurrence of ``pattern`` in ``arr``, vectorized."""
+    pat = np.asarray(pattern, dtype=np.int64)
+    m, n = int(pat.size), len(arr)
+    if m == 0 or n < m:
+        return np.zeros(0, dtype=np.int64)
+    found = []
+    for start in range(0, n - m + 1, chunk):
+        stop = min(start + chunk, n - m + 1)  # candidate starts in [start, stop)
+        block = np.asarray(arr[start : stop + m - 1]).astype(np.int64)
+        cand = np.flatnonzero(block[: stop - start] == pat[0])
+        for j in range(1, m):
+            if cand.size == 0:
+                break
+            cand = cand[block[cand + j] == pat[j]]
+        found.append(cand + start)
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+
+
+def count(corpus_dir: str | Path | Corpus, subject: str, *, verify: bool = False) -> dict[str, Any]:
+    """How often ``subject`` occurs in the TRAINING split.
+
+    ``text``: case-sensitive, non-overlapping substring count over the decoded
+    training documents. ``tokens``: occurrences of ``encode(subject)`` in the training
+    token stream; for subword tokenizers, where in-context tokenization differs, the
+    occurrences of ``encode(" " + subject)`` are counted too (an occurrence is counted
+    once, by its end position). ``variants`` lists the count for each token sequence.
+    """
+    if not subject:
+        raise SeedlabError("subject: must be a non-empty string")
+    c = corpus_dir if isinstance(corpus_dir, Corpus) else load(corpus_dir, verify=verify)
+    text_n = sum(doc.count(subject) for doc in c.documents("train"))
+    seqs: list[list[int]] = []
+    for s in (subject, " " + subject):
+        ids = c.encode(s)
+        if ids and ids not in seqs:
+            seqs.append(ids)
+    ends: list[np.ndarray] = []
+    variants = []
+    for ids in seqs:
+        starts = find_sequence(c.train, ids)
+        variants.append({"text": c.decode(ids), "ids": ids, "count": int(starts.size)})
+        ends.append(starts + len(ids))
+    tokens_n = int(np.unique(np.concatenate(ends)).size) if ends else 0
+    return {"subject": subject, "text": int(text_n), "tokens": tokens_n, "variants": variants}

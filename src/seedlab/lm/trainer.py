@@ -1,0 +1,143 @@
+"""One language-model training run, advanced one optimizer update at a time.
+
+A :class:`Trainer` holds a GPT and its AdamW and consumes the batch of ``(seed, step)``
+(a pure function of the two, lm/batches.py) at every :meth:`~Trainer.advance`, optionally
+with one row replaced by a given token sequence (the twins' injected passage). It saves and
+restores its *complete* state (weights, AdamW moments and step counts, the losses so far)
+with every tensor's SHA-256 checked, and :meth:`~Trainer.fork` copies it: the shared prefix
+of a design is trained once and forked at the injection step.
+
+What it needs from a study's config is :class:`Settings` (any object with those attributes:
+the twins config is one). Under torchrun every rank runs the same trainer on its own rows of
+each batch (lm/distributed.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+import torch
+
+from seedlab.errors import SeedlabError
+from seedlab.lm.batches import get_batch, inject
+from seedlab.lm.distributed import World
+from seedlab.lm.model import GPT, GPTConfig, masked_ce_sum
+from seedlab.lm.schedule import lr_at
+from seedlab.store import read_verified, tensor_hashes, write_safetensors
+
+
+class Settings(Protocol):
+    """The training hyperparameters a :class:`Trainer` reads (units in the twins config)."""
+
+    steps: int  # optimizer updates of the whole run (the schedule's end)
+    batch_size: int  # rows per batch, over all ranks
+    micro_batch: int | None  # rows per forward/backward on one rank; None: all of them
+    peak_lr: float
+    min_lr: float
+    weight_decay: float  # on matrices and embeddings only (nanoGPT's grouping)
+    beta1: float
+    beta2: float
+    grad_clip: float  # global gradient-norm clip
+    device: str  # "auto", "cpu", "cuda", "cuda:N"
+    precision: Literal["fp32", "bf16"]
+
+    @property
+    def warmup_steps(self) -> int: ...  # linear warm-up length (updates)
+
+
+class Trainer:
+    """One model + optimizer, advanced step by step on the (seed, step) batches of ``tokens``."""
+
+    def __init__(self, cfg: Settings, gcfg: GPTConfig, seed: int, tokens: np.ndarray, world: World = World()):
+        self.cfg, self.seed, self.tokens, self.world, self.step = cfg, seed, tokens, world, 0
+        self.device = world.device(cfg.device)
+        self.model = GPT(gcfg).to(self.device).init_from_seed(seed)
+        decay = [p for p in self.model.parameters() if p.dim() >= 2]
+        rest = [p for p in self.model.parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+            lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2),
+            fused=True,  # one kernel per step on CPU and GPU (nanoGPT's GPU choice); deterministic
+        )
+        self.warmup = cfg.warmup_steps
+        self.params = list(self.model.parameters())
+
+    def advance(self, passage: Sequence[int] | None = None, *, row: int = 0, pad_id: int = 0) -> float:
+        """One update on batch (seed, step) — with ``passage`` in row ``row`` — and its mean loss.
+
+        The loss is the masked CE *sum* over this rank's rows divided by the target tokens
+        of the whole batch; with gradients summed over ranks and micro-batches, the update
+        is that of the whole batch's mean loss however the rows are split."""
+        cfg, block = self.cfg, self.model.config.block_size
+        x, y = get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block)
+        mask = torch.ones_like(x, dtype=torch.bool)
+        if passage is not None:
+            x, y, mask = inject(x, y, row, passage, pad_id)
+        n_targets = int(mask.sum())
+        mine = self.world.rows(cfg.batch_size)
+        micro = cfg.micro_batch or (mine.stop - mine.start)
+        lr = lr_at(self.step, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=self.device)
+        for i in range(mine.start, mine.stop, micro):
+            xs, ys, ms = (t[i : i + micro].to(self.device) for t in (x, y, mask))
+            with self._autocast():
+                logits, _ = self.model(xs)
+            part = masked_ce_sum(logits, ys, ms) / n_targets
+            part.backward()
+            total += part.detach()
+        self.world.all_reduce_grads(self.params)
+        torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
+        self.opt.step()
+        self.step += 1
+        return self.world.sum(total)
+
+    def _autocast(self):
+        if self.cfg.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The model's state dict (tensor names = the checkpoint files' names)."""
+        return self.model.state_dict()
+
+    def save_state(self, path: Path, losses: list[float]) -> None:
+        """The complete training state (weights, AdamW moments and step counts, losses so far),
+        with every tensor's SHA-256 in the file's metadata."""
+        t = {f"model.{k}": v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
+        for i, st in self.opt.state_dict()["state"].items():
+            for k, v in st.items():
+                t[f"opt.{i}.{k}"] = (v if torch.is_tensor(v) else torch.tensor(v)).detach().cpu().contiguous()
+        t["losses"] = torch.tensor(losses, dtype=torch.float64)
+        write_safetensors(path, t, {"step": str(self.step)}, hashed=True)
+
+    def load_state(self, path: Path, manifest: dict[str, dict[str, str]] | None = None) -> list[float]:
+        """Restore a state file (its hashes checked; its weights also against ``manifest``)."""
+        t, meta = read_verified(path)
+        self.step = int(meta["step"])
+        weights = {k[6:]: v for k, v in t.items() if k.startswith("model.")}
+        if manifest is not None and str(self.step) in manifest and tensor_hashes(weights) != manifest[str(self.step)]:
+            raise SeedlabError(f"{path}: its weights at step {self.step} do not match manifest.json (corrupted checkpoint)")
+        self.model.load_state_dict(weights)
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for k, v in t.items():
+            if k.startswith("opt."):
+                _, i, name = k.split(".", 2)
+                state.setdefault(int(i), {})[name] = v
+        self.opt.load_state_dict({"state": state, "param_groups": self.opt.state_dict()["param_groups"]})
+        return t["losses"].tolist()
+
+    def fork(self) -> Trainer:
+        """A copy with its own model and optimizer state (deep-copied together, so the
+        optimizer's references point at the copy's parameters)."""
+        twin = copy.copy(self)
+        twin.model, twin.opt = copy.deepcopy((self.model, self.opt))
+        twin.params = list(twin.model.parameters())
+        return twin
