@@ -1,4 +1,4 @@
-"""twins.export: a twins GPT exported as a transformers GPT2LMHeadModel computes the same logits."""
+"""seedlab.lm.export: a GPT exported as a transformers GPT2LMHeadModel computes the same logits."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Data parallelism for one twins run under ``torchrun`` (gloo on CPU, NCCL on GPU).
+"""Data parallelism for one training run (lm/trainer.py) under ``torchrun`` (gloo on CPU, NCCL on GPU).
 
 Every rank builds the whole batch of step t (a pure function of (seed, t), so this
 costs no communication) and trains on its own contiguous slice of rows: rank r of
-W owns rows ``r*B/W .. (r+1)*B/W - 1``, so the injected row ``injection_row`` is in
-the micro-batch of rank ``injection_row // (B/W)``, recorded in ``config.json``.
+W owns rows ``r*B/W .. (r+1)*B/W - 1``, so an injected row ``row`` is in the
+micro-batch of rank ``row // (B/W)`` (:meth:`World.rank_of_row`; the twins record it
+in their run's ``config.json``).
 
 Each rank's loss is its masked cross-entropy *sum* divided by the number of
 target tokens in the whole batch, and the gradients are summed across ranks: the
@@ -19,7 +20,6 @@ fork, which is what bitwise-identical twins need.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 
@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from seedlab.errors import SeedlabError
+from seedlab.store import digest
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,8 @@ class World:
         """Every rank holds bitwise the same weights (compares SHA-256 digests of the tensor hashes)."""
         if self.size == 1:
             return
-        digest = hashlib.sha256("".join(f"{k}={v};" for k, v in sorted(hashes.items())).encode()).hexdigest()
         every: list[str | None] = [None] * self.size
-        dist.all_gather_object(every, digest)
+        dist.all_gather_object(every, digest(hashes))
         if len(set(every)) != 1:
             bad = next(r for r, d in enumerate(every) if d != every[0])
             raise SeedlabError(f"{what}: rank {bad} holds different weights than rank 0 (data parallelism diverged)")

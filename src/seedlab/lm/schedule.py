@@ -47,8 +47,5 @@ def default_warmup(injection_step: int) -> int:
 
     (``lr_at(injection_step, warmup=default_warmup(injection_step), ...) == peak_lr``.)"""
     if injection_step < 0:
-        raise SeedlabError(f"inject_step: must be >= 0, got {injection_step!r}")
+        raise SeedlabError(f"injection_step: must be >= 0, got {injection_step!r}")
     return injection_step
-
-
-warmup_for_peak_at = default_warmup  # the same helper under a descriptive name

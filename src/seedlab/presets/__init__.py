@@ -29,3 +29,12 @@ def find(study: str, name: str) -> Path | None:
     """The preset file called ``name`` (with or without ``.yaml``), or None."""
     p = folder(study) / f"{name.removesuffix('.yaml')}.yaml"
     return p if "/" not in name and p.is_file() else None
+
+
+def files(study: str, name: str) -> list[str]:
+    """The preset's file and the files it names (the twins passages), relative to its folder."""
+    found = find(study, name)
+    if found is None:
+        return []
+    extra = sorted(p.relative_to(found.parent).as_posix() for p in (found.parent / "passages").glob("*.txt"))
+    return [found.name, *extra]

@@ -1,4 +1,4 @@
-"""The command line: contracts of `shortcut data` / `shortcut train`, and bad input -> one line, exit 2."""
+"""The command line: contracts of `shortcut data` / `shortcut train` / `corpus`, and bad input -> one line, exit 2."""
 
 import numpy as np
 import pandas as pd

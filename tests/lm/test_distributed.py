@@ -1,4 +1,4 @@
-"""The twins runner under torchrun: 2 gloo processes on the CPU split every batch."""
+"""seedlab.lm.distributed, through the twins runner under torchrun: 2 gloo processes on the CPU split every batch."""
 
 import json
 import subprocess

@@ -1,0 +1,181 @@
+"""The package layout's import and path rules, checked statically (``ast``) over src/seedlab.
+
+- A study (every subpackage of seedlab other than the shared ones: today ``shortcut`` and
+  ``twins``) never imports another study.
+- The shared code — ``seedlab.lm``, ``seedlab.corpus``, ``seedlab.presets`` and the core
+  (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the one
+  top-level module that may import everything (``__main__.py`` only calls it).
+- Nothing in src imports ``benchmarks``.
+- Only a study's ``rundir.py`` (and ``seedlab/store.py``) build paths inside a run folder:
+  in the studies and in ``cli.py``, any ``X / "literal"``, ``X / f"..."`` or
+  ``X.joinpath("literal")`` outside ``rundir.py`` is flagged; such code asks the study's
+  rundir for the path instead (``rd.summary_path``, ``rd.figure("curves.png")``).
+  Corpus folders and preset folders are not run folders, so ``seedlab/corpus`` and
+  ``seedlab/presets`` are exempt from this rule.
+
+Every failure lists each violation as ``path:line: what``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import seedlab
+
+SRC = Path(seedlab.__file__).resolve().parent  # src/seedlab
+SHARED_PACKAGES = {"lm", "corpus", "presets"}
+#: top-level modules allowed to import any study
+ENTRY_POINTS = {"cli.py", "__main__.py"}
+
+
+def _studies() -> set[str]:
+    return {p.name for p in SRC.iterdir() if p.is_dir() and p.name not in SHARED_PACKAGES and not p.name.startswith("_")}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _where(path: Path, node: ast.AST) -> str:
+    return f"src/seedlab/{path.relative_to(SRC).as_posix()}:{node.lineno}"
+
+
+def _package_of(path: Path) -> list[str]:
+    """The dotted package a module file belongs to, as parts: src/seedlab/twins/x.py -> [seedlab, twins]."""
+    return ["seedlab", *path.relative_to(SRC).parent.parts]
+
+
+def _imports(path: Path) -> Iterator[tuple[ast.AST, str]]:
+    """(node, absolute module name) of every import in a file, nested ones included; for
+    ``from a import b`` both ``a`` and ``a.b`` (b may be a submodule)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = _package_of(path)[: len(_package_of(path)) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            yield node, module
+            for alias in node.names:
+                yield node, f"{module}.{alias.name}"
+
+
+def _study_of(module: str, studies: set[str]) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "seedlab" and parts[1] in studies else None
+
+
+def _owner(path: Path, studies: set[str]) -> str:
+    """``study:<name>``, ``shared`` or ``entry`` for a module file."""
+    rel = path.relative_to(SRC)
+    if len(rel.parts) == 1:
+        return "entry" if rel.name in ENTRY_POINTS else "shared"
+    return f"study:{rel.parts[0]}" if rel.parts[0] in studies else "shared"
+
+
+def import_violations() -> list[str]:
+    studies, out = _studies(), []
+    for path in _modules():
+        owner = _owner(path, studies)
+        seen = set()
+        for node, module in _imports(path):
+            if module == "benchmarks" or module.startswith("benchmarks."):
+                out.append(f"{_where(path, node)}: imports {module} (src never imports benchmarks)")
+                continue
+            target = _study_of(module, studies)
+            if target is None or owner == "entry" or (node.lineno, target) in seen:
+                continue
+            if owner == "shared":
+                out.append(f"{_where(path, node)}: shared code imports the {target} study ({module})")
+            elif owner != f"study:{target}":
+                out.append(f"{_where(path, node)}: the {owner[6:]} study imports the {target} study ({module})")
+            seen.add((node.lineno, target))
+    return sorted(set(out), key=_by_place)
+
+
+def _is_name_literal(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)) or isinstance(node, ast.JoinedStr)
+
+
+def path_violations() -> list[str]:
+    studies, out = _studies(), []
+    for path in _modules():
+        rel = path.relative_to(SRC)
+        in_study = len(rel.parts) > 1 and rel.parts[0] in studies
+        if not (in_study or rel.as_posix() == "cli.py") or rel.name == "rundir.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _is_name_literal(node.right):
+                out.append(f"{_where(path, node)}: builds a path: {ast.unparse(node)}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "joinpath"
+                  and any(_is_name_literal(a) for a in node.args)):
+                out.append(f"{_where(path, node)}: builds a path: {ast.unparse(node)}")
+    return sorted(set(out), key=_by_place)
+
+
+def _by_place(line: str) -> tuple[str, int, str]:
+    file, number, rest = line.split(":", 2)
+    return file, int(number), rest
+
+
+def test_the_checks_see_the_studies_and_every_module():
+    assert {"shortcut", "twins"} <= _studies()
+    names = {p.relative_to(SRC).as_posix() for p in _modules()}
+    assert {"cli.py", "store.py", "lm/model.py", "corpus/build.py", "twins/rundir.py"} <= names
+
+
+def test_studies_never_import_each_other_and_shared_code_imports_no_study():
+    bad = import_violations()
+    assert not bad, "import rules broken:\n" + "\n".join(bad)
+
+
+def test_only_rundir_builds_run_folder_paths():
+    bad = path_violations()
+    assert not bad, (f"{len(bad)} path(s) built outside a study's rundir.py (ask the rundir for it):\n"
+                     + "\n".join(bad))
+
+
+# --------------------------------------------------------------------------- the checker itself
+
+
+@pytest.fixture
+def fake_src(tmp_path, monkeypatch):
+    """A throwaway src/seedlab tree to run the checks on."""
+    root = tmp_path / "seedlab"
+    for rel, text in {
+        "cli.py": "from seedlab.twins import train\nfrom seedlab.shortcut.sweep import run_sweep\n",
+        "store.py": "def f(folder):\n    return folder / 'done.json'\n",
+        "stats.py": "from seedlab.twins.stats import paired\n",
+        "lm/trainer.py": "from seedlab import shortcut\n",
+        "corpus/build.py": "def f(out):\n    return out / 'meta.json'\n",
+        "shortcut/report.py": "from ..twins import report\nimport benchmarks.timing\n"
+                              "def f(run, k):\n    return run / f'fig-{k}.png', run.joinpath('x')\n",
+        "shortcut/rundir.py": "def f(run):\n    return run / 'summary.parquet'\n",
+        "twins/measure.py": "from seedlab.twins.rundir import RunDir\nfrom .config import X\n"
+                            "def f(a, b):\n    return a / b, 2 / 3\n",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    monkeypatch.setitem(globals(), "SRC", root)
+    return root
+
+
+def test_the_checker_finds_each_kind_of_violation(fake_src):
+    assert import_violations() == [
+        "src/seedlab/lm/trainer.py:1: shared code imports the shortcut study (seedlab.shortcut)",
+        "src/seedlab/shortcut/report.py:1: the shortcut study imports the twins study (seedlab.twins)",
+        "src/seedlab/shortcut/report.py:2: imports benchmarks.timing (src never imports benchmarks)",
+        "src/seedlab/stats.py:1: shared code imports the twins study (seedlab.twins.stats)",
+    ]
+    assert path_violations() == [
+        "src/seedlab/shortcut/report.py:4: builds a path: run / f'fig-{k}.png'",
+        "src/seedlab/shortcut/report.py:4: builds a path: run.joinpath('x')",
+    ]
