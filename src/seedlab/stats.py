@@ -1,18 +1,15 @@
-"""Statistics shared by the studies: rates with intervals, rate contrasts, an interaction test.
+"""Generic statistics for studies over many seeds: proportions, 2x2 tables, logistic
+coefficients, paired per-seed comparisons.
 
-Input is a per-member ``summary`` frame (one row per trained model: task, ratio, layers, heads,
-weight_decay, lr, seed, generalized, ...). What each function computes:
+Proportions (a 0/1 outcome per trained model, e.g. "generalized"):
 
-- ``chance``            -- chance accuracy of a task: 1/2 for ``sum2-*``, 1/3 for ``sum3-*``.
-- ``wilson``            -- Wilson score interval for a proportion k/n (statsmodels ``proportion_confint``).
-- ``rate_table``        -- generalization rate per group, with n, k and the Wilson 95% interval.
-- ``fisher``            -- two-sided Fisher exact test of k1/n1 against k2/n2 (scipy ``fisher_exact``).
-- ``ratio_contrasts``   -- Fisher's test between every pair of ratios within each capacity cell.
-- ``interaction_logit`` -- logistic regression ``generalized ~ dist * cap`` (dist = |ratio - chance|,
-  cap = 1 for 2 layers): the dist:cap coefficient tests the paper's claim that distance from chance
-  helps a 2-layer model and not a 1-layer one. Maximum likelihood with Wald inference when the MLE
-  exists; under (quasi-)separation -- common in small sweeps (0% / 77% / 0%) -- Firth's
-  bias-reduced logistic regression with profile penalized-likelihood inference instead.
+- ``wilson``      -- Wilson score interval for a proportion k/n (statsmodels ``proportion_confint``).
+- ``rate_table``  -- the rate of a 0/1 column per group, with n, k and the Wilson 95% interval.
+- ``fisher``      -- two-sided Fisher exact test of k1/n1 against k2/n2 (scipy ``fisher_exact``).
+- ``logit_coefficient`` -- one coefficient of a logistic regression of y on X: maximum likelihood
+  with Wald inference when the MLE exists; under (quasi-)separation -- common in small sweeps
+  (0% / 77% / 0%) -- Firth's bias-reduced logistic regression with profile penalized-likelihood
+  inference instead.
 
 For paired per-seed values (model A and model B trained from the same seeds):
 
@@ -24,7 +21,6 @@ For paired per-seed values (model A and model B trained from the same seeds):
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
 
@@ -42,20 +38,6 @@ from statsmodels.tools.sm_exceptions import (
     PerfectSeparationWarning,
 )
 
-#: name of the tested coefficient in ``interaction_logit``; columns of its design matrix
-TERMS = ("Intercept", "dist", "cap", "dist:cap")
-_J = TERMS.index("dist:cap")
-
-
-def chance(task: str) -> float:
-    """Chance accuracy of a task from its name prefix: ``sum2-*`` -> 1/2, ``sum3-*`` -> 1/3."""
-    prefix = str(task).split("-", 1)[0]
-    if prefix == "sum2":
-        return 1 / 2
-    if prefix == "sum3":
-        return 1 / 3
-    raise ValueError(f"task: expected a name starting with sum2 or sum3, got {task!r}")
-
 
 def wilson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval (1 - alpha) for the proportion k/n; ``(nan, nan)`` when n == 0."""
@@ -68,14 +50,14 @@ def wilson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
     return (float(np.clip(lo, 0.0, 1.0)), float(np.clip(hi, 0.0, 1.0)))
 
 
-def rate_table(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Generalization rate per group: columns ``*by, n, k, rate, lo, hi``, sorted by ``by``.
+def rate_table(df: pd.DataFrame, by: list[str], outcome: str = "generalized") -> pd.DataFrame:
+    """The rate of the 0/1 column ``outcome`` per group: columns ``*by, n, k, rate, lo, hi``, sorted by ``by``.
 
-    ``k`` counts generalized members, ``rate = k / n`` and ``lo, hi`` is the Wilson 95% interval.
-    An empty ``by`` gives one row for the whole frame.
+    ``k`` counts the rows where ``outcome`` is true, ``rate = k / n`` and ``lo, hi`` is the Wilson
+    95% interval. An empty ``by`` gives one row for the whole frame.
     """
     by = list(by)
-    g = df["generalized"].astype(bool).astype(int)
+    g = df[outcome].astype(bool).astype(int)
     if by:
         t = g.groupby([df[c] for c in by], sort=True).agg(n="size", k="sum").reset_index()
     else:
@@ -95,35 +77,7 @@ def fisher(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
-def ratio_contrasts(df: pd.DataFrame) -> pd.DataFrame:
-    """Fisher's test between every pair of ratios within each (task, layers, heads, weight_decay) cell.
-
-    Columns: task, layers, heads, weight_decay, ratio_a, ratio_b (ratio_a < ratio_b), rate_a, rate_b,
-    odds_ratio (odds of generalizing at ratio_a over ratio_b), p (two-sided, not adjusted for the
-    number of pairs).
-    """
-    cell = ["task", "layers", "heads", "weight_decay"]
-    counts = rate_table(df, [*cell, "ratio"])
-    rows = []
-    for key, grp in counts.groupby(cell, sort=True):
-        grp = grp.sort_values("ratio")
-        for a, b in itertools.combinations(grp.itertuples(index=False), 2):
-            odds, p = fisher(a.k, a.n, b.k, b.n)
-            rows.append((*key, a.ratio, b.ratio, a.rate, b.rate, odds, p))
-    cols = [*cell, "ratio_a", "ratio_b", "rate_a", "rate_b", "odds_ratio", "p"]
-    return pd.DataFrame(rows, columns=cols)
-
-
-# ---------------------------------------------------------------- interaction: dist x capacity
-
-
-def _design(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Design matrix ``[1, dist, cap, dist*cap]`` and the 0/1 outcome."""
-    dist = np.abs(df["ratio"].to_numpy(float) - np.array([chance(t) for t in df["task"]], float))
-    cap = (df["layers"].to_numpy() == 2).astype(float)
-    X = np.column_stack([np.ones(len(df)), dist, cap, dist * cap])
-    y = df["generalized"].astype(bool).to_numpy(float)
-    return X, y
+# ---------------------------------------------------------------- logistic regression: MLE, or Firth under separation
 
 
 def _separated(X: np.ndarray, y: np.ndarray) -> bool:
@@ -180,14 +134,14 @@ def _firth_fit(X, y, fix: tuple[int, float] | None = None, tol=1e-9, max_iter=20
     return beta, pll
 
 
-def _firth_inference(X, y, alpha=0.05):
-    """Firth estimate of dist:cap with penalized likelihood-ratio p-value and profile CI."""
+def _firth_inference(X, y, j, alpha=0.05):
+    """Firth estimate of coefficient ``j`` with penalized likelihood-ratio p-value and profile CI."""
     beta, pll = _firth_fit(X, y)
-    est = float(beta[_J])
-    se = float(np.sqrt(np.linalg.inv(_firth_parts(X, y, beta)[2])[_J, _J]))
+    est = float(beta[j])
+    se = float(np.sqrt(np.linalg.inv(_firth_parts(X, y, beta)[2])[j, j]))
 
-    def lr(b):  # penalized likelihood-ratio statistic for dist:cap == b
-        return 2 * (pll - _firth_fit(X, y, fix=(_J, b))[1])
+    def lr(b):  # penalized likelihood-ratio statistic for coefficient j == b
+        return 2 * (pll - _firth_fit(X, y, fix=(j, b))[1])
 
     p = float(stats.chi2.sf(max(lr(0.0), 0.0), 1))
     crit = stats.chi2.ppf(1 - alpha, 1)
@@ -205,34 +159,18 @@ def _firth_inference(X, y, alpha=0.05):
     return est, bound(-1), bound(+1), p
 
 
-def interaction_logit(df: pd.DataFrame) -> dict:
-    """Test whether distance from chance helps 2-layer models more than 1-layer ones.
+def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int) -> dict:
+    """Coefficient ``j`` of the logistic regression of the 0/1 outcome ``y`` on the design ``X``.
 
-    Fits ``generalized ~ dist + cap + dist:cap`` with dist = |ratio - chance(task)| and
-    cap = 1 if layers == 2 else 0, on all rows of ``df`` (filter to one task / heads / weight decay
-    first if they should not be pooled). Returns a dict for the dist:cap coefficient (log-odds per
-    unit of dist): ``estimate, ci_low, ci_high`` (95%), ``p`` (two-sided), ``n``, ``method``,
-    ``separated``.
-
+    Returns ``estimate, ci_low, ci_high`` (95%), ``p`` (two-sided), ``method`` and ``separated``.
     When the maximum-likelihood estimate exists it is used with Wald z inference
     (``method="mle-wald"``). When the data are (quasi-)separated -- detected by a linear program,
     or by statsmodels reporting perfect separation / non-convergence / non-finite standard
     errors -- ``separated`` is True and Firth's bias-reduced logistic regression is used instead,
     with a penalized likelihood-ratio p-value and a profile penalized-likelihood 95% interval
-    (``method="firth-profile-lr"``, as in R's logistf).
-
-    Raises ValueError when the interaction is not identified (design not of full rank, e.g. one
-    capacity or one distance per capacity) or when ``generalized`` never varies.
+    (``method="firth-profile-lr"``, as in R's logistf). ``X`` must have full column rank and
+    ``y`` must vary (the caller checks both, with its own words for what is missing).
     """
-    X, y = _design(df)
-    n = len(y)
-    if n == 0 or np.linalg.matrix_rank(X) < X.shape[1]:
-        raise ValueError(
-            "interaction_logit: dist:cap not identified (needs two capacities, each at two or more distances)"
-        )
-    if y.min() == y.max():
-        raise ValueError(f"interaction_logit: generalized is {bool(y[0])} for all {n} members; nothing to contrast")
-
     separated = _separated(X, y)
     if not separated:
         with warnings.catch_warnings():
@@ -245,13 +183,13 @@ def interaction_logit(df: pd.DataFrame) -> dict:
                 ok = False
         separated = not ok
     if separated:
-        est, lo, hi, p = _firth_inference(X, y)
+        est, lo, hi, p = _firth_inference(X, y, j)
         method = "firth-profile-lr"
     else:
-        lo, hi = fit.conf_int(0.05)[_J]
-        est, p, method = fit.params[_J], fit.pvalues[_J], "mle-wald"
-    return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "n": int(n),
-            "method": method, "separated": bool(separated)}
+        lo, hi = fit.conf_int(0.05)[j]
+        est, p, method = fit.params[j], fit.pvalues[j], "mle-wald"
+    return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "method": method,
+            "separated": bool(separated)}
 
 
 # ---------------------------------------------------------------- paired per-seed comparisons

@@ -1,14 +1,16 @@
+"""Generic statistics: Wilson intervals, rate tables, Fisher tests, logistic coefficients, paired comparisons."""
+
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-import statsmodels.formula.api as smf
-from scipy import optimize, stats
+import statsmodels.api as sm
+from scipy import stats
 from scipy.special import expit
 from statsmodels.stats.power import TTestPower
 
-from seedlab.stats import chance, fisher, interaction_logit, mde_paired, paired, rate_table, ratio_contrasts, wilson
+from seedlab.stats import fisher, logit_coefficient, mde_paired, paired, rate_table, wilson
 
 
 def members(cells, task="sum2-max", **extra):
@@ -18,20 +20,6 @@ def members(cells, task="sum2-max", **extra):
         rows += [dict(task=task, ratio=ratio, layers=layers, heads=1, weight_decay=0.1, generalized=i < k, **extra)
                  for i in range(n)]
     return pd.DataFrame(rows)
-
-
-# the separated sweep of the brief: 1L 4/10 at chance, 0/10 far from it; 2L 0/10 at chance, 8/10 far
-SEPARATED = [(1, 0.5, 4, 10), (1, 0.9, 0, 10), (2, 0.5, 0, 10), (2, 0.9, 8, 10)]
-
-
-def test_chance_values_and_bad_names():
-    assert chance("sum2-max") == 0.5
-    assert chance("sum2-first") == 0.5
-    assert chance("sum3-max") == pytest.approx(1 / 3)
-    assert chance("sum3-first") == pytest.approx(1 / 3)
-    for bad in ("sum4-max", "max-sum2", "sum23-max", ""):
-        with pytest.raises(ValueError):
-            chance(bad)
 
 
 def test_wilson_known_values():
@@ -84,106 +72,33 @@ def test_rate_table_counts():
     assert rate_table(df, [])[["n", "k"]].values.tolist() == [[12, 4]]
 
 
-def test_ratio_contrasts_pairs_within_cells():
-    df = pd.concat([members([(2, 0.5, 0, 10), (2, 0.75, 3, 10), (2, 0.9, 8, 10)]),
-                    members([(1, 0.5, 4, 10), (1, 0.9, 0, 10)])])
-    c = ratio_contrasts(df)
-    assert list(c.columns) == ["task", "layers", "heads", "weight_decay", "ratio_a", "ratio_b",
-                               "rate_a", "rate_b", "odds_ratio", "p"]
-    assert len(c) == 1 + 3  # 1L: one pair; 2L: three pairs; never across capacities
-    row = c[(c.layers == 2) & (c.ratio_a == 0.5) & (c.ratio_b == 0.9)].iloc[0]
-    assert (row.rate_a, row.rate_b) == (0.0, 0.8)
-    assert row.p == pytest.approx(stats.fisher_exact([[0, 10], [8, 2]]).pvalue)
-    row1 = c[c.layers == 1].iloc[0]
-    assert (row1.ratio_a, row1.ratio_b, row1.rate_a, row1.rate_b) == (0.5, 0.9, 0.4, 0.0)
-    assert row1.p == pytest.approx(fisher(4, 10, 0, 10)[1])
+def test_rate_table_of_another_outcome():
+    df = members([(1, 0.5, 1, 4), (2, 0.5, 3, 3)]).assign(retained=[True, False, False, False, True, True, False])
+    t = rate_table(df, ["layers"], outcome="retained")
+    assert t["k"].tolist() == [1, 2] and t["n"].tolist() == [4, 3]
 
 
-def simulated(seed=0, reps=50):
-    """400 members from logit P = -1 + 0.5 dist + 0.2 cap + 4 dist:cap, dist in {0, 1/3, 2/3}."""
-    rng = np.random.default_rng(seed)
-    cells = [("sum2-max", 0.5), ("sum3-first", 0.0), ("sum3-first", 1.0), ("sum2-first", 1.0)]
-    df = pd.DataFrame([(t, r, L) for t, r in cells for L in (1, 2) for _ in range(reps)],
-                      columns=["task", "ratio", "layers"])
-    dist = np.abs(df["ratio"] - df["task"].map(chance)).to_numpy()
-    cap = (df["layers"] == 2).to_numpy()
-    df["generalized"] = rng.random(len(df)) < expit(-1 + 0.5 * dist + 0.2 * cap + 4 * dist * cap)
-    return df
+def test_logit_coefficient_mle_matches_statsmodels():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=300)
+    X = np.column_stack([np.ones(300), x])
+    y = (rng.random(300) < expit(-0.5 + 1.5 * x)).astype(float)
+    r = logit_coefficient(X, y, 1)
+    assert set(r) == {"estimate", "ci_low", "ci_high", "p", "method", "separated"}
+    assert r["method"] == "mle-wald" and r["separated"] is False
+    ref = sm.Logit(y, X).fit(disp=0)
+    assert r["estimate"] == pytest.approx(ref.params[1], rel=1e-8)
+    assert r["p"] == pytest.approx(ref.pvalues[1], rel=1e-6)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx(tuple(ref.conf_int()[1]), rel=1e-8)
 
 
-def test_interaction_logit_recovers_a_known_interaction():
-    df = simulated()
-    r = interaction_logit(df)
-    assert set(r) == {"estimate", "ci_low", "ci_high", "p", "n", "method", "separated"}
-    assert r["n"] == 400 and r["separated"] is False and r["method"] == "mle-wald"
-    assert abs(r["estimate"] - 4) < 2.5
-    assert r["ci_low"] < 4 < r["ci_high"]
-    assert r["p"] < 0.01
-    # same numbers as the statsmodels formula API on the same model
-    df = df.assign(dist=np.abs(df["ratio"] - df["task"].map(chance)), cap=(df["layers"] == 2).astype(int),
-                   y=df["generalized"].astype(int))
-    ref = smf.logit("y ~ dist * cap", df).fit(disp=0)
-    assert r["estimate"] == pytest.approx(ref.params["dist:cap"], rel=1e-6)
-    assert r["p"] == pytest.approx(ref.pvalues["dist:cap"], rel=1e-4)
-    assert (r["ci_low"], r["ci_high"]) == pytest.approx(tuple(ref.conf_int().loc["dist:cap"]), rel=1e-5)
-
-
-def test_interaction_logit_no_effect_is_not_significant():
-    df = members([(1, 0.5, 5, 20), (1, 0.9, 5, 20), (2, 0.5, 5, 20), (2, 0.9, 5, 20)])
-    r = interaction_logit(df)
-    assert not r["separated"]
-    assert r["estimate"] == pytest.approx(0, abs=1e-6) and r["p"] == pytest.approx(1, abs=1e-6)
-
-
-def test_interaction_logit_separated_falls_back_to_firth():
-    r = interaction_logit(members(SEPARATED))
-    assert r["separated"] is True and r["method"].startswith("firth")
-    assert math.isfinite(r["estimate"]) and r["estimate"] > 0
-    assert 0 < r["p"] < 1
-    assert r["ci_low"] < r["estimate"] < r["ci_high"]
-    # in a saturated model Firth's fit is exactly p = (k + 1/2) / (n + 1) in every cell
-    lg = lambda k, n: math.log((k + 0.5) / (n - k + 0.5))  # noqa: E731
-    want = ((lg(8, 10) - lg(0, 10)) - (lg(0, 10) - lg(4, 10))) / 0.4
-    assert r["estimate"] == pytest.approx(want, rel=1e-6)
-
-
-def test_firth_likelihood_ratio_matches_a_generic_optimizer():
-    """The penalized LR p-value, recomputed by maximizing l + 1/2 log|I| with scipy directly."""
-    df = members(SEPARATED)
-    dist = np.abs(df["ratio"].to_numpy() - 0.5)
-    cap = (df["layers"] == 2).to_numpy(float)
-    X = np.column_stack([np.ones(len(df)), dist, cap, dist * cap])
-    y = df["generalized"].to_numpy(float)
-
-    def neg_pll(b):
-        eta = X @ b
-        w = expit(eta) * (1 - expit(eta))
-        return -(np.sum(y * eta - np.logaddexp(0, eta)) + 0.5 * np.linalg.slogdet(X.T @ (X * w[:, None]))[1])
-
-    full = optimize.minimize(neg_pll, np.zeros(4), method="Nelder-Mead",
-                             options=dict(xatol=1e-10, fatol=1e-12, maxiter=20000, maxfev=20000))
-    null = optimize.minimize(lambda b: neg_pll(np.r_[b, 0.0]), np.zeros(3), method="Nelder-Mead",
-                             options=dict(xatol=1e-10, fatol=1e-12, maxiter=20000, maxfev=20000))
-    p = stats.chi2.sf(2 * (null.fun - full.fun), 1)
-    r = interaction_logit(df)
-    assert r["estimate"] == pytest.approx(full.x[3], rel=1e-3)
-    assert r["p"] == pytest.approx(p, rel=1e-3)
-    # each end of the profile interval sits where the penalized LR statistic reaches chi2(1) 95%
-    for b in (r["ci_low"], r["ci_high"]):
-        prof = optimize.minimize(lambda v: neg_pll(np.r_[v, b]), full.x[:3], method="Nelder-Mead",
-                                 options=dict(xatol=1e-10, fatol=1e-12, maxiter=20000, maxfev=20000))
-        assert 2 * (prof.fun - full.fun) == pytest.approx(stats.chi2.ppf(0.95, 1), rel=1e-3)
-
-
-def test_interaction_logit_not_identified():
-    with pytest.raises(ValueError, match="not identified"):  # one capacity
-        interaction_logit(members([(2, 0.5, 0, 10), (2, 0.9, 8, 10)]))
-    with pytest.raises(ValueError, match="not identified"):  # one distance
-        interaction_logit(members([(1, 0.9, 2, 10), (2, 0.9, 8, 10)]))
-    with pytest.raises(ValueError, match="not identified"):  # 1L at one distance only
-        interaction_logit(members([(1, 0.5, 2, 10), (2, 0.5, 1, 10), (2, 0.9, 8, 10)]))
-    with pytest.raises(ValueError, match="nothing to contrast"):  # nobody generalized
-        interaction_logit(members([(c, r, 0, 5) for c in (1, 2) for r in (0.5, 0.9)]))
+def test_logit_coefficient_separated_uses_firth():
+    # y = 1 exactly where x > 0: complete separation, no maximum-likelihood estimate
+    x = np.linspace(-1, 1, 20)
+    X = np.column_stack([np.ones(20), x])
+    r = logit_coefficient(X, (x > 0).astype(float), 1)
+    assert r["separated"] is True and r["method"] == "firth-profile-lr"
+    assert math.isfinite(r["estimate"]) and r["ci_low"] < r["estimate"] < r["ci_high"] and 0 < r["p"] < 1
 
 
 # --------------------------------------------------------------------------- paired per-seed comparisons

@@ -145,7 +145,8 @@ def test_missing_summary_is_a_seedlab_error(tmp_path):
 def test_mechanism_section_from_a_real_sweep(tmp_path):
     """A tiny real sweep with gradient dynamics on: phases table and gradient figures in the report."""
     from seedlab.config import parse
-    from seedlab.shortcut.sweep import SweepConfig, run_sweep
+    from seedlab.shortcut.config import SweepConfig
+    from seedlab.shortcut.sweep import run_sweep
 
     cfg = parse(SweepConfig, {
         "data": {"length": 3, "n_train": 64, "n_val": 32, "n_adv": 32, "vocab": 8},

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from seedlab.config import load_config, parse
-from seedlab.shortcut.sweep import SweepConfig, plan, sweep_lock
+from seedlab.shortcut.config import SweepConfig
+from seedlab.shortcut.rundir import SweepDir
+from seedlab.shortcut.sweep import plan
 
 SMALL = {
     "data": {"n_train": 128, "n_val": 32, "n_adv": 32, "vocab": 10},
@@ -74,7 +76,7 @@ def test_kill9_and_resume(tmp_path):
 
 def test_second_sweep_on_same_folder_is_refused(tmp_path):
     out = tmp_path / "sweep"
-    with sweep_lock(out):
+    with SweepDir(out).lock():
         r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL), out), capture_output=True, text=True)
     assert r.returncode == 2
     assert f"in use by another sweep (pid {os.getpid()})" in r.stderr

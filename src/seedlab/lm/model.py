@@ -8,6 +8,22 @@ State-dict keys are plain and stable (they become safetensors tensor names)::
 
 The output head is ``wte.weight`` itself (no ``lm_head`` module), so no tensor is
 stored twice and safetensors never sees shared storage.
+
+Hook points (:class:`~seedlab.hooks.HookPoint`, parameter-free, so the keys above do not
+change) carry TransformerLens's names, for ``run_with_hooks`` / ``run_with_cache``::
+
+    hook_embed [B, T, d]  hook_pos_embed [T, d]  (the same for every row)
+    blocks.{l}.hook_resid_pre   blocks.{l}.hook_attn_out   blocks.{l}.hook_resid_mid
+    blocks.{l}.hook_mlp_out     blocks.{l}.hook_resid_post                        [B, T, d]
+    blocks.{l}.attn.hook_q/hook_k/hook_v/hook_z                                   [B, T, head, d_head]
+    blocks.{l}.mlp.hook_pre/hook_post                                             [B, T, 4d]
+    ln_final.hook_normalized                                                      [B, T, d]
+
+``hook_z`` is the attention output per head, before ``c_proj``. Attention runs in one
+fused ``scaled_dot_product_attention`` call, which never forms the pattern: there is no
+``hook_attn_scores`` / ``hook_pattern`` (and no ``hook_result``). The final layer norm's
+parameters keep nanoGPT's name ``ln_f``; its output hook is TransformerLens's
+``ln_final.hook_normalized``.
 """
 
 from __future__ import annotations
@@ -21,6 +37,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 
 from seedlab.config import Strict
+from seedlab.hooks import HookedModule, HookPoint
 
 Pos = Annotated[int, Field(gt=0)]
 
@@ -66,14 +83,18 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)  # q, k, v of all heads
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.resid_drop = nn.Dropout(cfg.dropout)
+        self.hook_q, self.hook_k, self.hook_v, self.hook_z = HookPoint(), HookPoint(), HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        heads = lambda t: t.view(B, T, self.n_head, C // self.n_head)  # [B, T, head, d_head]
+        q, k, v = self.hook_q(heads(q)), self.hook_k(heads(k)), self.hook_v(heads(v))
         p = self.dropout if self.training else 0.0
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, head, T, d_head]
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        return self.resid_drop(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+        z = self.hook_z(y.transpose(1, 2))  # [B, T, head, d_head]
+        return self.resid_drop(self.c_proj(z.contiguous().view(B, T, C)))
 
 
 class MLP(nn.Module):
@@ -82,9 +103,10 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.drop = nn.Dropout(cfg.dropout)
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.drop(self.c_proj(self.hook_post(F.gelu(self.hook_pre(self.c_fc(x))))))
 
 
 class Block(nn.Module):
@@ -94,13 +116,24 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
+        self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = self.hook_resid_pre(x)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln_1(x))))
+        return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln_2(x))))
 
 
-class GPT(nn.Module):
+class _FinalNormHooks(nn.Module):
+    """Holds ``hook_normalized`` under TransformerLens's name ``ln_final`` (the LN itself is ``ln_f``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_normalized = HookPoint()
+
+
+class GPT(HookedModule):
     """``GPT(cfg, seed=None)``; with a seed the weights come from :meth:`init_from_seed`.
 
     Without one they are torch's defaults (global RNG): call ``init_from_seed`` before
@@ -114,6 +147,8 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        self.ln_final = _FinalNormHooks()
         if seed is not None:
             self.init_from_seed(seed)
 
@@ -143,19 +178,12 @@ class GPT(nn.Module):
         return n - self.wpe.weight.numel() if non_embedding else n
 
     def residuals(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """The residual stream after each block (TransformerLens ``blocks.{l}.hook_resid_post``)."""
-        out, x = [], self._embed(idx)
-        for block in self.blocks:
-            x = block(x)
-            out.append(x)
-        return out
+        """The residual stream after each block (``blocks.{l}.hook_resid_post``, detached), [B, T, d] each.
 
-    def _embed(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.shape[1]
-        if T > self.config.block_size:
-            raise ValueError(f"sequence of {T} tokens exceeds block_size={self.config.block_size}")
-        pos = torch.arange(T, device=idx.device)
-        return self.drop(self.wte(idx) + self.wpe(pos))
+        One forward pass, read from its cache (the logits are computed too)."""
+        names = [f"blocks.{l}.hook_resid_post" for l in range(self.config.n_layer)]
+        _, cache = self.run_with_cache(idx, names)
+        return [cache[n] for n in names]
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, loss_mask: torch.Tensor | None = None
@@ -164,10 +192,14 @@ class GPT(nn.Module):
 
         loss = mean cross-entropy (nats/token) over the target positions where
         ``loss_mask`` [B, T] is True; ``loss_mask=None`` counts every position."""
-        x = self._embed(idx)
+        T = idx.shape[1]
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens exceeds block_size={self.config.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.hook_embed(self.wte(idx)) + self.hook_pos_embed(self.wpe(pos)))
         for block in self.blocks:
             x = block(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)  # tied output head
+        logits = F.linear(self.ln_final.hook_normalized(self.ln_f(x)), self.wte.weight)  # tied output head
         if targets is None:
             return logits, None
         if loss_mask is None:

@@ -1,7 +1,9 @@
-"""Hyperparameters of a shortcut ensemble, as strict pydantic dataclasses.
+"""Hyperparameters of the shortcut study, as strict pydantic dataclasses.
 
-Every value the paper does not state is a field here with its default, and is listed
-in docs/assumptions.md. Units are in the comments.
+``EnsembleConfig`` is one ensemble (``seedlab shortcut train``): one architecture, many
+members. ``SweepConfig`` is a grid of them (``seedlab shortcut sweep``). Every value the
+paper does not state is a field here with its default, and is listed in
+docs/assumptions.md. Units are in the comments.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from seedlab.config import Strict
 from seedlab.shortcut.tasks import TASKS
 
 
+# validators shared by the member grid, the member list and the sweep grid
 def _task_name(v: str) -> str:
     if v not in TASKS:
         raise ValueError(f"must be one of {', '.join(TASKS)}, got {v!r}")
@@ -207,3 +210,61 @@ class EnsembleConfig(Strict):
 
 def _or(v: float | None, default: float) -> float:
     return default if v is None else v
+
+
+class SweepGrid(Strict):
+    """One grid of a sweep: every combination of the lists below (seeds outermost)."""
+
+    task: list[str] = ["sum2-max"]
+    ratio: list[float] = [0.5, 0.9]  # fractions of shortcut-consistent training samples
+    layers: list[Pos] = [1, 2]
+    heads: list[Pos] = [1]
+    weight_decay: list[NonNeg] | None = None  # null: optim.weight_decay
+    lr: list[PosFloat] | None = None  # null: optim.lr
+    seed: list[int] | Pos = 8  # a list, or a count n meaning 0..n-1
+
+    @field_validator("task")
+    @classmethod
+    def _tasks(cls, v: list[str]) -> list[str]:
+        return [_task_name(t) for t in v]
+
+    @field_validator("ratio")
+    @classmethod
+    def _ratios(cls, v: list[float]) -> list[float]:
+        return [_ratio(r) for r in v]
+
+    @field_validator("task", "ratio", "layers", "heads", "weight_decay", "lr")
+    @classmethod
+    def _nonempty(cls, v: list | None) -> list | None:
+        if v is not None and not v:
+            raise ValueError("empty grid axis: list at least one value")
+        return v
+
+    @field_validator("seed")
+    @classmethod
+    def _seeds(cls, v: list[int] | int) -> list[int] | int:
+        if isinstance(v, list) and not v:
+            raise ValueError("empty grid axis: list at least one seed (or give a count)")
+        return v
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(range(self.seed)) if isinstance(self.seed, int) else self.seed
+
+
+# one grid (mapping) or several (a list): the discriminator keeps errors about the form the user wrote
+Grids = Annotated[
+    Annotated[SweepGrid, Tag("as-grid")] | Annotated[list[SweepGrid], Tag("as-list")],
+    Discriminator(lambda v: "as-list" if isinstance(v, list) else "as-grid"),
+]
+
+
+class SweepConfig(Strict):
+    """``seedlab shortcut sweep CONFIG``: shared hyperparameters plus the grid."""
+
+    model: ModelConfig = ModelConfig()  # layers/heads here are overridden by the grid
+    data: DataConfig = DataConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    grid: Grids = SweepGrid()  # one grid, or several (their union, duplicates dropped)
+    max_members: Pos = 64  # members per ensemble job (bounds memory)

@@ -92,16 +92,16 @@ def measure(
     tt = _flat_dot(total, total)
     share_c = w_c * _flat_dot(g_c, total) / tt
     share_a = w_a * _flat_dot(g_a, total) / tt
-    ratio = torch.full_like(cosine, float("nan"))
+    per_example_ratio = torch.full_like(cosine, float("nan"))
     if sample > 0:
         dev = x.device
         ic, ia = _sample(consistent.cpu(), True, sample, seed).to(dev), _sample(consistent.cpu(), False, sample, seed + 1).to(dev)
         take = lambda idx: (torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx))
         pc, pa = per_example_norms(model, *take(ic)), per_example_norms(model, *take(ia))
-        ratio = pa.mean(1) / pc.mean(1)
+        per_example_ratio = pa.mean(1) / pc.mean(1)
     has_both = (consistent.any(1) & (~consistent).any(1)).to(cosine.device)
     nan = torch.tensor(float("nan"), device=cosine.device)
-    cols = {k: torch.where(has_both, v, nan) for k, v in dict(cosine=cosine, ratio=ratio).items()}
+    cols = {k: torch.where(has_both, v, nan) for k, v in dict(cosine=cosine, per_example_ratio=per_example_ratio).items()}
     r = np.asarray(ratios, dtype=float)
     with np.errstate(divide="ignore"):
         expected = np.where(r < 1, r / (1 - r), np.inf)
@@ -114,7 +114,7 @@ def measure(
             "norm_anti": norm_a.detach().cpu().numpy(),
             "share_consistent": share_c.detach().cpu().numpy(),
             "share_anti": share_a.detach().cpu().numpy(),
-            "per_example_ratio": cols["ratio"].detach().cpu().numpy(),
+            "per_example_ratio": cols["per_example_ratio"].detach().cpu().numpy(),
             "expected_ratio": expected,
         },
         columns=COLUMNS,

@@ -6,24 +6,29 @@ The math of one member is a plain pre-LN transformer encoder with a readout toke
     tokens   = x_1 .. x_L, [READ]                      (READ = vocab, a dedicated token)
     resid    = W_E[tokens] + W_pos                      hook_embed, hook_pos_embed
     for each block l:                                   blocks.l.hook_resid_pre
-        h        = LN1(resid)
+        h        = LN1(resid)                           blocks.l.ln1.hook_normalized
         q, k, v  = h W_Q + b_Q, h W_K + b_K, h W_V + b_V  blocks.l.attn.hook_q/k/v
         pattern  = softmax(q k^T / sqrt(d_head))        blocks.l.attn.hook_attn_scores/hook_pattern
         z        = pattern v                            blocks.l.attn.hook_z
         resid    = resid + z W_O + b_O                  blocks.l.hook_attn_out, hook_resid_mid
-        resid    = resid + MLP(LN2(resid))              blocks.l.mlp.hook_pre/hook_post, hook_mlp_out
+        resid    = resid + MLP(LN2(resid))              blocks.l.ln2.hook_normalized,
+                                                        blocks.l.mlp.hook_pre/hook_post, hook_mlp_out
                                                         blocks.l.hook_resid_post
-    logits   = LN_final(resid[READ]) W_U + b_U           ln_final.hook_normalized
+    logits   = LN_final(resid[READ]) W_U + b_U          ln_final.hook_normalized
 
 Hook names and weight shapes follow TransformerLens (W_Q: [heads, d_model, d_head],
 W_O: [heads, d_head, d_model], ...), with the member axis in front of everything:
-activations are [S, batch, pos, ...]. ``blocks.l.attn.hook_result`` (per-head
-outputs, [S, batch, pos, head, d_model]) is computed only when a hook asks for it.
+activations are [S, batch, pos, ...]. Each name is a :class:`~seedlab.hooks.HookPoint`
+module at that path, so ``hook_names``, ``hooks``, ``run_with_hooks`` and
+``run_with_cache`` come from :class:`~seedlab.hooks.HookedModule`. Computed only when a
+hook asks for them: ``blocks.l.attn.hook_result`` (per-head outputs, [S, batch, pos,
+head, d_model]) and the attention scores and pattern in TransformerLens's layout. The
+``hook_normalized`` points fire only when the config has layer norms.
 
 Why our own module instead of ``torch.func.vmap`` over S ``nn.Module`` copies: the
-ensemble is the hot path of every sweep; writing the batched matmuls directly lets
-us fuse Q/K/V into one ``baddbmm`` per layer and skip dead work (below), and keeps
-every weight addressable by name for the circuit analyses.
+ensemble is the hot path of every sweep; writing the batched matmuls directly makes
+each projection of all S members one ``baddbmm`` and lets us skip dead work (below),
+and keeps every weight addressable by name for the circuit analyses.
 
 When no hook is registered, the last block computes queries, the attention output
 and the MLP at the readout position only: the logits read nothing else, so this is
@@ -33,16 +38,14 @@ the same function with less work. With any hook registered, every position is co
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seedlab.hooks import HookedModule, HookPoint
 from seedlab.shortcut.config import ModelConfig
-
-Hook = Callable[[Tensor, str], Tensor | None]
 
 
 def _p(*shape: int) -> nn.Parameter:
@@ -53,6 +56,7 @@ class _LN(nn.Module):
     def __init__(self, S: int, d: int):
         super().__init__()
         self.w, self.b = _p(S, d), _p(S, d)
+        self.hook_normalized = HookPoint()
 
 
 class _Attn(nn.Module):
@@ -61,6 +65,10 @@ class _Attn(nn.Module):
         self.W_Q, self.W_K, self.W_V = _p(S, H, d, dh), _p(S, H, d, dh), _p(S, H, d, dh)
         self.b_Q, self.b_K, self.b_V = _p(S, H, dh), _p(S, H, dh), _p(S, H, dh)
         self.W_O, self.b_O = _p(S, H, dh, d), _p(S, d)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_scores, self.hook_pattern = HookPoint(), HookPoint()  # [S, B, head, q_pos, k_pos]
+        self.hook_z = HookPoint()  # [S, B, pos, head, d_head]
+        self.hook_result = HookPoint()  # [S, B, pos, head, d_model]: per-head writes into the residual stream
 
 
 class _MLP(nn.Module):
@@ -68,6 +76,7 @@ class _MLP(nn.Module):
         super().__init__()
         self.W_in, self.b_in = _p(S, d, f), _p(S, f)
         self.W_out, self.b_out = _p(S, f, d), _p(S, d)
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
 
 class _Block(nn.Module):
@@ -77,6 +86,8 @@ class _Block(nn.Module):
         self.ln1, self.ln2 = _LN(S, d), _LN(S, d)
         self.attn = _Attn(S, H, d, d // H)
         self.mlp = _MLP(S, d, cfg.d_ff)
+        self.hook_resid_pre, self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint(), HookPoint()
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
 
 class _Embed(nn.Module):
@@ -102,17 +113,18 @@ def _per_member(t: Tensor, like: Tensor) -> Tensor:
     return t.view(t.shape[0], *([1] * (like.dim() - t.dim())), *t.shape[1:])
 
 
-class EnsembleTransformer(nn.Module):
+class EnsembleTransformer(HookedModule):
     def __init__(self, cfg: ModelConfig, n_members: int, vocab: int, length: int, n_classes: int):
         super().__init__()
         S, d = n_members, cfg.d_model
         self.cfg, self.S, self.vocab, self.length, self.n_classes = cfg, S, vocab, length, n_classes
         self.embed = _Embed(S, vocab + 1, d)  # +1: the readout token
         self.pos_embed = _PosEmbed(S, length + 1, d)
+        self.hook_embed = HookPoint()  # [S, B, pos, d_model]
+        self.hook_pos_embed = HookPoint()  # [S, 1, pos, d_model]: the same for every sequence
         self.blocks = nn.ModuleList(_Block(S, cfg) for _ in range(cfg.layers))
         self.ln_final = _LN(S, d)
         self.unembed = _Unembed(S, d, n_classes)
-        self._hooks: dict[str, list[Hook]] = {}
         self._masks: dict[tuple, Tensor] = {}
         self.init_members([0] * S)
 
@@ -135,61 +147,11 @@ class EnsembleTransformer(nn.Module):
                 else:
                     p[i].zero_()
 
-    # ---------------------------------------------------------------- hooks
-    @property
-    def hook_names(self) -> list[str]:
-        names = ["hook_embed", "hook_pos_embed"]
-        for l in range(self.cfg.layers):
-            b = f"blocks.{l}."
-            names += [b + n for n in ("hook_resid_pre", "ln1.hook_normalized")]
-            names += [b + "attn." + n for n in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result")]
-            names += [b + n for n in ("hook_attn_out", "hook_resid_mid", "ln2.hook_normalized")]
-            names += [b + "mlp." + n for n in ("hook_pre", "hook_post")]
-            names += [b + n for n in ("hook_mlp_out", "hook_resid_post")]
-        return names + ["ln_final.hook_normalized"]
-
-    @contextmanager
-    def hooks(self, fwd_hooks: Sequence[tuple[str, Hook]]) -> Iterator[None]:
-        """Temporarily register ``(name, fn)`` pairs; ``fn(act, name)`` may return a replacement."""
-        valid = set(self.hook_names)
-        for name, _ in fwd_hooks:
-            if name not in valid:
-                raise KeyError(f"unknown hook point {name!r}")
-        old = self._hooks
-        self._hooks = {}
-        for name, fn in fwd_hooks:
-            self._hooks.setdefault(name, []).append(fn)
-        try:
-            yield
-        finally:
-            self._hooks = old
-
-    def run_with_hooks(self, x: Tensor, fwd_hooks: Sequence[tuple[str, Hook]]) -> Tensor:
-        with self.hooks(fwd_hooks):
-            return self(x)
-
-    def run_with_cache(self, x: Tensor, names: Sequence[str] | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-        cache: dict[str, Tensor] = {}
-
-        def save(t: Tensor, name: str) -> None:
-            cache[name] = t.detach()
-
-        logits = self.run_with_hooks(x, [(n, save) for n in (names or self.hook_names)])
-        return logits, cache
-
-    def _h(self, name: str, t: Tensor) -> Tensor:
-        for fn in self._hooks.get(name, ()):
-            out = fn(t, name)
-            if out is not None:
-                t = out
-        return t
-
     # ---------------------------------------------------------------- forward
-    def _ln(self, x: Tensor, ln: _LN, name: str) -> Tensor:
+    def _ln(self, x: Tensor, ln: _LN) -> Tensor:
         if not self.cfg.layer_norm:
             return x
-        y = F.layer_norm(x, x.shape[-1:]) * _per_member(ln.w, x) + _per_member(ln.b, x)
-        return self._h(name, y)
+        return ln.hook_normalized(F.layer_norm(x, x.shape[-1:]) * _per_member(ln.w, x) + _per_member(ln.b, x))
 
     def _mm(self, x: Tensor, W: Tensor, b: Tensor) -> Tensor:
         """[S, *, i] @ [S, i, o] + [S, o] as one batched matmul per member axis."""
@@ -197,8 +159,7 @@ class EnsembleTransformer(nn.Module):
         out = torch.baddbmm(b.unsqueeze(1), x.reshape(S, -1, x.shape[-1]), W)
         return out.view(*x.shape[:-1], W.shape[-1])
 
-    def _attention(self, l: int, h: Tensor, readout_only: bool) -> Tensor:
-        a, pre = self.blocks[l].attn, f"blocks.{l}.attn."
+    def _attention(self, a: _Attn, h: Tensor, readout_only: bool) -> Tensor:
         S, B, P, d = h.shape
         H, dh = a.W_Q.shape[1], a.W_Q.shape[3]
         flat = lambda W: W.permute(0, 2, 1, 3).reshape(S, d, H * dh)  # [S,H,d,dh] -> [S,d,H*dh]
@@ -206,7 +167,7 @@ class EnsembleTransformer(nn.Module):
         proj = lambda t, W, b: self._mm(t, flat(W), b.reshape(S, -1)).view(*t.shape[:-1], H, dh)
         q = proj(h[:, :, -1:] if readout_only else h, a.W_Q, a.b_Q)  # readout: one query per sequence
         k, v = proj(h, a.W_K, a.b_K), proj(h, a.W_V, a.b_V)
-        q, k, v = self._h(pre + "hook_q", q), self._h(pre + "hook_k", k), self._h(pre + "hook_v", v)
+        q, k, v = a.hook_q(q), a.hook_k(k), a.hook_v(v)
         # Sequences are a handful of tokens long, and per-head (pos x pos) matmuls on transposed
         # views fall off the batched-GEMM path on CPU. So one matmul per sequence scores every
         # query row (pos, head) against every key row (pos, head) in the native [pos, head, d_head]
@@ -217,19 +178,18 @@ class EnsembleTransformer(nn.Module):
         SB = S * B
         cross = torch.bmm(q.reshape(SB, Pq * H, dh), k.reshape(SB, P * H, dh).transpose(1, 2))
         cross = cross / math.sqrt(dh) + self._mask(Pq, P, H, k.device)
-        if pre + "hook_attn_scores" in self._hooks or pre + "hook_pattern" in self._hooks:
+        if a.hook_attn_scores.fns or a.hook_pattern.fns:
             # TransformerLens's layout [S, B, H, q_pos, k_pos]; a hook may replace either
             diag = cross.view(S, B, Pq, H, P, H).diagonal(dim1=3, dim2=5)  # [S, B, q_pos, k_pos, H]
-            scores = self._h(pre + "hook_attn_scores", diag.permute(0, 1, 4, 2, 3))
-            pattern = self._h(pre + "hook_pattern", scores.softmax(-1))
+            scores = a.hook_attn_scores(diag.permute(0, 1, 4, 2, 3))
+            pattern = a.hook_pattern(scores.softmax(-1))
             eye = torch.eye(H, dtype=pattern.dtype, device=pattern.device)
             A = torch.einsum("sbhij,hg->sbihjg", pattern, eye).reshape(SB, Pq * H, P * H)
         else:
             A = cross.softmax(-1)
-        z = self._h(pre + "hook_z", torch.bmm(A, v.reshape(SB, P * H, dh)).view(S, B, Pq, H, dh))
-        if pre + "hook_result" in self._hooks:  # per-head writes into the residual stream
-            result = torch.einsum("sbphe,shed->sbphd", z, a.W_O)
-            result = self._h(pre + "hook_result", result)
+        z = a.hook_z(torch.bmm(A, v.reshape(SB, P * H, dh)).view(S, B, Pq, H, dh))
+        if a.hook_result.fns:  # per-head writes into the residual stream
+            result = a.hook_result(torch.einsum("sbphe,shed->sbphd", z, a.W_O))
             return result.sum(-2) + _per_member(a.b_O, result[..., 0, :])
         return self._mm(z.flatten(-2), a.W_O.reshape(S, H * dh, d), a.b_O)
 
@@ -248,10 +208,9 @@ class EnsembleTransformer(nn.Module):
             self._masks[key] = torch.zeros(ok.shape).masked_fill(~ok, float("-inf")).reshape(Pq * H, P * H).to(device)
         return self._masks[key]
 
-    def _mlp(self, l: int, h: Tensor) -> Tensor:
-        m, pre = self.blocks[l].mlp, f"blocks.{l}.mlp."
+    def _mlp(self, m: _MLP, h: Tensor) -> Tensor:
         act = F.relu if self.cfg.act == "relu" else F.gelu
-        post = self._h(pre + "hook_post", act(self._h(pre + "hook_pre", self._mm(h, m.W_in, m.b_in))))
+        post = m.hook_post(act(m.hook_pre(self._mm(h, m.W_in, m.b_in))))
         return self._mm(post, m.W_out, m.b_out)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -260,19 +219,18 @@ class EnsembleTransformer(nn.Module):
         V = self.vocab + 1
         tokens = torch.cat([x, x.new_full((S, B, 1), self.vocab)], -1)  # append the readout token
         offsets = torch.arange(S, device=x.device).view(S, 1, 1) * V  # member i reads its own W_E
-        embed = self._h("hook_embed", F.embedding(tokens + offsets, self.embed.W_E.reshape(S * V, -1)))
-        pos = self._h("hook_pos_embed", self.pos_embed.W_pos[:, None, : L + 1])
+        embed = self.hook_embed(F.embedding(tokens + offsets, self.embed.W_E.reshape(S * V, -1)))
+        pos = self.hook_pos_embed(self.pos_embed.W_pos[:, None, : L + 1])
         resid = embed + pos
         n = self.cfg.layers
         for l, blk in enumerate(self.blocks):
-            b = f"blocks.{l}."
-            last_only = l == n - 1 and not self._hooks
-            resid = self._h(b + "hook_resid_pre", resid)
-            attn_out = self._h(b + "hook_attn_out", self._attention(l, self._ln(resid, blk.ln1, b + "ln1.hook_normalized"), last_only))
-            resid = self._h(b + "hook_resid_mid", (resid[:, :, -1:] if last_only else resid) + attn_out)
-            mlp_out = self._h(b + "hook_mlp_out", self._mlp(l, self._ln(resid, blk.ln2, b + "ln2.hook_normalized")))
-            resid = self._h(b + "hook_resid_post", resid + mlp_out)
-        final = self._ln(resid[:, :, -1], self.ln_final, "ln_final.hook_normalized")  # the readout token
+            last_only = l == n - 1 and not self.n_hooks
+            resid = blk.hook_resid_pre(resid)
+            attn_out = blk.hook_attn_out(self._attention(blk.attn, self._ln(resid, blk.ln1), last_only))
+            resid = blk.hook_resid_mid((resid[:, :, -1:] if last_only else resid) + attn_out)
+            mlp_out = blk.hook_mlp_out(self._mlp(blk.mlp, self._ln(resid, blk.ln2)))
+            resid = blk.hook_resid_post(resid + mlp_out)
+        final = self._ln(resid[:, :, -1], self.ln_final)  # the readout token
         return self._mm(final, self.unembed.W_U, self.unembed.b_U)
 
     # ---------------------------------------------------------------- losses

@@ -16,84 +16,19 @@ from __future__ import annotations
 
 import functools
 import itertools
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
 
 import pandas as pd
-from pydantic import Discriminator, Field, Tag, field_validator
 
-from seedlab.config import Strict, parse
+from seedlab.config import load_yaml, parse
 from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
-from seedlab.shortcut.config import (
-    DataConfig,
-    EnsembleConfig,
-    ModelConfig,
-    OptimConfig,
-    TrainConfig,
-    _ratio,
-    _task_name,
-)
+from seedlab.shortcut.config import EnsembleConfig, ModelConfig, SweepConfig
+from seedlab.shortcut.rundir import MERGED, RunDir, SweepDir
 from seedlab.shortcut.tasks import TASKS
-from seedlab.store import content_hash, folder_lock, write_json, write_parquet, write_yaml
-
-
-class SweepGrid(Strict):
-    task: list[str] = ["sum2-max"]
-    ratio: list[float] = [0.5, 0.9]  # fractions of shortcut-consistent training samples
-    layers: list[Annotated[int, Field(gt=0)]] = [1, 2]
-    heads: list[Annotated[int, Field(gt=0)]] = [1]
-    weight_decay: list[Annotated[float, Field(ge=0)]] | None = None  # null: optim.weight_decay
-    lr: list[Annotated[float, Field(gt=0)]] | None = None  # null: optim.lr
-    seed: list[int] | Annotated[int, Field(gt=0)] = 8  # a list, or a count n meaning 0..n-1
-
-    @field_validator("task")
-    @classmethod
-    def _tasks(cls, v: list[str]) -> list[str]:
-        return [_task_name(t) for t in v]
-
-    @field_validator("ratio")
-    @classmethod
-    def _ratios(cls, v: list[float]) -> list[float]:
-        return [_ratio(r) for r in v]
-
-    @field_validator("task", "ratio", "layers", "heads", "weight_decay", "lr")
-    @classmethod
-    def _nonempty(cls, v: list | None) -> list | None:
-        if v is not None and not v:
-            raise ValueError("empty grid axis: list at least one value")
-        return v
-
-    @field_validator("seed")
-    @classmethod
-    def _seeds(cls, v: list[int] | int) -> list[int] | int:
-        if isinstance(v, list) and not v:
-            raise ValueError("empty grid axis: list at least one seed (or give a count)")
-        return v
-
-    @property
-    def seeds(self) -> list[int]:
-        return list(range(self.seed)) if isinstance(self.seed, int) else self.seed
-
-
-Grids = Annotated[
-    Annotated[SweepGrid, Tag("as-grid")] | Annotated[list[SweepGrid], Tag("as-list")],
-    Discriminator(lambda v: "as-list" if isinstance(v, list) else "as-grid"),
-]
-
-
-class SweepConfig(Strict):
-    """``seedlab shortcut sweep CONFIG``: shared hyperparameters plus the grid."""
-
-    model: ModelConfig = ModelConfig()  # layers/heads here are overridden by the grid
-    data: DataConfig = DataConfig()
-    optim: OptimConfig = OptimConfig()
-    train: TrainConfig = TrainConfig()
-    grid: Grids = SweepGrid()  # one grid, or several (their union, duplicates dropped)
-    max_members: Annotated[int, Field(gt=0)] = 64  # members per ensemble job (bounds memory)
+from seedlab.store import content_hash, write_parquet, write_yaml
 
 
 @dataclass(frozen=True)
@@ -141,69 +76,47 @@ def _ensembles(cfg: SweepConfig, model: ModelConfig, members: list[dict]) -> lis
     return jobs
 
 
-#: per-job tables merged into the sweep folder (member ids made global)
-TABLES = ("summary.parquet", "curves.parquet", "gradients.parquet")
-
-
-def job_dir(out: Path, job: Job) -> Path:
-    return out / "jobs" / job.key
-
-
-def is_done(out: Path, job: Job) -> bool:
-    return (job_dir(out, job) / "done.json").exists()
-
-
 def run_job(spec: tuple[str, dict, int | None], on_eval: Callable[[int, dict], None] | None = None) -> str:
     """Train one job into its folder (module-level, so Ray can ship it to a worker)."""
+    import torch
+
     from seedlab.shortcut.train import train_ensemble
 
     folder, data, threads = spec
-    import torch
-
     if threads:
         torch.set_num_threads(threads)
-    folder_p = Path(folder)
-    if folder_p.exists():  # leftovers of an interrupted attempt
-        shutil.rmtree(folder_p)
-    cfg = EnsembleConfig.model_validate(data)
-    r = train_ensemble(cfg, folder_p, progress=False, on_eval=on_eval)
-    write_json(folder_p / "done.json", {"members": len(r.members), "seconds": round(r.seconds, 3)})
+    run = RunDir(folder).clear()  # an interrupted attempt starts again from an empty folder
+    result = train_ensemble(EnsembleConfig.model_validate(data), run.root, progress=False, on_eval=on_eval)
+    run.mark_done({"members": len(result.members), "seconds": round(result.seconds, 3)})
     return folder
 
 
-def sweep_lock(out: Path):
-    """An exclusive lock on the sweep folder; a second sweep gets a clear one-line error."""
-    return folder_lock(out, busy="--out: {folder} is in use by another sweep (pid {pid}); wait for it or stop it")
-
-
-def aggregate(out: Path, jobs: list[Job]) -> pd.DataFrame:
+def aggregate(sweep: SweepDir, jobs: list[Job]) -> pd.DataFrame:
     """Rebuild the sweep's tables from finished jobs: one row per member, global member ids."""
-    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
+    tables: dict[str, list[pd.DataFrame]] = {name: [] for name in MERGED}
     offset = 0
     for job in jobs:
-        d = job_dir(out, job)
-        if is_done(out, job):
-            for name in TABLES:
-                if (d / name).exists():  # gradients.parquet only when measured
-                    t = pd.read_parquet(d / name)
+        run = sweep.job(job.key)
+        if run.is_done():
+            for name in MERGED:
+                if run.table(name).exists():  # gradients only when measured
+                    t = pd.read_parquet(run.table(name))
                     t["member"] += offset
                     t.insert(0, "job", job.key)
                     tables[name].append(t)
         offset += len(job.config["members"])
     for name, parts in tables.items():
         if parts:
-            write_parquet(out / name, pd.concat(parts, ignore_index=True))
-    return pd.concat(tables["summary.parquet"], ignore_index=True) if tables["summary.parquet"] else pd.DataFrame()
+            write_parquet(sweep.table(name), pd.concat(parts, ignore_index=True))
+    return pd.concat(tables["summary"], ignore_index=True) if tables["summary"] else pd.DataFrame()
 
 
-def finished_jobs(out: Path) -> list[tuple[str, Path, int]]:
-    """(job key, folder, first global member id) of each finished job of the sweep in ``out``."""
-    from seedlab.config import load_yaml
-
-    jobs, offset, found = plan(parse(SweepConfig, load_yaml(out / "sweep.yaml"))), 0, []
+def finished_jobs(sweep: SweepDir) -> list[tuple[str, RunDir, int]]:
+    """(job key, run folder, first global member id) of each finished job of a sweep."""
+    jobs, offset, found = plan(parse(SweepConfig, load_yaml(sweep.config_path))), 0, []
     for job in jobs:
-        if is_done(out, job):
-            found.append((job.key, job_dir(out, job), offset))
+        if sweep.job(job.key).is_done():
+            found.append((job.key, sweep.job(job.key), offset))
         offset += len(job.config["members"])
     return found
 
@@ -228,20 +141,19 @@ def run_sweep(
     for job in jobs:  # every job's data can be built: fail before anything is written
         ens = EnsembleConfig.model_validate(job.config)
         check_members(ens, ens.expand())
-    out = Path(out)
-    with sweep_lock(out):
-        write_yaml(out / "sweep.yaml", cfg.model_dump(mode="json"))
-        todo = [j for j in jobs if not is_done(out, j)]
+    sweep = SweepDir(out)
+    with sweep.lock():
+        write_yaml(sweep.config_path, cfg.model_dump(mode="json"))
+        todo = [j for j in jobs if not sweep.job(j.key).is_done()]
         n_members = sum(len(j.config["members"]) for j in jobs)
         bar = Bar("sweep", len(jobs), "jobs", note=f"({n_members} members)", done=len(jobs) - len(todo), enabled=progress)
-        by_dir = {str(job_dir(out, j)): j for j in todo}
 
         def on_done(spec: tuple[str, dict, int | None]) -> None:
-            aggregate(out, jobs)
+            aggregate(sweep, jobs)
             bar.advance()
 
         threads = 1 if executor == "ray" else cfg.train.threads
-        specs = [(d, j.config, threads) for d, j in by_dir.items()]
+        specs = [(str(sweep.job(j.key).root), j.config, threads) for j in todo]
         epochs = cfg.train.epochs
         note = lambda epoch, _: bar.update(note=f"({n_members} members; this job: epoch {epoch}/{epochs})")
         with bar:
@@ -249,4 +161,4 @@ def run_sweep(
                 run_local(functools.partial(run_job, on_eval=note), specs, on_done)
             else:
                 run_ray(run_job, specs, on_done, address=ray_address)
-        return aggregate(out, jobs)
+        return aggregate(sweep, jobs)

@@ -33,6 +33,8 @@ import numpy as np
 
 from seedlab.errors import SeedlabError
 
+#: the three splits of an experiment, in order
+SPLITS = ("train", "val", "adv")
 #: sequence spaces at most this large are enumerated; larger ones are rejection-sampled
 _ENUMERATE_MAX = 1 << 22
 

@@ -1,10 +1,13 @@
 """Train one ensemble: config -> data -> members trained together -> outcomes and curves.
 
 The loop, per epoch: one optimizer step per batch (the whole training split when
-``batch_size`` is null); every ``eval_every`` epochs, accuracy and mean loss on
-train/val/adv for every member. A member *generalizes* when its adversarial accuracy
-is exactly 100% at some evaluation; ``gen_epoch`` is the first such epoch and
-``retained`` says whether it is still 100% at the last evaluation.
+``batch_size`` is null), then whichever of three callbacks is due: the evaluation (every
+``eval_every`` epochs and at the end: accuracy and mean loss on train/val/adv for every
+member), the gradient measurement (``train.gradients``) and the checkpoint (at
+``checkpoint_epochs``). Epoch 0 is the initial weights, before any step. A member
+*generalizes* when its adversarial accuracy is exactly 100% at some evaluation;
+``gen_epoch`` is the first such epoch and ``retained`` says whether it is still 100% at
+the last evaluation.
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ import pandas as pd
 import torch
 
 from seedlab.progress import Bar
-from seedlab.shortcut.config import EnsembleConfig, Member
+from seedlab.shortcut.config import EnsembleConfig, GradientsConfig, Member
+from seedlab.shortcut.gradients import measure as measure_gradients
 from seedlab.shortcut.model import EnsembleTransformer
 from seedlab.shortcut.optim import EnsembleAdamW
 from seedlab.shortcut.phases import phases
-from seedlab.shortcut.tasks import Split, check_feasible, get_task, make_splits
-from seedlab.store import content_hash, write_json, write_parquet, write_safetensors, write_yaml
-
-SPLITS = ("train", "val", "adv")
+from seedlab.shortcut.rundir import RunDir
+from seedlab.shortcut.tasks import SPLITS, Split, check_feasible, get_task, make_splits
+from seedlab.store import content_hash, write_json, write_parquet, write_yaml
 
 
 def check_members(cfg: EnsembleConfig, members: list[Member]) -> None:
@@ -145,29 +148,14 @@ def train_epoch(
         opt.step()
 
 
-def train_ensemble(
-    cfg: EnsembleConfig,
-    out: str | Path | None = None,
-    *,
-    members: list[Member] | None = None,
-    progress: bool = True,
-    on_eval: Callable[[int, dict[str, np.ndarray]], None] | None = None,
-) -> Result:
-    """Train every member of ``cfg`` (or the given ``members``) as one ensemble."""
-    t0 = time.time()
-    members = members if members is not None else cfg.expand()
-    check_members(cfg, members)
-    tc, S = cfg.train, len(members)
-    if tc.threads:
-        torch.set_num_threads(tc.threads)
-    dev = torch.device(tc.device)
-    data = {s: tuple(t.to(dev) for t in xyc) for s, xyc in member_data(cfg, members).items()}
-    n_classes = get_task(members[0].task).n_classes
-
-    model = EnsembleTransformer(cfg.model, S, cfg.data.vocab, cfg.data.length, n_classes)
+def init_ensemble(
+    cfg: EnsembleConfig, members: list[Member], device: torch.device
+) -> tuple[EnsembleTransformer, EnsembleAdamW]:
+    """The ensemble at its seed-determined initialization, and its AdamW with each member's lr and weight decay."""
+    S, o = len(members), cfg.optim
+    model = EnsembleTransformer(cfg.model, S, cfg.data.vocab, cfg.data.length, get_task(members[0].task).n_classes)
     model.init_members([m.seed for m in members])
-    model.to(dev)
-    o = cfg.optim
+    model.to(device)
     opt = EnsembleAdamW(
         model.parameters(),
         lr=[m.lr for m in members],
@@ -176,92 +164,160 @@ def train_ensemble(
         beta2=[o.beta2] * S,
         eps=[o.eps] * S,
     )
+    return model, opt
 
-    xtr, ytr, ctr = data["train"]
-    n = xtr.shape[1]
-    bs = tc.batch_size or n
-    chunk = min(max(1, tc.chunk // S) if tc.chunk else bs, bs)  # rows per member per piece
-    outcomes = [Outcome() for _ in members]
-    rows: list[tuple[int, int, str, float, float]] = []
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_yaml(out / "config.yaml", cfg.model_dump(mode="json"))
 
-    def do_eval(epoch: int) -> None:
-        metrics = {}
-        for s in SPLITS:
-            acc, loss = evaluate(model, *data[s][:2], chunk=max(chunk, 1024))
-            metrics[f"{s}_acc"], metrics[f"{s}_loss"] = acc, loss
-            rows.extend((i, epoch, s, float(acc[i]), float(loss[i])) for i in range(S))
-        for i, oc in enumerate(outcomes):
-            oc.update(epoch, {k: float(v[i]) for k, v in metrics.items()})
-        if on_eval is not None:
-            on_eval(epoch, metrics)
+def train_ensemble(
+    cfg: EnsembleConfig,
+    out: str | Path | None = None,
+    *,
+    members: list[Member] | None = None,
+    progress: bool = True,
+    on_eval: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+) -> Result:
+    """Train every member of ``cfg`` (or the given ``members``) as one ensemble; with ``out``, write its run folder."""
+    t0 = time.time()
+    members = members if members is not None else cfg.expand()
+    check_members(cfg, members)
+    tc, S = cfg.train, len(members)
+    if tc.threads:
+        torch.set_num_threads(tc.threads)
+    dev = torch.device(tc.device)
+    data = {s: tuple(t.to(dev) for t in xyc) for s, xyc in member_data(cfg, members).items()}
+    model, opt = init_ensemble(cfg, members, dev)
 
-    def save_checkpoint(epoch: int) -> None:
-        if out is None:
-            return
-        meta = {"epoch": str(epoch), "members": json.dumps([asdict(m) for m in members])}
-        write_safetensors(out / "checkpoints" / f"epoch-{epoch:06d}.safetensors", model.state_dict(), meta)
-
-    gc = tc.gradients
-    grad_frames: list[pd.DataFrame] = []
-
-    def measure_gradients(epoch: int) -> None:
-        from seedlab.shortcut import gradients
-
-        df = gradients.measure(
-            model, xtr, ytr, ctr, [m.ratio for m in members], epoch, chunk=max(chunk, 1024), sample=gc.sample, seed=epoch
-        )
-        grad_frames.append(df)
+    xtr, ytr, _ = data["train"]
+    n = xtr.shape[1]  # training samples per member
+    bs = tc.batch_size or n  # samples per optimizer step
+    chunk = min(max(1, tc.chunk // S) if tc.chunk else bs, bs)  # samples per member in one forward piece
+    run = None if out is None else RunDir(out).start()
+    if run is not None:
+        write_yaml(run.config_path, cfg.model_dump(mode="json"))
+    evaluation = Evaluation(model, data, members, tc.eval_every, chunk=max(chunk, 1024), on_eval=on_eval)
+    grad_log = GradientLog(model, data["train"], members, tc.gradients, chunk=max(chunk, 1024))
+    checkpoints = Checkpoints(model, members, tc.checkpoint_epochs, run)
 
     bar = Bar("train", tc.epochs, "epochs", note=f"generalized 0/{S}", enabled=progress)
-    do_eval(0)
-    if gc.enabled:
-        measure_gradients(0)
-    if 0 in tc.checkpoint_epochs:
-        save_checkpoint(0)
-    epoch = 0
     with bar:
-        for epoch in range(1, tc.epochs + 1):
-            order = _batch_orders(members, n, epoch).to(dev) if bs < n else None
-            train_epoch(model, opt, xtr, ytr, batch_size=bs, chunk=chunk, order=order)
+        for epoch in range(tc.epochs + 1):  # epoch 0: the initial weights, before any step
+            if epoch > 0:
+                order = _batch_orders(members, n, epoch).to(dev) if bs < n else None
+                train_epoch(model, opt, xtr, ytr, batch_size=bs, chunk=chunk, order=order)
             last = epoch == tc.epochs
-            decided = False
-            if epoch % tc.eval_every == 0 or last:
-                do_eval(epoch)
-                decided = tc.stop_when_decided and all(oc.generalized for oc in outcomes)
-            if gc.enabled and (epoch % gc.every == 0 or last or decided):
-                measure_gradients(epoch)
-            # an early stop also keeps the final weights when any checkpoints were asked for
-            if epoch in tc.checkpoint_epochs or (decided and tc.checkpoint_epochs):
-                save_checkpoint(epoch)
-            bar.update(epoch, f"generalized {sum(oc.generalized for oc in outcomes)}/{S}")
+            decided = False  # every member has generalized and train.stop_when_decided: stop now
+            if evaluation.due(epoch, last):
+                evaluation(epoch)
+                decided = epoch > 0 and tc.stop_when_decided and evaluation.n_generalized == S
+            if grad_log.due(epoch, last, decided):
+                grad_log(epoch)
+            if checkpoints.due(epoch, decided):
+                checkpoints(epoch)
+            if epoch > 0:
+                bar.update(epoch, f"generalized {evaluation.n_generalized}/{S}")
             if decided:
                 break
 
-    curves = pd.DataFrame(rows, columns=["member", "epoch", "split", "acc", "loss"])
-    summary = summarize(members, outcomes, cfg)
+    curves = evaluation.curves()
+    summary = summarize(members, evaluation.outcomes, cfg)
     ph = phases(curves).set_index("member")
     summary["shortcut_epoch"] = ph["shortcut_epoch"].reindex(summary["member"]).to_numpy()
     summary["phase2_epoch"] = ph["phase2_epoch"].reindex(summary["member"]).to_numpy()
+    grads = grad_log.table()
     seconds = time.time() - t0
-    if out is not None:
-        write_parquet(out / "curves.parquet", curves)
-        if grad_frames:
-            write_parquet(out / "gradients.parquet", pd.concat(grad_frames, ignore_index=True))
-        write_parquet(out / "summary.parquet", summary)
+    if run is not None:
+        write_parquet(run.curves_path, curves)
+        if grads is not None:
+            write_parquet(run.gradients_path, grads)
+        write_parquet(run.summary_path, summary)
         write_json(
-            out / "meta.json",
+            run.meta_path,
             {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S},
         )
-    grads = pd.concat(grad_frames, ignore_index=True) if grad_frames else None
     return Result(members, summary, curves, grads, seconds, epoch)
 
 
+# --------------------------------------------------------------------------- callbacks of the loop
+class Evaluation:
+    """Every ``every`` epochs and at the end: each member's accuracy and mean loss on train/val/adv,
+    folded into its :class:`Outcome` and into the curves."""
+
+    def __init__(
+        self,
+        model: EnsembleTransformer,
+        data: dict[str, tuple[torch.Tensor, ...]],
+        members: list[Member],
+        every: int,
+        *,
+        chunk: int,
+        on_eval: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+    ):
+        self.model, self.data, self.every, self.chunk, self.on_eval = model, data, every, chunk, on_eval
+        self.outcomes = [Outcome() for _ in members]
+        self.rows: list[tuple[int, int, str, float, float]] = []  # member, epoch, split, acc, loss
+
+    def due(self, epoch: int, last: bool) -> bool:
+        return epoch % self.every == 0 or last
+
+    def __call__(self, epoch: int) -> None:
+        metrics = {}
+        for s in SPLITS:
+            acc, loss = evaluate(self.model, *self.data[s][:2], chunk=self.chunk)
+            metrics[f"{s}_acc"], metrics[f"{s}_loss"] = acc, loss
+            self.rows.extend((i, epoch, s, float(acc[i]), float(loss[i])) for i in range(len(self.outcomes)))
+        for i, oc in enumerate(self.outcomes):
+            oc.update(epoch, {k: float(v[i]) for k, v in metrics.items()})
+        if self.on_eval is not None:
+            self.on_eval(epoch, metrics)
+
+    @property
+    def n_generalized(self) -> int:
+        return sum(oc.generalized for oc in self.outcomes)
+
+    def curves(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows, columns=["member", "epoch", "split", "acc", "loss"])
+
+
+class GradientLog:
+    """Gradient conflict and amplification (:mod:`seedlab.shortcut.gradients`) on the training split,
+    every ``cfg.every`` epochs, at the end and at an early stop, when ``cfg.enabled``."""
+
+    def __init__(self, model: EnsembleTransformer, train: tuple[torch.Tensor, ...], members: list[Member],
+                 cfg: GradientsConfig, *, chunk: int):
+        self.model, self.train, self.cfg, self.chunk = model, train, cfg, chunk
+        self.ratios = [m.ratio for m in members]
+        self.frames: list[pd.DataFrame] = []
+
+    def due(self, epoch: int, last: bool, decided: bool) -> bool:
+        return self.cfg.enabled and (epoch % self.cfg.every == 0 or last or decided)
+
+    def __call__(self, epoch: int) -> None:
+        x, y, consistent = self.train
+        df = measure_gradients(
+            self.model, x, y, consistent, self.ratios, epoch, chunk=self.chunk, sample=self.cfg.sample, seed=epoch
+        )
+        self.frames.append(df)
+
+    def table(self) -> pd.DataFrame | None:
+        return pd.concat(self.frames, ignore_index=True) if self.frames else None
+
+
+class Checkpoints:
+    """Every member's weights at the ``epochs`` asked for (and at an early stop, when any were asked
+    for), into the run folder's checkpoints with their SHA-256 in its manifest."""
+
+    def __init__(self, model: EnsembleTransformer, members: list[Member], epochs: list[int], run: RunDir | None):
+        self.model, self.epochs, self.run = model, epochs, run
+        self.members = json.dumps([asdict(m) for m in members])
+
+    def due(self, epoch: int, decided: bool) -> bool:
+        return self.run is not None and (epoch in self.epochs or (decided and bool(self.epochs)))
+
+    def __call__(self, epoch: int) -> None:
+        self.run.save_checkpoint(epoch, self.model.state_dict(), {"epoch": str(epoch), "members": self.members})
+
+
 def summarize(members: list[Member], outcomes: list[Outcome], cfg: EnsembleConfig) -> pd.DataFrame:
-    """One row per member: the DESIGN contract's columns first, then the extras."""
+    """One row per member: the columns other tools read first (task .. retained), then the extras."""
     rows = []
     for i, (m, oc) in enumerate(zip(members, outcomes, strict=True)):
         rows.append(

@@ -1,0 +1,191 @@
+"""Where every file of the shortcut study lives, and the policies of its folders.
+
+Three folders, the file contract other tools read:
+
+- a **data folder** (``seedlab shortcut data --out``): ``train.npz``, ``val.npz``, ``adv.npz``;
+- an **ensemble run folder** (``seedlab shortcut train --out``, and each job of a sweep):
+  ``config.yaml`` (the resolved EnsembleConfig), ``summary.parquet`` (one row per member),
+  ``curves.parquet``, ``gradients.parquet`` (when measured), ``meta.json``,
+  ``checkpoints/epoch-<6 digits>.safetensors`` with ``checkpoints/manifest.json``
+  (``{epoch: {tensor: SHA-256}}``), then ``circuits.parquet``, ``report.md`` and its PNGs;
+- a **sweep folder** (``seedlab shortcut sweep --out``): ``sweep.yaml``, ``jobs/<hash>/`` (an
+  ensemble run folder each, finished when its ``done.json`` exists), the merged
+  ``summary/curves/gradients.parquet`` (member ids made global), ``.lock``, and the same
+  ``circuits.parquet``, ``report.md`` and PNGs as a run folder.
+
+Policies: ``shortcut train`` and ``shortcut data`` refuse to overwrite results without
+``--force``; a sweep resumes (finished jobs are kept, an unfinished job restarts from an
+empty folder) and holds the folder's lock while it runs. How files are written and checked
+(atomically, hashed) is :mod:`seedlab.store`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from seedlab.errors import SeedlabError
+from seedlab.shortcut.tasks import SPLITS
+from seedlab.store import (
+    folder_lock,
+    is_done,
+    mark_done,
+    read_manifest,
+    read_verified,
+    tensor_hashes,
+    write_json,
+    write_safetensors,
+)
+
+#: tables a sweep merges from its jobs (member ids made global)
+MERGED = ("summary", "curves", "gradients")
+
+
+def refuse_overwrite(paths: list[Path], force: bool) -> None:
+    """The overwrite policy of ``shortcut train`` / ``shortcut data``: an existing result needs ``--force``."""
+    existing = [p for p in paths if p.exists()]
+    if existing and not force:
+        raise SeedlabError(f"--out: {existing[0]} already exists (use --force to overwrite)")
+
+
+def data_files(folder: Path) -> dict[str, Path]:
+    """split -> its ``.npz`` file in a data folder."""
+    return {s: Path(folder) / f"{s}.npz" for s in SPLITS}
+
+
+class _Results:
+    """The files a run folder and a sweep folder share: tables, circuits, the report and its figures."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def table(self, name: str) -> Path:
+        """``summary``, ``curves``, ``gradients`` or ``circuits`` -> its parquet file."""
+        return self.root / f"{name}.parquet"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.table("summary")
+
+    @property
+    def curves_path(self) -> Path:
+        return self.table("curves")
+
+    @property
+    def gradients_path(self) -> Path:
+        return self.table("gradients")
+
+    @property
+    def circuits_path(self) -> Path:
+        return self.table("circuits")
+
+    @property
+    def report_path(self) -> Path:
+        return self.root / "report.md"
+
+    def figure(self, name: str) -> Path:
+        """A PNG beside the report, e.g. ``figure("curves.png")``."""
+        return self.root / name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.root)!r})"
+
+
+class RunDir(_Results):
+    """An ensemble run folder: one trained ensemble and everything measured on it."""
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.root / "meta.json"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.checkpoints_dir / "manifest.json"
+
+    def checkpoint(self, epoch: int) -> Path:
+        return self.checkpoints_dir / f"epoch-{epoch:06d}.safetensors"
+
+    def refuse_overwrite(self, force: bool) -> None:
+        """``shortcut train --out``: a folder holding a finished run needs ``--force``."""
+        refuse_overwrite([self.summary_path], force)
+
+    def start(self) -> RunDir:
+        """Before training into the folder: it exists, and no manifest of an earlier run lists its checkpoints."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.manifest_path.unlink(missing_ok=True)
+        return self
+
+    def clear(self) -> RunDir:
+        """An empty folder: what an interrupted attempt left is removed."""
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        return self
+
+    def mark_done(self, info: Mapping[str, Any]) -> Path:
+        """The folder's ``done.json``, written last: a sweep job is finished."""
+        return mark_done(self.root, info)
+
+    def is_done(self) -> bool:
+        return is_done(self.root)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, epoch: int, state: Mapping[str, Any], metadata: dict[str, str]) -> Path:
+        """Write the weights at ``epoch`` and record every tensor's SHA-256 in the manifest."""
+        path = write_safetensors(self.checkpoint(epoch), state, metadata)
+        manifest = read_manifest(self.manifest_path)
+        manifest[str(epoch)] = tensor_hashes(state)
+        write_json(self.manifest_path, manifest)
+        return path
+
+    def checkpoint_epochs(self) -> list[int]:
+        """Epochs with a checkpoint listed in the manifest, ascending."""
+        epochs = sorted(int(e) for e in read_manifest(self.manifest_path))
+        if not epochs and any(self.checkpoints_dir.glob("epoch-*.safetensors")):
+            raise SeedlabError(
+                f"{self.checkpoints_dir}: checkpoints without a manifest.json to check them against"
+                " (a run from an older seedlab: train it again)"
+            )
+        return epochs
+
+    def load_checkpoint(self, epoch: int) -> tuple[dict[str, Any], dict[str, str]]:
+        """The tensors and metadata of the checkpoint at ``epoch``, every tensor checked against the manifest."""
+        expected = read_manifest(self.manifest_path).get(str(epoch))
+        if expected is None:
+            raise SeedlabError(f"{self.manifest_path}: no checkpoint at epoch {epoch}")
+        return read_verified(self.checkpoint(epoch), expected)
+
+
+class SweepDir(_Results):
+    """A sweep folder: its config, one ensemble run folder per job, the merged tables."""
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "sweep.yaml"
+
+    def job(self, key: str) -> RunDir:
+        return RunDir(self.root / "jobs" / key)
+
+
+    def lock(self):
+        """An exclusive lock on the folder while a sweep runs; a second sweep gets a one-line error."""
+        busy = "--out: {folder} is in use by another sweep (pid {pid}); wait for it or stop it"
+        return folder_lock(self.root, busy=busy)
+
+
+def is_sweep(folder: str | Path) -> bool:
+    return SweepDir(folder).config_path.is_file()
+
+
+def open_folder(folder: str | Path) -> RunDir | SweepDir:
+    """A sweep folder when it holds ``sweep.yaml``, else an ensemble run folder."""
+    return SweepDir(folder) if is_sweep(folder) else RunDir(folder)
