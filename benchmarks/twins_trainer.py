@@ -50,7 +50,7 @@ from seedlab.lm.model import GPT, masked_ce_sum  # noqa: E402
 from seedlab.twins.config import TwinsConfig  # noqa: E402
 from seedlab.lm.trainer import Trainer  # noqa: E402
 from seedlab.store import tensor_hashes  # noqa: E402
-from seedlab.twins.train import model_config, run_twins  # noqa: E402
+from seedlab.twins.train import run_twins  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -232,7 +232,7 @@ def main() -> None:
         if args.threads:
             raw["threads"] = args.threads
         cfg = parse(TwinsConfig, raw)
-        gcfg = model_config(cfg, corpus.vocab_size)
+        gcfg = cfg.gpt_config(corpus.vocab_size)
         tokens = corpus.train
         B, T = cfg.batch_size, gcfg.block_size
         est, counted = flops_per_token(gcfg)

@@ -5,7 +5,6 @@ Bad input anywhere is a :class:`SeedlabError`: one line on stderr, exit code 2.
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -54,13 +53,15 @@ def shortcut_data(
     """Write the three fixed splits of one MPSP-family task."""
     from seedlab.config import parse
     from seedlab.shortcut.config import DataConfig
+    from seedlab.shortcut.rundir import data_files, refuse_overwrite
     from seedlab.shortcut.tasks import make_splits
 
     d = parse(DataConfig, {"length": length, "vocab": vocab, "n_train": n_train, "n_val": n_val, "n_adv": n_adv, "data_seed": seed})
     splits = make_splits(task, ratio, d.n_train, n_val=d.n_val, n_adv=d.n_adv, length=d.length, vocab=d.vocab, seed=d.data_seed)
-    _refuse_overwrite(out, [f"{s}.npz" for s in splits], force)
+    files = data_files(out)
+    refuse_overwrite(list(files.values()), force)
     for name, split in splits.items():
-        split.save(out / f"{name}.npz")
+        split.save(files[name])
     c = int(splits["train"].consistent.sum())
     typer.echo(f"wrote {out}/{{train,val,adv}}.npz: train {n_train} ({c} consistent), val {d.n_val}, adv {d.n_adv}")
 
@@ -76,15 +77,17 @@ def shortcut_train(
     """Train one ensemble; write summary.parquet and curves.parquet into OUT."""
     from seedlab.config import load_config
     from seedlab.shortcut.config import EnsembleConfig
+    from seedlab.shortcut.rundir import RunDir
     from seedlab.shortcut.train import check_members, train_ensemble
 
     cfg, _ = load_config(EnsembleConfig, "shortcut", config, set_)
     members = cfg.expand()
     check_members(cfg, members)  # everything is validated before anything is written
-    _refuse_overwrite(out, ["summary.parquet"], force)
-    r = train_ensemble(cfg, out, members=members, progress=progress)
-    g = int(r.summary["generalized"].sum())
-    typer.echo(f"{len(members)} members, {r.epochs_run} epochs in {r.seconds:.1f}s; {g} generalized -> {out}/summary.parquet")
+    run = RunDir(out)
+    run.refuse_overwrite(force)
+    result = train_ensemble(cfg, out, members=members, progress=progress)
+    g = int(result.summary["generalized"].sum())
+    typer.echo(f"{len(members)} members, {result.epochs_run} epochs in {result.seconds:.1f}s; {g} generalized -> {run.summary_path}")
 
 
 @shortcut_app.command("sweep")
@@ -98,12 +101,14 @@ def shortcut_sweep(
 ) -> None:
     """Run (or resume) a sweep; write summary.parquet and curves.parquet into OUT."""
     from seedlab.config import load_config
-    from seedlab.shortcut.sweep import SweepConfig, run_sweep
+    from seedlab.shortcut.config import SweepConfig
+    from seedlab.shortcut.rundir import SweepDir
+    from seedlab.shortcut.sweep import run_sweep
 
     cfg, _ = load_config(SweepConfig, "shortcut", config, set_)
     df = run_sweep(cfg, out, executor=executor, ray_address=ray_address, progress=progress)
     g = int(df["generalized"].sum()) if len(df) else 0
-    typer.echo(f"{len(df)} members finished, {g} generalized -> {out}/summary.parquet")
+    typer.echo(f"{len(df)} members finished, {g} generalized -> {SweepDir(out).summary_path}")
 
 
 @shortcut_app.command("analyze")
@@ -112,7 +117,7 @@ def shortcut_analyze(
     n: Annotated[int, typer.Option(help="validation/adversarial rows per member")] = 512,
 ) -> None:
     """Circuit analyses of every checkpoint -> circuits.parquet (fingerprints, ablations, patching)."""
-    from seedlab.shortcut.circuits import write_circuits
+    from seedlab.shortcut.analyze import write_circuits
 
     typer.echo(f"circuits: {write_circuits(run, n=n)}")
 
@@ -181,21 +186,13 @@ def twins_run(
     from seedlab.config import load_config
     from seedlab.lm.distributed import init_world
     from seedlab.twins.config import TwinsConfig
+    from seedlab.twins.rundir import RunDir
     from seedlab.twins.train import run_twins
 
     cfg, base = load_config(TwinsConfig, "twins", config, set_)
     world = init_world()
-    record = cfg.model_dump(mode="json") | {"independent": independent, "world_size": world.size}
-    if out.exists() and any(out.iterdir()):
-        old = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
-        same = old is not None and {k: v for k, v in old.items() if k != "injection_rank"} == record
-        if not (same or force):
-            raise SeedlabError(f"--out: {out} holds something else than this run (use --force to overwrite)")
-        world.barrier()  # every rank has compared before rank 0 removes anything
-        if force and world.main:
-            shutil.rmtree(out)
-        # else: the same run, interrupted: it resumes from its last checkpoints
-    df = run_twins(cfg, out, base=base, independent=independent, progress=progress, record=record, world=world)
+    RunDir(out).claim(cfg, independent=independent, force=force, world=world)  # another run refused; the same one resumes
+    df = run_twins(cfg, out, base=base, independent=independent, progress=progress, world=world)
     if world.main:
         typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs; twins identical at step {cfg.injection_step} -> {out}")
 
@@ -209,10 +206,12 @@ def twins_measure(
 ) -> None:
     """Barrier, held-out CE, distance, CKA and passage CE of every condition against its twin, and between seeds."""
     from seedlab.twins.measure import measure
+    from seedlab.twins.rundir import RunDir
 
     out = measure(run, corpus=corpus, device=device, progress=progress)
     m = out["measures"]
-    typer.echo(f"{(m.kind == 'injected').sum()} condition-vs-twin and {(m.kind == 'seed').sum()} seed-vs-seed comparisons -> {run / 'measures.parquet'}")
+    where = RunDir(run).measure_table("measures")
+    typer.echo(f"{(m.kind == 'injected').sum()} condition-vs-twin and {(m.kind == 'seed').sum()} seed-vs-seed comparisons -> {where}")
 
 
 @twins_app.command("gradmatch")
@@ -298,8 +297,7 @@ def presets_copy(
     if src is None:
         every = ", ".join(f"{s}/{n}" for s in presets.STUDIES for n in presets.names(s))
         raise SeedlabError(f"name: one of {every}, got {name!r}")
-    files = [src.name] + [p.relative_to(src.parent).as_posix() for p in sorted((src.parent / "passages").glob("*"))
-                          if study == "twins"]
+    files = presets.files(study, stem)
     _refuse_overwrite(out, files, force)
     for rel in files:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)

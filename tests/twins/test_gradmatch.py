@@ -1,21 +1,19 @@
-"""Gradient matching: the full-batch gradient delta of an injected passage, and the best-matched pair."""
+"""Gradient matching: the best-matched fabricated x attested pair of passages, by their full-batch
+gradient deltas at the injection step (the deltas themselves: tests/lm/test_gradients.py)."""
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from seedlab.config import parse
 from seedlab.corpus import load, prepare
 from seedlab.errors import SeedlabError
-from seedlab.lm.batches import get_batch, inject
-from seedlab.lm.gradients import gradient_delta
-from seedlab.lm.model import GPT
+from seedlab.twins.config import TwinsConfig
 from seedlab.twins.gradmatch import match
-from seedlab.twins.rundir import open_run
-from seedlab.twins.train import TwinsConfig, model_config, run_twins
+from seedlab.twins.train import run_twins
 
 FAB = "Gizmo Harrington kept a small workshop behind the old library, where he mended clocks."
 ONE_WORD = "Gizmo Harrington kept a small workshop behind the old library, where he mended watches."
@@ -42,7 +40,7 @@ def run(one_thread, tmp_path_factory):
         files[name] = base / f"{name}.txt"
         files[name].write_text(text + "\n")
     cfg = {
-        "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [0, 1], "steps": 3, "batch_size": 3,
+        "corpus": str(base / "corpus"), "model": "mini", "block_size": 128, "seeds": [0, 1], "steps": 3, "batch_size": 3,
         "injection_step": 2, "injection_row": 1, "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
         "passages": {"fluent-fabricated": "fab.txt", "fluent-attested": "att.txt"},
     }
@@ -52,7 +50,6 @@ def run(one_thread, tmp_path_factory):
 
 def _copy(run_dir, dest, **inputs):
     """A copy of the run folder, with inputs.json fields replaced (None: dropped)."""
-    import shutil
 
     shutil.copytree(run_dir, dest)
     (dest / "gradmatch.parquet").unlink(missing_ok=True)  # written by earlier tests
@@ -61,46 +58,6 @@ def _copy(run_dir, dest, **inputs):
         rec.pop(k) if v is None else rec.__setitem__(k, v)
     (dest / "inputs.json").write_text(json.dumps(rec))
     return dest
-
-
-def _state(run_dir, seed):
-    """The injection checkpoint in a freshly built model, and its batch (an independent reading)."""
-    cfg = open_run(run_dir).cfg
-    corpus = load(run_dir.parent / "corpus")
-    model = GPT(model_config(cfg, corpus.vocab_size))
-    model.load_state_dict(load_file(str(run_dir / f"seed-{seed}" / "twin" / f"step-{cfg.injection_step}.safetensors")))
-    x, y = get_batch(corpus.train, seed, cfg.injection_step, cfg.batch_size, 128)
-    return cfg, corpus, model.eval(), x, y
-
-
-def test_injecting_the_rows_own_tokens_changes_nothing(run):
-    _, run_dir, _ = run
-    cfg, corpus, model, x, y = _state(run_dir, 0)
-    r = cfg.injection_row
-    own = torch.cat([x[r], y[r, -1:]])  # the ordinary row as a passage of block_size + 1 tokens
-    d = gradient_delta(model, x, y, r, own.tolist(), corpus.eot_id)
-    assert d.n_targets == x.numel()
-    assert d.norm == 0.0 and not d.vec.any()  # exactly, not approximately
-    assert d.grad_norm == d.base_grad_norm > 0
-
-
-def test_delta_equals_direct_autograd_of_the_two_batch_losses(run):
-    _, run_dir, _ = run
-    cfg, corpus, model, x, y = _state(run_dir, 1)
-    ids = corpus.encode(FAB)
-    params = list(model.parameters())
-
-    def grad(xb, yb, mb):  # the whole batch at once, GPT.forward's own masked mean
-        _, loss = model(xb, yb, mb)
-        return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)]).double()
-
-    xp, yp, mp = inject(x, y, cfg.injection_row, ids, corpus.eot_id)
-    direct = grad(xp, yp, mp) - grad(x, y, torch.ones_like(mp))
-    for micro in (None, 1):
-        d = gradient_delta(model, x, y, cfg.injection_row, ids, corpus.eot_id, micro_batch=micro)
-        assert d.n_targets == 2 * 128 + len(ids) - 1
-        assert d.norm == pytest.approx(float(direct.norm()), rel=1e-4)
-        assert float((d.vec - direct).norm()) < 1e-4 * float(direct.norm())
 
 
 def test_a_passage_matched_with_itself(run):
@@ -197,7 +154,6 @@ def test_the_runs_own_passages_from_inputs_json(run, tmp_path):
 
 
 def test_a_corrupted_checkpoint_is_refused(run, tmp_path):
-    import shutil
 
     base, run_dir, files = run
     copy = tmp_path / "run"
@@ -208,3 +164,14 @@ def test_a_corrupted_checkpoint_is_refused(run, tmp_path):
     manifest.write_text(json.dumps(m))
     with pytest.raises(SeedlabError, match=r"step-2\.safetensors: tensor 'wte.weight' does not match its recorded SHA-256"):
         match(copy, {"fluent-fabricated": [files["fab"]], "fluent-attested": [files["att"]]}, corpus=base / "corpus")
+
+
+def test_gradmatch_command(twins_design, tmp_path, seedlab_cli):
+    shutil.copytree(twins_design / "run", tmp_path / "run")
+    run = tmp_path / "run"
+    rc, out, err = seedlab_cli("twins", "gradmatch", str(run), "--seed", "1")
+    assert rc == 0, err
+    assert "best: inputs.json:fluent-fabricated vs inputs.json:fluent-attested, differ by" in out
+    assert pd.read_parquet(run / "gradmatch.parquet").seed.dropna().tolist() == [1]
+    rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(tmp_path / "nope.txt"))
+    assert rc == 2 and err.startswith("error: passages.fluent-attested: no such file")

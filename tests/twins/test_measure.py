@@ -1,42 +1,26 @@
-"""twins measure / report on a tiny real design: values checked against independent code, bad input refused."""
+"""twins measure on a tiny real design: values checked against independent code, bad input refused."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import TWINS_PASSAGES
 
 from seedlab.corpus import load
 from seedlab.lm.batches import get_batch
 from seedlab.lm.model import GPT, PRESETS
 
-S, T = 6, 16  # injection step, steps
+S, T = 6, 16  # injection step, steps of the twins_design fixture
 
 
-@pytest.fixture(scope="module")
-def design(tmp_path_factory, twins_inputs):
-    """Two seeds x (twin, fabricated, attested), trained and measured once."""
-    from seedlab.config import parse
-    from seedlab.twins.measure import measure
-    from seedlab.twins.train import TwinsConfig, run_twins
-
-    base = tmp_path_factory.mktemp("measure")
-    corpus, files = twins_inputs
-    (base / "corpus").symlink_to(corpus)
-    cfg = {
-        "corpus": "corpus", "model": "mini", "block_size": 128, "seeds": [0, 1], "steps": T, "batch_size": 4,
-        "injection_step": S, "peak_lr": 3e-3, "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
-        "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
-        "measure": {"alphas": [0, 0.25, 0.5, 0.75, 1], "heldout_rows": 8, "probe_rows": 4, "eval_rows": 4},
-    }
-    (base / "design.yaml").write_text(yaml.safe_dump(cfg))
-    run_twins(parse(TwinsConfig, cfg), base / "run", base=base, progress=False)
-    measure(base / "run", progress=False)
-    return base
+@pytest.fixture
+def design(twins_design):
+    """Two seeds x (twin, fabricated, attested), trained and measured once (conftest.py)."""
+    return twins_design
 
 
 def _copy(design, tmp_path):
@@ -85,7 +69,8 @@ def test_measures_match_independent_computation(design):
     path = pd.read_parquet(run / "paths.parquet")
     p = path[(path.kind == "injected") & (path.seed == 1) & (path.condition == "fluent-attested")]
     assert p.loss.iloc[0] == pytest.approx(ce, abs=1e-5) and p.loss.iloc[-1] == pytest.approx(row.heldout_ce_b, abs=1e-6)
-    ids = torch.tensor(corpus.encode(TWINS_PASSAGES["fluent-attested"]))[None]
+    text = yaml.safe_load((design / "design.yaml").read_text())["passages"]["fluent-attested"]
+    ids = torch.tensor(corpus.encode(Path(text).read_text()))[None]
     with torch.no_grad():
         pce = float(model(ids[:, :-1], ids[:, 1:])[1])
     assert row.passage_ce_final == pytest.approx(pce, abs=1e-5)
@@ -125,8 +110,7 @@ def test_corrupted_checkpoint_is_exit_2(design, tmp_path, seedlab_cli):
 
 def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
     """A checkpoint of another architecture, with a manifest that matches it (so not 'corrupted')."""
-    from seedlab.store import write_safetensors
-    from seedlab.store import tensor_hashes
+    from seedlab.store import tensor_hashes, write_safetensors
 
     run = _copy(design, tmp_path)
     other = GPT(PRESETS["mini"].model_copy(update={"vocab_size": 257, "block_size": 128, "n_embd": 32})).init_from_seed(0)
@@ -137,55 +121,3 @@ def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     rc, _, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
     assert rc == 2 and "mismatched model shapes" in err and "seed 0 fluent-attested" in err, err
-
-
-def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
-    rc, _, err = seedlab_cli("twins", "report", str(run))
-    assert rc == 0, err
-    text = (run / "report.md").read_text()
-    for section in ("## Pre-registration", "## Headline", "## Learned, then lost", "## Fabricated vs attested",
-                    "## Normalized effects", "## Time course", "44.1%", "unchanged since"):
-        assert section in text, section
-    for png in ("interpolation", "loss_difference", "distance_vs_barrier", "cka", "passage_ce", "distance_course"):
-        assert (run / f"{png}.png").stat().st_size > 5000, png
-    prereg = json.loads((run / "preregistration.json").read_text())  # as if the labels were set differently before training
-    prereg["outcomes"]["barrier"], prereg["hash"] = "secondary", "000000000000"
-    (run / "preregistration.json").write_text(json.dumps(prereg))
-    assert seedlab_cli("twins", "report", str(run))[0] == 0
-    assert "**Changed after pre-registration** (outcome labels changed: barrier" in (run / "report.md").read_text()
-
-
-def test_report_before_measure_is_exit_2(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
-    (run / "measures.parquet").unlink()
-    rc, _, err = seedlab_cli("twins", "report", str(run))
-    assert rc == 2 and "twins measure" in err
-
-
-def test_gradmatch_command(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
-    rc, out, err = seedlab_cli("twins", "gradmatch", str(run), "--seed", "1")
-    assert rc == 0, err
-    assert "best: inputs.json:fluent-fabricated vs inputs.json:fluent-attested, differ by" in out
-    assert pd.read_parquet(run / "gradmatch.parquet").seed.dropna().tolist() == [1]
-    rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(tmp_path / "nope.txt"))
-    assert rc == 2 and err.startswith("error: passages.fluent-attested: no such file")
-
-
-def test_export_command_gives_the_same_logits(design, tmp_path, seedlab_cli):
-    transformers = pytest.importorskip("transformers")
-    from safetensors.torch import load_file
-
-    rc, out, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--condition", "fluent-attested",
-                               "--out", str(tmp_path / "hf"))
-    assert rc == 0, err
-    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
-    corpus = load(design / "corpus")
-    model = GPT(PRESETS["mini"].model_copy(update={"vocab_size": corpus.vocab_size, "block_size": 128}))
-    model.load_state_dict(load_file(design / "run" / "seed-1" / "fluent-attested" / f"step-{T}.safetensors"))
-    x = torch.randint(0, corpus.vocab_size, (2, 128), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert (hf(x).logits - model(x)[0]).abs().max() < 1e-5
-    rc, _, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--step", "7", "--out", str(tmp_path / "h2"))
-    assert rc == 2 and "no checkpoint at step 7" in err

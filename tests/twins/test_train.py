@@ -1,14 +1,15 @@
-"""Twins runs: bitwise identical before the injection step, different after, reproducible."""
+"""Twins runs: bitwise identical before the injection step, different after, reproducible; resumed
+after kill -9 to the same weights; inputs checked before anything is written."""
 
 import json
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import TWINS_PASSAGES as PASSAGES
 
 from seedlab.config import parse
-from seedlab.twins.train import TwinsConfig, run_twins
+from seedlab.twins.config import TwinsConfig
+from seedlab.twins.train import run_twins
 
 
 @pytest.fixture(scope="module")
@@ -67,18 +68,6 @@ def test_bad_input(setup, tmp_path, seedlab_cli, over, msg):
     assert not (tmp_path / "out").exists()
 
 
-def test_attestation_checks(setup, tmp_path, seedlab_cli):
-    base, cfg = setup
-    bad = base / "fabricated-occurs.yaml"
-    bad.write_text(yaml.safe_dump(cfg | {"subjects": {"fluent-fabricated": "Return"}}))
-    rc, _, err = seedlab_cli("twins", "run", str(bad), "--out", str(tmp_path / "o1"), "--no-progress")
-    assert rc == 2 and "'Return' occurs" in err and "(not fabricated)" in err
-    warn = base / "attested-missing.yaml"
-    warn.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "subjects": {"fluent-attested": "Gizmo Harrington"}}))
-    rc, _, err = seedlab_cli("twins", "run", str(warn), "--out", str(tmp_path / "o2"), "--no-progress")
-    assert rc == 0 and "warning: subjects.fluent-attested: 'Gizmo Harrington' does not occur" in err
-
-
 def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
     """A run killed mid-way and started again ends with the same weights as an uninterrupted one."""
     import os
@@ -111,16 +100,6 @@ def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
         pd.testing.assert_frame_equal(a, b)
 
 
-def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_cli):
-    base, cfg = setup
-    p1, p2 = base / "r1.yaml", base / "r2.yaml"
-    p1.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4}))
-    p2.write_text(yaml.safe_dump(cfg | {"steps": 12, "injection_step": 4}))
-    assert seedlab_cli("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
-    rc, _, err = seedlab_cli("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
-    assert rc == 2 and "holds something else" in err
-
-
 def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
     """Resuming reads the kept prefix state; one flipped byte there is an exit-2 error, not a silent run."""
     import shutil
@@ -141,32 +120,3 @@ def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
     assert len(err.strip().splitlines()) == 1
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p in before} == before  # nothing overwritten
     assert not (out / "seed-3" / "fluent-attested").exists()
-
-
-def test_random_chars_length(setup):
-    from seedlab.corpus import load
-    from seedlab.twins.train import load_passages
-
-    base, cfg = setup
-    corpus = load(cfg["corpus"])
-    fab = corpus.encode(PASSAGES["fluent-fabricated"])
-    same = load_passages(parse(TwinsConfig, cfg), base, corpus)
-    assert len(same["random-chars"]) == len(fab) and same["random-chars"] != fab
-    fixed = load_passages(parse(TwinsConfig, cfg | {"random_chars_tokens": 40, "random_chars_seed": 7}), base, corpus)
-    assert len(fixed["random-chars"]) == 40 and fixed["random-chars"][:20] != same["random-chars"][:20]
-    with pytest.raises(Exception, match="random_chars_tokens"):
-        load_passages(parse(TwinsConfig, cfg | {"conditions": ["twin", "random-chars"]}), base, corpus)
-
-
-@pytest.mark.parametrize("name", ["mini", "mini-long", "gpt2-124m"])
-def test_shipped_twins_configs_are_valid(name):
-    """Every preset parses, its passages exist, and its checkpoints include the paper's time points."""
-    from seedlab.config import load_config
-
-    cfg, base = load_config(TwinsConfig, "twins", name)
-    for cond in ("fluent-fabricated", "fluent-attested"):
-        assert (base / cfg.passages[cond]).is_file()
-    s = cfg.injection_step
-    assert {s, s + 50, cfg.mid, cfg.steps} <= set(cfg.checkpoint_steps())
-    if name == "gpt2-124m":  # the paper's protocol
-        assert (len(cfg.seeds), cfg.steps, cfg.batch_size, s, cfg.peak_lr, cfg.mid) == (8, 9536, 256, 200, 6e-4, 5050)

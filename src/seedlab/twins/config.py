@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from seedlab.config import Strict
-from seedlab.lm.model import PRESETS
+from seedlab.lm.model import PRESETS, GPTConfig
 from seedlab.store import content_hash
 
 CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
@@ -51,7 +51,7 @@ class MeasureConfig(Strict):
 
 class TwinsConfig(Strict):
     corpus: str  # a prepared corpus folder (seedlab corpus prepare), relative to the current folder like --out
-    model: str = "mini"  # a preset of twins.model.PRESETS
+    model: str = "mini"  # a preset of seedlab.lm.model.PRESETS
     block_size: Pos | None = None  # tokens per row; null: the preset's (row length: not stated)
     seeds: list[int] = [0, 1]
     steps: Pos = 300  # optimizer updates per run (paper: 9,536)
@@ -107,6 +107,11 @@ class TwinsConfig(Strict):
     @property
     def mid(self) -> int:
         return self.midpoint or (self.injection_step + self.steps) // 2
+
+    def gpt_config(self, vocab_size: int) -> GPTConfig:
+        """The GPT this design trains: the ``model`` preset with the corpus's vocabulary (and ``block_size``, if set)."""
+        update = {"vocab_size": vocab_size, **({"block_size": self.block_size} if self.block_size else {})}
+        return PRESETS[self.model].model_copy(update=update)
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

@@ -29,6 +29,7 @@ from seedlab.lm.gradients import BatchGradients, pair_stats
 from seedlab.lm.model import GPT
 from seedlab.store import write_parquet
 from seedlab.twins.config import TwinsConfig
+from seedlab.twins.rundir import open_run
 
 #: candidate conditions, in the order pairs are formed (fabricated x attested)
 SIDES = ("fluent-fabricated", "fluent-attested")
@@ -44,7 +45,7 @@ class GradMatch:
     norms: pd.DataFrame  # seed, condition, passage, tokens, norm, grad_norm, base_grad_norm, base_loss
     pairs: pd.DataFrame  # seed (null: mean over seeds), fabricated, attested, norm_*, rel_norm_diff, rel_vec_diff, cosine
     best: pd.Series  # the mean row with the smallest rel_norm_diff
-    path: Path  # DIR/gradmatch.parquet
+    path: Path  # where the pairs table was written (DIR/gradmatch.parquet)
 
     @property
     def mean(self) -> pd.DataFrame:
@@ -73,8 +74,6 @@ def match(
 
     Everything is checked (files, passage lengths, checkpoints) before any gradient is
     computed. Writes ``DIR/gradmatch.parquet`` (the pairs table) atomically."""
-    from seedlab.twins.rundir import open_run
-
     run = open_run(run_dir, corpus)
     cfg, corp, gcfg = run.cfg, run.corpus, run.gcfg
     s, row = cfg.injection_step, cfg.injection_row
@@ -123,7 +122,7 @@ def match(
         x, y = get_batch(corp.train, k, s, cfg.batch_size, gcfg.block_size)
         bg = BatchGradients(model, x, y, row, micro_batch=cfg.micro_batch)
         if loss_check:
-            _check_loss(run.root, cfg, k, bg.loss)
+            _check_loss(run.dir.condition(k, "twin").losses, cfg, k, bg.loss)
         deltas = {key: bg.delta(ids, corp.eot_id) for key, ids in texts.items()}
         for c, key in labels:
             d = deltas[key]
@@ -141,13 +140,12 @@ def match(
     pairs = pd.concat([per_seed, mean.assign(seed=None)], ignore_index=True)[["seed", "fabricated", "attested", *cols]]
     pairs["seed"] = pairs["seed"].astype("Int64")
     best = mean.loc[int(np.argmin(mean["rel_norm_diff"].fillna(np.inf).to_numpy()))]  # first of ties, in input order
-    out = write_parquet(run.root / "gradmatch.parquet", pairs)
+    out = write_parquet(run.dir.gradmatch, pairs)
     return GradMatch(norms=pd.DataFrame(norm_rows), pairs=pairs, best=best, path=out)
 
 
-def _check_loss(run_dir: Path, cfg: TwinsConfig, seed: int, loss: float) -> None:
-    """The ordinary batch's loss must be the twin's recorded loss at the injection step."""
-    path = run_dir / f"seed-{seed}" / "twin" / "losses.parquet"
+def _check_loss(path: Path, cfg: TwinsConfig, seed: int, loss: float) -> None:
+    """The ordinary batch's loss must be the twin's recorded loss (``path``: its losses.parquet) at the injection step."""
     if not path.is_file():  # the twin has not finished: nothing recorded to compare with
         return
     recorded = pd.read_parquet(path).set_index("step")["loss"]

@@ -15,9 +15,10 @@ baselines (``kind = "seed"``). At every saved step ``checkpoints.parquet`` also 
 the twin, both held-out CEs and both passage CEs (the time course), ``timecourse.parquet`` the
 per-step training-loss difference c − twin, and ``paths.parquet`` the loss along each interpolation.
 
-Files (all written only when measuring succeeds): measures.parquet (DESIGN contract: one row per
-seed × condition plus the seed-vs-seed rows), checkpoints.parquet, timecourse.parquet,
-paths.parquet, measures.json (settings, what was missing, the outcomes used).
+Files (all written only when measuring succeeds; where: twins/rundir.py): measures.parquet (one row
+per seed × condition plus the seed-vs-seed rows, the table the report and other tools read),
+checkpoints.parquet, timecourse.parquet, paths.parquet, measures.json (settings, what was missing,
+the outcomes used).
 """
 
 from __future__ import annotations
@@ -37,16 +38,14 @@ from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
-from seedlab.twins.metrics import barrier_curve, interpolate, linear_cka, weight_distance
-from seedlab.twins.rundir import RunDir, open_run
-
-OUTPUTS = ("measures.parquet", "checkpoints.parquet", "timecourse.parquet", "paths.parquet", "measures.json")
+from seedlab.twins.metrics import barrier_curve, linear_cka, loss_path, weight_distance
+from seedlab.twins.rundir import Run, open_run
 
 
 class Evaluator:
     """One GPT whose weights are swapped in; held-out CE, passage CE and residual streams."""
 
-    def __init__(self, run: RunDir, device: torch.device):
+    def __init__(self, run: Run, device: torch.device):
         m, g = run.cfg.measure, run.gcfg
         self.device, self.eval_rows = device, m.eval_rows
         self.model = GPT(g).to(device).eval()
@@ -81,11 +80,12 @@ class Evaluator:
         return [r.cpu() for r in self.model.residuals(self.probe.to(self.device))]
 
     def path(self, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], alphas: list[float]) -> np.ndarray:
-        out = []
-        for al in alphas:
-            self.model.load_state_dict(interpolate(a, b, al))
-            out.append(self.heldout_ce())
-        return np.array(out)
+        """Held-out CE at each α of the straight line from ``a`` (α = 0) to ``b`` (α = 1)."""
+        return loss_path(self._heldout_ce_of, a, b, alphas)
+
+    def _heldout_ce_of(self, state: dict[str, torch.Tensor]) -> float:
+        self.model.load_state_dict(state)
+        return self.heldout_ce()
 
 
 def measure(root: str | Path, *, corpus: str | Path | None = None, device: str = "auto", progress: bool = True) -> dict[str, pd.DataFrame]:
@@ -94,11 +94,11 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
     run = open_run(root, corpus)
     cfg, s = run.cfg, run.cfg.injection_step
     final, s50 = cfg.steps, min(s + 50, cfg.steps)
-    seeds = [k for k in cfg.seeds if (k, "twin") in run.done]
-    pairs = [(k, c) for k in seeds for c in cfg.conditions if c != "twin" and (k, c) in run.done]
+    seeds = [k for k in cfg.seeds if (k, "twin") in run.finished]
+    pairs = [(k, c) for k in seeds for c in cfg.conditions if c != "twin" and (k, c) in run.finished]
     seed_pairs = list(itertools.combinations(seeds, 2))
     if not pairs and not seed_pairs:
-        raise SeedlabError(f"{run.root}: nothing to measure (finished runs: {sorted(run.done) or 'none'}; "
+        raise SeedlabError(f"{run.root}: nothing to measure (finished runs: {sorted(run.finished) or 'none'}; "
                            "a condition needs its seed's twin, a baseline two seeds' twins)")
     for what in run.missing:
         print(f"warning: missing {what} (not finished); measuring the rest", file=sys.stderr)
@@ -154,10 +154,9 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
         "timecourse": _timecourse(run, pairs),
         "paths": pd.DataFrame(path_rows),
     }
-    root = run.root
     for name, df in out.items():
-        write_parquet(root / f"{name}.parquet", df)
-    write_json(root / "measures.json", {
+        write_parquet(run.dir.measure_table(name), df)
+    write_json(run.dir.measures_json, {
         "missing": run.missing, "measured_pairs": len(pairs), "seed_pairs": len(seed_pairs),
         "preregistration": cfg.preregistration(), "device": str(ev.device), "seconds": round(time.perf_counter() - t0, 1),
         "steps": {"injection": s, "s50": s50, "mid": cfg.mid, "final": final},
@@ -182,12 +181,12 @@ def _compare(ev: Evaluator, a: dict, b: dict, ce_a: float, ce_b: float, res_b: l
     }
 
 
-def _timecourse(run: RunDir, pairs: list[tuple[int, str]]) -> pd.DataFrame:
+def _timecourse(run: Run, pairs: list[tuple[int, str]]) -> pd.DataFrame:
     """Per-step training loss of each injected run, its twin's, and the difference (c − twin)."""
     frames = []
     for k, c in pairs:
-        mine = pd.read_parquet(run.done[k, c] / "losses.parquet")
-        twin = pd.read_parquet(run.done[k, "twin"] / "losses.parquet")
+        mine = pd.read_parquet(run.dir.condition(k, c).losses)
+        twin = pd.read_parquet(run.dir.condition(k, "twin").losses)
         df = mine.merge(twin, on="step", suffixes=("", "_twin"))
         frames.append(df.assign(seed=k, condition=c, diff=df.loss - df.loss_twin))
     cols = ["seed", "condition", "step", "loss", "loss_twin", "diff"]

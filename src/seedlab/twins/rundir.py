@@ -1,14 +1,35 @@
-"""A twins run folder on disk, as later tools read it (measure, gradmatch, report).
+"""A twins run folder: where every file lives, when a folder may be used, and how later tools
+read it back. No other module of the study builds a path inside a run folder.
+
+The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and other tools read)::
+
+    DIR/config.json               the resolved config (+ independent, world_size, injection_rank)
+    DIR/preregistration.json      outcomes and measurement settings, hashed, before any training
+    DIR/inputs.json               the corpus (absolute path, hashes) and every passage's text and token ids
+    DIR/seed-<k>/prefix.safetensors                the shared prefix's complete state at step s
+    DIR/seed-<k>/<condition>/step-<t>.safetensors  weights after t updates (state_dict keys)
+    DIR/seed-<k>/<condition>/manifest.json         {t: {tensor: SHA-256}} for every saved t
+    DIR/seed-<k>/<condition>/losses.parquet        (step, loss): the training loss of every update
+    DIR/seed-<k>/<condition>/state.safetensors     the complete state at the last checkpoint (resume)
+    DIR/seed-<k>/<condition>/done.json             written last: this seed x condition finished
+    DIR/{measures,checkpoints,timecourse,paths}.parquet, DIR/measures.json   seedlab twins measure
+    DIR/gradmatch.parquet                          seedlab twins gradmatch
+    DIR/report.md, DIR/*.png                       seedlab twins report
+
+The folder policy of ``seedlab twins run`` (:meth:`RunDir.claim`): an absent or empty folder
+starts a run; a folder holding the same run (its config.json) resumes it from its last
+checkpoints; anything else is refused unless ``--force``, which removes it first.
 
 ``open_run`` reads ``config.json`` (the resolved TwinsConfig) and ``inputs.json`` (the corpus's
 path and hashes, each passage's token ids), loads the corpus and lists which seed x condition
-runs finished; ``RunDir.weights`` returns a checkpoint with every tensor's SHA-256 checked
+runs finished; ``Run.weights`` returns a checkpoint with every tensor's SHA-256 checked
 against the run's ``manifest.json``.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,53 +37,185 @@ import torch
 
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
+from seedlab.lm.distributed import World
 from seedlab.lm.model import GPTConfig
-from seedlab.store import read_verified
+from seedlab.store import is_done, mark_done, read_verified, write_json, write_json_if_changed
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.train import model_config
+
+#: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
+MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths")
+
+
+@dataclass(frozen=True)
+class ConditionDir:
+    """``DIR/seed-<k>/<condition>/``: one condition's run of one seed."""
+
+    path: Path
+
+    def checkpoint(self, step: int) -> Path:
+        """Weights after ``step`` updates."""
+        return self.path / f"step-{step}.safetensors"
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def losses(self) -> Path:
+        return self.path / "losses.parquet"
+
+    @property
+    def state(self) -> Path:
+        """The complete training state at the last checkpoint (removed when the run finishes)."""
+        return self.path / "state.safetensors"
+
+    @property
+    def finished(self) -> bool:
+        return is_done(self.path)
+
+    def mark_finished(self, steps: int) -> None:
+        mark_done(self.path, {"steps": steps})
+
+    def read_manifest(self) -> dict[str, dict[str, str]]:
+        """``{step: {tensor: SHA-256}}`` of every checkpoint saved so far."""
+        return json.loads(self.manifest.read_text())
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """The layout of a twins run folder (see the module docstring)."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def preregistration(self) -> Path:
+        return self.root / "preregistration.json"
+
+    @property
+    def inputs(self) -> Path:
+        return self.root / "inputs.json"
+
+    def prefix(self, seed: int) -> Path:
+        """The shared prefix's complete state at the injection step."""
+        return self.root / f"seed-{seed}" / "prefix.safetensors"
+
+    def condition(self, seed: int, cond: str) -> ConditionDir:
+        return ConditionDir(self.root / f"seed-{seed}" / cond)
+
+    def measure_table(self, name: str) -> Path:
+        """One of :data:`MEASURE_TABLES`."""
+        return self.root / f"{name}.parquet"
+
+    @property
+    def measures_json(self) -> Path:
+        return self.root / "measures.json"
+
+    @property
+    def gradmatch(self) -> Path:
+        return self.root / "gradmatch.parquet"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    def figure(self, name: str) -> Path:
+        return self.root / name
+
+    def claim(self, cfg: TwinsConfig, *, independent: bool, force: bool, world: World) -> None:
+        """The folder policy of ``seedlab twins run``, before any input is read: a folder holding
+        another run (its config.json differs) is refused, unless ``force`` (which removes it,
+        whatever it holds); the same run, interrupted, resumes from its last checkpoints."""
+        out = self.root
+        if not (out.exists() and any(out.iterdir())):
+            return
+        old = json.loads(self.config.read_text()) if self.config.is_file() else None
+        same = old is not None and {k: v for k, v in old.items() if k != "injection_rank"} == _run_record(cfg, independent, world)
+        if not (same or force):
+            raise SeedlabError(f"--out: {out} holds something else than this run (use --force to overwrite)")
+        world.barrier()  # every rank has compared before rank 0 removes anything
+        if force and world.main:
+            shutil.rmtree(out)
+
+    def start(self, record: dict, preregistration: dict, inputs: dict) -> None:
+        """Rank 0, once every input is checked and before the first step: ``config.json`` and
+        ``inputs.json`` (a resumed run leaves them untouched), ``preregistration.json`` (written
+        once: the first start's)."""
+        write_json_if_changed(self.config, record)
+        if not self.preregistration.is_file():
+            write_json(self.preregistration, preregistration)
+        write_json_if_changed(self.inputs, inputs)
+
+
+def _run_record(cfg: TwinsConfig, independent: bool, world: World) -> dict:
+    """The resolved config and how it is run: what makes a folder hold the same run."""
+    return cfg.model_dump(mode="json") | {"independent": independent, "world_size": world.size}
+
+
+def config_record(cfg: TwinsConfig, *, independent: bool, world: World) -> dict:
+    """What ``config.json`` holds: the resolved config, how it is run, and which rank holds the
+    injected row (once the batch is known to split evenly over the ranks)."""
+    return _run_record(cfg, independent, world) | {"injection_rank": world.rank_of_row(cfg.injection_row, cfg.batch_size)}
+
+
+def inputs_record(corpus, passages: dict[str, list[int]]) -> dict:
+    """What ``inputs.json`` holds: what later tools (measure, gradmatch) need without the config's folder."""
+    return {
+        "corpus": str(corpus.path.resolve()),
+        "corpus_sha256": {k: v["sha256"] for k, v in corpus.meta["splits"].items()},
+        "eot_id": corpus.eot_id,
+        "passages": {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in passages.items()},
+    }
+
+
+# --------------------------------------------------------------------------- reading a run back
 
 
 @dataclass
-class RunDir:
-    """A finished (or partly finished) twins design on disk."""
+class Run:
+    """A finished (or partly finished) twins design on disk, as later tools read it."""
 
-    root: Path
+    dir: RunDir
     cfg: TwinsConfig
     gcfg: GPTConfig
     corpus: object
     passages: dict[str, list[int]]
-    done: dict[tuple[int, str], Path] = field(default_factory=dict)  # (seed, condition) -> folder
-    missing: list[str] = field(default_factory=list)
+    finished: list[tuple[int, str]] = field(default_factory=list)  # (seed, condition) of every finished run
+    missing: list[str] = field(default_factory=list)  # "seed <k> <condition>" of every unfinished one
 
-    def folder(self, seed: int, cond: str) -> Path:
-        return self.root / f"seed-{seed}" / cond
+    @property
+    def root(self) -> Path:
+        return self.dir.root
 
     def weights(self, seed: int, cond: str, step: int) -> dict[str, torch.Tensor]:
         """Weights after ``step`` updates, every tensor's SHA-256 checked against manifest.json
         (the run need not have finished: an interrupted one has its checkpoints so far)."""
-        folder = self.folder(seed, cond)
+        where = self.dir.condition(seed, cond)
         try:
-            expected = json.loads((folder / "manifest.json").read_text()).get(str(step))
+            expected = where.read_manifest().get(str(step))
         except (OSError, json.JSONDecodeError):
             expected = None
         if expected is None:
-            raise SeedlabError(f"{folder}: no checkpoint at step {step} in manifest.json (seed {seed} {cond} has not reached it)")
-        state, _ = read_verified(folder / f"step-{step}.safetensors", expected)
+            raise SeedlabError(f"{where.path}: no checkpoint at step {step} in manifest.json (seed {seed} {cond} has not reached it)")
+        state, _ = read_verified(where.checkpoint(step), expected)
         return state
 
 
-def open_run(root: str | Path, corpus: str | Path | None = None) -> RunDir:
+def open_run(root: str | Path, corpus: str | Path | None = None) -> Run:
     """Read a run folder's config and inputs; list which seed x condition runs finished."""
     from seedlab.corpus import load
 
-    root = Path(root)
-    if not (root / "config.json").is_file():
-        raise SeedlabError(f"{root}: not a twins run folder (no config.json)")
-    record = json.loads((root / "config.json").read_text())
+    rd = RunDir(Path(root))
+    if not rd.config.is_file():
+        raise SeedlabError(f"{rd.root}: not a twins run folder (no config.json)")
+    record = json.loads(rd.config.read_text())
     cfg = parse(TwinsConfig, {k: v for k, v in record.items() if k in TwinsConfig.model_fields})
-    if not (root / "inputs.json").is_file():
-        raise SeedlabError(f"{root}: no inputs.json (a run from an older seedlab: train it again)")
-    inputs = json.loads((root / "inputs.json").read_text())
+    if not rd.inputs.is_file():
+        raise SeedlabError(f"{rd.root}: no inputs.json (a run from an older seedlab: train it again)")
+    inputs = json.loads(rd.inputs.read_text())
     path = Path(corpus or inputs["corpus"])
     if not (path / "meta.json").is_file():
         how = "pass --corpus" if corpus else "the corpus has moved since the run: pass --corpus"
@@ -72,11 +225,11 @@ def open_run(root: str | Path, corpus: str | Path | None = None) -> RunDir:
     if want and {k: v["sha256"] for k, v in c.meta["splits"].items()} != want:
         raise SeedlabError(f"corpus: {path} is not the corpus this run was trained on (hashes differ)")
     passages = {k: v["tokens"] for k, v in inputs["passages"].items()}
-    run = RunDir(root, cfg, model_config(cfg, c.vocab_size), c, passages)
+    run = Run(rd, cfg, cfg.gpt_config(c.vocab_size), c, passages)
     for seed in cfg.seeds:
         for cond in cfg.conditions:
-            if (run.folder(seed, cond) / "done.json").is_file():
-                run.done[seed, cond] = run.folder(seed, cond)
+            if rd.condition(seed, cond).finished:
+                run.finished.append((seed, cond))
             else:
                 run.missing.append(f"seed {seed} {cond}")
     return run

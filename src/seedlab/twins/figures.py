@@ -1,0 +1,144 @@
+"""The twins report's figures, one function per figure: each draws from the measured files
+(``report.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
+(title, file, caption), or a Fig without a file saying what it needs when the data are not there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from seedlab.reporting import Fig, new_figure, save_figure
+
+if TYPE_CHECKING:
+    from seedlab.twins.report import Measured
+
+COLORS = {"fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green", "seed": "0.4"}
+
+
+def path_figure(d: Measured) -> Fig:
+    title = "Loss along the interpolation path"
+    if not len(d.paths):
+        return Fig(title, None, "no pair measured")
+    fig, (a1, a2, a3) = new_figure(1, 3, w=4.2)
+    for (kind, cond, k, kb), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
+        color = COLORS["seed"] if kind == "seed" else COLORS.get(cond, "k")
+        label = "different seeds" if kind == "seed" else cond
+        a1.plot(g.alpha, g.loss, color=color, alpha=0.7, lw=1, label=label)
+        (a2 if kind == "seed" else a3).plot(g.alpha, g.rise, color=color, alpha=0.7, lw=1, label=label)
+    a1.set(xlabel="α (0: run, 1: its twin / other seed)", ylabel="held-out CE (nats)", title="loss")
+    a2.set(xlabel="α", ylabel="rise above the chord (nats)", title="twins of different seeds")
+    a3.set(xlabel="α", ylabel="rise above the chord (nats)", title="each condition vs its twin")
+    for ax in (a2, a3):
+        ax.axhline(0, color="k", lw=0.5)
+    _legend(a1)
+    _legend(a3)
+    return Fig(title, save_figure(fig, d.dir.figure("interpolation.png")),
+               "Held-out loss along the straight line between two final weight vectors (left), and its rise above the "
+               "chord between the end losses for twins of different seeds (middle) and for each injected run against its "
+               "twin (right, its own scale); the barrier is the largest rise.")
+
+
+def _legend(ax) -> None:
+    h, labels = ax.get_legend_handles_labels()
+    keep = dict(zip(labels, h))  # one entry per label
+    ax.legend(keep.values(), keep.keys(), fontsize=7)
+
+
+def loss_diff_figure(d: Measured) -> Fig:
+    title = "Training-loss difference, injected − twin"
+    tc = d.timecourse
+    if not len(tc):
+        return Fig(title, None, "no injected condition measured")
+    s = d.steps["injection"]
+    fig, (ax,) = new_figure(1, 1, w=6.4, h=3.6)
+    for cond, g in tc[tc.step > s].groupby("condition"):
+        curve = g.assign(a=g["diff"].abs()).groupby("step").a.mean()
+        ax.plot(curve.index, curve.rolling(d.settings.smooth_steps, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
+    ax.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)")
+    ax.axvline(s, color="k", lw=0.5, ls=":")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.dir.figure("loss_difference.png")),
+               f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), rolling mean over "
+               f"{d.settings.smooth_steps} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
+
+
+def distance_barrier_figure(d: Measured) -> Fig:
+    title = "Distance vs barrier, normalized by seed variance"
+    m = d.measures
+    seed, inj = m[m.kind == "seed"], m[m.kind == "injected"]
+    sb, sd = seed.barrier.mean(), seed.distance.mean()
+    if not len(seed) or not len(inj) or not sb > 0:
+        return Fig(title, None, "needs at least two seeds' twins (with a barrier between them) and one injected condition")
+    fig, (ax,) = new_figure(1, 1, w=5.0, h=4.0)
+    shown = inj[inj.barrier > 0]
+    for cond, g in shown.groupby("condition"):
+        ax.scatter(g.distance / sd, g.barrier / sb, color=COLORS.get(cond), label=cond, s=18)
+    ax.scatter([1], [1], color=COLORS["seed"], marker="*", s=120, label="different seed (= 1, 1)")
+    ax.set(xscale="log", yscale="log", xlabel="distance / inter-seed distance", ylabel="barrier / inter-seed barrier")
+    lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
+    ax.plot([lo, 1], [lo, 1], color="k", lw=0.5, ls=":")
+    ax.legend(fontsize=7)
+    dropped = len(inj) - len(shown)
+    return Fig(title, save_figure(fig, d.dir.figure("distance_vs_barrier.png")),
+               "Each point is one seed's injected run against its twin, on log axes. Below the diagonal: the example moved "
+               "the weights more than the function (the paper: 44% of seed distance, 3% of seed barrier)."
+               + (f" {dropped} pair(s) with a barrier of exactly 0 (a convex path) are not drawn." if dropped else ""))
+
+
+def cka_figure(d: Measured) -> Fig:
+    title = "CKA per layer"
+    m = d.measures
+    cols = [c for c in m.columns if c.startswith("cka.")]
+    if not cols or not len(m):
+        return Fig(title, None, "no pair measured")
+    fig, (ax,) = new_figure(1, 1, w=5.6, h=3.4)
+    groups = [(c, g) for c, g in m[m.kind == "injected"].groupby("condition")] + [("seed", m[m.kind == "seed"])]
+    width = 0.8 / len(groups)
+    for i, (name, g) in enumerate(groups):
+        if len(g):
+            ax.bar(np.arange(len(cols)) + i * width, g[cols].mean(), width, color=COLORS.get(name), label=name if name != "seed" else "different seed")
+    ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [c.removeprefix("cka.") for c in cols])
+    lo = float(np.nanmin(m[cols].to_numpy()))
+    ax.set(ylabel="linear CKA", ylim=(max(0.0, lo - 0.05 * (1 - lo) - 1e-3), 1.0))
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.dir.figure("cka.png")),
+               "Linear CKA of the residual stream after each block on a fixed held-out probe batch, each run against its "
+               "twin (mean over seeds) and between twins of different seeds.")
+
+
+def passage_figure(d: Measured) -> Fig:
+    title = "The injected passage's cross-entropy over steps"
+    c = d.checkpoints
+    if not len(c):
+        return Fig(title, None, "no injected condition measured")
+    fig, (ax,) = new_figure(1, 1, w=6.0, h=3.6)
+    for cond, g in c.groupby("condition"):
+        gain = (g.twin_passage_ce - g.passage_ce).groupby(g.step)
+        ax.errorbar(gain.mean().index, gain.mean(), yerr=gain.std().fillna(0), color=COLORS.get(cond), marker="o", ms=3, capsize=2, label=cond)
+    ax.axhline(0, color="k", lw=0.5)
+    ax.axvline(d.steps["injection"], color="k", lw=0.5, ls=":")
+    ax.set(xlabel="step", ylabel="twin's CE − injected run's CE (nats)")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.dir.figure("passage_ce.png")),
+               "How much better the run that saw the passage predicts it than its twin, at every checkpoint (mean ± sd over "
+               "seeds); 0 at the injection step, where the weights are identical. The paper: up 50 steps after the "
+               "injection, gone by the end.")
+
+
+def distance_course_figure(d: Measured) -> Fig:
+    title = "Distance to the twin over training"
+    c = d.checkpoints
+    if not len(c):
+        return Fig(title, None, "no injected condition measured")
+    fig, (ax,) = new_figure(1, 1, w=6.0, h=3.4)
+    for cond, g in c.groupby("condition"):
+        mean = g.groupby("step").distance.mean()
+        ax.plot(mean.index, mean / mean.iloc[-1], marker="o", ms=3, color=COLORS.get(cond), label=cond)
+    ax.axvline(d.steps["mid"], color="k", lw=0.5, ls=":")
+    ax.set(xlabel="step", ylabel="distance / final distance")
+    ax.legend(fontsize=7)
+    return Fig(title, save_figure(fig, d.dir.figure("distance_course.png")),
+               f"Weight distance to the twin at each checkpoint as a fraction of its final value (mean over seeds); dotted: "
+               f"the mid-point (step {d.steps['mid']}). The paper: 92% of the final distance by the mid-point.")

@@ -1,0 +1,28 @@
+"""The twins config: the shipped presets, and the GPT a design trains."""
+
+import pytest
+
+from seedlab.twins.config import TwinsConfig
+
+
+@pytest.mark.parametrize("name", ["mini", "mini-long", "gpt2-124m"])
+def test_shipped_twins_configs_are_valid(name):
+    """Every preset parses, its passages exist, and its checkpoints include the paper's time points."""
+    from seedlab.config import load_config
+
+    cfg, base = load_config(TwinsConfig, "twins", name)
+    for cond in ("fluent-fabricated", "fluent-attested"):
+        assert (base / cfg.passages[cond]).is_file()
+    s = cfg.injection_step
+    assert {s, s + 50, cfg.mid, cfg.steps} <= set(cfg.checkpoint_steps())
+    if name == "gpt2-124m":  # the paper's protocol
+        assert (len(cfg.seeds), cfg.steps, cfg.batch_size, s, cfg.peak_lr, cfg.mid) == (8, 9536, 256, 200, 6e-4, 5050)
+
+
+def test_gpt_config_is_the_preset_with_the_corpus_vocabulary():
+    from seedlab.lm.model import PRESETS
+
+    cfg = TwinsConfig(corpus="c", model="mini")
+    assert cfg.gpt_config(2048) == PRESETS["mini"].model_copy(update={"vocab_size": 2048})
+    short = TwinsConfig(corpus="c", model="mini", block_size=64).gpt_config(257)
+    assert (short.vocab_size, short.block_size, short.n_layer) == (257, 64, PRESETS["mini"].n_layer)

@@ -1,0 +1,110 @@
+"""The twins run folder: its layout (the files later tools read), the folder policy of
+``seedlab twins run`` (another run refused, --force removes, the same run resumes) and
+reading a checkpoint back, hash-checked."""
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from seedlab.errors import SeedlabError
+from seedlab.lm.distributed import World
+from seedlab.lm.model import GPT, PRESETS
+from seedlab.twins.config import TwinsConfig
+from seedlab.twins.rundir import RunDir, config_record
+
+T = 16  # steps of the twins_design fixture (conftest.py)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, twins_inputs):
+    base = tmp_path_factory.mktemp("rundir")
+    corpus, files = twins_inputs
+    cfg = {
+        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
+        "injection_step": 8, "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
+    }
+    return base, cfg
+
+
+def test_the_layout():
+    rd = RunDir(Path("R"))
+    c = rd.condition(3, "twin")
+    assert [str(p) for p in (rd.config, rd.preregistration, rd.inputs, rd.prefix(3))] == [
+        "R/config.json", "R/preregistration.json", "R/inputs.json", "R/seed-3/prefix.safetensors"]
+    assert [str(p) for p in (c.checkpoint(12), c.manifest, c.losses, c.state)] == [
+        "R/seed-3/twin/step-12.safetensors", "R/seed-3/twin/manifest.json", "R/seed-3/twin/losses.parquet",
+        "R/seed-3/twin/state.safetensors"]
+    assert [str(p) for p in (rd.measure_table("paths"), rd.measures_json, rd.gradmatch, rd.report, rd.figure("cka.png"))] == [
+        "R/paths.parquet", "R/measures.json", "R/gradmatch.parquet", "R/report.md", "R/cka.png"]
+
+
+def test_finished_is_the_done_marker(tmp_path):
+    c = RunDir(tmp_path).condition(0, "twin")
+    assert not c.finished
+    c.mark_finished(24)
+    assert c.finished and (tmp_path / "seed-0" / "twin" / "done.json").read_text().split() == ["{", '"steps":', "24", "}"]
+
+
+def test_the_folder_policy(tmp_path):
+    cfg, world = TwinsConfig(corpus="c"), World()
+    record = config_record(cfg, independent=False, world=world)
+    assert record["injection_rank"] == 0 and record["world_size"] == 1 and not record["independent"]
+    rd = RunDir(tmp_path / "run")
+    rd.claim(cfg, independent=False, force=False, world=world)  # absent: a new run
+    assert not rd.root.exists()
+    rd.start(record | {"injection_rank": 5}, cfg.preregistration(), {"passages": {}})
+    (rd.root / "seed-0").mkdir()
+    rd.claim(cfg, independent=False, force=False, world=world)  # the same run (whatever its injection rank): it resumes
+    assert (rd.root / "seed-0").is_dir()
+    other = cfg.model_copy(update={"steps": 301})
+    with pytest.raises(SeedlabError, match=r"^--out: .*run holds something else than this run \(use --force to overwrite\)"):
+        rd.claim(other, independent=False, force=False, world=world)
+    with pytest.raises(SeedlabError, match="holds something else"):
+        rd.claim(cfg, independent=True, force=False, world=world)
+    rd.claim(other, independent=False, force=True, world=world)  # --force: removed
+    assert not rd.root.exists()
+
+
+def test_start_writes_the_preregistration_once(tmp_path):
+    cfg = TwinsConfig(corpus="c")
+    rd = RunDir(tmp_path)
+    record = config_record(cfg, independent=False, world=World())
+    rd.start(record, cfg.preregistration(), {"passages": {}})
+    first = rd.preregistration.read_text()
+    stamp = rd.config.stat().st_mtime_ns
+    rd.start(record, {"hash": "later"}, {"passages": {}})
+    assert rd.preregistration.read_text() == first  # fixed before the first step
+    assert rd.config.stat().st_mtime_ns == stamp  # unchanged: left untouched
+
+
+def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_cli):
+    base, cfg = setup
+    p1, p2 = base / "r1.yaml", base / "r2.yaml"
+    p1.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4}))
+    p2.write_text(yaml.safe_dump(cfg | {"steps": 12, "injection_step": 4}))
+    assert seedlab_cli("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
+    rc, _, err = seedlab_cli("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
+    assert rc == 2 and "holds something else" in err
+
+
+def test_export_command_gives_the_same_logits(twins_design, tmp_path, seedlab_cli):
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import load_file
+
+    from seedlab.corpus import load
+
+    design = twins_design
+    rc, out, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--condition", "fluent-attested",
+                               "--out", str(tmp_path / "hf"))
+    assert rc == 0, err
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    corpus = load(design / "corpus")
+    model = GPT(PRESETS["mini"].model_copy(update={"vocab_size": corpus.vocab_size, "block_size": 128}))
+    model.load_state_dict(load_file(design / "run" / "seed-1" / "fluent-attested" / f"step-{T}.safetensors"))
+    x = torch.randint(0, corpus.vocab_size, (2, 128), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (hf(x).logits - model(x)[0]).abs().max() < 1e-5
+    rc, _, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--step", "7", "--out", str(tmp_path / "h2"))
+    assert rc == 2 and "no checkpoint at step 7" in err
