@@ -1,5 +1,5 @@
 """Gradient matching: the best-matched fabricated x attested pair of passages, by their full-batch
-gradient deltas at the injection step (the deltas themselves: tests/lm/test_gradients.py)."""
+gradient deltas at the injection step (the deltas themselves: tests/common/lm/test_gradients.py)."""
 
 import json
 import shutil
