@@ -47,9 +47,9 @@ from seedlab.corpus import load, prepare  # noqa: E402
 from seedlab.lm.batches import get_batch  # noqa: E402
 from seedlab.lm.distributed import World  # noqa: E402
 from seedlab.lm.model import GPT, masked_ce_sum  # noqa: E402
-from seedlab.twins.config import TwinsConfig  # noqa: E402
 from seedlab.lm.trainer import Trainer  # noqa: E402
 from seedlab.store import tensor_hashes  # noqa: E402
+from seedlab.twins.config import TwinsConfig  # noqa: E402
 from seedlab.twins.train import run_twins  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -167,8 +167,8 @@ def corpus_count(
     """How often a subject occurs in the training split, as text and as a token sequence."""
     from seedlab.corpus import count
 
-    r = count(corpus, subject)
-    typer.echo(f"{subject!r}: text={r['text']} tokens={r['tokens']}")
+    n = count(corpus, subject)
+    typer.echo(f"{subject!r}: text={n['text']} tokens={n['tokens']}")
 
 
 @twins_app.command("run")
@@ -252,12 +252,12 @@ def twins_export(
     from seedlab.lm.model import GPT
     from seedlab.twins.rundir import open_run
 
-    r = open_run(run)
-    step = r.cfg.steps if step is None else step
+    design = open_run(run)
+    step = design.cfg.steps if step is None else step
     _refuse_overwrite(out, ["config.json", "model.safetensors"], force)
-    model = GPT(r.gcfg)
-    model.load_state_dict(r.weights(seed, condition, step))
-    to_hf(model, out, eot_id=r.corpus.eot_id, metadata={"run": str(run), "seed": seed, "condition": condition, "step": step})
+    model = GPT(design.gcfg)
+    model.load_state_dict(design.weights(seed, condition, step))
+    to_hf(model, out, eot_id=design.corpus.eot_id, metadata={"run": str(run), "seed": seed, "condition": condition, "step": step})
     typer.echo(f"{out}: GPT2LMHeadModel.from_pretrained({str(out)!r}) (seed {seed}, {condition}, step {step})")
 
 

@@ -106,9 +106,9 @@ class BatchGradients:
     def delta(self, passage: Sequence[int], pad_id: int) -> Delta:
         """``Δ_p = g_p - g_base`` for ``passage`` (token ids, at most block_size + 1) in the row."""
         xp, yp, mp = inject(self.x, self.y, self.row, passage, pad_id)
-        r = self.row
+        i = self.row
         with _deterministic(self.device):
-            g_p, _ = _ce_sum_grad(self.model, xp[r : r + 1], yp[r : r + 1], mp[r : r + 1], 1)
+            g_p, _ = _ce_sum_grad(self.model, xp[i : i + 1], yp[i : i + 1], mp[i : i + 1], 1)
         n_p = int(mp.sum())
         vec = g_p / n_p - self.g_row / self.n
         if self.g_rest is not None:

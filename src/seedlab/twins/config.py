@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from seedlab.config import Strict
 from seedlab.lm.model import PRESETS, GPTConfig
+from seedlab.lm.schedule import default_warmup
 from seedlab.store import content_hash
 
 CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
@@ -102,7 +103,7 @@ class TwinsConfig(Strict):
     @property
     def warmup_steps(self) -> int:
         """The warm-up's length: ``warmup``, else up to the injection step (so it runs at peak LR)."""
-        return self.warmup or self.injection_step
+        return self.warmup or default_warmup(self.injection_step)
 
     @property
     def mid(self) -> int:

@@ -130,25 +130,25 @@ def preregistration(d: Measured) -> str:
 
 
 def _get(comp: pd.DataFrame, comparison: str, measure: str) -> pd.Series | None:
-    r = comp[(comp.comparison == comparison) & (comp.measure == measure)]
-    return r.iloc[0] if len(r) else None
+    row = comp[(comp.comparison == comparison) & (comp.measure == measure)]
+    return row.iloc[0] if len(row) else None
 
 
 def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame) -> str:
     rows = []
     for cond in ("fluent-fabricated", "fluent-attested"):
-        r = _get(comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
-        if r is not None:
+        res = _get(comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
+        if res is not None:
             rows.append([f"passage learned at s + 50 ({cond}): twin − injected CE",
-                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4", f"{-r['diff']:.4f} nats, {p_text(r['p_t'])}"])
-        r = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
-        if r is not None:
-            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]}", f"{-r['diff']:.4f} nats, {p_text(r['p_t'])}"])
-    r = _get(comp, "fabricated vs attested", "barrier")
-    if r is not None:
+                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4", f"{-res['diff']:.4f} nats, {p_text(res['p_t'])}"])
+        res = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
+        if res is not None:
+            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]}", f"{-res['diff']:.4f} nats, {p_text(res['p_t'])}"])
+    res = _get(comp, "fabricated vs attested", "barrier")
+    if res is not None:
         diff, p, mde = PAPER["barrier_fab_att"]
         rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({diff / mde:.2f}× MDE)",
-                     f"{r['diff']:+.5f}, {p_text(r['p_t'])}, MDE {fmt_num(r['mde'])} ({fmt_num(r['diff_over_mde'])}× MDE)"])
+                     f"{res['diff']:+.5f}, {p_text(res['p_t'])}, MDE {fmt_num(res['mde'])} ({fmt_num(res['diff_over_mde'])}× MDE)"])
     inj = norm[norm.condition.isin(INJECTED[:2])]
     if len(inj):
         rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(inj.barrier.mean(), inj.seed_barrier.iloc[0])])
