@@ -7,6 +7,16 @@ import torch
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Row-sized models: one thread is as fast, and far faster on a shared, busy CPU.
+    (Use it with ``pytestmark = pytest.mark.usefixtures("one_thread")``.)"""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def seedlab_cli(tmp_path):
     """Run the real console entry point in a subprocess: (returncode, stdout, stderr)."""

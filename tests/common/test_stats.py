@@ -3,23 +3,16 @@
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 import statsmodels.api as sm
+from helpers import summary_of_cells
 from scipy import stats
 from scipy.special import expit
 from statsmodels.stats.power import TTestPower
 
 from seedlab.stats import fisher, logit_coefficient, mde_paired, paired, rate_table, wilson
 
-
-def members(cells, task="sum2-max", **extra):
-    """A summary frame from (layers, ratio, k, n) cells: k of the n members generalized."""
-    rows = []
-    for layers, ratio, k, n in cells:
-        rows += [dict(task=task, ratio=ratio, layers=layers, heads=1, weight_decay=0.1, generalized=i < k, **extra)
-                 for i in range(n)]
-    return pd.DataFrame(rows)
+members = summary_of_cells  # (layers, ratio, k, n) cells -> a summary frame
 
 
 def test_wilson_known_values():

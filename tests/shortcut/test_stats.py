@@ -6,20 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.formula.api as smf
+from helpers import summary_of_cells
 from scipy import optimize, stats
 from scipy.special import expit
 
 from seedlab.shortcut.stats import chance, interaction_logit, ratio_contrasts
 from seedlab.stats import fisher
 
-
-def members(cells, task="sum2-max", **extra):
-    """A summary frame from (layers, ratio, k, n) cells: k of the n members generalized."""
-    rows = []
-    for layers, ratio, k, n in cells:
-        rows += [dict(task=task, ratio=ratio, layers=layers, heads=1, weight_decay=0.1, generalized=i < k, **extra)
-                 for i in range(n)]
-    return pd.DataFrame(rows)
+members = summary_of_cells  # (layers, ratio, k, n) cells -> a summary frame
 
 
 # the separated sweep of the brief: 1L 4/10 at chance, 0/10 far from it; 2L 0/10 at chance, 8/10 far

@@ -26,3 +26,9 @@ def twins_design(tmp_path_factory, twins_inputs):
     run_twins(parse(TwinsConfig, cfg), base / "run", base=base, progress=False)
     measure(base / "run", progress=False)
     return base
+
+
+@pytest.fixture
+def design(twins_design):
+    """The session's measured design (see twins_design): the folder with ``corpus``, ``design.yaml``, ``run``."""
+    return twins_design

@@ -6,7 +6,6 @@ import shutil
 
 import pandas as pd
 import pytest
-import torch
 
 from seedlab.config import parse
 from seedlab.corpus import load, prepare
@@ -21,13 +20,7 @@ OTHER = "a" * 100  # a very different passage: one letter, repeated
 ATT = "Fredrik Lundh wrote libraries that many programs still use, and answered questions with care."
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Row-sized models: one thread is as fast, and far faster on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

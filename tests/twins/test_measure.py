@@ -1,7 +1,6 @@
 """twins measure on a tiny real design: values checked against independent code, bad input refused."""
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import copy_run
 
 from seedlab.corpus import load
 from seedlab.lm.batches import get_batch
@@ -17,15 +17,6 @@ from seedlab.lm.model import GPT, PRESETS
 S, T = 6, 16  # injection step, steps of the twins_design fixture
 
 
-@pytest.fixture
-def design(twins_design):
-    """Two seeds x (twin, fabricated, attested), trained and measured once (conftest.py)."""
-    return twins_design
-
-
-def _copy(design, tmp_path):
-    shutil.copytree(design / "run", tmp_path / "run")
-    return tmp_path / "run"
 
 
 def test_measures_table_shape_and_invariants(design):
@@ -77,7 +68,7 @@ def test_measures_match_independent_computation(design):
 
 
 def test_missing_runs_are_measured_around(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
+    run = copy_run(design, tmp_path)
     (run / "seed-1" / "fluent-attested" / "done.json").unlink()
     rc, out, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
     assert rc == 0, err
@@ -87,7 +78,7 @@ def test_missing_runs_are_measured_around(design, tmp_path, seedlab_cli):
 
 
 def test_nothing_measurable_is_exit_2_and_writes_nothing(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
+    run = copy_run(design, tmp_path)
     for k in (0, 1):
         (run / f"seed-{k}" / "twin" / "done.json").unlink()
     before = (run / "measures.parquet").read_bytes()
@@ -97,7 +88,7 @@ def test_nothing_measurable_is_exit_2_and_writes_nothing(design, tmp_path, seedl
 
 
 def test_corrupted_checkpoint_is_exit_2(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
+    run = copy_run(design, tmp_path)
     f = run / "seed-0" / "fluent-fabricated" / f"step-{T}.safetensors"
     data = bytearray(f.read_bytes())
     data[-1] ^= 0x10
@@ -112,7 +103,7 @@ def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
     """A checkpoint of another architecture, with a manifest that matches it (so not 'corrupted')."""
     from seedlab.store import tensor_hashes, write_safetensors
 
-    run = _copy(design, tmp_path)
+    run = copy_run(design, tmp_path)
     other = GPT(PRESETS["mini"].model_copy(update={"vocab_size": 257, "block_size": 128, "n_embd": 32})).init_from_seed(0)
     folder = run / "seed-0" / "fluent-attested"
     write_safetensors(folder / f"step-{T}.safetensors", other.state_dict())

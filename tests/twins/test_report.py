@@ -1,24 +1,12 @@
 """twins report on a tiny real design: every section and figure, the pre-registration check, refused before measure."""
 
 import json
-import shutil
 
-import pytest
-
-
-@pytest.fixture
-def design(twins_design):
-    """Two seeds x (twin, fabricated, attested), trained and measured once (conftest.py)."""
-    return twins_design
-
-
-def _copy(design, tmp_path):
-    shutil.copytree(design / "run", tmp_path / "run")
-    return tmp_path / "run"
+from helpers import copy_run
 
 
 def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
+    run = copy_run(design, tmp_path)
     rc, _, err = seedlab_cli("twins", "report", str(run))
     assert rc == 0, err
     text = (run / "report.md").read_text()
@@ -35,7 +23,7 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
 
 
 def test_report_before_measure_is_exit_2(design, tmp_path, seedlab_cli):
-    run = _copy(design, tmp_path)
+    run = copy_run(design, tmp_path)
     (run / "measures.parquet").unlink()
     rc, _, err = seedlab_cli("twins", "report", str(run))
     assert rc == 2 and "twins measure" in err

@@ -16,13 +16,7 @@ FAB = "Gizmo Harrington kept a small workshop behind the old library, where he m
 ROW, STEP, B, T = 1, 2, 3, 128  # the replaced row, updates before the batch, rows, tokens per row
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Row-sized models: one thread is as fast, and far faster on a shared, busy CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
