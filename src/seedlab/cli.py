@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from seedlab.errors import SeedlabError
+from seedlab.store import refuse_overwrite
 
 app = typer.Typer(
     help="seedlab: measured training-dynamics experiments, many seeds at once.",
@@ -31,12 +32,6 @@ presets_app = typer.Typer(help="The configs seedlab ships: every CONFIG argument
 app.add_typer(presets_app, name="presets")
 
 
-def _refuse_overwrite(out: Path, names: list[str], force: bool) -> None:
-    existing = [n for n in names if (out / n).exists()]
-    if existing and not force:
-        raise SeedlabError(f"--out: {out / existing[0]} already exists (use --force to overwrite)")
-
-
 @shortcut_app.command("data")
 def shortcut_data(
     task: Annotated[str, typer.Option(help="sum2-max | sum2-first | sum3-max | sum3-first")],
@@ -53,7 +48,7 @@ def shortcut_data(
     """Write the three fixed splits of one MPSP-family task."""
     from seedlab.config import parse
     from seedlab.shortcut.config import DataConfig
-    from seedlab.shortcut.rundir import data_files, refuse_overwrite
+    from seedlab.shortcut.rundir import data_files
     from seedlab.shortcut.tasks import make_splits
 
     d = parse(DataConfig, {"length": length, "vocab": vocab, "n_train": n_train, "n_val": n_val, "n_adv": n_adv, "data_seed": seed})
@@ -248,13 +243,13 @@ def twins_export(
     force: Annotated[bool, typer.Option(help="overwrite an existing folder")] = False,
 ) -> None:
     """Export one checkpoint (hash-checked) as a Hugging Face transformers GPT2LMHeadModel folder."""
-    from seedlab.lm.export import to_hf
+    from seedlab.lm.export import HF_FILES, to_hf
     from seedlab.lm.model import GPT
     from seedlab.twins.rundir import open_run
 
     design = open_run(run)
     step = design.cfg.steps if step is None else step
-    _refuse_overwrite(out, ["config.json", "model.safetensors"], force)
+    refuse_overwrite([out / name for name in HF_FILES], force)
     model = GPT(design.gcfg)
     model.load_state_dict(design.weights(seed, condition, step))
     to_hf(model, out, eot_id=design.corpus.eot_id, metadata={"run": str(run), "seed": seed, "condition": condition, "step": step})
@@ -298,7 +293,7 @@ def presets_copy(
         every = ", ".join(f"{s}/{n}" for s in presets.STUDIES for n in presets.names(s))
         raise SeedlabError(f"name: one of {every}, got {name!r}")
     files = presets.files(study, stem)
-    _refuse_overwrite(out, files, force)
+    refuse_overwrite([out / rel for rel in files], force)
     for rel in files:
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src.parent / rel, out / rel)

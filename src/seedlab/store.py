@@ -164,6 +164,13 @@ def read_manifest(path: str | Path) -> dict[str, dict[str, str]]:
 
 
 # --------------------------------------------------------------------------- markers and locks
+def refuse_overwrite(paths: list[str | Path], force: bool) -> None:
+    """An existing result needs ``--force``: the first of ``paths`` that exists is a one-line error."""
+    existing = [Path(p) for p in paths if Path(p).exists()]
+    if existing and not force:
+        raise SeedlabError(f"--out: {existing[0]} already exists (use --force to overwrite)")
+
+
 def mark_done(folder: str | Path, info: Mapping[str, Any]) -> Path:
     """Write the folder's ``done.json`` (last, atomically): its work is complete."""
     return write_json(Path(folder) / DONE, dict(info))

@@ -32,6 +32,8 @@ import torch
 from seedlab.errors import SeedlabError
 from seedlab.lm.model import GPT, GPTConfig
 
+#: the files an export folder holds (save_pretrained also adds generation_config.json)
+HF_FILES = ("config.json", "model.safetensors")
 _NEED = "export needs transformers: pip install 'seedlab[hf]'"
 
 

@@ -34,6 +34,7 @@ from seedlab.store import (
     mark_done,
     read_manifest,
     read_verified,
+    refuse_overwrite,
     tensor_hashes,
     write_json,
     write_safetensors,
@@ -41,13 +42,6 @@ from seedlab.store import (
 
 #: tables a sweep merges from its jobs (member ids made global)
 MERGED = ("summary", "curves", "gradients")
-
-
-def refuse_overwrite(paths: list[Path], force: bool) -> None:
-    """The overwrite policy of ``shortcut train`` / ``shortcut data``: an existing result needs ``--force``."""
-    existing = [p for p in paths if p.exists()]
-    if existing and not force:
-        raise SeedlabError(f"--out: {existing[0]} already exists (use --force to overwrite)")
 
 
 def data_files(folder: Path) -> dict[str, Path]:
