@@ -61,6 +61,33 @@ def test_a_passage_matched_with_itself(run):
         assert p.rel_norm_diff == 0.0 and p.rel_vec_diff == 0.0
         assert p.cosine == pytest.approx(1.0, abs=1e-12)
         assert p.norm_fabricated == p.norm_attested > 0
+        assert p.row_rel_norm_diff == 0.0 and p.adam_rel_norm_diff == 0.0
+        assert p.row_cosine == pytest.approx(1.0, abs=1e-12) and p.adam_cosine == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_adam_update_difference_is_what_the_runs_did(run):
+    """The update difference predicted from the kept prefix's AdamW state is the measured
+    difference of the injected run's and the twin's weights one update after the injection."""
+    from safetensors.torch import load_file
+
+    _, run_dir, _ = run
+    res = match(run_dir)
+    for k in (0, 1):
+        twin, fab = (load_file(run_dir / f"seed-{k}" / c / "step-3.safetensors") for c in ("twin", "fluent-fabricated"))
+        measured = sum(float(((fab[n].double() - twin[n].double()) ** 2).sum()) for n in twin) ** 0.5
+        row = res.norms[(res.norms.seed == k) & (res.norms.condition == "fluent-fabricated")].iloc[0]
+        assert row.adam_norm == pytest.approx(measured, rel=1e-3)
+        assert row.row_norm > 0 and row.norm > 0
+
+
+def test_without_a_kept_prefix_the_update_columns_are_empty(run, tmp_path):
+    _, run_dir, _ = run
+    copy = _copy(run_dir, tmp_path / "run")
+    for k in (0, 1):
+        (copy / f"seed-{k}" / "prefix.safetensors").unlink()
+    res = match(copy)
+    assert res.pairs.adam_cosine.isna().all() and res.norms.adam_norm.isna().all()
+    assert res.pairs.row_cosine.notna().all()
 
 
 def test_the_best_pair_is_the_closest(run):

@@ -6,10 +6,10 @@ W owns rows ``r*B/W .. (r+1)*B/W - 1``, so an injected row ``row`` is in the
 micro-batch of rank ``row // (B/W)`` (:meth:`World.rank_of_row`; the twins record it
 in their run's ``config.json``).
 
-Each rank's loss is its masked cross-entropy *sum* divided by the number of
-target tokens in the whole batch, and the gradients are summed across ranks: the
-update is that of the whole batch's mean loss, as in one process, for any split
-of the rows (including the injected row's padding mask).
+Each rank's loss is its masked cross-entropy *sum* divided by ``B·T``, the target
+positions of the whole batch (lm/trainer.py), and the gradients are summed across
+ranks: the update is that of the whole batch's loss, as in one process, for any
+split of the rows (including the injected row's padding mask).
 
 Why not ``torch.nn.parallel.DistributedDataParallel``: it does the same all-reduce,
 but re-buckets gradients after its first iteration and wraps the module. Forking a

@@ -68,35 +68,53 @@ class Trainer:
         self.params = list(self.model.parameters())
 
     def advance(self, passage: Sequence[int] | None = None, *, row: int = 0, pad_id: int = 0) -> float:
-        """One update on batch (seed, step) — with ``passage`` in row ``row`` — and its mean loss.
+        """One update on batch (seed, step) — with ``passage`` in row ``row`` — and its loss:
+        :meth:`backward`, then gradient clipping and AdamW at this step's learning rate."""
+        loss = self.backward(passage, row=row, pad_id=pad_id)
+        lr = self.lr
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        torch.nn.utils.clip_grad_norm_(self.params, self.cfg.grad_clip)
+        self.opt.step()
+        self.step += 1
+        return loss
 
-        The loss is the masked CE *sum* over this rank's rows divided by the target tokens
-        of the whole batch; with gradients summed over ranks and micro-batches, the update
-        is that of the whole batch's mean loss however the rows are split."""
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next update (step ``self.step``)."""
+        cfg = self.cfg
+        return lr_at(self.step, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
+
+    def backward(self, passage: Sequence[int] | None = None, *, row: int = 0, pad_id: int = 0) -> float:
+        """The raw gradient of batch (seed, step) into every parameter's ``.grad`` (summed over
+        ranks); returns the batch's loss. Nothing else changes.
+
+        The loss is the masked CE *sum* over this rank's rows divided by ``N = B·T``, the
+        target positions of the whole *ordinary* batch, for every batch: an injected passage
+        shorter than a row leaves its padding out of the sum but not out of ``N``, so the
+        injected batch's gradient differs from the ordinary one's by the row alone,
+        ``(∇ℓ_passage − ∇ℓ_row) / N`` (lm/gradients.py), and the other rows' gradients are not
+        rescaled. With gradients summed over ranks and micro-batches the update is that of the
+        whole batch's loss however the rows are split. The returned loss is that same sum / N
+        (for an ordinary batch: its mean CE per token)."""
         cfg, block = self.cfg, self.model.config.block_size
         x, y = get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block)
         mask = torch.ones_like(x, dtype=torch.bool)
         if passage is not None:
             x, y, mask = inject(x, y, row, passage, pad_id)
-        n_targets = int(mask.sum())
+        n = x.numel()  # N = B·T for every condition (see the docstring)
         mine = self.world.rows(cfg.batch_size)
         micro = cfg.micro_batch or (mine.stop - mine.start)
-        lr = lr_at(self.step, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
-        for g in self.opt.param_groups:
-            g["lr"] = lr
         self.opt.zero_grad(set_to_none=True)
         total = torch.zeros((), device=self.device)
         for i in range(mine.start, mine.stop, micro):
             xs, ys, ms = (t[i : i + micro].to(self.device) for t in (x, y, mask))
             with self._autocast():
                 logits, _ = self.model(xs)
-            part = masked_ce_sum(logits, ys, ms) / n_targets
+            part = masked_ce_sum(logits, ys, ms) / n
             part.backward()
             total += part.detach()
         self.world.all_reduce_grads(self.params)
-        torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip)
-        self.opt.step()
-        self.step += 1
         return self.world.sum(total)
 
     def _autocast(self):

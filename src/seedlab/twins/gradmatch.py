@@ -5,12 +5,26 @@ At the injection step ``s`` of seed ``k`` every condition holds the same weights
 condition differs only in row ``injection_row``. ``Δ_p``, the change in the full-batch gradient
 when passage p replaces that row, is computed as lm/gradients.py explains.
 
-The paper wrote its two fluent passages so that their deltas were nearly equal in size
-(they "differed by 0.14%"): ``rel_norm_diff = |‖Δa‖ - ‖Δb‖| / mean(‖Δa‖, ‖Δb‖)``. Also
-reported: ``rel_vec_diff = ‖Δa - Δb‖ / mean(‖Δa‖, ‖Δb‖)`` and ``cosine(Δa, Δb)``. ``match``
-computes them for every fabricated x attested candidate pair and seed, averages over seeds,
-and picks the pair with the smallest mean ``rel_norm_diff``; ``DIR/gradmatch.parquet``
-holds the pairs (one row per seed and pair, plus the seed mean with ``seed`` null).
+The paper wrote its two fluent passages so that their "full-batch gradient deltas" were nearly
+equal (they "differed by 0.14%"), "so any difference cannot come from update size". ``match``
+computes, for every fabricated x attested candidate pair and seed:
+
+- ``rel_norm_diff = |‖Δa‖ - ‖Δb‖| / mean(‖Δa‖, ‖Δb‖)``: the sizes of the two changes to the batch
+  gradient. This is what the paper's 0.14% most plausibly is: a difference of *sizes* ("update
+  size"), and the one quantity that can be made that small by editing prose (the directions
+  of two different texts' gradients are far apart: see ``cosine``);
+- ``rel_vec_diff = ‖Δa - Δb‖ / mean`` and ``cosine(Δa, Δb)``: how different the changes are as vectors;
+- ``row_rel_norm_diff`` and ``row_cosine``: the passages' own row gradients G_a, G_b (each the
+  gradient of its CE sum / N), compared the same way;
+- ``adam_rel_norm_diff`` and ``adam_cosine``: the same for the *update* differences at the
+  injection step, ``u(g_base + Δ) − u(g_base)`` with the trainer's clipping and AdamW state
+  (lm/gradients.py ``AdamStep``), read from the seed's shared prefix (``prefix.safetensors``,
+  its weights checked against the twin's step-s hashes). A run trained ``--independent`` keeps no
+  prefix: these columns are then empty.
+
+It averages over seeds and picks the pair with the smallest mean ``rel_norm_diff``;
+``DIR/gradmatch.parquet`` holds the pairs (one row per seed and pair, plus the seed mean with
+``seed`` null). The per-passage norms (``‖Δ‖``, ``‖G_p‖/N``, ``‖u delta‖``) are in ``GradMatch.norms``.
 """
 
 from __future__ import annotations
@@ -21,18 +35,22 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import check_passage, get_batch
 from seedlab.lm.distributed import World
-from seedlab.lm.gradients import BatchGradients, pair_stats
+from seedlab.lm.gradients import AdamStep, BatchGradients, pair_stats
 from seedlab.lm.model import GPT
+from seedlab.lm.trainer import Trainer
 from seedlab.store import write_parquet
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.rundir import open_run
 
 #: candidate conditions, in the order pairs are formed (fabricated x attested)
 SIDES = ("fluent-fabricated", "fluent-attested")
+#: what gradmatch.parquet compares for each pair (the module docstring says what each is)
+PAIR_COLUMNS = ("rel_norm_diff", "rel_vec_diff", "cosine", "row_rel_norm_diff", "row_cosine", "adam_rel_norm_diff", "adam_cosine")
 
 
 # --------------------------------------------------------------------------- a run folder
@@ -42,8 +60,8 @@ SIDES = ("fluent-fabricated", "fluent-attested")
 class GradMatch:
     """What :func:`match` computed: per-candidate norms, per-pair statistics, the best pair."""
 
-    norms: pd.DataFrame  # seed, condition, passage, tokens, norm, grad_norm, base_grad_norm, base_loss
-    pairs: pd.DataFrame  # seed (null: mean over seeds), fabricated, attested, norm_*, rel_norm_diff, rel_vec_diff, cosine
+    norms: pd.DataFrame  # seed, condition, passage, tokens, norm, row_norm, adam_norm, grad_norm, base_grad_norm, base_loss
+    pairs: pd.DataFrame  # seed (null: mean over seeds), fabricated, attested, norm_*, and the PAIR_COLUMNS
     best: pd.Series  # the mean row with the smallest rel_norm_diff
     path: Path  # where the pairs table was written (DIR/gradmatch.parquet)
 
@@ -113,35 +131,64 @@ def match(
     dev = World().device(device or cfg.device)
     norm_rows, pair_rows = [], []
     for k in seeds:
-        model = GPT(gcfg)
-        try:
-            model.load_state_dict(states.pop(k), strict=True)
-        except RuntimeError as err:
-            raise SeedlabError(f"seed {k} twin step {s}: does not fit the run's model ({str(err).splitlines()[0]})") from None
-        model = model.float().to(dev).eval()
+        model, adam = _model_at_injection(run, k, states.pop(k), dev)
         x, y = get_batch(corp.train, k, s, cfg.batch_size, gcfg.block_size)
         bg = BatchGradients(model, x, y, row, micro_batch=cfg.micro_batch)
         if loss_check:
             _check_loss(run.dir.condition(k, "twin").losses, cfg, k, bg.loss)
         deltas = {key: bg.delta(ids, corp.eot_id) for key, ids in texts.items()}
+        updates = {key: adam.delta(bg.grad + d.vec, bg.grad) for key, d in deltas.items()} if adam else {}
         for c, key in labels:
             d = deltas[key]
             norm_rows.append({"seed": k, "condition": c, "passage": key, "tokens": len(texts[key]), "norm": d.norm,
-                              "grad_norm": d.grad_norm, "base_grad_norm": d.base_grad_norm, "base_loss": bg.loss})
+                              "row_norm": d.row_norm, "adam_norm": _norm(updates.get(key)), "grad_norm": d.grad_norm,
+                              "base_grad_norm": d.base_grad_norm, "base_loss": bg.loss})
         for fa in names[SIDES[0]]:
             for at in names[SIDES[1]]:
                 a, b = deltas[fa], deltas[at]
-                pair_rows.append({"seed": k, "fabricated": fa, "attested": at,
-                                  "norm_fabricated": a.norm, "norm_attested": b.norm, **pair_stats(a, b)})
-        del deltas, bg, model
+                pair_rows.append({"seed": k, "fabricated": fa, "attested": at, "norm_fabricated": a.norm,
+                                  "norm_attested": b.norm, **pair_stats(a, b), **_update_stats(updates.get(fa), updates.get(at))})
+        del deltas, updates, bg, model
     per_seed = pd.DataFrame(pair_rows)
-    cols = ["norm_fabricated", "norm_attested", "rel_norm_diff", "rel_vec_diff", "cosine"]
+    cols = ["norm_fabricated", "norm_attested", *PAIR_COLUMNS]
     mean = per_seed.groupby(["fabricated", "attested"], sort=False, as_index=False)[cols].mean()
     pairs = pd.concat([per_seed, mean.assign(seed=None)], ignore_index=True)[["seed", "fabricated", "attested", *cols]]
     pairs["seed"] = pairs["seed"].astype("Int64")
     best = mean.loc[int(np.argmin(mean["rel_norm_diff"].fillna(np.inf).to_numpy()))]  # first of ties, in input order
     out = write_parquet(run.dir.gradmatch, pairs)
     return GradMatch(norms=pd.DataFrame(norm_rows), pairs=pairs, best=best, path=out)
+
+
+def _model_at_injection(run, seed: int, twin_state: dict, dev) -> tuple[GPT, AdamStep | None]:
+    """The GPT at the injection step (the twin's verified checkpoint) and, when the seed's shared
+    prefix was kept, the AdamW step the trainer took there (its weights checked against the same hashes)."""
+    cfg, s = run.cfg, run.cfg.injection_step
+    model = GPT(run.gcfg)
+    try:
+        model.load_state_dict(twin_state, strict=True)
+    except RuntimeError as err:
+        raise SeedlabError(f"seed {seed} twin step {s}: does not fit the run's model ({str(err).splitlines()[0]})") from None
+    model = model.float().to(dev).eval()
+    prefix = run.dir.prefix(seed)
+    if not prefix.is_file():
+        return model, None
+    trainer = Trainer(cfg.model_copy(update={"device": str(dev)}), run.gcfg, seed, run.corpus.train)
+    trainer.load_state(prefix, {str(s): run.dir.condition(seed, "twin").read_manifest()[str(s)]})
+    return model, AdamStep(trainer.opt, trainer.params, lr=trainer.lr, grad_clip=cfg.grad_clip)
+
+
+def _norm(v) -> float:
+    return float(torch.linalg.vector_norm(v)) if v is not None else float("nan")
+
+
+def _update_stats(a, b) -> dict[str, float]:
+    """The relative size difference and cosine of two passages' update differences (nan without them)."""
+    if a is None or b is None:
+        return {"adam_rel_norm_diff": float("nan"), "adam_cosine": float("nan")}
+    na, nb = _norm(a), _norm(b)
+    mean = (na + nb) / 2
+    return {"adam_rel_norm_diff": abs(na - nb) / mean if mean > 0 else float("nan"),
+            "adam_cosine": float(torch.dot(a, b)) / (na * nb) if na > 0 and nb > 0 else float("nan")}
 
 
 def _check_loss(path: Path, cfg: TwinsConfig, seed: int, loss: float) -> None:

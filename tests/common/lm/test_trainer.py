@@ -108,3 +108,64 @@ def test_a_corrupted_state_file_is_refused(tokens, tmp_path):
     other = tensor_hashes(_trainer(tokens, seed=2).weights())
     with pytest.raises(SeedlabError, match=r"weights at step 1 do not match manifest\.json"):
         _trainer(tokens).load_state(path, manifest={"1": other})
+
+
+def _flat_grads(t: Trainer) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1).double() for p in t.params])
+
+
+def test_the_injected_batch_differs_from_the_ordinary_one_by_the_row_alone(tokens):
+    """One denominator (B·T) for every condition: g(injected) − g(ordinary) is the gradient of
+    (passage row's CE sum − ordinary row's CE sum) / (B·T), the other rows are not rescaled."""
+    from seedlab.lm.batches import get_batch, inject
+    from seedlab.lm.model import masked_ce_sum
+
+    t = _trainer(tokens)
+    for _ in range(2):
+        t.advance()
+    row = 1
+    loss_plain = t.backward()
+    g_plain = _flat_grads(t)
+    loss_inj = t.backward(PASSAGE, row=row, pad_id=0)
+    g_inj = _flat_grads(t)
+    x, y = get_batch(tokens, t.seed, t.step, 4, GCFG.block_size)
+    xp, yp, mp = inject(x, y, row, PASSAGE, 0)
+    n = x.numel()
+
+    def row_sum_grad(xr, yr, mr):
+        t.model.zero_grad(set_to_none=True)
+        logits, _ = t.model(xr)
+        loss = masked_ce_sum(logits, yr, mr)
+        loss.backward()
+        return _flat_grads(t), float(loss.detach())
+
+    g_p, ce_p = row_sum_grad(xp[row : row + 1], yp[row : row + 1], mp[row : row + 1])
+    g_r, ce_r = row_sum_grad(x[row : row + 1], y[row : row + 1], torch.ones_like(mp[:1]))
+    want = (g_p - g_r) / n
+    assert float((g_inj - g_plain - want).norm()) < 1e-5 * float(want.norm())
+    assert loss_inj - loss_plain == pytest.approx((ce_p - ce_r) / n, rel=1e-4, abs=1e-7)
+    # and a passage that is the ordinary row's own tokens changes nothing at all
+    own = torch.cat([x[row], y[row, -1:]]).tolist()
+    t.backward(own, row=row, pad_id=0)
+    assert torch.equal(_flat_grads(t), g_plain)
+
+
+def test_adam_step_predicts_the_trainers_update(tokens):
+    """lm.gradients.AdamStep (float64, clipping and bias corrections) reproduces the weight change
+    of the trainer's fused AdamW step, weight decay aside, from a state with nonzero moments."""
+    from seedlab.lm.gradients import AdamStep
+
+    t = _trainer(tokens)
+    for _ in range(4):
+        t.advance()
+    before = [p.detach().clone().double() for p in t.params]
+    adam = AdamStep(t.opt, t.params, lr=t.lr, grad_clip=Settings.grad_clip)
+    t.backward()
+    g = _flat_grads(t)
+    lr = t.lr
+    t.advance()  # recomputes the same gradient, then steps
+    decay = {id(p): grp["weight_decay"] for grp in t.opt.param_groups for p in grp["params"]}
+    moved = torch.cat([(p.detach().double() - b * (1 - lr * decay[id(p)])).reshape(-1) for p, b in zip(t.params, before)])
+    want = adam.update(g)
+    assert float((moved - want).norm()) < 1e-4 * float(want.norm())
+    assert not adam.delta(g, g).any()
