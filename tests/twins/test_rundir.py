@@ -2,6 +2,7 @@
 ``seedlab twins run`` (another run refused, --force removes, the same run resumes) and
 reading a checkpoint back, hash-checked."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,23 @@ def test_export_command_gives_the_same_logits(twins_design, tmp_path, seedlab_cl
         assert (hf(x).logits - model(x)[0]).abs().max() < 1e-5
     rc, _, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--step", "7", "--out", str(tmp_path / "h2"))
     assert rc == 2 and "no checkpoint at step 7" in err
+
+
+def test_inputs_are_written_once_and_checked_on_resume(tmp_path):
+    cfg = TwinsConfig(corpus="c")
+    rd = RunDir(tmp_path)
+    inputs = {"corpus": "/a", "corpus_sha256": {"train": "1", "heldout": "2"}, "eot_id": 0,
+              "passages": {"fluent-attested": {"text": "x y", "tokens": [1, 2]}}}
+    rd.check_inputs(inputs)  # nothing yet: anything goes
+    rd.start(config_record(cfg, independent=False, world=World()), cfg.preregistration(), inputs)
+    moved = inputs | {"corpus": "/b"}
+    rd.check_inputs(moved)  # the same corpus, moved: resumes
+    rd.start(config_record(cfg, independent=False, world=World()), cfg.preregistration(), moved)
+    assert json.loads(rd.inputs.read_text())["corpus"] == "/a"  # never rewritten
+    with pytest.raises(SeedlabError, match=r"^corpus: /b is not the corpus .* was started with \(its hashes differ"):
+        rd.check_inputs(moved | {"corpus_sha256": {"train": "1", "heldout": "3"}})
+    edited = {"fluent-attested": {"text": "x y", "tokens": [1, 3]}}
+    with pytest.raises(SeedlabError, match=r"^passages\.fluent-attested: the passage was edited since"):
+        rd.check_inputs(inputs | {"passages": edited})
+    with pytest.raises(SeedlabError, match=r"^passages\.fluent-fabricated: the passage is new since"):
+        rd.check_inputs(inputs | {"passages": inputs["passages"] | {"fluent-fabricated": {"text": "z", "tokens": [4]}}})

@@ -2,12 +2,15 @@
 after kill -9 to the same weights; inputs checked before anything is written."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 
 from seedlab.config import parse
+from seedlab.errors import SeedlabError
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.train import run_twins
 
@@ -120,3 +123,101 @@ def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
     assert len(err.strip().splitlines()) == 1
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p in before} == before  # nothing overwritten
     assert not (out / "seed-3" / "fluent-attested").exists()
+
+
+def _noisy_forward(monkeypatch):
+    """A deliberately non-deterministic operation: every forward adds noise from torch's global
+    generator, whose state differs between any two runs of the same steps."""
+    from seedlab.lm.model import GPT
+
+    forward = GPT.forward
+
+    def noisy(self, idx, *args, **kwargs):
+        logits, loss = forward(self, idx, *args, **kwargs)
+        return logits + 1e-3 * torch.rand_like(logits), loss
+
+    monkeypatch.setattr(GPT, "forward", noisy)
+
+
+def test_the_replica_control_is_recorded(setup, tmp_path):
+    base, cfg = setup
+    run_twins(parse(TwinsConfig, cfg | {"steps": 12, "conditions": ["twin", "fluent-attested"]}), tmp_path, base=base, progress=False)
+    rec = json.loads((tmp_path / "integrity.json").read_text())
+    assert rec["mode"] == "fork"
+    seed = rec["seeds"]["3"]
+    assert seed["identical_at_injection"].startswith("by construction")
+    assert seed["replica"] == {"bitwise_equal_to_twin": True, "steps_compared": [8, 10, 12]}  # s, the mid-point, the end
+    assert not list((tmp_path / "seed-3" / "replica").glob("*.safetensors"))  # hashes only
+    assert (tmp_path / "seed-3" / "prefix.safetensors").is_file()  # keep: [prefix], the default
+
+
+def test_the_replica_control_catches_a_non_deterministic_operation(setup, tmp_path, monkeypatch):
+    base, cfg = setup
+    _noisy_forward(monkeypatch)
+    design = parse(TwinsConfig, cfg | {"steps": 12, "conditions": ["twin", "fluent-attested"]})
+    with pytest.raises(SeedlabError, match=r"^seed 3: the replica control differs from the twin at step 10 in tensor") as err:
+        run_twins(design, tmp_path, base=base, progress=False)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "integrity.json").exists()
+
+
+def test_independent_stops_at_the_injection_step_on_a_mismatch(setup, tmp_path, monkeypatch):
+    """--independent compares each condition's hashes at s as soon as it gets there: the second
+    condition's different prefix stops the run before any condition trains past s."""
+    base, cfg = setup
+    _noisy_forward(monkeypatch)
+    with pytest.raises(SeedlabError, match=r"^seed 3: fluent-fabricated differs from twin at step 8 in tensor"):
+        run_twins(parse(TwinsConfig, cfg), tmp_path, base=base, independent=True, progress=False)
+    for cond in ("twin", "fluent-fabricated"):
+        assert list(_manifest(tmp_path, 3, cond)) == ["8"]  # its checkpoint at s, nothing after
+    assert not (tmp_path / "seed-3" / "fluent-attested").exists()
+
+
+def test_cuda_settings_are_hard_errors(monkeypatch, setup, tmp_path):
+    """On CUDA: deterministic algorithms required (not warned about) and cuBLAS's workspace pinned;
+    an operation without a deterministic kernel is a one-line error naming it."""
+    from seedlab.lm.trainer import Trainer, make_deterministic
+
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        make_deterministic(torch.device("cpu"))
+        assert torch.are_deterministic_algorithms_enabled() == before[0]  # CPU: nothing changes
+        make_deterministic(torch.device("cuda"))
+        assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        import os
+
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+    def raises(self, *a, **k):  # what PyTorch raises for such an operation under warn_only=False
+        raise RuntimeError("index_add_cuda_ does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'. You can turn off determinism just for this operation...")
+
+    monkeypatch.setattr(Trainer, "advance", raises)
+    base, cfg = setup
+    with pytest.raises(SeedlabError, match=r"^non-deterministic operation: index_add_cuda_ does not have a deterministic") as err:
+        run_twins(parse(TwinsConfig, cfg | {"steps": 12}), tmp_path, base=base, progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_resume_refuses_edited_inputs(setup, tmp_path, seedlab_cli):
+    """A folder is resumed only with the passages and corpus it was started with; inputs.json is never rewritten."""
+    import shutil
+
+    base, cfg = setup
+    passages = {c: base / f"copy-{Path(f).name}" for c, f in cfg["passages"].items()}
+    for c, f in cfg["passages"].items():
+        shutil.copy(f, passages[c])
+    path = base / "edit.yaml"
+    path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "passages": {c: str(p) for c, p in passages.items()}}))
+    out = tmp_path / "o"
+    assert seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    shutil.rmtree(out / "seed-3" / "random-chars")  # as if interrupted
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    passages["fluent-attested"].write_text(passages["fluent-attested"].read_text().replace("care", "caution"))
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
+    assert rc == 2 and err.startswith("error: passages.fluent-attested: the passage was edited since"), err
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing written

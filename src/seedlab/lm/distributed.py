@@ -99,6 +99,10 @@ def init_world() -> World:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            # one all-reduce algorithm and protocol, whatever the message size: the same
+            # reduction order at every step (NCCL otherwise picks per size and topology)
+            os.environ.setdefault("NCCL_ALGO", "Ring")
+            os.environ.setdefault("NCCL_PROTO", "Simple")
         dist.init_process_group(backend)
     return World(rank=dist.get_rank(), size=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
 

@@ -49,12 +49,12 @@ def _deterministic(device: torch.device):
     if device.type != "cuda":
         yield
         return
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(True, warn_only=False)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before)
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def _flat_grad(model: GPT, loss: torch.Tensor) -> torch.Tensor:

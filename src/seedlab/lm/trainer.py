@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol
@@ -29,6 +30,39 @@ from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig, masked_ce_sum
 from seedlab.lm.schedule import lr_at
 from seedlab.store import read_verified, tensor_hashes, write_safetensors
+
+#: the attention kernels training may use on CUDA: all deterministic under
+#: ``torch.use_deterministic_algorithms(True)`` (flash and memory-efficient then take their
+#: deterministic backward; cuDNN attention has none, so it is left out)
+SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def make_deterministic(device: torch.device) -> None:
+    """Bitwise-reproducible training on ``device``. On CUDA: deterministic algorithms are
+    *required* (``warn_only=False``: an operation without a deterministic implementation raises,
+    and :func:`nondeterminism_is_an_error` turns that into a one-line error naming it), cuBLAS gets
+    the fixed workspace it needs for that (``CUBLAS_WORKSPACE_CONFIG``), cuDNN's autotuner is off.
+    NCCL's reduction order is pinned where the process group starts (lm/distributed.py). On CPU
+    the kernels are deterministic already; nothing is changed."""
+    if device.type != "cuda":
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=False)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+@contextlib.contextmanager
+def nondeterminism_is_an_error():
+    """A PyTorch error about a missing deterministic implementation becomes a one-line SeedlabError
+    that names the operation (PyTorch's first line does)."""
+    try:
+        yield
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "deterministic" not in str(err):
+            raise
+        raise SeedlabError(f"non-deterministic operation: {first}") from None
 
 
 class Settings(Protocol):
@@ -109,7 +143,7 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for i in range(mine.start, mine.stop, micro):
             xs, ys, ms = (t[i : i + micro].to(self.device) for t in (x, y, mask))
-            with self._autocast():
+            with self._autocast(), self._attention_kernels():
                 logits, _ = self.model(xs)
             part = masked_ce_sum(logits, ys, ms) / n
             part.backward()
@@ -121,6 +155,14 @@ class Trainer:
         if self.cfg.precision == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    def _attention_kernels(self):
+        """On CUDA, only the attention kernels of :data:`SDPA_BACKENDS` (deterministic backward)."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([getattr(SDPBackend, b) for b in SDPA_BACKENDS])
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict (tensor names = the checkpoint files' names)."""

@@ -74,6 +74,8 @@ class TwinsConfig(Strict):
     random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
     checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
     midpoint: Pos | None = None  # the "mid-point" checkpoint (updates completed); null: half-way from s to the end
+    replicas: list[int] | None = None  # seeds whose twin is trained twice after the injection (the replica control); null: the first seed
+    keep: list[Literal["prefix", "final"]] = ["prefix"]  # complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update difference, forks), each condition's end
     device: str = "auto"  # "auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast; fp32 keeps CPU runs bitwise reproducible
     threads: Pos | None = None  # torch CPU threads per process; null: torch's default
@@ -95,6 +97,12 @@ class TwinsConfig(Strict):
             raise ValueError(f"injection_row: must be in 0 .. {self.batch_size - 1}, got {self.injection_row}")
         if self.midpoint is not None and not self.injection_step < self.midpoint < self.steps:
             raise ValueError(f"midpoint: must be between the injection step and the end, got {self.midpoint}")
+        if self.replicas is not None:
+            if not self.replicas:
+                raise ValueError("replicas: every design includes a replica control: name at least one seed (null: the first)")
+            stray = [k for k in self.replicas if k not in self.seeds]
+            if stray:
+                raise ValueError(f"replicas: must be among the seeds {self.seeds}, got {stray[0]!r}")
         unknown = [k for k in self.outcomes if k not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
@@ -104,6 +112,11 @@ class TwinsConfig(Strict):
     def warmup_steps(self) -> int:
         """The warm-up's length: ``warmup``, else up to the injection step (so it runs at peak LR)."""
         return self.warmup or default_warmup(self.injection_step)
+
+    @property
+    def replica_seeds(self) -> list[int]:
+        """The seeds of the replica control: ``replicas``, else the first seed."""
+        return list(self.replicas) if self.replicas is not None else self.seeds[:1]
 
     @property
     def mid(self) -> int:

@@ -11,7 +11,10 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/seed-<k>/<condition>/manifest.json         {t: {tensor: SHA-256}} for every saved t
     DIR/seed-<k>/<condition>/losses.parquet        (step, loss): the training loss of every update
     DIR/seed-<k>/<condition>/state.safetensors     the complete state at the last checkpoint (resume)
+    DIR/seed-<k>/<condition>/final.safetensors     the complete state at the end (only with keep: [final])
     DIR/seed-<k>/<condition>/done.json             written last: this seed x condition finished
+    DIR/seed-<k>/replica/{manifest,done}.json      the replica control: the twin trained again, hashes only
+    DIR/integrity.json                             how the runs were shown identical before s, deterministic after
     DIR/{measures,checkpoints,timecourse,paths}.parquet, DIR/measures.json   seedlab twins measure
     DIR/gradmatch.parquet                          seedlab twins gradmatch
     DIR/report.md, DIR/*.png                       seedlab twins report
@@ -70,6 +73,11 @@ class ConditionDir:
         return self.path / "state.safetensors"
 
     @property
+    def final_state(self) -> Path:
+        """The complete training state at the end (kept with ``keep: [final]``)."""
+        return self.path / "final.safetensors"
+
+    @property
     def finished(self) -> bool:
         return is_done(self.path)
 
@@ -106,6 +114,14 @@ class RunDir:
     def condition(self, seed: int, cond: str) -> ConditionDir:
         return ConditionDir(self.root / f"seed-{seed}" / cond)
 
+    def replica(self, seed: int) -> ConditionDir:
+        """The replica control of a seed: its twin trained a second time (hashes, no weight files)."""
+        return ConditionDir(self.root / f"seed-{seed}" / "replica")
+
+    @property
+    def integrity(self) -> Path:
+        return self.root / "integrity.json"
+
     def measure_table(self, name: str) -> Path:
         """One of :data:`MEASURE_TABLES`."""
         return self.root / f"{name}.parquet"
@@ -140,14 +156,32 @@ class RunDir:
         if force and world.main:
             shutil.rmtree(out)
 
+    def check_inputs(self, inputs: dict) -> None:
+        """A folder started before must be resumed with the same inputs: each passage's text and
+        token ids and the corpus's hashes as in its ``inputs.json`` (the corpus may have moved).
+        An edited passage or a re-prepared corpus is refused, before anything is written."""
+        if not self.inputs.is_file():
+            return
+        old = json.loads(self.inputs.read_text())
+        if old.get("corpus_sha256") != inputs["corpus_sha256"] or old.get("eot_id") != inputs["eot_id"]:
+            raise SeedlabError(f"corpus: {inputs['corpus']} is not the corpus {self.root} was started with "
+                               "(its hashes differ: re-prepared?); use that corpus, or --force to start over")
+        for cond in sorted(set(old.get("passages", {})) | set(inputs["passages"])):
+            a, b = old.get("passages", {}).get(cond), inputs["passages"].get(cond)
+            if a != b:
+                what = "is new" if a is None else "is gone" if b is None else "was edited"
+                raise SeedlabError(f"passages.{cond}: the passage {what} since {self.root} was started "
+                                   "(its text or token ids differ from inputs.json); restore it, or --force to start over")
+
     def start(self, record: dict, preregistration: dict, inputs: dict) -> None:
-        """Rank 0, once every input is checked and before the first step: ``config.json`` and
-        ``inputs.json`` (a resumed run leaves them untouched), ``preregistration.json`` (written
-        once: the first start's)."""
+        """Rank 0, once every input is checked (:meth:`check_inputs` too) and before the first step:
+        ``config.json``, ``preregistration.json`` and ``inputs.json``, each written once (a resumed
+        run leaves them untouched)."""
         write_json_if_changed(self.config, record)
         if not self.preregistration.is_file():
             write_json(self.preregistration, preregistration)
-        write_json_if_changed(self.inputs, inputs)
+        if not self.inputs.is_file():
+            write_json(self.inputs, inputs)
 
 
 def _run_record(cfg: TwinsConfig, independent: bool, world: World) -> dict:

@@ -4,8 +4,15 @@ Per seed: the shared prefix (steps 0 .. s-1) is trained once, its complete state
 optimizer, step) kept, and every condition forked from it at the injection step s. At
 step s the injected conditions replace one row of the batch with their passage; the twin
 trains on the ordinary batch. The batch of (seed, step) is a pure function of the two, so
-forks need no replay. ``independent=True`` (the audit) trains each condition's prefix from
-scratch instead and checks that every weight tensor's SHA-256 agrees at step s.
+forks need no replay. Forked conditions are identical at step s *by construction* (copies of
+one state); ``independent=True`` (the audit) trains each condition's prefix from scratch
+instead, and compares every weight tensor's SHA-256 as soon as each condition reaches step s
+(a mismatch stops the run at once).
+
+The evidence that training *after* s is deterministic is the **replica control**: for the
+seeds of ``cfg.replica_seeds`` the twin is trained a second time from the same start, and its
+weights must be bitwise equal to the twin's at every checkpoint, or the run fails.
+``integrity.json`` records what was shown.
 
 A killed run resumes: a finished condition (``done.json``) is read back, an unfinished one
 restarts from its last checkpoint's complete state, a missing one forks the kept prefix.
@@ -15,7 +22,6 @@ its slice of each batch (lm/distributed.py); rank 0 writes the files.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -26,7 +32,7 @@ import torch
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import check_passage
 from seedlab.lm.distributed import World, check_divisible
-from seedlab.lm.trainer import Trainer
+from seedlab.lm.trainer import Trainer, make_deterministic, nondeterminism_is_an_error
 from seedlab.progress import Bar
 from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
 from seedlab.twins.config import TwinsConfig
@@ -43,7 +49,8 @@ def run_twins(
     progress: bool = True,
     world: World | None = None,
 ) -> pd.DataFrame:
-    """Train every seed x condition (resuming what an interrupted run left); returns all per-step losses.
+    """Train every seed x condition and the replica controls (resuming what an interrupted run
+    left); returns all per-step losses.
 
     ``config.json`` (the resolved config) is written once every input is validated, before
     any training: a folder is only created for a run that can start. ``base``: the config's
@@ -52,50 +59,72 @@ def run_twins(
     corpus, gcfg, passages = load_inputs(cfg, base, world)  # everything checked before the folder is touched
     _torch_settings(cfg, world)
     rd = RunDir(Path(out))
+    inputs = inputs_record(corpus, passages)
+    rd.check_inputs(inputs)  # a resumed run: the same passages and corpus
     if world.main:
-        rd.start(config_record(cfg, independent=independent, world=world), cfg.preregistration(), inputs_record(corpus, passages))
+        rd.start(config_record(cfg, independent=independent, world=world), cfg.preregistration(), inputs)
     world.barrier()
-    s, ckpts = cfg.injection_step, cfg.checkpoint_steps()
+    s = cfg.injection_step
     first = 0 if independent else s  # where a condition's own steps start (its progress line)
-    total = len(cfg.seeds) * ((len(cfg.conditions) if independent else 1) * s + len(cfg.conditions) * (cfg.steps - s))
-    frames = []
-    with Bar("twins", total, "steps", enabled=progress and world.main) as bar:
+    runs = len(cfg.conditions) + len(cfg.replica_seeds) / len(cfg.seeds)
+    total = int(len(cfg.seeds) * (0 if independent else s) + len(cfg.seeds) * runs * (cfg.steps - first))
+    frames, integrity = [], {"mode": "independent" if independent else "fork", "seeds": {}}
+    with Bar("twins", total, "steps", enabled=progress and world.main) as bar, nondeterminism_is_an_error():
         for seed in cfg.seeds:
             new_trainer = partial(Trainer, cfg, gcfg, seed, corpus.train, world)  # at the seed's init, step 0
-            prefix = None if independent else SharedPrefix(rd.prefix(seed), new_trainer, cfg, world)
-            if prefix and prefix.saved:
-                bar.advance(s)  # trained before an interruption
-            at_injection: dict[str, dict[str, str]] = {}  # condition -> every weight's SHA-256 at step s
+            if independent:
+                at_injection = reach_injection(rd, new_trainer, cfg, seed, world, bar)
+                start = partial(own_prefix, new_trainer, s, bar)
+            else:
+                prefix = SharedPrefix(rd.prefix(seed), new_trainer, cfg, world)
+                if prefix.saved:
+                    bar.advance(s)  # trained before an interruption
+                start = partial(prefix.fork, bar)
+                at_injection = {}
             for cond in cfg.conditions:
                 where, label = rd.condition(seed, cond), f"seed {seed} {cond}"
-                finished, resumable = where.finished, where.state.is_file()
-                manifest = where.read_manifest() if (finished or resumable) else {}
-                world.barrier()  # every rank has looked at the folder before rank 0 writes to it
-                if finished:  # before an interruption
-                    at_injection[cond] = manifest[str(s)]
-                    frames.append(pd.read_parquet(where.losses).assign(seed=seed, condition=cond))
-                    bar.advance(cfg.steps - first)
-                    continue
-                if resumable:  # from the last checkpoint
-                    trainer, losses = resume(new_trainer(), where, manifest, first, bar, label)
-                elif independent:  # the audit: this condition trains its own prefix
-                    trainer, losses = own_prefix(new_trainer(), s, bar, label)
-                else:
-                    trainer, losses = prefix.fork(bar, label)
-                while True:
-                    if trainer.step in ckpts and str(trainer.step) not in manifest:
-                        save_checkpoint(trainer, losses, where, manifest, seed, cond, world)
-                    if trainer.step == cfg.steps:
-                        break
-                    passage = passages.get(cond) if trainer.step == s else None  # the injected row
-                    losses.append(trainer.advance(passage, row=cfg.injection_row, pad_id=corpus.eot_id))
-                    bar.update(note=f"seed {seed}: {cond}")
-                    bar.advance()
+                losses, manifest = train_condition(where, start, new_trainer, cfg, passages.get(cond), corpus.eot_id,
+                                                   bar, label, world)
+                frames.append(losses.assign(seed=seed, condition=cond))
                 at_injection[cond] = manifest[str(s)]
-                frames.append(finish(where, losses, cfg.steps, world).assign(seed=seed, condition=cond))
             verify_identical(at_injection, seed, s)
+            record = {"identical_at_injection": "checked: every tensor's SHA-256 equal across conditions" if independent
+                      else "by construction: every condition forked from one copy of the prefix"}
+            if seed in cfg.replica_seeds:
+                record["replica"] = replica_control(rd, seed, start, cfg, first, bar, world)
+            integrity["seeds"][str(seed)] = record
+            if not independent and "prefix" not in cfg.keep and world.main:
+                rd.prefix(seed).unlink(missing_ok=True)  # every fork of it is done
+    if world.main:
+        write_json(rd.integrity, integrity)
     world.barrier()
     return pd.concat(frames, ignore_index=True)
+
+
+def train_condition(where: ConditionDir, start, new_trainer, cfg: TwinsConfig, passage, pad_id: int,
+                    bar: Bar, label: str, world: World) -> tuple[pd.DataFrame, dict]:
+    """One seed x condition to the end (or read back when finished); returns its losses and manifest."""
+    s, ckpts = cfg.injection_step, cfg.checkpoint_steps()  # the steps before s: counted by the prefix
+    finished, resumable = where.finished, where.state.is_file()
+    manifest = where.read_manifest() if (finished or resumable) else {}
+    world.barrier()  # every rank has looked at the folder before rank 0 writes to it
+    if finished:  # before an interruption
+        bar.advance(cfg.steps - s)
+        return pd.read_parquet(where.losses), manifest
+    if resumable:  # from the last checkpoint
+        trainer, losses = resume(new_trainer(), where, manifest, s, bar, label)
+    else:
+        trainer, losses = start(label)
+    while True:
+        if trainer.step in ckpts and str(trainer.step) not in manifest:
+            save_checkpoint(trainer, losses, where, manifest, world)
+        if trainer.step == cfg.steps:
+            break
+        injected = passage if trainer.step == s else None  # the injected row
+        losses.append(trainer.advance(injected, row=cfg.injection_row, pad_id=pad_id))
+        bar.update(note=label)
+        bar.advance()
+    return finish(where, losses, cfg, world), manifest
 
 
 # --------------------------------------------------------------------------- before the first step
@@ -120,9 +149,7 @@ def load_inputs(cfg: TwinsConfig, base: Path, world: World):
 def _torch_settings(cfg: TwinsConfig, world: World) -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if world.device(cfg.device).type == "cuda":  # bitwise-reproducible kernels (cuBLAS needs the workspace setting)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    make_deterministic(world.device(cfg.device))
 
 
 # --------------------------------------------------------------------------- how a condition starts
@@ -169,8 +196,9 @@ def resume(trainer: Trainer, where: ConditionDir, manifest: dict, first: int, ba
     return trainer, losses
 
 
-def own_prefix(trainer: Trainer, s: int, bar: Bar, label: str) -> tuple[Trainer, list[float]]:
+def own_prefix(new_trainer: Callable[[], Trainer], s: int, bar: Bar, label: str) -> tuple[Trainer, list[float]]:
     """The independent audit: a condition trains steps 0 .. s-1 itself, from the seed's init."""
+    trainer = new_trainer()
     bar.start_sub(label, trainer.cfg.steps)
     losses = []
     while trainer.step < s:
@@ -179,28 +207,83 @@ def own_prefix(trainer: Trainer, s: int, bar: Bar, label: str) -> tuple[Trainer,
     return trainer, losses
 
 
+def reach_injection(rd: RunDir, new_trainer: Callable[[], Trainer], cfg: TwinsConfig, seed: int, world: World,
+                    bar: Bar) -> dict[str, dict[str, str]]:
+    """The independent audit, first half: every condition trains steps 0 .. s-1 from the seed's
+    init and saves its checkpoint (and complete state) at s; its hashes are compared with the
+    conditions before it as soon as it arrives, so a mismatch stops the run before any condition
+    goes on. Returns {condition: hashes at s}; every condition then resumes from its state at s."""
+    s, hashes = cfg.injection_step, {}
+    for cond in cfg.conditions:
+        where = rd.condition(seed, cond)
+        manifest = where.read_manifest() if where.manifest.is_file() else {}
+        world.barrier()
+        if str(s) not in manifest:
+            trainer, losses = own_prefix(new_trainer, s, bar, f"seed {seed} {cond}")
+            save_checkpoint(trainer, losses, where, manifest, world)
+        else:
+            bar.advance(s)  # reached before an interruption
+        hashes[cond] = manifest[str(s)]
+        verify_identical(hashes, seed, s)
+    return hashes
+
+
+def replica_control(rd: RunDir, seed: int, start, cfg: TwinsConfig, first: int, bar: Bar, world: World) -> dict:
+    """The seed's twin trained a second time from the same start (the kept prefix, or its own
+    prefix when independent); its weights must be bitwise the twin's at every checkpoint. Writes
+    only hashes (``seed-<k>/replica/manifest.json``) and ``done.json``; returns the record."""
+    where, twin = rd.replica(seed), rd.condition(seed, "twin").read_manifest()
+    if where.finished:
+        bar.advance(cfg.steps - first)
+        return where.read_manifest()["record"]
+    trainer, _ = start(f"seed {seed} replica control")
+    compared = []
+    while True:
+        t = trainer.step
+        if str(t) in twin:
+            mine = tensor_hashes(trainer.weights())
+            world.check_same(mine, f"seed {seed}, replica, step {t}")
+            bad = next((k for k, h in twin[str(t)].items() if mine.get(k) != h), None)
+            if bad is not None:
+                raise SeedlabError(f"seed {seed}: the replica control differs from the twin at step {t} in tensor {bad!r}"
+                                   " (training is not deterministic on this hardware; the twins' differences are not the row's alone)")
+            compared.append(t)
+        if t == cfg.steps:
+            break
+        trainer.advance()
+        bar.update(note=f"seed {seed}: replica control")
+        bar.advance()
+    record = {"bitwise_equal_to_twin": True, "steps_compared": compared}
+    if world.main:
+        write_json(where.manifest, {"record": record})
+        where.mark_finished(cfg.steps)
+    return record
+
+
 # --------------------------------------------------------------------------- files a condition writes
 
 
-def save_checkpoint(trainer: Trainer, losses: list[float], where: ConditionDir, manifest: dict,
-                    seed: int, cond: str, world: World) -> None:
+def save_checkpoint(trainer: Trainer, losses: list[float], where: ConditionDir, manifest: dict, world: World) -> None:
     """The weights after ``trainer.step`` updates, their hashes in the manifest, then the complete
     state (last: the resume point). Every rank checks it holds the same weights."""
-    t, state = trainer.step, trainer.weights()
+    t, state, cond = trainer.step, trainer.weights(), where.path.name
     manifest[str(t)] = tensor_hashes(state)
-    world.check_same(manifest[str(t)], f"seed {seed}, {cond}, step {t}")
+    world.check_same(manifest[str(t)], f"seed {trainer.seed}, {cond}, step {t}")
     if world.main:
-        write_safetensors(where.checkpoint(t), state, {"step": str(t), "seed": str(seed), "condition": cond})
+        write_safetensors(where.checkpoint(t), state, {"step": str(t), "seed": str(trainer.seed), "condition": cond})
         write_json(where.manifest, manifest)
         trainer.save_state(where.state, losses)
 
 
-def finish(where: ConditionDir, losses: list[float], steps: int, world: World) -> pd.DataFrame:
-    """Every update's loss, the done marker, and the resume state removed; returns the losses."""
+def finish(where: ConditionDir, losses: list[float], cfg: TwinsConfig, world: World) -> pd.DataFrame:
+    """Every update's loss, the done marker; the resume state removed, or kept as the final state
+    (``keep: [final]``: it was saved at the final checkpoint). Returns the losses."""
     df = pd.DataFrame({"step": range(len(losses)), "loss": losses})
     if world.main:
         write_parquet(where.losses, df)
-        where.mark_finished(steps)
+        if "final" in cfg.keep:
+            where.state.replace(where.final_state)
+        where.mark_finished(cfg.steps)
         where.state.unlink(missing_ok=True)
     return df
 
