@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from seedlab.corpus.sources import Texts, load_texts
 from seedlab.corpus.tokenizers import TOKENIZERS, ByteTokenizer, HFTokenizer, TiktokenGPT2, Tokenizer, token_dtype
 from seedlab.errors import SeedlabError
+from seedlab.progress import Bar
 from seedlab.store import atomic_write, file_sha256, write_json
 
 FORMAT = "seedlab-corpus/1"
@@ -50,6 +52,12 @@ def _iter_split(texts: Texts, heldout: np.ndarray, want_heldout: bool) -> Iterat
             yield t
 
 
+def _advancing(it: Iterable[str], bar: Bar) -> Iterator[str]:
+    for x in it:
+        yield x
+        bar.advance()
+
+
 def _batched(it: Iterable[str], n: int) -> Iterator[list[str]]:
     batch: list[str] = []
     for x in it:
@@ -61,28 +69,65 @@ def _batched(it: Iterable[str], n: int) -> Iterator[list[str]]:
         yield batch
 
 
-def _write_split(path: Path, docs: Iterable[str], tok: Tokenizer, dtype: np.dtype) -> dict[str, Any]:
-    stats: dict[str, Any] = {"file": path.name, "tokens": 0, "documents": 0}
+class _SplitFile:
+    """One split's token stream, appended to batch by batch: its bytes, SHA-256 and counts."""
 
-    def write(tmp: Path) -> None:
-        h = hashlib.sha256()
-        with tmp.open("wb") as f:
-            for batch in _batched(docs, _BATCH_DOCS):
-                eot = np.array([tok.eot_id], dtype=np.int64)
-                pieces = []
-                for doc in tok.encode_batch(batch):
-                    pieces.append(np.asarray(doc, dtype=np.int64))
-                    pieces.append(eot)
-                flat = np.concatenate(pieces)
-                buf = flat.astype(dtype).tobytes()
-                f.write(buf)
-                h.update(buf)
-                stats["tokens"] += int(flat.size)
-                stats["documents"] += len(batch)
-        stats["sha256"] = h.hexdigest()
+    def __init__(self, f: BinaryIO, dtype: np.dtype, eot_id: int):
+        self.f, self.dtype, self.eot = f, dtype, np.array([eot_id], dtype=np.int64)
+        self.h = hashlib.sha256()
+        self.tokens = self.documents = 0
 
-    atomic_write(path, write)
-    return stats
+    def append(self, docs: list[Any]) -> None:
+        if not docs:
+            return
+        pieces = []
+        for doc in docs:
+            pieces.append(np.asarray(doc, dtype=np.int64))
+            pieces.append(self.eot)
+        buf = np.concatenate(pieces).astype(self.dtype).tobytes()
+        self.f.write(buf)
+        self.h.update(buf)
+        self.tokens += len(buf) // self.dtype.itemsize
+        self.documents += len(docs)
+
+    def stats(self, name: str) -> dict[str, Any]:
+        return {"file": name, "tokens": self.tokens, "documents": self.documents, "sha256": self.h.hexdigest()}
+
+
+def _write_splits(
+    out: Path, texts: Texts, n: int, heldout: np.ndarray, tok: Tokenizer, dtype: np.dtype, bar: Bar
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """One pass over ``texts``: every document tokenized once and appended to ``train.bin`` or
+    ``heldout.bin``, ``_BATCH_DOCS`` documents at a time (memory does not grow with the corpus);
+    returns both splits' stats and the SHA-256 of the source text."""
+    is_held = np.zeros(n, dtype=bool)
+    is_held[heldout] = True
+    source = hashlib.sha256()
+    result: dict[str, Any] = {}
+
+    def write(train_tmp: Path, held_tmp: Path) -> None:
+        with train_tmp.open("wb") as ft, held_tmp.open("wb") as fh:
+            train, held = _SplitFile(ft, dtype, tok.eot_id), _SplitFile(fh, dtype, tok.eot_id)
+            i = 0
+            for batch in _batched(texts, _BATCH_DOCS):
+                if i + len(batch) > n:
+                    raise SeedlabError(f"source: more documents than the {n} counted (did it change while read?)")
+                for t in batch:
+                    b = t.encode("utf-8")
+                    source.update(len(b).to_bytes(8, "little"))
+                    source.update(b)
+                ids = tok.encode_batch(batch)
+                mask = is_held[i : i + len(batch)]
+                train.append([d for d, h in zip(ids, mask) if not h])
+                held.append([d for d, h in zip(ids, mask) if h])
+                i += len(batch)
+                bar.advance(len(batch))
+            if i != n:
+                raise SeedlabError(f"source: {i} documents read, {n} counted (did it change while read?)")
+            result["train"], result["heldout"] = train.stats("train.bin"), held.stats("heldout.bin")
+
+    atomic_write(out / "train.bin", lambda t: atomic_write(out / "heldout.bin", lambda h: write(t, h)))
+    return result["train"], result["heldout"], source.hexdigest()
 
 
 def prepare(
@@ -96,11 +141,15 @@ def prepare(
     text_field: str = "text",
     max_bytes: int | None = None,
     cache_dir: str | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Tokenize ``source`` into ``out_dir/{train,heldout}.bin`` + ``meta.json``; returns the metadata.
 
     ``max_bytes`` limits the ``embedded`` corpus (whole documents); ``cache_dir`` is the
-    Hugging Face datasets cache for Hub sources.
+    Hugging Face datasets cache for Hub sources. The source is read in one streamed pass
+    (two with ``bpe``: its training reads the training documents first), so memory does not
+    grow with the number of documents. ``progress``: a progress bar (default: when stdout is
+    a terminal).
     """
     if tokenizer not in TOKENIZERS:
         raise SeedlabError(f"tokenizer: one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
@@ -118,30 +167,28 @@ def prepare(
     if n == 0:
         raise SeedlabError(f"source: {source!s} has no documents")
     held = split_indices(n, heldout_fraction, seed)
-    out.mkdir(parents=True, exist_ok=True)
+    if progress is None:
+        progress = sys.stdout.isatty()
 
     tok: Tokenizer
     tok_meta: dict[str, Any] = {"name": tokenizer}
     if tokenizer == "bytes":
         tok = ByteTokenizer()
     elif tokenizer == "gpt2":
-        tok = TiktokenGPT2()
-    else:
-        tok = HFTokenizer.train(_iter_split(texts, held, False), vocab_size)
+        tok = TiktokenGPT2()  # before anything is written: without its files this is a one-line error
+    out.mkdir(parents=True, exist_ok=True)
+    if tokenizer == "bpe":
+        with Bar("training BPE", n - len(held), "documents", enabled=progress) as bar:
+            tok = HFTokenizer.train(_advancing(_iter_split(texts, held, False), bar), vocab_size)
         tok_path = out / "tokenizer.json"
         atomic_write(tok_path, lambda p: tok.tok.save(str(p)))  # type: ignore[attr-defined]
         tok_meta.update(file="tokenizer.json", sha256=file_sha256(tok_path), requested_vocab_size=vocab_size)
     tok_meta.update(vocab_size=int(tok.vocab_size), eot_id=int(tok.eot_id))
     dtype = token_dtype(tok.vocab_size)
 
-    train = _write_split(out / "train.bin", _iter_split(texts, held, False), tok, dtype)
-    heldout = _write_split(out / "heldout.bin", _iter_split(texts, held, True), tok, dtype)
-    h = hashlib.sha256()
-    for t in texts:
-        b = t.encode("utf-8")
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    info["sha256"] = h.hexdigest()
+    with Bar("tokenizing", n, "documents", enabled=progress) as bar:
+        train, heldout, source_sha = _write_splits(out, texts, n, held, tok, dtype, bar)
+    info["sha256"] = source_sha
     info["documents"] = n
     meta = {
         "format": FORMAT,

@@ -2,7 +2,8 @@
 default (the standard library's own docstrings, no network).
 
 ``load_texts(source)`` returns the documents in a fixed order and a description of the source
-(recorded in the corpus's meta.json).
+(recorded in the corpus's meta.json). Files and parquet datasets (OpenWebText: the Hub's parquet
+conversion) are streamed, never held in memory whole.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import re
 import sysconfig
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,11 +21,16 @@ from typing import Any, Protocol
 from seedlab.errors import SeedlabError
 
 FILE_SUFFIXES = (".txt", ".jsonl", ".parquet")
-#: what ``"openwebtext"`` means: the Hub's maintained copy of OpenWebText
+#: what ``"openwebtext"`` means: the Hub's maintained copy of OpenWebText, read from ...
 OPENWEBTEXT = "Skylion007/openwebtext"
+#: ... the Hub's parquet conversion of it (``datasets`` >= 4 no longer runs its loading script)
+PARQUET_REVISION = "refs/convert/parquet"
+_PARQUET_ROWS = 1024  # rows read from a parquet file at a time
 
 
 class Texts(Protocol):
+    """Documents in a fixed order: their number, and an iteration that may be repeated."""
+
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[str]: ...
 
@@ -44,19 +51,81 @@ class HFTexts:
                 yield "" if t is None else str(t)
 
 
-def load_hf_texts(
-    name_or_path: str, split: str = "train", text_field: str = "text", cache_dir: str | None = None
-) -> HFTexts:
-    """Load one split of a dataset with ``datasets.load_dataset`` (streaming off).
+class FileTexts:
+    """The documents of a list of files, streamed: one file at a time, a parquet file a batch of
+    rows at a time, so memory does not grow with the number of documents.
 
-    A local ``.jsonl``/``.json`` or ``.parquet`` file goes through the ``json`` /
-    ``parquet`` builders; anything else is a Hub name (e.g. ``Skylion007/openwebtext``),
-    which needs the network or a filled Hugging Face cache.
+    A file is a local ``.txt``/``.jsonl``/``.parquet`` path or the URL of a parquet file (``hf://``
+    and the other ``fsspec`` protocols). ``len`` counts the documents once: a parquet file from its
+    footer, a text or JSONL file by reading it (which checks every row before anything is written).
+    """
+
+    def __init__(self, files: list[str] | list[Path], text_field: str = "text"):
+        self.files = [f if _is_url(str(f)) else Path(f) for f in files]
+        self.text_field = text_field
+        self._n: int | None = None
+        for f in self.files:
+            if _suffix(f) not in FILE_SUFFIXES or (_is_url(str(f)) and _suffix(f) != ".parquet"):
+                raise SeedlabError(f"source: {f} is not a .txt, .jsonl or .parquet file")
+
+    def __len__(self) -> int:
+        if self._n is None:
+            self._n = sum(_count_file(f, self.text_field) for f in self.files)
+        return self._n
+
+    def __iter__(self) -> Iterator[str]:
+        for f in self.files:
+            yield from _iter_file(f, self.text_field)
+
+
+def _is_url(s: str) -> bool:
+    return "://" in s
+
+
+def _suffix(f: str | Path) -> str:
+    return Path(str(f).split("?")[0]).suffix
+
+
+def _one_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _dataset_error(name: str, split: str, err: Exception) -> SeedlabError:
+    msg = _one_line(err)
+    if "scripts are no longer supported" in msg:
+        fix = f"; read the Hub's parquet conversion instead: hf:{name}@{PARQUET_REVISION}"
+    elif Path(name).exists():
+        fix = ""
+    else:
+        fix = (
+            "; a Hub dataset needs the network; without it, download its parquet files where the Hub can be reached"
+            f" (hf download {name} --repo-type dataset --revision {PARQUET_REVISION} --local-dir DIR) and prepare"
+            " the folder of the train split's .parquet files"
+        )
+    return SeedlabError(f"source: cannot load dataset {name!r} split {split!r} ({type(err).__name__}: {msg}){fix}")
+
+
+def load_hf_texts(
+    name_or_path: str,
+    split: str = "train",
+    text_field: str = "text",
+    cache_dir: str | None = None,
+    revision: str | None = None,
+) -> Texts:
+    """One split of a dataset, through Hugging Face ``datasets``.
+
+    A local ``.jsonl``/``.json`` or ``.parquet`` file goes through the ``json`` / ``parquet``
+    builders. Anything else is a Hub name (e.g. ``Skylion007/openwebtext`` at ``revision``
+    ``refs/convert/parquet``) or a local dataset folder: ``datasets`` finds the split's data
+    files; parquet files are then streamed (:class:`FileTexts`, nothing cached on disk), other
+    formats loaded with ``datasets.load_dataset`` (which needs the network or a filled cache).
     """
     try:
         import datasets
     except ImportError:  # pragma: no cover - dependency
-        raise SeedlabError("source: Hugging Face datasets need the 'datasets' package (pip install datasets)") from None
+        raise SeedlabError(
+            "source: Hugging Face datasets need the 'datasets' package (pip install 'seedlab[twins]')"
+        ) from None
     p = Path(name_or_path)
     try:
         if p.is_file() and p.suffix in (".jsonl", ".json"):
@@ -64,13 +133,23 @@ def load_hf_texts(
         elif p.is_file() and p.suffix == ".parquet":
             ds = datasets.load_dataset("parquet", data_files=str(p), split=split, cache_dir=cache_dir)
         else:
-            ds = datasets.load_dataset(name_or_path, split=split, cache_dir=cache_dir, streaming=False)
+            builder = datasets.load_dataset_builder(name_or_path, revision=revision, cache_dir=cache_dir)
+            data_files = builder.config.data_files or {}
+            if split not in data_files:
+                found = ", ".join(str(k) for k in data_files) or "none"
+                raise SeedlabError(f"source: dataset {name_or_path!r} has no split {split!r} (splits: {found})")
+            files = [str(f) for f in data_files[split]]
+            if files and all(_suffix(f) == ".parquet" for f in files):
+                texts = FileTexts(files, text_field)
+                _open_parquet(texts.files[0], text_field).close()  # the text column is there
+                return texts
+            ds = datasets.load_dataset(
+                name_or_path, split=split, revision=revision, cache_dir=cache_dir, streaming=False
+            )
+    except SeedlabError:
+        raise
     except Exception as err:  # network, missing dataset, bad split: one line
-        msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SeedlabError(
-            f"source: cannot load dataset {name_or_path!r} split {split!r} ({type(err).__name__}: {msg});"
-            " a Hub dataset needs the network or a filled Hugging Face cache"
-        ) from None
+        raise _dataset_error(name_or_path, split, err) from None
     if text_field not in ds.column_names:
         raise SeedlabError(
             f"source: dataset {name_or_path!r} has no {text_field!r} column (columns: {ds.column_names})"
@@ -84,8 +163,8 @@ def read_txt(path: Path) -> list[str]:
     return [d.strip() for d in re.split(r"\n[ \t\r\f\v]*\n", text) if d.strip()]
 
 
-def read_jsonl(path: Path, text_field: str = "text") -> list[str]:
-    out = []
+def iter_jsonl(path: Path, text_field: str = "text") -> Iterator[str]:
+    """The ``text_field`` of each row of a JSONL file, line by line."""
     with path.open(encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
@@ -96,18 +175,87 @@ def read_jsonl(path: Path, text_field: str = "text") -> list[str]:
                 raise SeedlabError(f"{path}:{i}: not valid JSON") from None
             if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
                 raise SeedlabError(f"{path}:{i}: needs a string {text_field!r} field")
-            out.append(obj[text_field])
-    return out
+            yield obj[text_field]
+
+
+def read_jsonl(path: Path, text_field: str = "text") -> list[str]:
+    return list(iter_jsonl(path, text_field))
+
+
+class _ParquetFile:
+    """An open parquet file (local or a URL) and the file object under it."""
+
+    def __init__(self, path: str | Path, text_field: str):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self.fobj: Any = None
+        try:
+            if _is_url(str(path)):
+                import fsspec
+
+                self.fobj = fsspec.open(str(path), "rb").open()
+                self.pf = pq.ParquetFile(self.fobj)
+            else:
+                self.pf = pq.ParquetFile(path)
+        except Exception as err:
+            self.close()
+            raise SeedlabError(f"{path}: cannot read it as parquet ({type(err).__name__}: {_one_line(err)})") from None
+        if text_field not in self.pf.schema_arrow.names:
+            self.close()
+            raise SeedlabError(f"{path}: cannot read a {text_field!r} column (columns: {self.pf.schema_arrow.names})")
+
+    def close(self) -> None:
+        if getattr(self, "pf", None) is not None:
+            self.pf.close()
+        if self.fobj is not None:
+            self.fobj.close()
+
+
+def _open_parquet(path: str | Path, text_field: str) -> _ParquetFile:
+    return _ParquetFile(path, text_field)
+
+
+def iter_parquet(path: str | Path, text_field: str = "text", rows: int | None = None) -> Iterator[str]:
+    """The ``text_field`` column of a parquet file, ``rows`` rows at a time (default ``_PARQUET_ROWS``;
+    a null is an empty document)."""
+    f = _open_parquet(path, text_field)
+    try:
+        batches = f.pf.iter_batches(batch_size=rows or _PARQUET_ROWS, columns=[text_field])
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                break
+            except Exception as err:
+                raise SeedlabError(f"{path}: reading failed ({type(err).__name__}: {_one_line(err)})") from None
+            for t in batch.column(0).to_pylist():
+                yield "" if t is None else str(t)
+    finally:
+        f.close()
 
 
 def read_parquet(path: Path, text_field: str = "text") -> list[str]:
-    import pyarrow.parquet as pq
+    return list(iter_parquet(path, text_field))
 
-    try:
-        table = pq.read_table(path, columns=[text_field])
-    except Exception as err:
-        raise SeedlabError(f"{path}: cannot read a {text_field!r} column ({type(err).__name__})") from None
-    return ["" if t is None else str(t) for t in table.column(text_field).to_pylist()]
+
+def _count_file(path: str | Path, text_field: str) -> int:
+    if _suffix(path) == ".parquet":
+        f = _open_parquet(path, text_field)
+        try:
+            return int(f.pf.metadata.num_rows)
+        finally:
+            f.close()
+    return sum(1 for _ in _iter_file(path, text_field))
+
+
+def _iter_file(path: str | Path, text_field: str) -> Iterator[str]:
+    suffix = _suffix(path)
+    if suffix == ".parquet":
+        return iter_parquet(path, text_field)
+    if suffix == ".jsonl":
+        return iter_jsonl(Path(path), text_field)
+    return iter(read_txt(Path(path)))
 
 
 def _stdlib_root() -> Path:
@@ -169,20 +317,16 @@ def _docstring_nodes(tree: ast.AST) -> Iterator[ast.AST]:
             stack.extend(reversed(node.body))
 
 
-def _read_file(path: Path, text_field: str) -> list[str]:
-    if path.suffix == ".txt":
-        return read_txt(path)
-    if path.suffix == ".jsonl":
-        return read_jsonl(path, text_field)
-    if path.suffix == ".parquet":
-        return read_parquet(path, text_field)
-    raise SeedlabError(f"source: {path} is not a .txt, .jsonl or .parquet file")
-
-
 def load_texts(
     source: str | Path, *, text_field: str = "text", max_bytes: int | None = None, cache_dir: str | None = None
 ) -> tuple[Texts, dict[str, Any]]:
-    """Documents of ``source`` in a fixed order, and a description of where they came from."""
+    """Documents of ``source`` in a fixed order, and a description of where they came from.
+
+    ``source``: ``embedded``; a ``.txt``/``.jsonl``/``.parquet`` file or a folder of them (read in
+    sorted path order, e.g. the ``.parquet`` shards of a Hub dataset's parquet conversion);
+    ``openwebtext`` (= ``hf:Skylion007/openwebtext@refs/convert/parquet``); or ``hf:NAME[@REVISION]``,
+    a Hugging Face dataset's ``train`` split. Files and parquet datasets are streamed, not loaded.
+    """
     s = str(source)
     info: dict[str, Any] = {"source": s}
     if s == "embedded":
@@ -190,13 +334,23 @@ def load_texts(
         info.update(kind="embedded", stdlib=str(_stdlib_root()), max_bytes=max_bytes)
         return docs, info
     if s == "openwebtext" or s.startswith("hf:"):
-        name = OPENWEBTEXT if s == "openwebtext" else s[3:]
+        name, revision = (OPENWEBTEXT, PARQUET_REVISION) if s == "openwebtext" else _hf_name(s[3:])
         info.update(kind="huggingface", dataset=name, split="train", text_field=text_field)
-        return load_hf_texts(name, "train", text_field, cache_dir=cache_dir), info
+        if revision is not None:
+            info["revision"] = revision
+        texts = load_hf_texts(name, "train", text_field, cache_dir=cache_dir, revision=revision)
+        if isinstance(texts, FileTexts):
+            info["files"] = [str(f) for f in texts.files]
+            if any("/partial-" in str(f) for f in texts.files):  # the Hub converted only the first ~5 GB
+                info["partial"] = True
+                warnings.warn(
+                    f"source: {name}'s parquet conversion is partial (its files lie under partial-*/)", stacklevel=2
+                )
+        return texts, info
     p = Path(s)
     if p.is_file():
         info.update(kind="file")
-        return _read_file(p, text_field), info
+        return FileTexts([p], text_field), info
     if p.is_dir():
         files = sorted(
             (f for f in p.rglob("*") if f.is_file() and f.suffix in FILE_SUFFIXES),
@@ -204,9 +358,16 @@ def load_texts(
         )
         if not files:
             raise SeedlabError(f"source: folder {s!r} holds no .txt, .jsonl or .parquet files")
-        docs = [d for f in files for d in _read_file(f, text_field)]
         info.update(kind="folder", files=[f.relative_to(p).as_posix() for f in files])
-        return docs, info
-    raise SeedlabError(
-        f"source: {s!r} is neither a file, a folder, 'embedded', 'openwebtext' nor 'hf:<dataset>'"
-    )
+        return FileTexts(files, text_field), info
+    raise SeedlabError(f"source: {s!r} is neither a file, a folder, 'embedded', 'openwebtext' nor 'hf:<dataset>'")
+
+
+def _hf_name(s: str) -> tuple[str, str | None]:
+    """``NAME[@REVISION]`` -> (NAME, REVISION or None); an existing local path is taken whole."""
+    if "@" in s and not Path(s).exists():
+        name, _, revision = s.partition("@")
+        if not name or not revision:
+            raise SeedlabError(f"source: 'hf:{s}' is not 'hf:NAME' or 'hf:NAME@REVISION'")
+        return name, revision
+    return s, None

