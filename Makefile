@@ -11,7 +11,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,attribution]'
+	$(BIN)/pip install -q --no-deps kronfluence==1.0.1
 	touch $@
 
 demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json

@@ -44,7 +44,7 @@ class Delta:
 
 
 @contextlib.contextmanager
-def _deterministic(device: torch.device):
+def deterministic(device: torch.device):
     """Deterministic kernels on CUDA (the trainer's setting), restored afterwards."""
     if device.type != "cuda":
         yield
@@ -57,13 +57,13 @@ def _deterministic(device: torch.device):
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
-def _flat_grad(model: GPT, loss: torch.Tensor) -> torch.Tensor:
+def flat_grad(model: GPT, loss: torch.Tensor) -> torch.Tensor:
     params = list(model.parameters())
     grads = torch.autograd.grad(loss, params, allow_unused=True)
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).double() for p, g in zip(params, grads)])
 
 
-def _ce_sum_grad(model: GPT, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, micro: int) -> tuple[torch.Tensor, float]:
+def ce_sum_grad(model: GPT, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, micro: int) -> tuple[torch.Tensor, float]:
     """∇ of the masked CE *sum* over the rows of (x, y, mask), ``micro`` rows per forward; and the sum."""
     device = next(model.parameters()).device
     total, value = None, 0.0
@@ -71,7 +71,7 @@ def _ce_sum_grad(model: GPT, x: torch.Tensor, y: torch.Tensor, mask: torch.Tenso
         xs, ys, ms = (t[i : i + micro].to(device) for t in (x, y, mask))
         logits, _ = model(xs)
         s = masked_ce_sum(logits, ys, ms)
-        g = _flat_grad(model, s)
+        g = flat_grad(model, s)
         total = g if total is None else total + g
         value += float(s.detach().double())
     assert total is not None
@@ -93,12 +93,12 @@ class BatchGradients:
         self.n = B * T  # N, the denominator of every condition's loss
         ones = torch.ones(B, T, dtype=torch.bool)
         rest = [i for i in range(B) if i != row]
-        with _deterministic(self.device):
+        with deterministic(self.device):
             if rest:
-                self.g_rest, self.loss_rest = _ce_sum_grad(model, x[rest], y[rest], ones[rest], micro_batch or len(rest))
+                self.g_rest, self.loss_rest = ce_sum_grad(model, x[rest], y[rest], ones[rest], micro_batch or len(rest))
             else:
                 self.g_rest, self.loss_rest = None, 0.0
-            self.g_row, self.loss_row = _ce_sum_grad(model, x[row : row + 1], y[row : row + 1], ones[:1], 1)
+            self.g_row, self.loss_row = ce_sum_grad(model, x[row : row + 1], y[row : row + 1], ones[:1], 1)
         self.grad = (self.g_row if self.g_rest is None else self.g_rest + self.g_row) / self.n  # g_base
         self.base_norm = float(torch.linalg.vector_norm(self.grad))  # ‖g_base‖
 
@@ -111,8 +111,8 @@ class BatchGradients:
         """``Δ_p = g_p - g_base`` for ``passage`` (token ids, at most block_size + 1) in the row."""
         xp, yp, mp = inject(self.x, self.y, self.row, passage, pad_id)
         i = self.row
-        with _deterministic(self.device):
-            g_p, _ = _ce_sum_grad(self.model, xp[i : i + 1], yp[i : i + 1], mp[i : i + 1], 1)
+        with deterministic(self.device):
+            g_p, _ = ce_sum_grad(self.model, xp[i : i + 1], yp[i : i + 1], mp[i : i + 1], 1)
         vec = (g_p - self.g_row) / self.n
         row_grad = g_p / self.n
         return Delta(vec, row_grad, float(torch.linalg.vector_norm(vec)), float(torch.linalg.vector_norm(row_grad)),
