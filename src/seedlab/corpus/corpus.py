@@ -6,6 +6,7 @@ subject occurs in the training split.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,29 +127,55 @@ def find_sequence(arr: np.ndarray, pattern: Sequence[int], chunk: int = _CHUNK) 
     return np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
 
 
-def count(corpus_dir: str | Path | Corpus, subject: str, *, verify: bool = False) -> dict[str, Any]:
-    """How often ``subject`` occurs in the TRAINING split.
+def whole_word(subject: str) -> re.Pattern[str]:
+    """``subject`` as a whole word (or words): not preceded or followed by a letter, digit or
+    underscore, so "Nicol" does not match inside "Nicolson" or "MacNicol"."""
+    return re.compile(rf"(?<!\w){re.escape(subject)}(?!\w)")
 
-    ``text``: case-sensitive, non-overlapping substring count over the decoded
-    training documents. ``tokens``: occurrences of ``encode(subject)`` in the training
-    token stream; for subword tokenizers, where in-context tokenization differs, the
-    occurrences of ``encode(" " + subject)`` are counted too (an occurrence is counted
-    once, by its end position). ``variants`` lists the count for each token sequence.
+
+def occurrences(corpus: Corpus, subject: str) -> np.ndarray:
+    """Token spans ``[start, end)`` [n, 2] (int64, sorted) of the whole-word occurrences of
+    ``subject`` in the training token stream: matches of ``encode(subject)`` or, for subword
+    tokenizers, ``encode(" " + subject)``, whose neighbouring tokens do not continue a word
+    (the decoded token before does not end, and the one after does not start, with a word
+    character). An occurrence found by both sequences is counted once (by its end)."""
+    if not subject:
+        raise SeedlabError("subject: must be a non-empty string")
+    seqs: list[list[int]] = []
+    for s in (subject, " " + subject):
+        ids = corpus.encode(s)
+        if ids and ids not in seqs:
+            seqs.append(ids)
+    word = re.compile(r"\w")
+    spans: dict[int, int] = {}  # end -> start
+    for ids in seqs:
+        for start in find_sequence(corpus.train, ids).tolist():
+            end = start + len(ids)
+            before = corpus.decode([int(corpus.train[start - 1])]) if start > 0 else ""
+            after = corpus.decode([int(corpus.train[end])]) if end < len(corpus.train) else ""
+            leading_space = corpus.decode(ids[:1]).startswith(" ")
+            if (after and word.match(after[0])) or (not leading_space and before and word.match(before[-1])):
+                continue
+            spans.setdefault(end, start)
+    out = np.array(sorted((st, en) for en, st in spans.items()), dtype=np.int64)
+    return out.reshape(-1, 2)
+
+
+def count(corpus_dir: str | Path | Corpus, subject: str, *, verify: bool = False) -> dict[str, Any]:
+    """How often ``subject`` occurs, as a whole word, in the TRAINING split.
+
+    ``text``: case-sensitive, non-overlapping whole-word matches (:func:`whole_word`) over the
+    decoded training documents. ``tokens``: the whole-word token spans of :func:`occurrences`.
+    ``variants`` lists each token sequence that was searched for and its raw (substring) count.
     """
     if not subject:
         raise SeedlabError("subject: must be a non-empty string")
     c = corpus_dir if isinstance(corpus_dir, Corpus) else load(corpus_dir, verify=verify)
-    text_n = sum(doc.count(subject) for doc in c.documents("train"))
-    seqs: list[list[int]] = []
-    for s in (subject, " " + subject):
-        ids = c.encode(s)
-        if ids and ids not in seqs:
-            seqs.append(ids)
-    ends: list[np.ndarray] = []
+    pattern = whole_word(subject)
+    text_n = sum(len(pattern.findall(doc)) for doc in c.documents("train"))
     variants = []
-    for ids in seqs:
-        starts = find_sequence(c.train, ids)
-        variants.append({"text": c.decode(ids), "ids": ids, "count": int(starts.size)})
-        ends.append(starts + len(ids))
-    tokens_n = int(np.unique(np.concatenate(ends)).size) if ends else 0
-    return {"subject": subject, "text": int(text_n), "tokens": tokens_n, "variants": variants}
+    for s in dict.fromkeys((subject, " " + subject)):
+        ids = c.encode(s)
+        if ids and all(v["ids"] != ids for v in variants):
+            variants.append({"text": c.decode(ids), "ids": ids, "count": int(find_sequence(c.train, ids).size)})
+    return {"subject": subject, "text": int(text_n), "tokens": len(occurrences(c, subject)), "variants": variants}

@@ -4,7 +4,11 @@
   (``passages``, relative to the config file), encoded with the corpus's tokenizer.
 - ``random-chars`` is random keyboard text (``random.Random(random_chars_seed)``) grown until
   it has ``random_chars_tokens`` tokens (default: as many as the fabricated, else the attested, passage).
-- A fabricated subject (``subjects``) must not occur in the training split; an attested one should.
+- Each fluent passage must mention its subject (``subjects``), as a whole word. A fabricated
+  subject must not occur in the training split; an attested one should (whole-word token spans,
+  corpus.occurrences). ``attestation`` reports, per subject, its occurrences and each seed's
+  **exposure**: how many times the seed's ordinary batches held a whole occurrence, before,
+  at and after the injection step (from the pure batch function, lm/batches.py).
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ import string
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from seedlab.corpus import occurrences, whole_word
 from seedlab.errors import SeedlabError
+from seedlab.lm.batches import batch_indices
 from seedlab.twins.config import TwinsConfig
 
 
@@ -29,7 +37,11 @@ def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
             path = base / cfg.passages[cond]
             if not path.is_file():
                 raise SeedlabError(f"passages.{cond}: no such file {str(path)!r}")
-            out[cond] = corpus.encode(path.read_text().strip())
+            text = path.read_text().strip()
+            subject = cfg.subjects.get(cond)
+            if subject and not whole_word(subject).search(text):
+                raise SeedlabError(f"passages.{cond}: {str(path)!r} does not mention its subject {subject!r} (subjects.{cond})")
+            out[cond] = corpus.encode(text)
     if "random-chars" in cfg.conditions:
         fluent = out.get("fluent-fabricated") or out.get("fluent-attested")
         n = cfg.random_chars_tokens or (len(fluent) if fluent else None)
@@ -46,13 +58,36 @@ def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
     return out
 
 
-def check_attestation(cfg: TwinsConfig, corpus, warn: bool = True) -> None:
-    """A fabricated subject must not occur in the training split; an attested one should."""
-    from seedlab.corpus import count
+def attestation(cfg: TwinsConfig, corpus, block_size: int, warn: bool = True) -> dict[str, dict]:
+    """Check every subject against the training split and measure each seed's exposure to it.
 
+    A fabricated subject that occurs is an error; an attested one that does not, a warning.
+    Returns ``{condition: {"subject", "occurrences", "exposure": [{seed, before, at_injection, after}]}}``,
+    where exposure counts (row, occurrence) pairs: a row of step t's ordinary batch holding the
+    whole occurrence (its ``block_size + 1`` tokens include the span)."""
+    out = {}
     for cond, subject in cfg.subjects.items():
-        n = count(corpus, subject)["text"]
+        spans = occurrences(corpus, subject)
+        n = len(spans)
         if cond == "fluent-fabricated" and n > 0:
             raise SeedlabError(f"subjects.fluent-fabricated: {subject!r} occurs {n} times in the training split (not fabricated)")
         if cond == "fluent-attested" and n == 0 and warn:
             print(f"warning: subjects.fluent-attested: {subject!r} does not occur in the training split", file=sys.stderr)
+        out[cond] = {"subject": subject, "occurrences": n, "exposure": [exposure(cfg, len(corpus.train), spans, block_size, k)
+                                                                         for k in cfg.seeds]}
+    return out
+
+
+def exposure(cfg: TwinsConfig, n_tokens: int, spans: np.ndarray, block_size: int, seed: int) -> dict[str, int]:
+    """How many times seed ``seed``'s ordinary batches held one of ``spans`` whole: summed over
+    the steps before the injection step, at it (every row, the one an injected passage replaces
+    included) and after it."""
+    counts = {"seed": seed, "before": 0, "at_injection": 0, "after": 0}
+    if len(spans) == 0:
+        return counts
+    s = cfg.injection_step
+    for t in range(cfg.steps):
+        o = batch_indices(seed, t, n_tokens=n_tokens, batch_size=cfg.batch_size, block_size=block_size)[:, None]
+        n = int(((spans[None, :, 0] >= o) & (spans[None, :, 1] <= o + block_size + 1)).sum())
+        counts["before" if t < s else "at_injection" if t == s else "after"] += n
+    return counts

@@ -195,13 +195,15 @@ def config_record(cfg: TwinsConfig, *, independent: bool, world: World) -> dict:
     return _run_record(cfg, independent, world) | {"injection_rank": world.rank_of_row(cfg.injection_row, cfg.batch_size)}
 
 
-def inputs_record(corpus, passages: dict[str, list[int]]) -> dict:
-    """What ``inputs.json`` holds: what later tools (measure, gradmatch) need without the config's folder."""
+def inputs_record(corpus, passages: dict[str, list[int]], attestation: dict | None = None) -> dict:
+    """What ``inputs.json`` holds: what later tools (measure, gradmatch, report) need without the
+    config's folder; ``attestation``: each subject's occurrences and per-seed exposure (twins/passages.py)."""
     return {
         "corpus": str(corpus.path.resolve()),
         "corpus_sha256": {k: v["sha256"] for k, v in corpus.meta["splits"].items()},
         "eot_id": corpus.eot_id,
         "passages": {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in passages.items()},
+        "attestation": attestation or {},
     }
 
 

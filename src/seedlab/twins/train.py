@@ -36,7 +36,7 @@ from seedlab.lm.trainer import Trainer, make_deterministic, nondeterminism_is_an
 from seedlab.progress import Bar
 from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.passages import check_attestation, load_passages
+from seedlab.twins.passages import attestation, load_passages
 from seedlab.twins.rundir import ConditionDir, RunDir, config_record, inputs_record
 
 
@@ -56,10 +56,10 @@ def run_twins(
     any training: a folder is only created for a run that can start. ``base``: the config's
     folder (passage files are relative to it)."""
     world = world or World()
-    corpus, gcfg, passages = load_inputs(cfg, base, world)  # everything checked before the folder is touched
+    corpus, gcfg, passages, attested = load_inputs(cfg, base, world)  # everything checked before the folder is touched
     _torch_settings(cfg, world)
     rd = RunDir(Path(out))
-    inputs = inputs_record(corpus, passages)
+    inputs = inputs_record(corpus, passages, attested)
     rd.check_inputs(inputs)  # a resumed run: the same passages and corpus
     if world.main:
         rd.start(config_record(cfg, independent=independent, world=world), cfg.preregistration(), inputs)
@@ -132,18 +132,18 @@ def train_condition(where: ConditionDir, start, new_trainer, cfg: TwinsConfig, p
 
 def load_inputs(cfg: TwinsConfig, base: Path, world: World):
     """Everything checked before a run folder is touched: corpus (hashes), passages, attestation, ranks.
-    Returns (corpus, the GPT's config, {condition: passage token ids})."""
+    Returns (corpus, the GPT's config, {condition: passage token ids}, the attestation record)."""
     from seedlab.corpus import load
 
     corpus_dir = Path(cfg.corpus)  # like --out: relative to the current folder
     corpus = load(corpus_dir, verify=True)
     gcfg = cfg.gpt_config(corpus.vocab_size)
-    check_attestation(cfg, corpus, warn=world.main)
     passages = load_passages(cfg, base, corpus)
+    attested = attestation(cfg, corpus, gcfg.block_size, warn=world.main)
     for cond, ids in passages.items():  # inject() checks the same, too late to write nothing
         check_passage(len(ids), gcfg.block_size, f"passages.{cond}")
     check_divisible(cfg.batch_size, cfg.micro_batch, world)
-    return corpus, gcfg, passages
+    return corpus, gcfg, passages, attested
 
 
 def _torch_settings(cfg: TwinsConfig, world: World) -> None:

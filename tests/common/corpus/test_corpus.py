@@ -63,3 +63,16 @@ def test_find_sequence_and_documents_across_chunks():
     for d in corpus.iter_documents(arr, 0, chunk=13):
         rebuilt.extend(d.tolist() + [0])
     assert rebuilt[: len(arr)] == arr.tolist()
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "bpe"])
+def test_count_is_whole_words(tmp_path, docs, tokenizer):
+    """"Nicol" is not counted inside "Nicolson" or "MacNicol", as text or as tokens."""
+    texts = ["Jimmie Nicol played the drums.", "The Nicolson family moved.", "MacNicol said so.", "Nicol, again: Nicol."]
+    src = docs.write(tmp_path, "txt", texts * 5)
+    build.prepare(src, tmp_path / "c", tokenizer=tokenizer, heldout_fraction=0.0, vocab_size=300)
+    got = corpus.count(tmp_path / "c", "Nicol")
+    assert (got["text"], got["tokens"]) == (15, 15)
+    c = corpus.load(tmp_path / "c")
+    spans = corpus.occurrences(c, "Nicol")
+    assert [c.decode(c.train[a:b].tolist()).strip() for a, b in spans] == ["Nicol"] * 15
