@@ -15,8 +15,26 @@ def test_shipped_twins_configs_are_valid(name):
         assert (base / cfg.passages[cond]).is_file()
     s = cfg.injection_step
     assert {s, s + 50, cfg.mid, cfg.steps} <= set(cfg.checkpoint_steps())
+    for cond, subject in cfg.subjects.items():  # each passage is about the subject the config names
+        from seedlab.corpus import whole_word
+
+        assert whole_word(subject).search((base / cfg.passages[cond]).read_text()), (cond, subject)
     if name == "gpt2-124m":  # the paper's protocol
         assert (len(cfg.seeds), cfg.steps, cfg.batch_size, s, cfg.peak_lr, cfg.mid) == (8, 9536, 256, 200, 6e-4, 5050)
+        assert cfg.micro_batch * cfg.gpt_config(50257).block_size * 50257 * 4 < 8e9  # one micro-batch's fp32 logits
+        assert cfg.batch_size % cfg.micro_batch == 0
+
+
+def test_the_gpt2_passages_have_the_papers_length():
+    """194 GPT-2 tokens each, as the paper's passages."""
+    from seedlab.config import load_config
+    from seedlab.corpus.tokenizers import TiktokenGPT2
+
+    pytest.importorskip("tiktoken")
+    cfg, base = load_config(TwinsConfig, "twins", "gpt2-124m")
+    gpt2 = TiktokenGPT2()
+    for cond in ("fluent-fabricated", "fluent-attested"):
+        assert len(gpt2.encode((base / cfg.passages[cond]).read_text().strip())) == 194, cond
 
 
 def test_gpt_config_is_the_preset_with_the_corpus_vocabulary():

@@ -221,3 +221,34 @@ def test_resume_refuses_edited_inputs(setup, tmp_path, seedlab_cli):
     rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
     assert rc == 2 and err.startswith("error: passages.fluent-attested: the passage was edited since"), err
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing written
+
+
+def test_the_disk_plan_is_what_the_run_writes(setup, tmp_path):
+    """The estimate printed before training bounds what a finished design holds (weight checkpoints
+    and kept complete states; small JSON/parquet aside), for each `keep`."""
+    from seedlab.corpus import load
+    from seedlab.twins.rundir import RunDir
+
+    base, cfg = setup
+    for keep in ([], ["prefix", "final"]):
+        design = parse(TwinsConfig, cfg | {"steps": 12, "conditions": ["twin", "fluent-attested"], "keep": keep})
+        out = tmp_path / "-".join(keep or ["none"])
+        run_twins(design, out, base=base, progress=False)
+        plan = RunDir(out).disk_plan(design, design.gpt_config(load(cfg["corpus"]).vocab_size), independent=False)
+        big = sum(p.stat().st_size for p in out.rglob("*.safetensors"))
+        assert abs(big - plan["kept"]) <= 0.02 * plan["kept"]  # the safetensors headers: a few kB
+        assert plan["total"] > plan["kept"]  # the resume state (and an unkept prefix) for a while
+        assert (out / "seed-3" / "prefix.safetensors").is_file() == ("prefix" in keep)
+        assert (out / "seed-3" / "twin" / "final.safetensors").is_file() == ("final" in keep)
+
+
+def test_a_design_the_disk_cannot_hold_is_refused(setup, tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    base, cfg = setup
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 10**6 - 5000, 5000))
+    with pytest.raises(SeedlabError, match=r"^disk: this design needs .* MB more in .*, only 5.0 kB free there"):
+        run_twins(parse(TwinsConfig, cfg), tmp_path / "o", base=base, progress=False)
+    assert not (tmp_path / "o").exists()

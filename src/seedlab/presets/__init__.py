@@ -32,9 +32,20 @@ def find(study: str, name: str) -> Path | None:
 
 
 def files(study: str, name: str) -> list[str]:
-    """The preset's file and the files it names (the twins passages), relative to its folder."""
+    """The preset's file and the files it names (e.g. the twins passages), relative to its folder:
+    every string in the YAML that is the relative path of a file beside it."""
+    import yaml
+
     found = find(study, name)
     if found is None:
         return []
-    extra = sorted(p.relative_to(found.parent).as_posix() for p in (found.parent / "passages").glob("*.txt"))
-    return [found.name, *extra]
+
+    def strings(node) -> list[str]:
+        if isinstance(node, dict):
+            return [s for v in node.values() for s in strings(v)]
+        if isinstance(node, list):
+            return [s for v in node for s in strings(v)]
+        return [node] if isinstance(node, str) else []
+
+    named = {s for s in strings(yaml.safe_load(found.read_text())) if not Path(s).is_absolute() and (found.parent / s).is_file()}
+    return [found.name, *sorted(named)]

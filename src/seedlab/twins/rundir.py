@@ -41,7 +41,7 @@ import torch
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
-from seedlab.lm.model import GPTConfig
+from seedlab.lm.model import GPT, GPTConfig
 from seedlab.store import is_done, mark_done, read_verified, write_json, write_json_if_changed
 from seedlab.twins.config import TwinsConfig
 
@@ -156,6 +156,44 @@ class RunDir:
         if force and world.main:
             shutil.rmtree(out)
 
+    def disk_plan(self, cfg: TwinsConfig, gcfg: GPTConfig, *, independent: bool) -> dict[str, int]:
+        """Bytes the design writes here at most: every weight checkpoint (seeds x conditions x saved
+        steps x one model), the complete states (weights + AdamW moments) of the kept prefixes and,
+        with ``keep: [final]``, of every run's end, and the resume states that exist at once (one;
+        every condition's at s in the independent audit, until each goes on). JSON, parquet and the
+        replica's hashes are small and left out."""
+        with torch.device("meta"):
+            model = GPT(gcfg)
+        weights = sum(v.numel() * v.element_size() for v in model.state_dict().values())
+        state = weights + 2 * sum(p.numel() * p.element_size() for p in model.parameters())  # + exp_avg, exp_avg_sq
+        saved = [t for t in cfg.checkpoint_steps() if independent or t >= cfg.injection_step]
+        runs = len(cfg.seeds) * len(cfg.conditions)
+        plan = {  # what stays
+            "checkpoints": runs * len(saved) * weights,
+            "prefix_states": state * len(cfg.seeds) if "prefix" in cfg.keep and not independent else 0,
+            "final_states": runs * state if "final" in cfg.keep else 0,
+        }
+        kept = sum(plan.values())
+        # and what exists for a while: the resume states (one at a time; every condition's at s in
+        # the independent audit) and a prefix that is not kept (until the seed's forks are done)
+        transient = state * (len(cfg.conditions) if independent else 1) + (0 if plan["prefix_states"] or independent else state)
+        return plan | {"kept": kept, "total": kept + transient, "per_checkpoint": weights,
+                       "checkpoints_per_run": len(saved), "runs": runs}
+
+    def check_disk(self, plan: dict[str, int]) -> str:
+        """Refuse a design the disk cannot hold (what is already in the folder counts as written);
+        returns the line that says what it will use."""
+        written = sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file()) if self.root.is_dir() else 0
+        where = next(p for p in (self.root, *self.root.resolve().parents) if p.exists())
+        free = shutil.disk_usage(where).free
+        line = (f"disk: this design keeps {_size(plan['kept'])} in {self.root} ({plan['runs']} runs x "
+                f"{plan['checkpoints_per_run']} checkpoints x {_size(plan['per_checkpoint'])}, plus "
+                f"{_size(plan['prefix_states'] + plan['final_states'])} of kept complete states; at most {_size(plan['total'])} at once)")
+        if plan["total"] - written > free:
+            raise SeedlabError(f"disk: this design needs {_size(plan['total'] - written)} more in {self.root}, only "
+                               f"{_size(free)} free there (fewer seeds, a sparser checkpoint_every, or keep: [])")
+        return line
+
     def check_inputs(self, inputs: dict) -> None:
         """A folder started before must be resumed with the same inputs: each passage's text and
         token ids and the corpus's hashes as in its ``inputs.json`` (the corpus may have moved).
@@ -182,6 +220,14 @@ class RunDir:
             write_json(self.preregistration, preregistration)
         if not self.inputs.is_file():
             write_json(self.inputs, inputs)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
 
 
 def _run_record(cfg: TwinsConfig, independent: bool, world: World) -> dict:

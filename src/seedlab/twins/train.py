@@ -22,6 +22,7 @@ its slice of each batch (lm/distributed.py); rank 0 writes the files.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -61,6 +62,9 @@ def run_twins(
     rd = RunDir(Path(out))
     inputs = inputs_record(corpus, passages, attested)
     rd.check_inputs(inputs)  # a resumed run: the same passages and corpus
+    disk = rd.check_disk(rd.disk_plan(cfg, gcfg, independent=independent))  # refused when it cannot fit
+    if world.main and progress:
+        print(disk, file=sys.stderr)
     if world.main:
         rd.start(config_record(cfg, independent=independent, world=world), cfg.preregistration(), inputs)
     world.barrier()
