@@ -17,6 +17,11 @@ For paired per-seed values (model A and model B trained from the same seeds):
   and a two-sided sign-flip permutation test (as scipy ``permutation_test``, exact for small n).
 - ``mde_paired`` -- minimum detectable effect of the two-sided paired t-test with n pairs
   (statsmodels ``TTestPower``), as Cohen's d or in raw units.
+- ``tost_paired`` -- paired equivalence test (Schuirmann's two one-sided t-tests, as statsmodels
+  ``ttost_paired``) against bounds ``(low, high)`` on the mean difference, with the (1 - 2·alpha)
+  t interval it is equivalent to. What "no effect" claims need: a non-significant difference is
+  not evidence of a small one; an equivalence test against a stated margin is.
+- ``sign_flip_floor`` -- the smallest p-value the sign-flip permutation test can give with n pairs.
 """
 
 from __future__ import annotations
@@ -107,21 +112,25 @@ def _firth_parts(X, y, beta):
     return loglik + 0.5 * logdet, score, info
 
 
-def _firth_fit(X, y, fix: tuple[int, float] | None = None, tol=1e-9, max_iter=200):
+def _firth_fit(X, y, fix: tuple[int, float] | None = None, tol=1e-9, max_iter=200, start=None):
     """Maximize l(b) + 1/2 log|I(b)| (Firth 1993), optionally with coefficient ``fix[0]`` held at ``fix[1]``.
 
-    Newton steps on the modified score with step halving. Returns ``(beta, penalized loglik)``.
+    Newton steps on the modified score with step halving, from ``start`` (default 0; a profile
+    starts from the unconstrained estimate, where the information is well conditioned).
+    Returns ``(beta, penalized loglik)``.
     """
     k = X.shape[1]
     free = np.ones(k, bool)
-    beta = np.zeros(k)
+    beta = np.zeros(k) if start is None else np.array(start, dtype=float)
     if fix is not None:
         free[fix[0]] = False
         beta[fix[0]] = fix[1]
     pll, score, info = _firth_parts(X, y, beta)
     for _ in range(max_iter):
         step = np.zeros(k)
-        step[free] = np.linalg.solve(info[np.ix_(free, free)], score[free])
+        # least squares: far out on a profile (a fixed coefficient of +-20) the information is
+        # numerically singular, and a pseudo-inverse step still climbs
+        step[free] = np.linalg.lstsq(info[np.ix_(free, free)], score[free], rcond=None)[0]
         for _ in range(40):
             new = _firth_parts(X, y, beta + step)
             if new[0] >= pll - 1e-12:
@@ -141,7 +150,7 @@ def _firth_inference(X, y, j, alpha=0.05):
     se = float(np.sqrt(np.linalg.inv(_firth_parts(X, y, beta)[2])[j, j]))
 
     def lr(b):  # penalized likelihood-ratio statistic for coefficient j == b
-        return 2 * (pll - _firth_fit(X, y, fix=(j, b))[1])
+        return 2 * (pll - _firth_fit(X, y, fix=(j, b), start=beta)[1])
 
     p = float(stats.chi2.sf(max(lr(0.0), 0.0), 1))
     crit = stats.chi2.ppf(1 - alpha, 1)
@@ -150,9 +159,14 @@ def _firth_inference(X, y, j, alpha=0.05):
         step, b = max(se, 1e-3), est
         for _ in range(60):  # walk out until the profile drops below the cut-off, then bracket
             nb = b + direction * step
-            if lr(nb) > crit:
-                return float(optimize.brentq(lambda t: lr(t) - crit, b, nb) if direction > 0
-                             else optimize.brentq(lambda t: lr(t) - crit, nb, b))
+            if lr(nb) > crit:  # bisect: inside (b) at or below the cut-off, outside (nb) above it
+                inside, outside = b, nb
+                for _ in range(60):
+                    mid = (inside + outside) / 2
+                    inside, outside = (inside, mid) if lr(mid) > crit else (mid, outside)
+                    if abs(outside - inside) < 1e-6 * max(1.0, abs(mid)):
+                        break
+                return float((inside + outside) / 2)
             b, step = nb, step * 1.5
         return direction * math.inf
 
@@ -260,3 +274,49 @@ def mde_paired(n: int, sd_diff: float | None = None, *, alpha: float = 0.05, pow
         raise ValueError(f"mde_paired: need n >= 2 pairs, got {n}")
     d = float(np.squeeze(TTestPower().solve_power(nobs=n, alpha=alpha, power=power, alternative="two-sided")))
     return d * sd_diff if sd_diff is not None else d
+
+
+def tost_paired(a, b, margin: float | tuple[float, float], *, alpha: float = 0.05) -> dict:
+    """Paired equivalence test of d = a - b: two one-sided t-tests (TOST, Schuirmann 1987).
+
+    ``margin``: a positive number m for the bounds (-m, +m), or the bounds ``(low, high)`` with
+    low < high. Null: the mean difference lies outside, mu <= low or mu >= high; alternative:
+    low < mu < high. Pairs with a NaN on either side are dropped (``n_dropped``); n >= 2 pairs must
+    remain. Returns ``n, n_dropped, diff`` (mean of d), ``sd_diff, df, low, high``, ``t_low, p_low``
+    (H0: mu <= low, one-sided), ``t_high, p_high`` (H0: mu >= high), ``p`` = max(p_low, p_high)
+    (as statsmodels ``ttost_paired``), ``ci_low, ci_high`` (the t interval at level 1 - 2·alpha, 90%
+    for alpha = 0.05) and ``equivalent``: ``p < alpha``, the same as the interval lying inside
+    (low, high). When all differences are equal the t statistics are undefined: t and p are nan and
+    ``equivalent`` says whether that one difference lies inside the bounds."""
+    low, high = (-float(margin), float(margin)) if np.isscalar(margin) else map(float, margin)
+    if not low < high:
+        raise ValueError(f"tost_paired: need bounds low < high (a positive margin), got ({low}, {high})")
+    a, b = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"tost_paired: a and b need the same length, got {len(a)} and {len(b)}")
+    keep = ~(np.isnan(a) | np.isnan(b))
+    d = a[keep] - b[keep]
+    n = len(d)
+    if n < 2:
+        raise ValueError(f"tost_paired: need at least 2 pairs without NaN, got {n}")
+    diff, sd, df = float(np.mean(d)), float(np.std(d, ddof=1)), n - 1
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(1 - alpha, df)) * se  # half-width of the (1 - 2 alpha) interval
+    if np.all(d == d[0]):
+        t_low = t_high = p_low = p_high = p = math.nan
+        equivalent = bool(low < diff < high)
+    else:
+        t_low, t_high = (diff - low) / se, (diff - high) / se
+        p_low, p_high = float(stats.t.sf(t_low, df)), float(stats.t.cdf(t_high, df))
+        p = max(p_low, p_high)
+        equivalent = bool(p < alpha)
+    return {"n": n, "n_dropped": int((~keep).sum()), "diff": diff, "sd_diff": sd, "df": df, "low": low, "high": high,
+            "t_low": t_low, "p_low": p_low, "t_high": t_high, "p_high": p_high, "p": p,
+            "ci_low": diff - half, "ci_high": diff + half, "equivalent": equivalent}
+
+
+def sign_flip_floor(n: int, *, exact_limit: int = 20, n_resamples: int = 100_000) -> float:
+    """The smallest two-sided p-value ``paired``'s sign-flip test can return with n pairs:
+    2 / 2ⁿ when exact (only the observed sign pattern and its mirror are as extreme; 0.0078 for
+    n = 8), else 2 / (n_resamples + 1). A smaller reported p must come from another test."""
+    return 2 / 2**n if n <= exact_limit else 2 / (n_resamples + 1)

@@ -10,7 +10,16 @@ from scipy import stats
 from scipy.special import expit
 from statsmodels.stats.power import TTestPower
 
-from seedlab.stats import fisher, logit_coefficient, mde_paired, paired, rate_table, wilson
+from seedlab.stats import (
+    fisher,
+    logit_coefficient,
+    mde_paired,
+    paired,
+    rate_table,
+    sign_flip_floor,
+    tost_paired,
+    wilson,
+)
 
 members = summary_of_cells  # (layers, ratio, k, n) cells -> a summary frame
 
@@ -182,3 +191,54 @@ def test_mde_paired_matches_statsmodels():
     assert mde_paired(32) < d and mde_paired(8, power=0.9) > d and mde_paired(8, alpha=0.01) > d
     with pytest.raises(ValueError, match="n >= 2"):
         mde_paired(1)
+
+
+# --------------------------------------------------------------------------- equivalence (TOST)
+
+
+def test_tost_paired_matches_statsmodels_and_the_90_interval():
+    from statsmodels.stats.weightstats import ttost_paired
+
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        a = rng.normal(3.0, 0.2, 8)
+        b = a - rng.normal(0.01, 0.02, 8)
+        for low, high in ((-0.03, 0.03), (-0.01, 0.05)):
+            r = tost_paired(a, b, (low, high))
+            p, (t1, p1, _), (t2, p2, _) = ttost_paired(a, b, low, high)
+            assert r["p"] == pytest.approx(p, rel=1e-10)
+            assert (r["t_low"], r["p_low"], r["t_high"], r["p_high"]) == pytest.approx((t1, p1, t2, p2), rel=1e-10)
+            # equivalent at alpha = 0.05 exactly when the 90% t interval lies inside the bounds
+            ci = stats.ttest_rel(a, b).confidence_interval(confidence_level=0.9)
+            assert (r["ci_low"], r["ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-10)
+            assert r["equivalent"] == (r["p"] < 0.05) == (low < ci.low and ci.high < high)
+    # a symmetric margin is the bounds (-m, m)
+    a, b = rng.normal(size=8), rng.normal(size=8)
+    assert tost_paired(a, b, 0.5)["p"] == tost_paired(a, b, (-0.5, 0.5))["p"]
+
+
+def test_tost_paired_decides_equivalence_not_difference():
+    base = np.linspace(0, 1, 8)
+    noise = np.array([0.1, -0.1, 0.05, -0.05, 0.02, -0.02, 0.01, -0.01])
+    near_zero = tost_paired(base + noise, base, 0.2)  # mean 0, small spread: equivalent within ±0.2
+    assert near_zero["equivalent"] and near_zero["p"] < 0.01
+    assert not tost_paired(base + noise, base, 0.03)["equivalent"]  # inside the 90% half-width (0.04): not shown
+    shifted = tost_paired(base + 1.0 + noise, base, 0.2)  # clearly different: not equivalent
+    assert not shifted["equivalent"] and shifted["p"] > 0.99
+    r = tost_paired(np.arange(8.0) + 0.5, np.arange(8.0), 1.0)  # every difference 0.5: t undefined, the point lies inside
+    assert math.isnan(r["p"]) and r["equivalent"] and r["ci_low"] == r["ci_high"] == 0.5
+    assert not tost_paired(np.arange(8.0) + 0.5, np.arange(8.0), 0.4)["equivalent"]
+    r = tost_paired([1.0, np.nan, 3.0, 4.0], [1.1, 2.0, 2.9, 4.05], 0.5)
+    assert r["n"] == 3 and r["n_dropped"] == 1
+    with pytest.raises(ValueError, match="low < high"):
+        tost_paired(base, base, 0.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        tost_paired([1.0, np.nan], [2.0, 3.0], 1.0)
+
+
+def test_sign_flip_floor_is_the_smallest_p_paired_gives():
+    assert sign_flip_floor(8) == 2 / 256 == pytest.approx(0.0078, abs=1e-4)
+    big = np.arange(8.0) + 10  # every difference positive and large: the most extreme pattern
+    r = paired(big, np.zeros(8))
+    assert r["p_perm"] == sign_flip_floor(8) and r["p_t"] < 1e-4  # a p < 1e-4 with 8 seeds is the t-test's
+    assert sign_flip_floor(25) == 2 / 100_001

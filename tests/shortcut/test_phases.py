@@ -22,7 +22,7 @@ def test_shortcut_only_and_never_learned():
 
 
 def test_rise_while_shortcut_lost_does_not_count():
-    c = _curve(val=[1.0, 1.0, 0.7, 0.7, 1.0, 1.0], adv=[0.1, 0.0, 0.5, 0.6, 0.55, 0.7])
+    c = _curve(val=[1.0, 1.0, 0.7, 0.7, 1.0, 1.0, 1.0], adv=[0.1, 0.0, 0.5, 0.6, 0.55, 0.7, 1.0])
     # the rise at 20-30 happens with validation < 99%; the trough restarts at 40 (0.55), phase 2 from there
     assert member_phases(c)["phase2_epoch"] == 40
 
@@ -32,3 +32,9 @@ def test_table_types():
     df = phases(pd.concat([c.assign(member=0), c.assign(member=1)]))
     assert list(df.columns) == ["member", "shortcut_epoch", "phase2_epoch", "gen_epoch"]
     assert str(df.shortcut_epoch.dtype) == "Int64" and df.phase2_epoch.isna().all()
+
+
+def test_a_wobble_without_generalizing_is_not_phase_2():
+    """A member that never generalizes has no phase-2 onset, however its adversarial accuracy wobbles."""
+    c = _curve(val=[0.5, 1.0, 1.0, 1.0, 1.0], adv=[0.5, 0.02, 0.01, 0.08, 0.03])
+    assert member_phases(c) == {"shortcut_epoch": 10, "phase2_epoch": None, "gen_epoch": None}

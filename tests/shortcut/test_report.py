@@ -79,12 +79,28 @@ def test_headline_rates_and_paper_numbers(tmp_path):
     assert "r = 0.5" in text and "r = 0.9" in text
     # the opening answer is derived from the data
     assert "40 members" in text
-    assert "Yes in direction (not every change is significant at p < 0.05)." in text
+    assert "**Answer from this sweep:** Yes: the flip is shown (1L slope < 0 and 2L slope > 0, intersection-union test p = 0.04" in text
     assert "In sum2-max (weight decay 0.1, heads pooled), 2L rate rises from 0% at r=0.5 to 70% at r=0.9" in text
     assert "1L rate falls from 30% to 0%" in text
     # statistics: Fisher contrasts and the logistic interaction
     assert "Fisher" in text and "0.5 vs 0.9" in text
     assert "dist:cap" in text and "method: firth-profile-lr, separated: True" in text
+    # the flip: both simple slopes and the intersection-union test
+    assert "| task | wd | heads | 1L slope | 2L slope | p (flip) | flip |" in text
+    flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
+    assert flip_row.endswith("| shown |")
+    # the rate at lower cut-offs: 1L r=0.5 members peak at 1.0 (3) or 0.3 + 0.01·seed (never >= 90%)
+    assert "### How the rate depends on the cut-off" in text
+    row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 1L/2H | 0.5 |"))
+    assert row.count("30% [11–60]") == 5
+
+
+def test_a_flip_in_direction_only_is_not_called_shown(tmp_path):
+    make_sweep(tmp_path, {(2, 0.5): 0, (2, 0.9): 7, (1, 0.5): 1, (1, 0.9): 0})
+    text = write_report(tmp_path).read_text()
+    assert "**Answer from this sweep:** In direction only: the flip is not shown (intersection-union test of the flip p = " in text
+    flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
+    assert flip_row.endswith("| not shown |")
 
 
 def test_every_referenced_figure_exists(tmp_path):

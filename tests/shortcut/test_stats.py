@@ -130,3 +130,40 @@ def test_interaction_logit_not_identified():
         interaction_logit(members([(1, 0.5, 2, 10), (2, 0.5, 1, 10), (2, 0.9, 8, 10)]))
     with pytest.raises(ValueError, match="nothing to contrast"):  # nobody generalized
         interaction_logit(members([(c, r, 0, 5) for c in (1, 2) for r in (0.5, 0.9)]))
+
+
+def _flip_frame(k1: dict, k2: dict, n: int = 16) -> pd.DataFrame:
+    """Members of sum2-max at r = 0.5 and 0.9: k1[r] of n 1L members and k2[r] of n 2L ones generalize."""
+    rows = []
+    for layers, ks in ((1, k1), (2, k2)):
+        for r, k in ks.items():
+            rows += [{"task": "sum2-max", "ratio": r, "layers": layers, "generalized": i < k} for i in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_simple_slopes_and_the_flip():
+    from seedlab.shortcut.stats import simple_slopes
+
+    flip = simple_slopes(_flip_frame({0.5: 10, 0.9: 1}, {0.5: 1, 0.9: 12}))
+    assert flip["1L"]["estimate"] < 0 < flip["2L"]["estimate"]
+    assert flip["1L"]["ci_high"] < 0 < flip["2L"]["ci_low"]
+    assert flip["p_flip"] == max(flip["1L"]["p_one_sided"], flip["2L"]["p_one_sided"]) < 0.05 and flip["flip"]
+    # the interaction is there (2L slope > 1L slope) but 1L does not fall: no flip
+    flat = simple_slopes(_flip_frame({0.5: 2, 0.9: 2}, {0.5: 1, 0.9: 12}))
+    assert flat["2L"]["p_one_sided"] < 0.05 and flat["1L"]["p_one_sided"] > 0.3 and not flat["flip"]
+    # the 1L slope equals the dist coefficient of interaction_logit's fit
+    from seedlab.shortcut.stats import _design
+    from seedlab.stats import logit_coefficient
+
+    X, y = _design(_flip_frame({0.5: 10, 0.9: 1}, {0.5: 1, 0.9: 12}))
+    assert logit_coefficient(X, y, 1)["estimate"] == pytest.approx(flip["1L"]["estimate"])
+
+
+def test_a_three_layer_model_is_not_one_layer():
+    from seedlab.shortcut.stats import interaction_logit, simple_slopes
+
+    df = _flip_frame({0.5: 10, 0.9: 1}, {0.5: 1, 0.9: 12})
+    three = pd.concat([df, df[df.layers == 2].assign(layers=3)])
+    for fn in (interaction_logit, simple_slopes):
+        with pytest.raises(ValueError, match=r"capacity: compares 1- and 2-layer models, got layers \[3\]"):
+            fn(three)

@@ -6,7 +6,8 @@
                     (the trough's epoch)
     gen_epoch       first evaluation with adversarial accuracy 100% (as in summary.parquet)
 
-Members that never learn the shortcut, or never rise, get <NA>.
+Members that never learn the shortcut, or never rise, get <NA>; so does the phase-2 onset of a
+member that never generalizes (a rise of a few points that goes nowhere is not phase 2).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def member_phases(curve: pd.DataFrame, val_level: float = VAL_LEVEL, rise: float
     if not len(learned):
         return out
     out["shortcut_epoch"] = int(learned[0])
+    if out["gen_epoch"] is None:  # phase 2 is the climb to the rule: only generalizing members have one
+        return out
     trough_acc, trough_epoch = float("inf"), None
     for epoch, row in wide.loc[learned[0] :].iterrows():
         if row["val"] < val_level:  # the shortcut slipped: the trough restarts
