@@ -47,9 +47,11 @@ def preflight_ray(address: str | None) -> None:
 
 
 def run_ray(
-    fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], *, address: str | None, cpus_per_job: float = 1.0
+    fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], *, address: str | None, cpus_per_job: float = 1.0,
+    gpus_per_job: float = 0.0,
 ) -> None:
-    """Run each spec as a Ray task: on the cluster at ``address``, or on a new local cluster."""
+    """Run each spec as a Ray task: on the cluster at ``address``, or on a new local cluster.
+    ``gpus_per_job``: the GPUs each task asks Ray for (a fraction lets several share one GPU)."""
     preflight_ray(address)
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")  # keep Ray's C++ retry warnings off stderr
     import ray
@@ -62,7 +64,7 @@ def run_ray(
             hint = "" if os.environ.get("RAY_AUTH_MODE") else " (a token-authenticated cluster also needs RAY_AUTH_MODE=token, or use --ray-address auto on its head node)"
             raise SeedlabError(f"--ray-address: could not connect to Ray at {address!r}: {str(err).splitlines()[0]}{hint}") from None
     try:
-        remote = ray.remote(num_cpus=cpus_per_job)(fn)
+        remote = ray.remote(num_cpus=cpus_per_job, num_gpus=gpus_per_job)(fn)
         pending = {remote.remote(spec): spec for spec in specs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -133,6 +133,9 @@ def test_paper_preset_plans():
     jobs = plan(cfg)
     assert cfg.data.n_train == 16384 and cfg.train.epochs == 15000 and cfg.train.batch_size is None
     assert sum(len(j.config["members"]) for j in jobs) == 1140
+    # "100% at any point": adversarial accuracy every epoch; gradients and checkpoints through the phases
+    assert cfg.train.adv_every == 1 and cfg.train.gradients.enabled
+    assert len([e for e in cfg.train.checkpoint_epochs if e <= 1000]) >= 8
 
 
 def test_ray_executor_joins_a_running_cluster(tmp_path):
@@ -165,3 +168,27 @@ def test_analyze_a_sweep_uses_global_member_ids(tmp_path):
     text = write_report(out).read_text()
     for png in ("fingerprints.png", "ablation.png"):
         assert f"({png})" in text and (out / png).stat().st_size > 1000
+
+
+def test_ray_tasks_ask_for_a_gpu_share_when_training_on_cuda(tmp_path, monkeypatch):
+    """train.device cuda: each Ray task asks for gpus_per_job GPUs (a fraction shares one); on CPU, none."""
+    pytest.importorskip("ray")
+    from seedlab import executors
+    from seedlab.shortcut.sweep import run_sweep
+
+    asked = []
+    monkeypatch.setattr(executors, "run_ray", lambda fn, specs, on_done, **kw: asked.append(kw["gpus_per_job"]))
+    cuda = parse(SweepConfig, SMALL | {"train": SMALL["train"] | {"device": "cuda"}, "gpus_per_job": 0.25})
+    run_sweep(cuda, tmp_path / "gpu", executor="ray", progress=False)
+    run_sweep(parse(SweepConfig, SMALL | {"gpus_per_job": 0.25}), tmp_path / "cpu", executor="ray", progress=False)
+    assert asked == [0.25, 0.0]
+    with pytest.raises(Exception, match="gpus_per_job"):
+        parse(SweepConfig, SMALL | {"gpus_per_job": 2})
+
+
+def test_the_chunk_follows_the_device():
+    from seedlab.shortcut.config import CHUNK_CPU, CHUNK_CUDA, TrainConfig
+
+    assert TrainConfig().chunk_rows() == CHUNK_CPU == 8192
+    assert TrainConfig(device="cuda:1").chunk_rows() == CHUNK_CUDA
+    assert TrainConfig(chunk=512, device="cuda").chunk_rows() == 512 and TrainConfig(chunk=None).chunk_rows() is None

@@ -100,3 +100,16 @@ def test_stop_when_decided(monkeypatch):
     r = train_ensemble(cfg, members=cfg.expand()[:2], progress=False)
     assert r.epochs_run == 6
     assert list(r.summary.gen_epoch) == [6, 6]
+
+
+def test_adv_every_sees_what_evaluating_every_epoch_sees():
+    """train.adv_every checks adversarial accuracy between the evaluations: the outcome ("100% at any
+    point", the peak) is that of evaluating every epoch, while the curves keep the coarser cadence."""
+    every = train_ensemble(_cfg(train={"eval_every": 1, "epochs": 12}), progress=False)
+    sparse = train_ensemble(_cfg(train={"eval_every": 6, "adv_every": 1, "epochs": 12}), progress=False)
+    coarse = train_ensemble(_cfg(train={"eval_every": 6, "epochs": 12}), progress=False)
+    cols = ["generalized", "gen_epoch", "peak_adv_acc"]
+    pd.testing.assert_frame_equal(sparse.summary[cols], every.summary[cols])
+    assert sorted(sparse.curves.epoch.unique()) == [0, 6, 12]
+    assert (coarse.summary.peak_adv_acc <= every.summary.peak_adv_acc).all()
+    assert (coarse.summary.peak_adv_acc < every.summary.peak_adv_acc).any()  # the cadence mattered here

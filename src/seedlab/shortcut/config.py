@@ -81,18 +81,34 @@ class GradientsConfig(Strict):
     sample: Annotated[int, Field(ge=0)] = 64  # examples per group for per-example gradient norms (0: skip)
 
 
+CHUNK_CPU, CHUNK_CUDA = 8192, 262144  # member-rows per piece for chunk: "auto"
+
+
 class TrainConfig(Strict):
     epochs: Pos = 15000  # passes over the training split (paper)
     batch_size: Pos | None = None  # samples per step; null = full batch (not stated)
     # a batch is run in pieces of about `chunk` member-rows (chunk // members rows each); the
-    # pieces' gradients are summed: same math, activations stay cache-sized (benchmarks/)
-    chunk: Pos | None = 8192
-    eval_every: Pos = 10  # epochs between evaluations of train/val/adv
+    # pieces' gradients are summed: same math. "auto": 8,192 on CPU (activations stay
+    # cache-sized, benchmarks/), 262,144 on CUDA (a paper-scale full-batch step of 64 members x
+    # 16,384 rows in 4 pieces, ~2 GB of activations, not thousands of small kernel launches);
+    # null: the whole batch at once
+    chunk: Pos | Literal["auto"] | None = "auto"
+    eval_every: Pos = 10  # epochs between evaluations of train/val/adv (the curves)
+    # epochs between checks of adversarial accuracy alone, between evaluations: the paper counts a
+    # member as generalized when it reaches 100% "at any point", so short-lived hits are not missed;
+    # null: only at the evaluations
+    adv_every: Pos | None = None
     stop_when_decided: bool = False  # stop once every member has generalized
     checkpoint_epochs: list[int] = []  # epochs at which all members' weights are saved
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
     threads: Pos | None = None  # torch intra-op threads on CPU; null = torch's default
     gradients: GradientsConfig = GradientsConfig()
+
+    def chunk_rows(self) -> int | None:
+        """Member-rows per forward piece on this config's device (see ``chunk``)."""
+        if self.chunk != "auto":
+            return self.chunk
+        return CHUNK_CUDA if self.device.startswith("cuda") else CHUNK_CPU
 
     @field_validator("checkpoint_epochs")
     @classmethod
@@ -268,3 +284,6 @@ class SweepConfig(Strict):
     train: TrainConfig = TrainConfig()
     grid: Grids = SweepGrid()  # one grid, or several (their union, duplicates dropped)
     max_members: Pos = 64  # members per ensemble job (bounds memory)
+    # GPUs a Ray task asks for when train.device is CUDA: 1, or a fraction so that several ensemble
+    # jobs share one GPU (0.25: four per GPU); ignored on CPU (and by the local executor)
+    gpus_per_job: Annotated[float, Field(gt=0, le=1)] = 1.0

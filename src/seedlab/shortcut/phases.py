@@ -18,8 +18,11 @@ VAL_LEVEL = 0.99  # "validation stays >= 99%"
 RISE = 0.05  # adversarial accuracy must climb this much above its trough to count as phase 2
 
 
-def member_phases(curve: pd.DataFrame, val_level: float = VAL_LEVEL, rise: float = RISE) -> dict[str, int | None]:
-    """``curve``: one member's rows (epoch, split, acc)."""
+def member_phases(curve: pd.DataFrame, val_level: float = VAL_LEVEL, rise: float = RISE,
+                  generalized: bool | None = None) -> dict[str, int | None]:
+    """``curve``: one member's rows (epoch, split, acc). ``generalized``: whether the member
+    generalized (e.g. seen by ``train.adv_every`` checks between the curve's evaluations);
+    None: read off the curve."""
     wide = curve.pivot_table(index="epoch", columns="split", values="acc").sort_index()
     out: dict[str, int | None] = {"shortcut_epoch": None, "phase2_epoch": None, "gen_epoch": None}
     gen = wide.index[wide["adv"] >= 1.0]
@@ -28,7 +31,7 @@ def member_phases(curve: pd.DataFrame, val_level: float = VAL_LEVEL, rise: float
     if not len(learned):
         return out
     out["shortcut_epoch"] = int(learned[0])
-    if out["gen_epoch"] is None:  # phase 2 is the climb to the rule: only generalizing members have one
+    if not (out["gen_epoch"] is not None if generalized is None else generalized):  # phase 2 is the climb to the rule
         return out
     trough_acc, trough_epoch = float("inf"), None
     for epoch, row in wide.loc[learned[0] :].iterrows():
@@ -43,9 +46,12 @@ def member_phases(curve: pd.DataFrame, val_level: float = VAL_LEVEL, rise: float
     return out
 
 
-def phases(curves: pd.DataFrame) -> pd.DataFrame:
-    """Phase epochs for every member in a curves table (member, epoch, split, acc, ...)."""
-    rows = [{"member": m, **member_phases(c)} for m, c in curves.groupby("member", sort=True)]
+def phases(curves: pd.DataFrame, generalized=None) -> pd.DataFrame:
+    """Phase epochs for every member in a curves table (member, epoch, split, acc, ...);
+    ``generalized``: the members that generalized (None: read off the curves)."""
+    gen = None if generalized is None else set(generalized)
+    rows = [{"member": m, **member_phases(c, generalized=None if gen is None else m in gen)}
+            for m, c in curves.groupby("member", sort=True)]
     df = pd.DataFrame(rows, columns=["member", "shortcut_epoch", "phase2_epoch", "gen_epoch"])
     for col in ("shortcut_epoch", "phase2_epoch", "gen_epoch"):
         df[col] = df[col].astype("Int64")

@@ -160,5 +160,6 @@ def run_sweep(
             if executor == "local":  # one job at a time: show its epochs too
                 run_local(functools.partial(run_job, on_eval=note), specs, on_done)
             else:
-                run_ray(run_job, specs, on_done, address=ray_address)
+                gpus = cfg.gpus_per_job if cfg.train.device.startswith("cuda") else 0.0
+                run_ray(run_job, specs, on_done, address=ray_address, gpus_per_job=gpus)
         return aggregate(sweep, jobs)

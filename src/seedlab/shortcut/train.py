@@ -71,11 +71,13 @@ class Outcome:
 
     def update(self, epoch: int, metrics: dict[str, float]) -> None:
         """Fold one evaluation in: generalization is adversarial accuracy of exactly 100%."""
-        adv = metrics["adv_acc"]
+        self.see_adv(epoch, metrics["adv_acc"])
+        self.final, self.final_epoch = dict(metrics), epoch
+
+    def see_adv(self, epoch: int, adv: float) -> None:
         self.peak_adv_acc = max(self.peak_adv_acc, adv)
         if adv == 1.0 and not self.generalized:
             self.generalized, self.gen_epoch = True, epoch
-        self.final, self.final_epoch = dict(metrics), epoch
 
     @property
     def retained(self) -> bool:
@@ -189,7 +191,8 @@ def train_ensemble(
     xtr, ytr, _ = data["train"]
     n = xtr.shape[1]  # training samples per member
     bs = tc.batch_size or n  # samples per optimizer step
-    chunk = min(max(1, tc.chunk // S) if tc.chunk else bs, bs)  # samples per member in one forward piece
+    rows = tc.chunk_rows()  # member-rows per piece on this device
+    chunk = min(max(1, rows // S) if rows else bs, bs)  # samples per member in one forward piece
     run = None if out is None else RunDir(out).start()
     if run is not None:
         write_yaml(run.config_path, cfg.model_dump(mode="json"))
@@ -204,10 +207,14 @@ def train_ensemble(
                 order = _batch_orders(members, n, epoch).to(dev) if bs < n else None
                 train_epoch(model, opt, xtr, ytr, batch_size=bs, chunk=chunk, order=order)
             last = epoch == tc.epochs
-            decided = False  # every member has generalized and train.stop_when_decided: stop now
-            if evaluation.due(epoch, last):
+            checked = evaluation.due(epoch, last)
+            if checked:
                 evaluation(epoch)
-                decided = epoch > 0 and tc.stop_when_decided and evaluation.n_generalized == S
+            elif tc.adv_every and epoch % tc.adv_every == 0:  # adversarial accuracy alone, in between
+                evaluation.check_adv(epoch)
+                checked = True
+            # every member has generalized and train.stop_when_decided: stop now
+            decided = checked and epoch > 0 and tc.stop_when_decided and evaluation.n_generalized == S
             if grad_log.due(epoch, last, decided):
                 grad_log(epoch)
             if checkpoints.due(epoch, decided):
@@ -219,7 +226,7 @@ def train_ensemble(
 
     curves = evaluation.curves()
     summary = summarize(members, evaluation.outcomes, cfg)
-    ph = phases(curves).set_index("member")
+    ph = phases(curves, generalized=[i for i, oc in enumerate(evaluation.outcomes) if oc.generalized]).set_index("member")
     summary["shortcut_epoch"] = ph["shortcut_epoch"].reindex(summary["member"]).to_numpy()
     summary["phase2_epoch"] = ph["phase2_epoch"].reindex(summary["member"]).to_numpy()
     grads = grad_log.table()
@@ -268,6 +275,13 @@ class Evaluation:
             oc.update(epoch, {k: float(v[i]) for k, v in metrics.items()})
         if self.on_eval is not None:
             self.on_eval(epoch, metrics)
+
+    def check_adv(self, epoch: int) -> None:
+        """Adversarial accuracy alone (``train.adv_every``): a member reaching 100% here has
+        generalized at this epoch; the curves and the last evaluation are left as they are."""
+        acc, _ = evaluate(self.model, *self.data["adv"][:2], chunk=self.chunk)
+        for i, oc in enumerate(self.outcomes):
+            oc.see_adv(epoch, float(acc[i]))
 
     @property
     def n_generalized(self) -> int:
