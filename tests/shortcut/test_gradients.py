@@ -73,3 +73,37 @@ def test_training_writes_gradients(tmp_path):
     full = g[g.member == 2]  # r = 1: no anti-shortcut samples, so no conflict to measure
     assert full.cosine.isna().all() and full.per_example_ratio.isna().all()
     assert g[g.member < 2].cosine.between(-1, 1).all()
+
+
+def test_pair_cosine_is_the_mean_over_pairs_of_examples():
+    """pair_cosine = mean over (consistent i, anti j) of cos(grad l_i, grad l_j), against a double loop."""
+    from seedlab.shortcut.gradients import _sample
+
+    torch.manual_seed(1)
+    S, n, k = 2, 40, 5
+    ens = EnsembleTransformer(ModelConfig(layers=1, heads=2), S, 10, 5, 2)
+    ens.init_members([3, 4])
+    x, y = torch.randint(0, 10, (S, n, 5)), torch.randint(0, 2, (S, n))
+    cons = torch.rand(S, n) < 0.6
+    got = measure(ens, x, y, cons, [0.6, 0.6], epoch=0, chunk=16, sample=k, seed=9)
+    ic, ia = _sample(cons, True, k, 9), _sample(cons, False, k, 10)
+    for i in range(S):
+        solo = _solo(ens, i)
+        gc = [_grad(solo, x[i, j : j + 1], y[i, j : j + 1]) for j in ic[i].tolist()]
+        ga = [_grad(solo, x[i, j : j + 1], y[i, j : j + 1]) for j in ia[i].tolist()]
+        want = np.mean([F.cosine_similarity(a, b, dim=0).item() for a in gc for b in ga])
+        assert got.pair_cosine.iloc[i] == pytest.approx(want, rel=1e-4, abs=1e-6)
+
+
+def test_expected_ratio_of_a_calibrated_model():
+    """r/(1-r) for two classes; for k classes, the logit-gradient norms of a model that predicts the
+    shortcut class with probability r and the others with (1-r)/(k-1), computed directly."""
+    from seedlab.shortcut.gradients import expected_ratio
+
+    assert expected_ratio(0.9, 2) == pytest.approx(9.0) and expected_ratio(0.5, 2) == pytest.approx(1.0)
+    for r, k in ((0.9, 3), (0.333, 3), (0.7, 5)):
+        p = np.full(k, (1 - r) / (k - 1))
+        p[0] = r
+        cons = np.linalg.norm(p - np.eye(k)[0])
+        anti = np.linalg.norm(p - np.eye(k)[1])
+        assert expected_ratio(r, k) == pytest.approx(anti / cons)

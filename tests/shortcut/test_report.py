@@ -174,3 +174,7 @@ def test_mechanism_section_from_a_real_sweep(tmp_path):
     assert "### Phases" in text and "| 2L/1H | 0.9 | 2 |" in text
     for png in ("grad_conflict.png", "grad_amplification.png"):
         assert f"({png})" in text and (tmp_path / png).stat().st_size > 1000
+    # both conflict measures, first → last, per depth and outcome at the top ratio
+    assert "### Gradient conflict: which measure resolves toward 0" in text
+    assert "| model | generalized | members | cosine | pair_cosine |" in text
+    assert re.search(r"\| 2L \| (yes|no) \| 2 \| -?[0-9.]+ → -?[0-9.]+ \| -?[0-9.]+ → -?[0-9.]+ \|", text)

@@ -242,22 +242,26 @@ def gradient_figures(summary: pd.DataFrame, folder: Folder) -> list[Fig]:
 
 
 def grad_conflict_figure(g: pd.DataFrame, folder: Folder) -> Fig:
-    """Cosine between the consistent-sample and anti-sample gradients over training, at the highest r."""
-    fig, axes = new_figure(1, 1, w=5.0)
-    ax = axes[0]
+    """Both conflict measures over training, at the highest r: the cosine of the groups' mean gradients
+    and the mean pairwise per-example cosine (shortcut/gradients.py)."""
+    measures = [("cosine", "cos(mean g_consistent, mean g_anti)"), ("pair_cosine", "mean pairwise cos(g_i, g_j)")]
+    measures = [(c, lab) for c, lab in measures if c in g and g[c].notna().any()]
+    fig, axes = new_figure(1, len(measures), w=4.6 * len(measures))
     top = g["ratio"].max()
-    for i, (layers, d) in enumerate(sorted(g[g["ratio"] == top].groupby("layers"), key=lambda kv: -kv[0])):
-        for _, m in d.groupby("member"):
-            ax.plot(m["epoch"], m["cosine"], color=f"C{i}", lw=0.7, alpha=0.5)
-        ax.plot([], [], color=f"C{i}", label=f"{layers}L")
-        med = d.groupby("epoch")["cosine"].median()
-        ax.plot(med.index, med.values, color=f"C{i}", lw=2.2)
-    ax.axhline(0, color="gray", lw=1, ls="--")
-    ax.set(xlabel="epoch", ylabel="cos(g_consistent, g_anti)", title=f"gradient conflict at r = {top:g}")
-    ax.legend()
+    for ax, (col, label) in zip(axes, measures):
+        for i, (layers, d) in enumerate(sorted(g[g["ratio"] == top].groupby("layers"), key=lambda kv: -kv[0])):
+            for _, m in d.groupby("member"):
+                ax.plot(m["epoch"], m[col], color=f"C{i}", lw=0.7, alpha=0.5)
+            ax.plot([], [], color=f"C{i}", label=f"{layers}L")
+            med = d.groupby("epoch")[col].median()
+            ax.plot(med.index, med.values, color=f"C{i}", lw=2.2)
+        ax.axhline(0, color="gray", lw=1, ls="--")
+        ax.set(xlabel="epoch", ylabel=label, title=f"gradient conflict at r = {top:g}")
+        ax.legend()
     return Fig("Gradient conflict over training", save_figure(fig, folder.figure("grad_conflict.png")),
-               "Cosine between the consistent-sample and anti-sample gradients (thin: seeds; thick: median). The "
-               "paper: negative at first; in 2L at high r it resolves toward 0 as the model generalizes, in 1L it persists.")
+               "Thin: seeds; thick: median. Left: the cosine of the two groups' mean gradients; right: the mean cosine "
+               "over pairs of one consistent and one anti example. The paper: negative at first, resolving toward 0 in "
+               "2L at high r; the table below says which of the two measures does that here.")
 
 
 def grad_amplification_figure(g: pd.DataFrame, folder: Folder) -> Fig:
@@ -269,8 +273,9 @@ def grad_amplification_figure(g: pd.DataFrame, folder: Folder) -> Fig:
         ax.scatter(dd["expected_ratio"], dd["per_example_ratio"], s=8, alpha=0.4, color=f"C{i}", label=f"{layers}L")
     if len(d):
         lim = [d["expected_ratio"].min(), d["expected_ratio"].max()]
-        ax.plot(lim, lim, ls="--", color="gray", lw=1, label="ratio = r/(1-r)")
-    ax.set(xlabel="r / (1 - r)", ylabel="per-example gradient norm, anti / consistent", yscale="log")
+        ax.plot(lim, lim, ls="--", color="gray", lw=1, label="a calibrated model's ratio")
+    ax.set(xlabel="calibrated model's ratio (r/(1-r) for two classes)", ylabel="per-example gradient norm, anti / consistent",
+           yscale="log")
     ax.legend(fontsize=8)
     return Fig("Gradient amplification", save_figure(fig, folder.figure("grad_amplification.png")),
                "Each dot is one member at one measurement. Once the shortcut saturates, anti-shortcut samples carry "

@@ -4,14 +4,28 @@ Per member, on its training split, with the current weights:
 
     g_c = grad of the mean loss over shortcut-consistent samples
     g_a = grad of the mean loss over anti-shortcut samples
-    cosine       = <g_c, g_a> / (|g_c| |g_a|)        conflict: negative early, -> 0 as 2L generalizes
+    cosine       = <g_c, g_a> / (|g_c| |g_a|)        conflict of the two groups' *mean* gradients
+    pair_cosine  = mean over i in c, j in a of cos(grad l_i, grad l_j)
+                 = <mean_i u_i, mean_j v_j>           (u, v the unit per-example gradients): how much a
+                                                      typical consistent and a typical anti example pull
+                                                      together; on the ``sample`` examples of each group
     share_c/a    = <(n_g/n) g_g, g> / |g|^2           each group's share of the full-batch gradient
                                                       g = (n_c g_c + n_a g_a) / n; the shares sum to 1
-    per_example_ratio = mean_j |grad l_j| over anti / over consistent   amplification; compare r/(1-r)
+    per_example_ratio = mean_j |grad l_j| over anti / over consistent   amplification
+    expected_ratio    = the same ratio for a *calibrated* model that predicts the shortcut's class
+                        with probability r and the other k - 1 classes with (1 - r)/(k - 1) each,
+                        measured on the logits' gradient (p - onehot):
+                        sqrt((r² + (1 - q)² + (k - 2) q²) / ((1 - r)² k / (k - 1))), q = (1 - r)/(k - 1);
+                        r / (1 - r) for k = 2
 
-Per-example norms use ``sample`` examples of each group (vmap of per-example gradients);
-the group gradients use the whole split, in chunks. All members at once: their losses are
-independent, so the gradient of the sum is each member's own.
+The paper says the conflict "starts negative and resolves toward 0" as 2L models generalize.
+``cosine`` compares the group means, which align once the rule fits both groups (it tends to +1);
+``pair_cosine`` averages over pairs of examples, whose individual gradients stay nearly orthogonal
+in a model with many parameters (it tends to 0): the report shows both.
+
+Per-example gradients use ``sample`` examples of each group (vmap); the group gradients use
+the whole split, in chunks. All members at once: their losses are independent, so the gradient
+of the sum is each member's own.
 """
 
 from __future__ import annotations
@@ -24,7 +38,16 @@ from torch.func import functional_call, grad, vmap
 
 from seedlab.shortcut.model import EnsembleTransformer
 
-COLUMNS = ["member", "epoch", "cosine", "norm_consistent", "norm_anti", "share_consistent", "share_anti", "per_example_ratio", "expected_ratio"]
+COLUMNS = ["member", "epoch", "cosine", "pair_cosine", "norm_consistent", "norm_anti", "share_consistent", "share_anti",
+           "per_example_ratio", "expected_ratio"]
+
+
+def expected_ratio(r: float, k: int) -> float:
+    """Amplification a calibrated model would show (module docstring): anti / consistent gradient norm."""
+    if r >= 1:
+        return float("inf")
+    q = (1 - r) / (k - 1)
+    return float(np.sqrt((r**2 + (1 - q) ** 2 + (k - 2) * q**2) / ((1 - r) ** 2 * k / (k - 1))))
 
 
 def _flat_dot(a: list[Tensor], b: list[Tensor]) -> Tensor:
@@ -53,8 +76,8 @@ def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent
     return g_c, g_a, n_c, n_a
 
 
-def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
-    """|grad l_j| for each member and example: x [S, K, L], y [S, K] -> [S, K]."""
+def per_example_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
+    """grad l_j flattened over the parameters, per member and example: x [S, K, L], y [S, K] -> [S, K, P]."""
     params = {k: v.detach() for k, v in model.named_parameters()}
 
     def loss_one(p: dict[str, Tensor], xj: Tensor, yj: Tensor) -> Tensor:
@@ -62,8 +85,18 @@ def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tenso
         return torch.nn.functional.cross_entropy(logits[:, 0], yj, reduction="sum")  # members add up
 
     grads = vmap(grad(loss_one), in_dims=(None, 1, 1))(params, x, y)  # each [K, S, ...]
-    sq = sum(g.flatten(2).pow(2).sum(2) for g in grads.values())  # [K, S]
-    return sq.sqrt().T
+    return torch.cat([g.flatten(2) for g in grads.values()], dim=2).transpose(0, 1)  # [S, K, P]
+
+
+def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
+    """|grad l_j| for each member and example: x [S, K, L], y [S, K] -> [S, K]."""
+    return per_example_grads(model, x, y).norm(dim=2)
+
+
+def mean_pair_cosine(a: Tensor, b: Tensor) -> Tensor:
+    """Mean over all pairs (i, j) of cos(a_i, b_j), per member: a [S, K, P], b [S, M, P] -> [S]."""
+    unit = lambda t: t / t.norm(dim=2, keepdim=True).clamp_min(1e-30)  # noqa: E731
+    return (unit(a).mean(1) * unit(b).mean(1)).sum(1)
 
 
 def _sample(consistent: Tensor, group: bool, k: int, seed: int) -> Tensor:
@@ -80,9 +113,11 @@ def _sample(consistent: Tensor, group: bool, k: int, seed: int) -> Tensor:
 
 
 def measure(
-    model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, ratios: list[float], epoch: int, *, chunk: int, sample: int, seed: int = 0
+    model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, ratios: list[float], epoch: int, *, chunk: int, sample: int,
+    seed: int = 0, classes: list[int] | None = None,
 ) -> pd.DataFrame:
-    """One measurement of every member: a frame with ``COLUMNS``."""
+    """One measurement of every member: a frame with ``COLUMNS``; ``classes``: each member's
+    number of classes k (default 2), for ``expected_ratio``."""
     g_c, g_a, n_c, n_a = group_gradients(model, x, y, consistent, chunk)
     norm_c, norm_a = _flat_dot(g_c, g_c).sqrt(), _flat_dot(g_a, g_a).sqrt()
     cosine = _flat_dot(g_c, g_a) / (norm_c * norm_a)
@@ -93,23 +128,26 @@ def measure(
     share_c = w_c * _flat_dot(g_c, total) / tt
     share_a = w_a * _flat_dot(g_a, total) / tt
     per_example_ratio = torch.full_like(cosine, float("nan"))
+    pair_cosine = torch.full_like(cosine, float("nan"))
     if sample > 0:
         dev = x.device
         ic, ia = _sample(consistent.cpu(), True, sample, seed).to(dev), _sample(consistent.cpu(), False, sample, seed + 1).to(dev)
         take = lambda idx: (torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx))
-        pc, pa = per_example_norms(model, *take(ic)), per_example_norms(model, *take(ia))
-        per_example_ratio = pa.mean(1) / pc.mean(1)
+        gc, ga = per_example_grads(model, *take(ic)), per_example_grads(model, *take(ia))
+        per_example_ratio = ga.norm(dim=2).mean(1) / gc.norm(dim=2).mean(1)
+        pair_cosine = mean_pair_cosine(gc, ga)
     has_both = (consistent.any(1) & (~consistent).any(1)).to(cosine.device)
     nan = torch.tensor(float("nan"), device=cosine.device)
-    cols = {k: torch.where(has_both, v, nan) for k, v in dict(cosine=cosine, per_example_ratio=per_example_ratio).items()}
-    r = np.asarray(ratios, dtype=float)
-    with np.errstate(divide="ignore"):
-        expected = np.where(r < 1, r / (1 - r), np.inf)
+    both = dict(cosine=cosine, pair_cosine=pair_cosine, per_example_ratio=per_example_ratio)
+    cols = {k: torch.where(has_both, v, nan) for k, v in both.items()}
+    classes = classes or [2] * len(ratios)
+    expected = np.array([expected_ratio(r, k) for r, k in zip(ratios, classes, strict=True)])
     return pd.DataFrame(
         {
             "member": np.arange(len(ratios)),
             "epoch": epoch,
             "cosine": cols["cosine"].detach().cpu().numpy(),
+            "pair_cosine": cols["pair_cosine"].detach().cpu().numpy(),
             "norm_consistent": norm_c.detach().cpu().numpy(),
             "norm_anti": norm_a.detach().cpu().numpy(),
             "share_consistent": share_c.detach().cpu().numpy(),

@@ -299,6 +299,7 @@ class GradientLog:
                  cfg: GradientsConfig, *, chunk: int):
         self.model, self.train, self.cfg, self.chunk = model, train, cfg, chunk
         self.ratios = [m.ratio for m in members]
+        self.classes = [get_task(m.task).n_classes for m in members]
         self.frames: list[pd.DataFrame] = []
 
     def due(self, epoch: int, last: bool, decided: bool) -> bool:
@@ -307,7 +308,8 @@ class GradientLog:
     def __call__(self, epoch: int) -> None:
         x, y, consistent = self.train
         df = measure_gradients(
-            self.model, x, y, consistent, self.ratios, epoch, chunk=self.chunk, sample=self.cfg.sample, seed=epoch
+            self.model, x, y, consistent, self.ratios, epoch, chunk=self.chunk, sample=self.cfg.sample, seed=epoch,
+            classes=self.classes,
         )
         self.frames.append(df)
 
