@@ -27,6 +27,9 @@ corpus_app = typer.Typer(help="Token corpora for the twins study (local files, O
 app.add_typer(corpus_app, name="corpus")
 twins_app = typer.Typer(help="The single-example counterfactual: seed-matched twins that differ in one row.", no_args_is_help=True)
 app.add_typer(twins_app, name="twins")
+attribution_app = typer.Typer(help="Influence estimators against measured single-row counterfactuals (a bank of forks).",
+                              no_args_is_help=True)
+app.add_typer(attribution_app, name="attribution")
 presets_app = typer.Typer(help="The configs seedlab ships: every CONFIG argument also takes a preset's name.",
                           invoke_without_command=True)
 app.add_typer(presets_app, name="presets")
@@ -111,10 +114,12 @@ def shortcut_analyze(
     run: Annotated[Path, typer.Argument(help="a run folder (shortcut train) or a sweep folder")],
     n: Annotated[int, typer.Option(help="validation/adversarial rows per member")] = 512,
 ) -> None:
-    """Circuit analyses of every checkpoint -> circuits.parquet (fingerprints, ablations, patching)."""
-    from seedlab.shortcut.analyze import write_circuits
+    """Circuit analyses of every checkpoint -> circuits.parquet (fingerprints, ablations, probes) and
+    patching.parquet (activation patching on matched counterfactual pairs)."""
+    from seedlab.shortcut.analyze import write_analyses
 
-    typer.echo(f"circuits: {write_circuits(run, n=n)}")
+    for name, path in write_analyses(run, n=n).items():
+        typer.echo(f"{name}: {path}")
 
 
 @shortcut_app.command("report")
@@ -267,6 +272,54 @@ def twins_report(run: Annotated[Path, typer.Argument(help="a measured twins run 
     from seedlab.twins.report import write_report
 
     typer.echo(f"report: {write_report(run)}")
+
+
+@attribution_app.command("bank")
+def attribution_bank(
+    config: Annotated[str, typer.Argument(help="attribution config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
+    out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>}")],
+    set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set candidates.heldout=32")] = [],  # noqa: B006
+    force: Annotated[bool, typer.Option(help="overwrite a folder holding another bank")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Train the bank: per seed a shared prefix, its twin, a replica control and one single-row fork per
+    candidate; measure every candidate's effect on every query at every horizon (measured.parquet)."""
+    from seedlab.attribution.bank import run_bank
+    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.rundir import BankDir
+    from seedlab.config import load_config
+
+    cfg, base = load_config(AttributionConfig, "attribution", config, set_)
+    df = run_bank(cfg, out, base=base, force=force, progress=progress)
+    n = df.groupby(["seed", "candidate"]).ngroups
+    typer.echo(f"{n} candidate runs over {df.seed.nunique()} seed(s), replica control bitwise equal -> {BankDir(out).measured}")
+
+
+@attribution_app.command("attribute")
+def attribution_attribute(
+    bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
+    estimators: Annotated[list[str], typer.Option(help="estimator(s) to run, repeatable or comma-separated "
+                                                       "(sgd, adam, tracin, cosine, ekfac, kfac); default: the config's, "
+                                                       "else every installed one")] = [],  # noqa: B006
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Every estimator's prediction of every measured effect -> attribution.parquet."""
+    from seedlab.attribution.attribute import attribute
+    from seedlab.attribution.rundir import BankDir
+
+    names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
+    df = attribute(bank, estimators=names or None, device=device, progress=progress)
+    typer.echo(f"{df.estimator.nunique()} estimator(s) x {len(df) // max(df.estimator.nunique(), 1)} measured effects "
+               f"-> {BankDir(bank).attribution}")
+
+
+@attribution_app.command("report")
+def attribution_report(bank: Annotated[Path, typer.Argument(help="an attributed bank folder")]) -> None:
+    """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the noise ceiling."""
+    from seedlab.attribution.report import write_report
+
+    typer.echo(f"report: {write_report(bank)}")
 
 
 @presets_app.callback()

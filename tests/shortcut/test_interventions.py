@@ -6,6 +6,8 @@ import torch
 
 from seedlab.shortcut import interventions
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def test_ablating_a_head_with_zero_W_O_changes_nothing(hand):
     m = hand.model()
@@ -63,3 +65,137 @@ def test_patch_rejects_unpaired_batches(hand):
     m = hand.model()
     with pytest.raises(ValueError, match="pair"):
         interventions.patch(m, hand.x(16), hand.x(32), hand.x(32).sum(-1) % 2)
+
+
+# --------------------------------------------------------------------------- QK / OV path ablations
+def _centered(m):
+    """logits = +-(OUT - 1/2): a parity of 1 written to OUT predicts class 1, of 0 class 0, with no ties."""
+    with torch.no_grad():
+        m.unembed.b_U[:, 1], m.unembed.b_U[:, 0] = -0.5, 0.5
+    return m
+
+
+def _first_token_model(hand):
+    """Head 1 attends to position 0 whatever the input (key = POS0) and writes that token's parity to the
+    readout; head 0 writes nothing. The model predicts the first token's parity (the positional shortcut)."""
+    m = _centered(hand.model())
+    a = m.blocks[0].attn
+    with torch.no_grad():
+        a.W_O[:, 0] = 0.0
+        a.W_V[:, 1, hand.PAR, 0] = 1.0
+        a.W_O[:, 1, 0, hand.OUT] = 1.0
+    return m
+
+
+def _acc(pred, y):
+    return (pred == y).double().mean(1).numpy()
+
+
+def test_qk_ablation_to_uniform_averages_what_the_head_reads(hand):
+    m = _first_token_model(hand)
+    x = hand.x(128)
+    y = x.sum(-1) % 2
+    base = _acc(m(x).argmax(-1), y)
+    np.testing.assert_array_equal(base, _acc(x[..., 0] % 2, y))  # it reads the first token
+    d = interventions.path_ablate(m, x, y, "qk_uniform")
+    assert d.shape == (hand.S, 1, 2)
+    # uniform over the 6 keys: OUT = (number of odd tokens) / 6 -> class 1 iff more than 3 are odd
+    np.testing.assert_allclose(d[:, 0, 1], _acc((x % 2).sum(-1) > 3, y) - base)
+    assert (d[:, 0, 0] == 0).all()  # head 0 writes nothing, whatever it attends to
+
+
+def test_qk_mean_ablation_of_an_input_independent_pattern_changes_nothing(hand):
+    m = _first_token_model(hand)
+    x = hand.x(64)
+    y = x.sum(-1) % 2
+    assert (interventions.path_ablate(m, x, y, "qk_mean") == 0).all()
+    _, cache = interventions.cached_run(m, x)
+    mean = cache["blocks.0.attn.hook_pattern"][:, :, 1].mean(1, keepdim=True)
+    edit = {"blocks.0.attn.hook_pattern": interventions.set_slice((slice(None), slice(None), 1), mean)}
+    np.testing.assert_allclose(interventions.hooked_run(m, x, edit).numpy(), interventions.hooked_run(m, x).numpy(), atol=1e-6)
+
+
+def test_ov_mean_ablation_keeps_the_pattern_and_forgets_the_input(hand):
+    m = _first_token_model(hand)
+    x = hand.x(128)
+    y = x.sum(-1) % 2
+    base = _acc(m(x).argmax(-1), y)
+    d = interventions.path_ablate(m, x, y, "ov_mean")
+    # head 1 still reads position 0, but what it reads there is the batch's mean parity: one class for all rows
+    one_class = ((x[..., 0] % 2).double().mean(1, keepdim=True) > 0.5).expand_as(y)
+    np.testing.assert_allclose(d[:, 0, 1], _acc(one_class, y) - base)
+    # the max head of the hand-built model: uniform attention reads the share of odd tokens, not the max's parity
+    h = _centered(hand.model(q_scale=20.0))
+    base_h = _acc(h(x).argmax(-1), y)
+    np.testing.assert_array_equal(base_h, _acc(x.max(-1).values % 2, y))
+    np.testing.assert_allclose(interventions.path_ablate(h, x, y, "qk_uniform")[:, 0, 0], _acc((x % 2).sum(-1) > 3, y) - base_h)
+    with pytest.raises(ValueError, match="kind"):
+        interventions.path_ablate(m, x, y, "qk_zero")
+
+
+def test_uniform_pattern_respects_the_causal_mask(hand):
+    m = hand.zero()
+    np.testing.assert_allclose(interventions.uniform_pattern(m, 3).numpy(), np.full((3, 3), 1 / 3))
+    m.cfg = m.cfg.model_copy(update={"causal": True})
+    np.testing.assert_allclose(interventions.uniform_pattern(m, 3).numpy(), [[1, 0, 0], [1 / 2, 1 / 2, 0], [1 / 3, 1 / 3, 1 / 3]])
+
+
+# --------------------------------------------------------------------------- matched-pair patching
+def _pairs(hand, task="sum2-max", n=64):
+    from seedlab.shortcut.pairs import make_pairs
+
+    p = make_pairs(task, n, length=hand.LENGTH, vocab=hand.VOCAB, seed=0)
+    rep = lambda a: torch.from_numpy(a).expand(hand.S, *a.shape).clone()
+    return rep(p.clean), rep(p.corrupt), rep(p.y)
+
+
+def test_pair_patching_moves_each_head_by_its_share_per_pair(hand):
+    m = _uniform_two_writer_model(hand)  # logits are linear in the two heads' writes, 3 : 1
+    clean, corrupt, y = _pairs(hand)
+    r = interventions.pair_patching(m, clean, corrupt, y)
+    assert r.ld_clean.shape == (hand.S, 64) and r.patched["clean_to_corrupt"].shape == (hand.S, 1, 3, 64)
+    # OUT = 4 * (sum of values) / 6 keys, ld = +-2 OUT: the gap is 8/6 * (sum difference) * sign
+    dsum = (clean.sum(-1) - corrupt.sum(-1)).numpy()
+    sign = np.where(y.numpy() == 1, 1.0, -1.0)
+    np.testing.assert_allclose(r.gap, 8 / 6 * dsum * sign, atol=1e-4)
+    flagged = r.small_gap()
+    np.testing.assert_array_equal(flagged, dsum == 0)  # |gap| >= 8/6 > MIN_GAP unless the sums agree
+    assert flagged.any() and not flagged.all()
+    for d in interventions.DIRECTIONS:
+        f = r.fractions(d)
+        assert np.isnan(f[:, 0, 0][flagged]).all()
+        np.testing.assert_allclose(f[:, 0, 0][~flagged], 0.75, atol=1e-4)
+        np.testing.assert_allclose(f[:, 0, 1][~flagged], 0.25, atol=1e-4)
+        np.testing.assert_allclose(f[:, 0, 2][~flagged], 0.0, atol=1e-9)  # the MLP carries nothing
+        s = r.summary()[d]
+        assert (s["n_pairs"] == 64).all() and (s["n_small_gap"] == flagged.sum(1)[:, None, None]).all()
+        for q in ("frac_q10", "frac_q50", "frac_q90", "frac_mean"):
+            np.testing.assert_allclose(s[q][:, 0, 0], 0.75, atol=1e-4)
+        # the ratio of means needs a mean gap to divide by; gaps of both signs can cancel
+        ratio, small = s["frac_ratio_of_means"][:, 0, 0], np.abs(r.gap.mean(1)) < interventions.MIN_GAP
+        assert np.isnan(ratio[small]).all()
+        np.testing.assert_allclose(ratio[~small], 0.75, atol=1e-4)
+
+
+def test_pair_patching_a_pair_with_itself_is_flagged_and_moves_nothing(hand):
+    m = hand.model()
+    clean, _, y = _pairs(hand, "sum2-first", 16)
+    r = interventions.pair_patching(m, clean, clean, y)
+    assert r.small_gap().all()
+    for d in interventions.DIRECTIONS:
+        assert (r.dld(d) == 0).all()
+        assert np.isnan(r.fractions(d)).all()
+        s = r.summary()[d]
+        assert np.isnan(s["frac_q50"]).all() and np.isnan(s["frac_ratio_of_means"]).all()
+        assert (s["dld_q50"] == 0).all()
+
+
+def test_the_max_head_carries_the_shortcut_difference_of_max_pairs(hand):
+    """On sum2-max pairs the max head reads the maximum's parity, which the pair flips: it restores it all."""
+    m = _centered(hand.model(q_scale=20.0))
+    clean, corrupt, y = _pairs(hand)
+    r = interventions.pair_patching(m, clean, corrupt, y)
+    assert (r.ld_clean > 0.9).all() and (r.ld_corrupt < -0.9).all()  # the model follows the shortcut
+    for d in interventions.DIRECTIONS:
+        np.testing.assert_allclose(r.fractions(d)[:, 0, 0], 1.0, atol=1e-3)
+        np.testing.assert_allclose(r.fractions(d)[:, 0, 1:], 0.0, atol=1e-9)  # head 1 and the MLP write nothing

@@ -7,9 +7,39 @@ arrays with the member axis first, ``[S, layers, heads]``:
   large tokens (the max shortcut) or to position 0 (the first-element shortcut)?
 - ``ov_rho_residue`` (:func:`ov_fingerprint`): does the head's value/output path write each
   token's residue class onto the readout directions (:func:`readout_directions`)?
+- ``qk_w_rho_value`` / ``qk_w_pos0`` (:func:`qk_weight_fingerprint`): the same two questions
+  asked of the weights alone: the readout query against every token value's key, through
+  the embeddings (no data).
+- ``probe_sum`` / ``probe_shortcut`` (:func:`probe_fingerprint`): can a linear probe read the
+  sum residue (the label) / the shortcut residue from what a head (or an MLP) writes at the
+  readout position? Cross-validated accuracy; no direct path to the unembedding is assumed,
+  so a parity writer whose output only a later MLP reads is found.
+
+Formulas (``E = W_E``, ``P = W_pos``, ``READ`` = the readout token at position ``length``;
+``LN1`` = the layer's ``ln1`` when the model has layer norm, else the identity):
+
+    qk_rho_value[l,h]   = Spearman over (sequence, key position j < length) of
+                          (A[READ -> j] / sum_{j' < length} A[READ -> j'], x_j)
+                          with A = blocks.l.attn.hook_pattern on the data
+    attn_pos0[l,h]      = mean over sequences of that renormalized weight at j = 0
+    s[v, p]             = (LN1(E[READ] + P[length]) W_Q + b_Q) . (LN1(E[v] + P[p]) W_K + b_K) / sqrt(d_head)
+                          for every token value v and input position p < length
+    qk_w_rho_value[l,h] = Spearman over v of mean_p s[v, p]
+    qk_w_pos0[l,h]      = mean over v of softmax_p(s[v, :])[0]  (the readout query's weight on
+                          position 0 in a sequence of ``length`` copies of v, readout key excluded)
+    ov_rho_residue[l,h] = mean over classes c of Spearman over token occurrences of
+                          ((LN1(E[x] + P[p]) W_V + b_V) W_O . u_c, [x mod k == c])
+    probe_*[l,h]        = K-fold cross-validated accuracy of a ridge least-squares probe
+                          (one-hot targets, intercept, standardized features) reading the target
+                          from blocks.l.attn.hook_result[:, :, length, h] (or hook_mlp_out[:, :, length])
+
+For layers > 0 the weight-based fingerprints (``qk_w_*``, ``ov_rho_residue``) use the same
+embedding inputs: a direct-path approximation that ignores what earlier layers wrote.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -127,13 +157,132 @@ def ov_fingerprint(model: EnsembleTransformer, x: Tensor, modulus: int | None = 
         out = np.full((S, Ly, H), np.nan)
         for l, blk in enumerate(model.blocks):
             a = blk.attn
-            h = resid
-            if model.cfg.layer_norm:
-                w, b = blk.ln1.w.double()[:, None, None], blk.ln1.b.double()[:, None, None]
-                h = F.layer_norm(h, h.shape[-1:]) * w + b
+            h = _ln1(model, l, resid)
             v = torch.einsum("sbpd,shde->sbphe", h, a.W_V.double()) + a.b_V.double()[:, None, None]
             o = torch.einsum("sbphe,shed->sbphd", v, a.W_O.double())  # [S, B, L, H, d]
             score = torch.einsum("sbphd,sdc->shcbp", o, u).reshape(S, H, C, -1).cpu().numpy()
             rhos = [spearman(score[:, :, c], np.broadcast_to(residue == c, score[:, :, c].shape)) for c in range(C)]
             out[:, l] = np.mean(rhos, axis=0)
+    return out
+
+
+def _ln1(model: EnsembleTransformer, layer: int, h: Tensor) -> Tensor:
+    """``blocks.layer.ln1`` applied to [S, ..., d] (float64), or ``h`` itself without layer norm."""
+    if not model.cfg.layer_norm:
+        return h
+    ln = model.blocks[layer].ln1
+    shape = (h.shape[0],) + (1,) * (h.dim() - 2) + (h.shape[-1],)
+    return F.layer_norm(h, h.shape[-1:]) * ln.w.double().view(shape) + ln.b.double().view(shape)
+
+
+def qk_weight_fingerprint(model: EnsembleTransformer) -> dict[str, np.ndarray]:
+    """QK fingerprints of every head from the weights alone (no data): the readout query against every value's key.
+
+    The readout query is ``q = LN1(W_E[READ] + W_pos[length]) W_Q + b_Q``; the key of token
+    value ``v`` at input position ``p`` is ``k[v, p] = LN1(W_E[v] + W_pos[p]) W_K + b_K``
+    (positional terms included: each key carries its own position's embedding), and
+    ``s[v, p] = q . k[v, p] / sqrt(d_head)`` is the pre-softmax score. Then:
+
+    - ``qk_w_rho_value``: Spearman rho over the ``vocab`` values between ``mean_p s[v, p]`` and
+      ``v``: +1 for a head whose query prefers larger tokens (the max shortcut); nan if constant.
+    - ``qk_w_pos0``: the mean over ``v`` of ``softmax_p(s[v, :])[0]``, the weight the readout
+      query would put on position 0 of a sequence of ``length`` copies of ``v`` (readout key
+      excluded, as in ``attn_pos0``); ``1/length`` for a head blind to position.
+
+    Layers > 0 use the same embedding inputs (direct path). Returns both as [S, layers, heads].
+    """
+    S, Ly, H, L, V = model.S, model.cfg.layers, model.cfg.heads, model.length, model.vocab
+    rho = np.full((S, Ly, H), np.nan)
+    pos0 = np.full((S, Ly, H), np.nan)
+    with torch.no_grad():
+        W_E, W_pos = model.embed.W_E.detach().double(), model.pos_embed.W_pos.detach().double()
+        key_in = W_E[:, :V, None, :] + W_pos[:, None, :L, :]  # [S, V, L, d]
+        query_in = W_E[:, V] + W_pos[:, L]  # [S, d]
+        values = np.arange(V, dtype=np.float64)
+        for l, blk in enumerate(model.blocks):
+            a = blk.attn
+            q = torch.einsum("sd,shde->she", _ln1(model, l, query_in), a.W_Q.double()) + a.b_Q.double()
+            k = torch.einsum("svpd,shde->svphe", _ln1(model, l, key_in), a.W_K.double()) + a.b_K.double()[:, None, None]
+            s_ = torch.einsum("she,svphe->shvp", q, k) / np.sqrt(a.W_Q.shape[-1])  # [S, H, V, L]
+            rho[:, l] = spearman(s_.mean(-1).cpu().numpy(), values)
+            pos0[:, l] = s_.softmax(-1)[..., 0].mean(-1).cpu().numpy()
+    return {"qk_w_rho_value": rho, "qk_w_pos0": pos0}
+
+
+def readout_writes(model: EnsembleTransformer, x: Tensor) -> Tensor:
+    """[S, layers, heads + 1, B, d]: what each head (``hook_result``) and each MLP (``hook_mlp_out``,
+    last index) writes at the readout position, on the batch ``x`` [S, B, length]."""
+    check_batch(model, x)
+    names = []
+    for l in range(model.cfg.layers):
+        names += [f"blocks.{l}.attn.hook_result", f"blocks.{l}.hook_mlp_out"]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(x, names)
+    out = []
+    for l in range(model.cfg.layers):
+        heads = cache[f"blocks.{l}.attn.hook_result"][:, :, -1].permute(0, 2, 1, 3)  # [S, H, B, d]
+        mlp = cache[f"blocks.{l}.hook_mlp_out"][:, None, :, -1]  # [S, 1, B, d]
+        out.append(torch.cat([heads, mlp], 1))
+    return torch.stack(out, 1).double()
+
+
+def probe_accuracy(
+    features: Tensor, labels: Tensor, n_classes: int, folds: int = 5, ridge: float = 1e-3, seed: int = 0
+) -> np.ndarray:
+    """Cross-validated accuracy of a linear probe, batched: features [..., n, d], labels [..., n] -> [...].
+
+    The probe: standardize each feature on the training folds (a constant feature stays 0),
+    regress the one-hot class indicators on them with an intercept by ridge least squares
+    (penalty ``ridge * n_train`` on standardized features), predict the argmax. Rows are dealt
+    into ``folds`` folds by a fixed permutation (``seed``), the same for every batch entry;
+    each row is predicted by the probe fitted on the other folds, and the accuracy is over all
+    rows. A probe of features that carry nothing predicts its training folds' majority class
+    (about the majority class's share: chance).
+    """
+    *batch, n, d = features.shape
+    if labels.shape != (*batch, n):
+        raise ValueError(f"labels: expected {[*batch, n]}, got {list(labels.shape)}")
+    if not 2 <= folds <= n:
+        raise ValueError(f"folds: must be in [2, n={n}], got {folds}")
+    X = features.reshape(-1, n, d).double()
+    y = labels.reshape(-1, n).long().to(X.device)
+    Y = F.one_hot(y, n_classes).double()
+    fold = torch.as_tensor(np.random.default_rng(seed).permutation(n) % folds, device=X.device)
+    correct = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
+    eye = torch.eye(d, dtype=torch.float64, device=X.device)
+    for f in range(folds):
+        tr, te = fold != f, fold == f
+        Xtr, Ytr = X[:, tr], Y[:, tr]
+        mu, sd = Xtr.mean(1, keepdim=True), Xtr.std(1, keepdim=True)
+        sd = torch.where(sd > 1e-12 * (1 + mu.abs()), sd, torch.ones_like(sd))
+        Z = (Xtr - mu) / sd
+        ybar = Ytr.mean(1, keepdim=True)
+        W = torch.linalg.solve(Z.transpose(1, 2) @ Z + ridge * int(tr.sum()) * eye, Z.transpose(1, 2) @ (Ytr - ybar))
+        pred = (((X[:, te] - mu) / sd) @ W + ybar).argmax(-1)
+        correct += (pred == y[:, te]).sum(1).double()
+    return (correct / n).reshape(batch).cpu().numpy()
+
+
+def probe_fingerprint(
+    model: EnsembleTransformer, x: Tensor, targets: Mapping[str, Tensor], folds: int = 5
+) -> dict[str, np.ndarray]:
+    """Linear-probe fingerprints of every head and MLP: ``{f"probe_{name}": [S, layers, heads + 1]}``.
+
+    For each component, the features are its write at the readout position
+    (:func:`readout_writes`); each target (``targets[name]``, [S, B] integers in
+    ``0..n_classes-1``, e.g. the sum residue and the shortcut residue) gets the
+    cross-validated accuracy of :func:`probe_accuracy`. A head that writes the maximum's
+    parity into a direction only an MLP reads scores high on the shortcut target although
+    its projection on the unembedding is 0. Use a batch where the targets disagree (val and
+    adv rows together): on val alone the label and the shortcut are the same column.
+    """
+    writes = readout_writes(model, x)  # [S, Ly, H+1, B, d]
+    S, Ly, Hp, B, _ = writes.shape
+    out = {}
+    for name, t in targets.items():
+        t = torch.as_tensor(t)
+        if t.shape != (S, B):
+            raise ValueError(f"targets[{name!r}]: expected [S={S}, B={B}], got {list(t.shape)}")
+        labels = t[:, None, None, :].expand(S, Ly, Hp, B)
+        out[f"probe_{name}"] = probe_accuracy(writes, labels, model.n_classes, folds=folds)
     return out

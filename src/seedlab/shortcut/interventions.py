@@ -1,20 +1,58 @@
-"""Interventions on every component of an ensemble: ablation and cross-split activation patching.
+"""Interventions on every component of an ensemble: ablations and activation patching.
 
-Computed for all S members of an :class:`EnsembleTransformer` at once and returned as numpy
-arrays ``[S, layers, heads + 1]``, where the extra last index is the layer's MLP.
+Computed for all S members of an :class:`EnsembleTransformer` at once. Component measures are
+numpy arrays ``[S, layers, heads + 1]``, the extra last index being the layer's MLP; head-path
+measures (QK/OV ablations) are ``[S, layers, heads]``.
 
-Components:
+Components and paths (TransformerLens hook names):
     head ``(l, h)``  -> ``blocks.l.attn.hook_result[..., h, :]`` (the head's write into the
                         residual stream, before the shared bias b_O), all positions;
-    MLP ``l``        -> ``blocks.l.hook_mlp_out``, all positions.
+    MLP ``l``        -> ``blocks.l.hook_mlp_out``, all positions;
+    QK path of a head -> ``blocks.l.attn.hook_pattern[:, :, h]`` (its attention pattern
+                        ``A``, [S, B, q_pos, k_pos]);
+    OV path of a head -> ``blocks.l.attn.hook_v[..., h, :]`` (its value vectors ``v_j``; the
+                        head writes ``z_i W_O`` with ``z_i = sum_j A_ij v_j``).
 
-Every forward pass here (the clean reference as well as the ablated/patched ones) runs with
-the same hooks registered on all those points (:func:`hooked_run`), so the clean and the
+The logit difference of a row with label ``y`` is ``ld = logit[y] - max_{c != y} logit[c]``
+(:func:`logit_diff`); accuracies are argmax accuracies. The measures:
+
+- :func:`ablate` (``zero`` / ``mean``): ``acc(ablated) - acc(clean)`` when a component's
+  activation is replaced by 0 / by its batch mean (per member and position).
+- :func:`path_ablate`, per head, ``acc(ablated) - acc(clean)``:
+  ``qk_uniform``: ``A := U``, uniform over the keys a query may see (``U_ij = 1/(i+1)`` for
+  ``j <= i`` when causal, else ``1/P`` with ``P = length + 1`` keys, the readout included);
+  ``qk_mean``: ``A := mean_b A_b``, the head's mean pattern over the batch (per member);
+  both keep the OV path (the values are the input's own). ``ov_mean``: ``v_j :=
+  mean_b v_{b,j}`` (per member and position ``j``); the pattern is the input's own, so the
+  head still routes, but what it moves carries nothing about the input.
+- :func:`patch` / :func:`patch_delta`: row-paired activation patching (row i of a source
+  batch into row i of a destination batch), as a fraction of the full source-vs-destination
+  difference of batch means. With unrelated rows (val row i into adv row i, which share
+  neither label nor content) this is a *resample ablation* score, and the analyses name it so.
+- :func:`pair_patching`: activation patching on matched counterfactual pairs
+  (:mod:`seedlab.shortcut.pairs`: clean = shortcut-consistent, corrupt = anti-shortcut, the
+  same label ``y``), scored per pair by the shared label's ``ld``:
+  ``gap_i = ld(clean_i) - ld(corrupt_i)``;
+  clean -> corrupt: run ``corrupt_i`` with the component's activation from ``clean_i``,
+  ``dld_i = ld(patched_i) - ld(corrupt_i)``, ``frac_i = dld_i / gap_i`` (1 = the component
+  alone restores the clean behaviour);
+  corrupt -> clean: run ``clean_i`` with the activation from ``corrupt_i``,
+  ``dld_i = ld(patched_i) - ld(clean_i)``, ``frac_i = -dld_i / gap_i`` (1 = the component
+  alone carries the corrupt behaviour). A pair with ``|gap_i| < MIN_GAP`` logits is flagged:
+  its ``frac_i`` is nan (a generalized model treats both sides alike; there is nothing to
+  normalize by), its ``dld_i`` stays. :meth:`PairPatching.summary` gives per-pair quantiles.
+
+Every forward pass here (the clean reference as well as the intervened ones) runs with the
+same hooks registered on all those points (:func:`hooked_run`), so the clean and the
 intervened runs take the same code path: a replacement by identical values changes the
 logits by exactly 0.
 """
 
 from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,45 +61,74 @@ from torch import Tensor
 from seedlab.shortcut.fingerprints import check_batch
 from seedlab.shortcut.model import EnsembleTransformer
 
+#: pairs whose clean/corrupt logit-difference gap is below this many logits get no fraction (flagged)
+MIN_GAP = 1.0
+#: the per-pair quantiles :meth:`PairPatching.summary` reports
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+#: the head-path ablations of :func:`path_ablate`
+PATH_ABLATIONS = ("qk_uniform", "qk_mean", "ov_mean")
+#: the two patching directions of :func:`pair_patching`
+DIRECTIONS = ("clean_to_corrupt", "corrupt_to_clean")
 
-def component_hooks(model: EnsembleTransformer) -> list[str]:
-    """The hook points of every component: each layer's ``attn.hook_result`` and ``hook_mlp_out``."""
+Edit = Callable[[Tensor], Tensor]  # a replacement of one activation: act -> new act
+Run = tuple[Tensor, dict[str, Tensor]]  # (logits, activations) of one clean run: :func:`cached_run`
+
+
+def intervention_points(model: EnsembleTransformer) -> list[str]:
+    """Every hook point an intervention may replace: each layer's ``hook_v``, ``hook_pattern``,
+    ``hook_result`` and ``hook_mlp_out``."""
     names = []
     for l in range(model.cfg.layers):
-        names += [f"blocks.{l}.attn.hook_result", f"blocks.{l}.hook_mlp_out"]
+        a = f"blocks.{l}.attn"
+        names += [f"{a}.hook_v", f"{a}.hook_pattern", f"{a}.hook_result", f"blocks.{l}.hook_mlp_out"]
     return names
 
 
-def hooked_run(
-    model: EnsembleTransformer, x: Tensor, layer: int | None = None, head: int = 0, value: Tensor | None = None
-) -> Tensor:
-    """Logits [S, B, C] with every component hook registered; optionally one component replaced.
-
-    ``head`` in ``0..H-1`` replaces ``hook_result[..., head, :]`` of ``layer`` by ``value``
-    (broadcastable to [S, B, pos, d]); ``head == H`` replaces the layer's ``hook_mlp_out``.
-    """
-    H = model.cfg.heads
-    target = None
-    if layer is not None:
-        target = f"blocks.{layer}.attn.hook_result" if head < H else f"blocks.{layer}.hook_mlp_out"
+def hooked_run(model: EnsembleTransformer, x: Tensor, edits: Mapping[str, Edit] | None = None) -> Tensor:
+    """Logits [S, B, C] with every intervention point hooked; ``edits[name](act)`` replaces that activation."""
+    edits = edits or {}
 
     def fn(act: Tensor, name: str) -> Tensor | None:
-        if name != target:
-            return None
-        if head < H:
-            act = act.clone()
-            act[..., head, :] = value
-            return act
-        return value.expand_as(act).clone()
+        edit = edits.get(name)
+        return None if edit is None else edit(act)
 
     with torch.no_grad():
-        return model.run_with_hooks(x, [(n, fn) for n in component_hooks(model)])
+        return model.run_with_hooks(x, [(n, fn) for n in intervention_points(model)])
 
 
-def cached_run(model: EnsembleTransformer, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-    """The clean logits and every component's activation."""
+def cached_run(model: EnsembleTransformer, x: Tensor) -> Run:
+    """The clean logits and the activation at every intervention point (the same code path as :func:`hooked_run`).
+
+    The measures below take such a run of their input as ``clean=`` (or ``src=``/``dst=``) to
+    share it; without one they compute it."""
     with torch.no_grad():
-        return model.run_with_cache(x, component_hooks(model))
+        return model.run_with_cache(x, intervention_points(model))
+
+
+def set_slice(index: tuple, value: Tensor) -> Edit:
+    """An edit writing ``value`` (broadcast) into ``act[index]`` of a copy."""
+
+    def edit(act: Tensor) -> Tensor:
+        out = act.clone()
+        out[index] = value
+        return out
+
+    return edit
+
+
+def head_index(h: int) -> tuple:
+    """The index of head ``h`` in ``hook_result`` / ``hook_v`` ([..., head, d])."""
+    return (Ellipsis, h, slice(None))
+
+
+def component_edit(model: EnsembleTransformer, layer: int, head: int, value: Tensor) -> dict[str, Edit]:
+    """Replace one component's activation by ``value`` (broadcastable to [S, B, pos, d]).
+
+    ``head`` in ``0..H-1`` is ``hook_result[..., head, :]`` of ``layer``; ``head == H`` is its ``hook_mlp_out``.
+    """
+    if head < model.cfg.heads:
+        return {f"blocks.{layer}.attn.hook_result": set_slice(head_index(head), value)}
+    return {f"blocks.{layer}.hook_mlp_out": lambda act: value.expand_as(act).clone()}
 
 
 def component(cache: dict[str, Tensor], layer: int, head: int, H: int) -> Tensor:
@@ -84,7 +151,7 @@ def logit_diff(logits: Tensor, y: Tensor) -> Tensor:
 
 
 # --------------------------------------------------------------------------- ablation
-def ablate(model: EnsembleTransformer, x: Tensor, y: Tensor, kind: str = "zero") -> np.ndarray:
+def ablate(model: EnsembleTransformer, x: Tensor, y: Tensor, kind: str = "zero", clean: Run | None = None) -> np.ndarray:
     """Accuracy change from ablating each head's output and each layer's MLP output.
 
     ``kind="zero"`` replaces the component's activation (all positions) by 0;
@@ -96,48 +163,97 @@ def ablate(model: EnsembleTransformer, x: Tensor, y: Tensor, kind: str = "zero")
         raise ValueError(f"kind: must be 'zero' or 'mean', got {kind!r}")
     check_batch(model, x)
     S, Ly, H = model.S, model.cfg.layers, model.cfg.heads
-    base_logits, cache = cached_run(model, x)
+    base_logits, cache = clean or cached_run(model, x)
     base = accuracy(base_logits, y)
     out = np.zeros((S, Ly, H + 1))
     for l in range(Ly):
         for h in range(H + 1):
             act = component(cache, l, h, H)
             value = torch.zeros_like(act) if kind == "zero" else act.mean(1, keepdim=True).expand_as(act)
-            out[:, l, h] = (accuracy(hooked_run(model, x, l, h, value), y) - base).cpu().numpy()
+            out[:, l, h] = (accuracy(hooked_run(model, x, component_edit(model, l, h, value)), y) - base).cpu().numpy()
+    return out
+
+
+def uniform_pattern(model: EnsembleTransformer, P: int, device: torch.device | str = "cpu") -> Tensor:
+    """[P, P]: each query's weights spread evenly over the keys it may see (all P, or ``j <= i`` when causal)."""
+    seen = torch.ones(P, P, device=device)
+    if model.cfg.causal:
+        seen = seen.tril()
+    return seen / seen.sum(-1, keepdim=True)
+
+
+def path_ablate(model: EnsembleTransformer, x: Tensor, y: Tensor, kind: str, clean: Run | None = None) -> np.ndarray:
+    """Accuracy change from ablating one path (QK or OV) of each head: [S, layers, heads].
+
+    ``kind``: ``qk_uniform`` (pattern -> uniform over the visible keys), ``qk_mean`` (pattern ->
+    its mean over the batch of ``x``, per member), ``ov_mean`` (value vectors -> their mean
+    over the batch, per member and position). See the module docstring. Negative = the path
+    was needed.
+    """
+    if kind not in PATH_ABLATIONS:
+        raise ValueError(f"kind: must be one of {', '.join(PATH_ABLATIONS)}, got {kind!r}")
+    check_batch(model, x)
+    S, Ly, H = model.S, model.cfg.layers, model.cfg.heads
+    base_logits, cache = clean or cached_run(model, x)
+    base = accuracy(base_logits, y)
+    out = np.zeros((S, Ly, H))
+    for l in range(Ly):
+        pattern, v = cache[f"blocks.{l}.attn.hook_pattern"], cache[f"blocks.{l}.attn.hook_v"]
+        for h in range(H):
+            if kind == "ov_mean":
+                edits = {f"blocks.{l}.attn.hook_v": set_slice(head_index(h), v[..., h, :].mean(1, keepdim=True))}
+            else:
+                A = uniform_pattern(model, pattern.shape[-1], pattern.device) if kind == "qk_uniform" else (
+                    pattern[:, :, h].mean(1, keepdim=True))
+                edits = {f"blocks.{l}.attn.hook_pattern": set_slice((slice(None), slice(None), h), A)}
+            out[:, l, h] = (accuracy(hooked_run(model, x, edits), y) - base).cpu().numpy()
     return out
 
 
 # --------------------------------------------------------------------------- patching
+def patch_rows(
+    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y: Tensor, src: Run | None = None, dst: Run | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Row-paired patching, per row: ``(ld_src [S, B], ld_dst [S, B], ld_patched [S, layers, heads+1, B])``.
+
+    ``ld_patched[:, l, h, i]``: the run on ``x_dst`` row i with component (l, h) replaced by its
+    activation on ``x_src`` row i (all positions). Every ``ld`` is taken against ``y``.
+    """
+    check_batch(model, x_src)
+    check_batch(model, x_dst)
+    if x_src.shape != x_dst.shape or y.shape != x_dst.shape[:2]:
+        raise ValueError(
+            f"patch: x_src {list(x_src.shape)}, x_dst {list(x_dst.shape)} and y {list(y.shape)}"
+            " must pair row i with row i"
+        )
+    S, Ly, H = model.S, model.cfg.layers, model.cfg.heads
+    src_logits, cache = src or cached_run(model, x_src)
+    ld_dst = logit_diff(dst[0] if dst else hooked_run(model, x_dst), y)
+    patched = torch.zeros(S, Ly, H + 1, x_dst.shape[1], dtype=torch.float64, device=ld_dst.device)
+    for l in range(Ly):
+        for h in range(H + 1):
+            patched[:, l, h] = logit_diff(hooked_run(model, x_dst, component_edit(model, l, h, component(cache, l, h, H))), y)
+    return logit_diff(src_logits, y), ld_dst, patched
+
+
 def patch_delta(
-    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tensor
+    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tensor, src: Run | None = None, dst: Run | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The two parts of :func:`patch`: (moved [S, layers, heads+1], full [S]).
 
     ``moved = mean_i ld(patched)_i - mean_i ld(dst)_i`` and ``full = mean_i ld(src)_i - mean_i ld(dst)_i``,
     every logit difference ``ld`` taken against ``y_dst`` (see :func:`patch`).
     """
-    check_batch(model, x_src)
-    check_batch(model, x_dst)
-    if x_src.shape != x_dst.shape or y_dst.shape != x_dst.shape[:2]:
-        raise ValueError(
-            f"patch: x_src {list(x_src.shape)}, x_dst {list(x_dst.shape)} and y_dst {list(y_dst.shape)}"
-            " must pair row i with row i"
-        )
-    S, Ly, H = model.S, model.cfg.layers, model.cfg.heads
-    src_logits, cache = cached_run(model, x_src)
-    dst_logits = hooked_run(model, x_dst)
-    ld_dst = logit_diff(dst_logits, y_dst).mean(1)
-    full = (logit_diff(src_logits, y_dst).mean(1) - ld_dst).cpu().numpy()
-    moved = np.zeros((S, Ly, H + 1))
-    for l in range(Ly):
-        for h in range(H + 1):
-            patched = hooked_run(model, x_dst, l, h, component(cache, l, h, H))
-            moved[:, l, h] = (logit_diff(patched, y_dst).mean(1) - ld_dst).cpu().numpy()
-    return moved, full
+    ld_src, ld_dst, patched = patch_rows(model, x_src, x_dst, y_dst, src, dst)
+    moved = patched.mean(-1) - ld_dst.mean(1)[:, None, None]
+    return moved.cpu().numpy(), (ld_src.mean(1) - ld_dst.mean(1)).cpu().numpy()
 
 
-def patch(model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tensor, eps: float = 1e-9) -> np.ndarray:
-    """Cross-split activation patching: the fraction of the logit difference each component moves.
+def patch(
+    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tensor, eps: float = 1e-9,
+    src: Run | None = None, dst: Run | None = None,
+) -> np.ndarray:
+    """Row-paired activation patching: the fraction of the batch-mean logit difference each component moves.
 
     Row i of ``x_src`` is paired with row i of ``x_dst`` (same shape [S, B, length]).
     ``ld(logits)_i = logits_i[y_dst_i] - max_{c != y_dst_i} logits_i[c]`` (correct-class
@@ -154,8 +270,100 @@ def patch(model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y_dst: Tenso
     alone carries the whole src-vs-dst difference, 0 = none of it; it may leave [0, 1]. When
     ``|denominator| <= eps`` the fraction is nan: in particular ``x_src == x_dst`` gives nan
     (and its numerator, see :func:`patch_delta`, is exactly 0). Returns [S, layers, heads + 1].
+
+    When the rows of the two batches are unrelated (they share neither label nor content),
+    this is a resample-ablation score, not a counterfactual one: use :func:`pair_patching`.
     """
-    moved, full = patch_delta(model, x_src, x_dst, y_dst)
+    moved, full = patch_delta(model, x_src, x_dst, y_dst, src, dst)
     den = full[:, None, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(np.abs(den) > eps, moved / np.where(np.abs(den) > eps, den, 1.0), np.nan)
+
+
+@dataclass
+class PairPatching:
+    """Per-pair results of :func:`pair_patching` (numpy, float64)."""
+
+    ld_clean: np.ndarray  # [S, B]: ld of the shared label on the clean sequence
+    ld_corrupt: np.ndarray  # [S, B]: ... on the corrupt sequence
+    patched: dict[str, np.ndarray]  # direction -> [S, layers, heads+1, B]: ld of the patched run
+
+    @property
+    def gap(self) -> np.ndarray:
+        """[S, B]: ``ld(clean) - ld(corrupt)``, the denominator of every pair's fraction."""
+        return self.ld_clean - self.ld_corrupt
+
+    def dld(self, direction: str) -> np.ndarray:
+        """[S, layers, heads+1, B]: the patched run's ld minus its unpatched run's (corrupt, or clean)."""
+        base = self.ld_corrupt if direction == "clean_to_corrupt" else self.ld_clean
+        return self.patched[direction] - base[:, None, None]
+
+    def small_gap(self, min_gap: float = MIN_GAP) -> np.ndarray:
+        """[S, B]: the flagged pairs, ``|gap| < min_gap``: too little difference to normalize by."""
+        return np.abs(self.gap) < min_gap
+
+    def fractions(self, direction: str, min_gap: float = MIN_GAP) -> np.ndarray:
+        """[S, layers, heads+1, B]: each pair's fraction of its gap (nan for flagged pairs); 1 = the whole gap."""
+        sign = 1.0 if direction == "clean_to_corrupt" else -1.0
+        gap = self.gap[:, None, None]
+        ok = ~self.small_gap(min_gap)[:, None, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ok, sign * self.dld(direction) / np.where(ok, gap, 1.0), np.nan)
+
+    def summary(self, min_gap: float = MIN_GAP) -> dict[str, dict[str, np.ndarray]]:
+        """direction -> statistic -> [S, layers, heads+1]: the per-pair distributions.
+
+        ``n_pairs``, ``n_small_gap`` (flagged pairs); ``frac_q10 .. frac_q90`` and ``frac_mean``
+        over the unflagged pairs' fractions; ``frac_ratio_of_means`` = ``sign * mean(dld) /
+        mean(gap)`` over all pairs (nan when ``|mean(gap)| < min_gap``); ``dld_q25/q50/q75``
+        (logits, all pairs); ``gap_q50``, ``ld_clean_q50``, ``ld_corrupt_q50`` (per member,
+        repeated over components).
+        """
+        out = {}
+        S, Ly, Hp, B = self.patched[DIRECTIONS[0]].shape
+        rep = lambda a: np.broadcast_to(np.asarray(a, dtype=np.float64)[:, None, None], (S, Ly, Hp))
+        mean_gap = self.gap.mean(1)
+        for d in DIRECTIONS:
+            frac, dld = self.fractions(d, min_gap), self.dld(d)
+            sign = 1.0 if d == "clean_to_corrupt" else -1.0
+            stats = {"n_pairs": rep(np.full(S, B)), "n_small_gap": rep(self.small_gap(min_gap).sum(1))}
+            stats |= {f"frac_q{round(100 * q):02d}": _nanquantile(frac, q) for q in QUANTILES}
+            stats["frac_mean"] = _nanmean(frac)
+            ok = np.abs(mean_gap) >= min_gap
+            with np.errstate(invalid="ignore", divide="ignore"):
+                stats["frac_ratio_of_means"] = np.where(
+                    ok[:, None, None], sign * dld.mean(-1) / np.where(ok, mean_gap, 1.0)[:, None, None], np.nan)
+            stats |= {f"dld_q{round(100 * q):02d}": np.quantile(dld, q, axis=-1) for q in (0.25, 0.5, 0.75)}
+            stats |= {"gap_q50": rep(np.median(self.gap, 1)), "ld_clean_q50": rep(np.median(self.ld_clean, 1)),
+                      "ld_corrupt_q50": rep(np.median(self.ld_corrupt, 1))}
+            out[d] = stats
+        return out
+
+
+def _nanquantile(a: np.ndarray, q: float) -> np.ndarray:
+    """Quantile along the last axis ignoring nan; nan (no warning) where every value is nan."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanquantile(a, q, axis=-1)
+
+
+def _nanmean(a: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=-1)
+
+
+def pair_patching(
+    model: EnsembleTransformer, clean: Tensor, corrupt: Tensor, y: Tensor,
+    clean_run: Run | None = None, corrupt_run: Run | None = None,
+) -> PairPatching:
+    """Activation patching on matched counterfactual pairs, both directions, every component, every pair.
+
+    ``clean`` [S, B, length] (shortcut-consistent), ``corrupt`` (anti-shortcut, row i the
+    partner of clean row i), ``y`` [S, B] their shared label. See the module docstring.
+    """
+    clean_run, corrupt_run = clean_run or cached_run(model, clean), corrupt_run or cached_run(model, corrupt)
+    ld_clean, ld_corrupt, to_corrupt = patch_rows(model, clean, corrupt, y, clean_run, corrupt_run)  # clean into corrupt
+    _, _, to_clean = patch_rows(model, corrupt, clean, y, corrupt_run, clean_run)  # corrupt activations into clean runs
+    np_ = lambda t: t.cpu().numpy()
+    return PairPatching(np_(ld_clean), np_(ld_corrupt), {"clean_to_corrupt": np_(to_corrupt), "corrupt_to_clean": np_(to_clean)})

@@ -19,6 +19,7 @@ import pandas as pd
 from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text, pct
 from seedlab.shortcut import figures
+from seedlab.shortcut.circuits_report import circuits_section
 from seedlab.shortcut.figures import CAPACITY, cap_label, fmt_ratio, paper_order
 from seedlab.shortcut.rundir import RunDir, SweepDir, open_folder
 from seedlab.shortcut.stats import chance, interaction_logit, ratio_contrasts, simple_slopes
@@ -56,6 +57,8 @@ def write_report(run_dir: str | Path) -> Path:
     rep.add(gradient_tables(summary, folder))
     for fig in figures.circuit_figures(summary, folder):
         rep.add(figure_block(fig))
+    rep.add(circuits_section(summary, *(pd.read_parquet(p) if p.is_file() else None
+                                        for p in (folder.circuits_path, folder.patching_path))))
     return write_text(folder.report_path, rep.text())
 
 

@@ -7,11 +7,11 @@ Three folders, the file contract other tools read:
   ``config.yaml`` (the resolved EnsembleConfig), ``summary.parquet`` (one row per member),
   ``curves.parquet``, ``gradients.parquet`` (when measured), ``meta.json``,
   ``checkpoints/epoch-<6 digits>.safetensors`` with ``checkpoints/manifest.json``
-  (``{epoch: {tensor: SHA-256}}``), then ``circuits.parquet``, ``report.md`` and its PNGs;
+  (``{epoch: {tensor: SHA-256}}``), then ``circuits.parquet``, ``patching.parquet``, ``report.md`` and its PNGs;
 - a **sweep folder** (``seedlab shortcut sweep --out``): ``sweep.yaml``, ``jobs/<hash>/`` (an
   ensemble run folder each, finished when its ``done.json`` exists), the merged
   ``summary/curves/gradients.parquet`` (member ids made global), ``.lock``, and the same
-  ``circuits.parquet``, ``report.md`` and PNGs as a run folder.
+  ``circuits.parquet``, ``patching.parquet``, ``report.md`` and PNGs as a run folder.
 
 Policies: ``shortcut train`` and ``shortcut data`` refuse to overwrite results without
 ``--force``; a sweep resumes (finished jobs are kept, an unfinished job restarts from an
@@ -56,7 +56,7 @@ class _Results:
         self.root = Path(root)
 
     def table(self, name: str) -> Path:
-        """``summary``, ``curves``, ``gradients`` or ``circuits`` -> its parquet file."""
+        """``summary``, ``curves``, ``gradients``, ``circuits`` or ``patching`` -> its parquet file."""
         return self.root / f"{name}.parquet"
 
     @property
@@ -74,6 +74,11 @@ class _Results:
     @property
     def circuits_path(self) -> Path:
         return self.table("circuits")
+
+    @property
+    def patching_path(self) -> Path:
+        """Matched-pair activation patching, per-pair quantiles (``seedlab shortcut analyze``)."""
+        return self.table("patching")
 
     @property
     def report_path(self) -> Path:
