@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/seedlab shortcut sweep quick --out runs/quick
-	$(BIN)/seedlab shortcut analyze runs/quick --n 256
+	$(BIN)/seedlab shortcut analyze runs/quick --n 128   # rows per member and split: the analyses cost ~linear in it
 	$(BIN)/seedlab shortcut report runs/quick
 	$(BIN)/seedlab twins run mini --out runs/twins-mini
 	$(BIN)/seedlab twins measure runs/twins-mini
