@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 VENV       := .venv
 BIN        := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo attribution-demo test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	@echo "shortcut demo report: runs/quick/report.md"
 	@echo "twins demo report:    runs/twins-mini/report.md"
 
+# the attribution bank at CPU scale (bank + attribute + report, ~10 min on 2 cores): runs/attribution-mini/report.md
+attribution-demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
+	$(BIN)/seedlab attribution bank mini --out runs/attribution-mini
+	$(BIN)/seedlab attribution attribute runs/attribution-mini
+	$(BIN)/seedlab attribution report runs/attribution-mini
+	@echo "attribution demo report: runs/attribution-mini/report.md"
+
 # the twins study's default corpus: docstrings of Python's standard library (no network), BPE tokens
 runs/corpus-embedded-bpe/meta.json: | $(VENV)/.installed
 	rm -rf runs/corpus-embedded-bpe
@@ -33,9 +40,10 @@ runs/corpus-embedded-bpe/meta.json: | $(VENV)/.installed
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/python benchmarks/shortcut_trainer.py
 	$(BIN)/python benchmarks/twins_trainer.py
+	$(BIN)/python benchmarks/attribution_bank.py --corpus runs/corpus-embedded-bpe
 
 clean:
 	rm -rf $(VENV) runs

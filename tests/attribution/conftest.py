@@ -81,3 +81,56 @@ def fork(one_thread) -> Fork:
     full = torch.randint(0, V, (T + 1,), generator=g).tolist()
     other = torch.randint(0, V, (12,), generator=g).tolist()
     return Fork(model, opt, x, y, {"short": short, "full": full}, {"short": short, "other": other})
+
+
+# --------------------------------------------------------------------------- a tiny bank (test_bank.py, test_report.py)
+
+#: a bank small enough for seconds: GPT mini on 32-byte rows, 4 rows a batch, s = 4, 10 updates after it
+TINY_BANK = {
+    "model": "mini", "block_size": 32, "batch_size": 4, "steps": 14, "injection_step": 4, "seeds": [0, 1],
+    "horizons": [1, 3, "mid", "end"], "peak_lr": 1e-2, "threads": 1,
+    "candidates": {"file": "candidates.txt", "heldout": 3, "own_row": True},
+    "queries": {"heldout": 2, "probes": "probes.jsonl"},
+    "attribute": {"influence_at": "injection"},
+}
+TINY_PASSAGES = "Gizmo mends clocks.\n\nReturns a list of names.\n\nq8#Lm vP!2 zx&Rt\n"
+TINY_PROBES = '{"name": "probe-gizmo", "text": "Gizmo mends a clock."}\n'
+
+
+def write_design(folder, corpus, **over):
+    """A bank config (TINY_BANK with ``over`` merged into it) and its passage files in ``folder``; returns the config's path."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "candidates.txt").write_text(TINY_PASSAGES)
+    (folder / "probes.jsonl").write_text(TINY_PROBES)
+    cfg = {**TINY_BANK, "corpus": str(corpus), **over}
+    (folder / "design.yaml").write_text(yaml.safe_dump(cfg))
+    return folder / "design.yaml"
+
+
+@pytest.fixture(scope="session")
+def tiny_bank(tmp_path_factory, twins_inputs):
+    """TINY_BANK trained and attributed with every installed estimator (EK-FAC at θ_s). Returns the
+    folder holding ``design.yaml``, its passage files and the bank ``bank/``. Read it, never change it."""
+    from seedlab.attribution.attribute import attribute
+    from seedlab.attribution.bank import run_bank
+    from seedlab.attribution.config import AttributionConfig
+    from seedlab.config import load_config
+
+    before = torch.get_num_threads()
+    base = tmp_path_factory.mktemp("bank")
+    cfg, folder = load_config(AttributionConfig, "attribution", write_design(base, twins_inputs[0]))
+    run_bank(cfg, base / "bank", base=folder, progress=False)
+    gc.freeze()  # what training left on the heap: kronfluence's many gc.collect() calls need not walk it (_cheap_gc)
+    attribute(base / "bank", progress=False)
+    torch.set_num_threads(before)
+    return base
+
+
+@pytest.fixture(scope="session")
+def bank_design():
+    """``.config``: TINY_BANK; ``.write(folder, corpus, **over)``: write_design (conftest modules are not importable)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(config=TINY_BANK, write=write_design)

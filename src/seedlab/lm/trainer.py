@@ -79,6 +79,7 @@ class Settings(Protocol):
     grad_clip: float  # global gradient-norm clip
     device: str  # "auto", "cpu", "cuda", "cuda:N"
     precision: Literal["fp32", "bf16"]
+    # optional: ``optimizer`` ("adamw", the default when absent, or "sgd": plain SGD, no momentum)
 
     @property
     def warmup_steps(self) -> int: ...  # linear warm-up length (updates)
@@ -93,11 +94,17 @@ class Trainer:
         self.model = GPT(gcfg).to(self.device).init_from_seed(seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         rest = [p for p in self.model.parameters() if p.dim() < 2]
-        self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-            lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2),
-            fused=True,  # one kernel per step on CPU and GPU (nanoGPT's GPU choice); deterministic
-        )
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        kind = getattr(cfg, "optimizer", "adamw")  # a config without the field trains with AdamW
+        if kind == "sgd":  # plain SGD (no momentum; the decay is torch's coupled L2 on the same group)
+            self.opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=cfg.peak_lr)
+        elif kind == "adamw":
+            self.opt = torch.optim.AdamW(
+                groups, lr=cfg.peak_lr, betas=(cfg.beta1, cfg.beta2),
+                fused=True,  # one kernel per step on CPU and GPU (nanoGPT's GPU choice); deterministic
+            )
+        else:
+            raise SeedlabError(f"optimizer: must be adamw or sgd, got {kind!r}")
         self.warmup = cfg.warmup_steps
         self.params = list(self.model.parameters())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-STUDIES = ("shortcut", "twins")
+STUDIES = ("shortcut", "twins", "attribution")
 
 
 def folder(study: str) -> Path:

@@ -1,0 +1,130 @@
+"""The attribution bank's cost, in one run, on the mini design (the preset attribution/mini, one seed):
+
+1. **bank vs independent twins**: ``run_bank`` for one seed and K candidates (shared prefix trained
+   once, twin, replica control, K forks) against training each candidate's run *from scratch*
+   (steps 0 .. end with the candidate injected at s, the same query evaluations and hashes), timed
+   for ``--scratch`` candidates and extrapolated to K; and the from-scratch runs' weights at every
+   horizon compared with the bank's manifests (they must be bitwise equal);
+2. **estimators vs one candidate run**: each estimator of ``seedlab attribution attribute`` on
+   that bank (all K candidates and every query at once), timed alone, against the wall time of one
+   candidate's fork (s .. end, query evaluations included) — per estimator call and per candidate.
+
+Usage (about 4 minutes on this 2-core machine with the defaults):
+
+    python benchmarks/attribution_bank.py [--corpus runs/corpus-embedded-bpe] [--candidates 16] [--scratch 2]
+                                          [--threads N] [--estimators sgd,adam,tracin,cosine,ekfac]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from seedlab.attribution.attribute import attribute
+from seedlab.attribution.bank import run_bank
+from seedlab.attribution.config import AttributionConfig
+from seedlab.attribution.estimators import query_loss
+from seedlab.attribution.rundir import BankDir
+from seedlab.attribution.texts import load_inputs
+from seedlab.config import load_config
+from seedlab.lm.forks import advance_to
+from seedlab.lm.trainer import Trainer
+from seedlab.store import tensor_hashes
+
+
+def candidate_run(inputs, seed: int, name: str, texts: dict, prefix: Path | None = None) -> tuple[float, dict]:
+    """One candidate's run as the bank trains it (hashes at s and every horizon, the texts' losses at
+    every horizon): from the saved ``prefix`` state (a fork), or from step 0 (None: no shared prefix).
+    Returns (wall seconds, {step: hashes})."""
+    cfg = inputs.cfg
+    s, horizons = cfg.injection_step, set(cfg.horizon_steps())
+    passage = inputs.candidates_of(seed)[name].tokens
+    manifest: dict[str, dict[str, str]] = {}
+
+    def visit(tr: Trainer) -> None:
+        manifest[str(tr.step)] = tensor_hashes(tr.weights())
+        if tr.step in horizons:
+            for ids in texts.values():
+                query_loss(tr.model, ids)
+
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg, inputs.gcfg, seed, inputs.corpus.train)
+    if prefix is not None:
+        trainer.load_state(prefix)
+    advance_to(trainer, cfg.end, passage=passage, at=s, row=cfg.injection_row, pad_id=inputs.pad_id,
+               stops={s, *horizons}, visit=visit)
+    return time.perf_counter() - t0, manifest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="mini", help="attribution preset or YAML (default: mini)")
+    ap.add_argument("--corpus", default=None, help="the prepared corpus (default: the config's)")
+    ap.add_argument("--candidates", type=int, default=16, help="K held-out candidate rows (no passage file)")
+    ap.add_argument("--scratch", type=int, default=2, help="candidates also trained from scratch (timed, compared)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's)")
+    ap.add_argument("--estimators", default="sgd,adam,tracin,cosine,ekfac")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    over = [f"seeds=[{args.seed}]", f"candidates.heldout={args.candidates}", "candidates.file=null",
+            *([f"corpus={args.corpus}"] if args.corpus else []), *([f"threads={args.threads}"] if args.threads else [])]
+    cfg, base = load_config(AttributionConfig, "attribution", args.config, over)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    inputs = load_inputs(cfg, base)
+    s, end, K = cfg.injection_step, cfg.end, args.candidates
+    print(f"design: {cfg.model} block {inputs.gcfg.block_size}, batch {cfg.batch_size}, s = {s}, end = {end}, "
+          f"K = {K} candidates, queries {len(inputs.queries)} + self; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s), {platform.processor() or platform.machine()}", flush=True)
+    out: dict = {"K": K, "s": s, "end": end, "threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory(prefix="seedlab-bench-bank-") as tmp:
+        bank = Path(tmp) / "bank"
+        t0 = time.perf_counter()
+        run_bank(cfg, bank, base=base, progress=False)
+        out["bank_s"] = time.perf_counter() - t0
+        rd = BankDir(bank)
+        steps_bank = s + (K + 2) * (end - s)  # prefix + twin + replica + K forks
+        print(f"1. bank: {out['bank_s']:.1f} s for {steps_bank} updates ({out['bank_s'] / K:.2f} s per candidate, "
+              "prefix, twin and replica included)", flush=True)
+        queries = {n: t.tokens for n, t in inputs.queries.items()}
+        names = list(inputs.candidates_of(args.seed))[: args.scratch]
+        times, equal = [], True
+        for name in names:
+            sec, manifest = candidate_run(inputs, args.seed, name, {name: inputs.candidates[name].tokens} | queries)
+            times.append(sec)
+            equal &= manifest == rd.candidate(args.seed, name).read_manifest()
+        per = sum(times) / len(times)
+        out |= {"scratch_per_candidate_s": per, "scratch_equal_to_bank": equal,
+                "independent_K_s": per * K, "bank_over_independent": out["bank_s"] / (per * K)}
+        print(f"   from scratch: {per:.2f} s per candidate ({end} updates) -> K runs {per * K:.1f} s; "
+              f"bank / independent = {out['bank_s'] / (per * K):.2f}x (by update count "
+              f"{steps_bank / (K * end):.2f}x); scratch runs bitwise equal to the bank's forks: {equal}", flush=True)
+        name = names[0]
+        fork_s, manifest = candidate_run(inputs, args.seed, name, {name: inputs.candidates[name].tokens} | queries,
+                                         rd.prefix(args.seed))
+        assert manifest == rd.candidate(args.seed, name).read_manifest()
+        out["fork_s"] = fork_s
+        print(f"2. one candidate fork ({end - s} updates + queries): {fork_s:.2f} s", flush=True)
+        est = {}
+        for name in args.estimators.split(","):
+            t0 = time.perf_counter()
+            attribute(bank, estimators=[name], progress=False)
+            wall = time.perf_counter() - t0
+            inner = json.loads(rd.attribution_json.read_text())["seconds"][name][str(args.seed)]
+            est[name] = {"seconds": inner, "wall_with_io_s": wall, "per_candidate_s": inner / (K),
+                         "vs_one_fork": inner / fork_s, "per_candidate_vs_one_fork": inner / K / fork_s}
+            print(f"   {name:<7} {inner:7.2f} s for {K} candidates x all queries x horizons "
+                  f"({inner / fork_s:.2f} candidate runs; per candidate {inner / K / fork_s:.3f})", flush=True)
+        out["estimators"] = est
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The attribution bank as one config: the pre-training design every fork shares
+(:class:`~seedlab.lm.design.ForkDesign`), the candidates that replace the injected row, the
+queries whose loss change is measured, the horizons, and how the estimators are run.
+
+Numbers neither the twins paper nor the issue states are fields with a default and a
+``(not stated)`` comment; docs/assumptions.md lists them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from seedlab.config import Strict
+from seedlab.lm.design import ForkDesign, Pos
+
+NonNeg = Annotated[int, Field(ge=0)]
+Horizon = Annotated[int, Field(gt=0)] | Literal["mid", "end"]
+
+
+class CandidatesConfig(Strict):
+    """What replaces row ``injection_row`` of the batch of step s, one forked run each."""
+
+    file: str | None = None  # passages: .txt (separated by blank lines) or .jsonl ({"text": ..., "name": optional}), relative to the config file
+    heldout: NonNeg = 16  # K rows drawn from the held-out split, block_size + 1 tokens each: ordinary data (not stated)
+    seed: int = 0  # which held-out rows are drawn (the same rows for every training seed) (not stated)
+    own_row: bool = False  # a control candidate equal to the replaced row: its runs must be bitwise the twin's (measured 0)
+
+
+class QueriesConfig(Strict):
+    """The texts whose loss change L_query(candidate run) − L_query(twin) is measured."""
+
+    own: bool = True  # each candidate's own text (self-influence)
+    heldout: NonNeg = 8  # M held-out rows, block_size + 1 tokens each, disjoint from the candidate rows (not stated)
+    probes: str | None = None  # user-supplied probe texts, same formats as candidates.file, relative to the config file
+
+
+class AttributeConfig(Strict):
+    """How ``seedlab attribution attribute`` runs the estimators on the bank (none of it stated)."""
+
+    estimators: list[str] | None = None  # null: every registered estimator that applies and is installed
+    tracin_every: Pos | None = None  # extra twin checkpoints for TracIn every this many updates; null: s and the horizons only
+    influence_at: Literal["horizon", "injection"] = "horizon"  # EK-FAC/K-FAC at the twin's weights at each horizon, or once at θ_s
+    damping: float | None = None  # λ of EK-FAC/K-FAC; null: kronfluence's heuristic (0.1 × mean eigenvalue)
+    modules: Literal["all", "mlp"] = "all"  # the blocks' Linear modules the influence is computed over
+    train_rows: Pos | None = None  # D of the influence formula; null: the batch's rows (ranks are unchanged by it)
+
+
+class AttributionConfig(ForkDesign):
+    seeds: list[int] = [0, 1, 2, 3]  # the noise ceiling needs at least 2 (not stated)
+    steps: Pos = 250  # optimizer updates of the schedule (its cosine ends here)
+    stop: Pos | None = None  # the last update trained (the "end" horizon); null: steps. Cuts a long schedule short
+    optimizer: Literal["adamw", "sgd"] = "adamw"  # sgd: plain SGD (no momentum), for the first-order check
+    horizons: list[Horizon] = [1, 50, "mid", "end"]  # updates after the injection (s + n), "mid", "end"
+    midpoint: Pos | None = None  # the "mid" horizon (updates completed); null: half-way from s to the end (not stated)
+    candidates: CandidatesConfig = CandidatesConfig()
+    queries: QueriesConfig = QueriesConfig()
+    attribute: AttributeConfig = AttributeConfig()
+
+    @model_validator(mode="after")
+    def _check(self) -> AttributionConfig:
+        s, end = self.injection_step, self.end
+        if self.stop is not None and not s < self.stop <= self.steps:
+            raise ValueError(f"stop: must be after the injection step and within the schedule ({s + 1} .. {self.steps}), got {self.stop}")
+        if self.midpoint is not None and not s < self.midpoint < end:
+            raise ValueError(f"midpoint: must be between the injection step and the end ({s + 1} .. {end - 1}), got {self.midpoint}")
+        if not self.horizons:
+            raise ValueError("horizons: name at least one (updates after the injection, mid or end)")
+        late = [h for h in self.horizons if isinstance(h, int) and s + h > end]
+        if late:
+            raise ValueError(f"horizons: s + {late[0]} is after the end (step {end}); at most {end - s}")
+        if self.candidates.file is None and self.candidates.heldout == 0 and not self.candidates.own_row:
+            raise ValueError("candidates: name a file, or draw held-out rows (heldout > 0)")
+        if not (self.queries.own or self.queries.heldout or self.queries.probes):
+            raise ValueError("queries: at least one kind (own, heldout or probes)")
+        return self
+
+    @property
+    def end(self) -> int:
+        """The last update trained: ``stop``, else the schedule's end."""
+        return self.stop or self.steps
+
+    @property
+    def mid(self) -> int:
+        return self.midpoint or (self.injection_step + self.end) // 2
+
+    def horizon_steps(self) -> dict[int, str]:
+        """``{updates completed: label}`` of every horizon, sorted ("s+1", "s+50", "mid", "end";
+        a step named twice keeps its first label)."""
+        out: dict[int, str] = {}
+        for h in self.horizons:
+            t = self.end if h == "end" else self.mid if h == "mid" else self.injection_step + h
+            out.setdefault(t, h if isinstance(h, str) else f"s+{h}")
+        return dict(sorted(out.items()))
+
+    def twin_steps(self) -> list[int]:
+        """The twin's saved weights: s (TracIn's first checkpoint, the estimators' θ_s), every
+        horizon, and every ``attribute.tracin_every`` updates after s."""
+        s, every = self.injection_step, self.attribute.tracin_every
+        steps = {s, *self.horizon_steps()}
+        if every:
+            steps |= set(range(s, self.end + 1, every))
+        return sorted(steps)

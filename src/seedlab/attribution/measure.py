@@ -1,0 +1,77 @@
+"""Measured effects: Δ L_query = L_query(candidate's run) − L_query(twin), at every horizon.
+
+The bank (attribution/bank.py) evaluates :func:`seedlab.attribution.query_loss` — a text's mean
+next-token cross-entropy, nats/token — while it trains, at every horizon: the twin on every text
+(all candidates and all queries), each candidate's run on its own text and the queries. So no
+candidate weights are stored, and
+
+    measured(seed, c, q, h) = L_q(θ_c at h) − L_q(θ_twin at h)
+
+with q = ``self`` for c's own text (self-influence: negative when the run learned it) and every
+query row and probe. A candidate equal to the replaced row trains bitwise the twin's run, so its
+measured effect is exactly 0 (the same floats subtracted). ``measured.parquet`` (one row per
+seed × candidate × query × horizon) has the columns
+
+    seed, candidate, candidate_kind, query, query_kind, horizon, after, label, measured, loss, twin_loss
+
+(``horizon``: updates completed; ``after``: horizon − s; ``label``: s+1, s+50, mid, end; ``loss`` /
+``twin_loss``: the two L_query). Unfinished runs are left out with a warning.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from seedlab.attribution.rundir import Bank, open_bank
+from seedlab.attribution.texts import SELF
+from seedlab.errors import SeedlabError
+from seedlab.store import write_parquet
+
+COLUMNS = ["seed", "candidate", "candidate_kind", "query", "query_kind", "horizon", "after", "label", "measured",
+           "loss", "twin_loss"]
+
+
+def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
+    """The measured effects of every finished candidate run against its seed's twin."""
+    cfg, rd = bank.cfg, bank.dir
+    labels = cfg.horizon_steps()
+    query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, missing = [], []
+    for seed in cfg.seeds:
+        if not rd.twin(seed).finished:
+            missing.append(f"seed {seed} twin (and its candidates)")
+            continue
+        twin = pd.read_parquet(rd.twin(seed).queries).rename(columns={"loss": "twin_loss"})
+        for name, text in bank.inputs.candidates_of(seed).items():
+            where = rd.candidate(seed, name)
+            if not where.finished:
+                missing.append(f"seed {seed} {name}")
+                continue
+            own = pd.read_parquet(where.queries).merge(twin, on=["step", "text"], how="left", validate="1:1")
+            if own["twin_loss"].isna().any():
+                raise SeedlabError(f"{where.path}: texts the twin of seed {seed} did not evaluate (a damaged bank)")
+            own = own[(own.text.eq(name) & cfg.queries.own) | own.text.isin(query_kind)]
+            is_self = own.text.eq(name)
+            frames.append(pd.DataFrame({
+                "seed": seed, "candidate": name, "candidate_kind": text.kind,
+                "query": own.text.where(~is_self, SELF), "query_kind": own.text.map(query_kind).where(~is_self, SELF),
+                "horizon": own.step, "after": own.step - cfg.injection_step, "label": own.step.map(labels),
+                "measured": own.loss - own.twin_loss, "loss": own.loss, "twin_loss": own.twin_loss,
+            }))
+    if warn:
+        for what in missing:
+            print(f"warning: missing {what} (not finished); measuring the rest", file=sys.stderr)
+    if not frames:
+        raise SeedlabError(f"{bank.root}: no finished candidate run with its twin (run `seedlab attribution bank` to finish it)")
+    return pd.concat(frames, ignore_index=True)[COLUMNS]
+
+
+def write_measured(root: str | Path) -> pd.DataFrame:
+    """measured.parquet of a bank folder (see the module doc); returns it."""
+    bank = open_bank(root)
+    df = collect(bank)
+    write_parquet(bank.dir.measured, df)
+    return df

@@ -1,0 +1,174 @@
+"""An attribution bank folder: where every file lives, when a folder may be used, and how later
+stages read it back. No other module of the study builds a path inside a bank folder.
+
+The layout::
+
+    DIR/config.json                     the resolved AttributionConfig
+    DIR/inputs.json                     the corpus (absolute path, hashes, eot id) and every candidate's and
+                                        query's kind, text and token ids (the design: checked on resume)
+    DIR/seed-<k>/prefix.safetensors     the shared prefix's complete state at step s (weights + AdamW
+                                        moments: the estimators' θ_s and preconditioner); kept
+    DIR/seed-<k>/twin/step-<t>.safetensors   the twin's weights after t updates: s, every horizon, TracIn's cadence
+    DIR/seed-<k>/twin/manifest.json     {t: {tensor: SHA-256}} at every saved step
+    DIR/seed-<k>/twin/queries.parquet   (step, text, loss): every text's L_query at every horizon
+    DIR/seed-<k>/twin/losses.parquet    (step, loss): the training loss of every update from s
+    DIR/seed-<k>/twin/done.json         written last: the run finished
+    DIR/seed-<k>/replica/{manifest,done}.json        the replica control: the twin trained again, hashes only
+    DIR/seed-<k>/candidates/<name>/{manifest,done}.json, queries.parquet, losses.parquet
+                                        one candidate's fork: hashes at every horizon, its own text's and the
+                                        queries' L_query at every horizon (no weights are stored)
+    DIR/integrity.json                  what was shown: replica control, own-row controls
+    DIR/measured.parquet                seedlab attribution bank: measured Δ L_query per seed × candidate × query × horizon
+    DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
+    DIR/report.md, DIR/*.png            seedlab attribution report
+
+The folder policy of ``seedlab attribution bank`` (:meth:`BankDir.claim`): an absent or empty
+folder starts a bank; a folder holding the same design (config.json) resumes it (finished runs
+are skipped, unfinished ones restart from the kept prefix); anything else is refused unless
+``--force``, which removes it first. Resuming also requires the same inputs (:meth:`check_inputs`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from seedlab.errors import SeedlabError
+from seedlab.store import DesignFolder, RunFolder
+
+#: a candidate's name is a folder name: letters, digits, '.', '_', '-'
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class ForkFolder(RunFolder):
+    """One forked run of one seed: the twin (its weights at the saved steps), its replica (hashes
+    only) or a candidate's (hashes and query losses): store.RunFolder's files, and ``queries.parquet``."""
+
+    @property
+    def queries(self) -> Path:
+        """(step, text, loss): the texts' L_query at every horizon."""
+        return self.path / "queries.parquet"
+
+    def clear(self) -> None:
+        """Remove what an interrupted run left (it restarts from the prefix)."""
+        if self.path.exists():
+            shutil.rmtree(self.path)
+
+
+@dataclass(frozen=True)
+class BankDir(DesignFolder):
+    """The layout of a bank folder (see the module docstring; config, inputs, prefix, integrity,
+    report and figures: store.DesignFolder)."""
+
+    def twin(self, seed: int) -> ForkFolder:
+        return ForkFolder(self.seed(seed) / "twin")
+
+    def replica(self, seed: int) -> ForkFolder:
+        return ForkFolder(self.seed(seed) / "replica")
+
+    def candidate(self, seed: int, name: str) -> ForkFolder:
+        if not NAME.match(name):
+            raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
+        return ForkFolder(self.seed(seed) / "candidates" / name)
+
+    @property
+    def measured(self) -> Path:
+        return self.root / "measured.parquet"
+
+    @property
+    def attribution(self) -> Path:
+        return self.root / "attribution.parquet"
+
+    @property
+    def attribution_json(self) -> Path:
+        return self.root / "attribution.json"
+
+    def read_config(self) -> dict:
+        if not self.config.is_file():
+            raise SeedlabError(f"{self.root}: not an attribution bank folder (no config.json)")
+        return json.loads(self.config.read_text())
+
+    def read_inputs(self) -> dict:
+        if not self.inputs.is_file():
+            raise SeedlabError(f"{self.root}: no inputs.json (an unfinished or foreign folder: run the bank again)")
+        return json.loads(self.inputs.read_text())
+
+    def claim(self, record: dict, *, force: bool) -> None:
+        """The folder policy, once every input is checked: a folder holding another design (its
+        config.json differs) is refused in one line unless ``force`` (which removes it, whatever
+        it holds); the same design, interrupted, resumes."""
+        out = self.root
+        if not (out.exists() and any(out.iterdir())):
+            return
+        old = json.loads(self.config.read_text()) if self.config.is_file() else None
+        if old != record and not force:
+            what = "another attribution design (config.json differs)" if old is not None else "something else than a bank"
+            raise SeedlabError(f"--out: {out} holds {what}; use another folder, or --force to overwrite it")
+        if force:
+            shutil.rmtree(out)
+
+    def check_inputs(self, inputs: dict) -> None:
+        """A folder started before must be resumed with the same inputs (inputs.json): the corpus's
+        hashes, every candidate's and query's token ids. Anything else is refused, before anything is written."""
+        old = self.started_inputs(inputs)  # the corpus checked
+        if old is None:
+            return
+        for kind in ("candidates", "queries"):
+            a, b = ({t["name"]: t for t in record.get(kind, [])} for record in (old, inputs))
+            for name in sorted(set(a) | set(b)):
+                if a.get(name) != b.get(name):
+                    what = "is new" if name not in a else "is gone" if name not in b else "was edited"
+                    raise SeedlabError(f"{kind}.{name}: {what} since {self.root} was started (a bank from a different "
+                                       "design: its inputs.json differs); restore it, or --force to start over")
+
+
+# --------------------------------------------------------------------------- reading a bank back
+
+
+@dataclass
+class Bank:
+    """A bank on disk, as the later stages read it: its folder, config and inputs (texts, corpus)."""
+
+    dir: BankDir
+    cfg: object  # AttributionConfig
+    inputs: object  # attribution.texts.Inputs
+
+    @property
+    def root(self) -> Path:
+        return self.dir.root
+
+    def finished_candidates(self, seed: int) -> dict:
+        """The seed's candidates whose run finished: ``{name: Text}``, in the design's order."""
+        return {n: t for n, t in self.inputs.candidates_of(seed).items() if self.dir.candidate(seed, n).finished}
+
+
+def open_bank(root: str | Path, corpus: str | Path | None = None) -> Bank:
+    """Read a bank folder's config and inputs and open its corpus (its hashes compared with the
+    bank's); a folder that is not an attribution bank is a one-line error."""
+    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.texts import Inputs, Text
+    from seedlab.config import parse
+    from seedlab.corpus import load
+
+    rd = BankDir(Path(root))
+    record = rd.read_config()
+    try:
+        cfg = parse(AttributionConfig, record)
+    except SeedlabError as e:
+        raise SeedlabError(f"{rd.root}: not an attribution bank folder (config.json: {e})") from None
+    inputs = rd.read_inputs()
+    path = Path(corpus or inputs["corpus"])
+    if not (path / "meta.json").is_file():
+        how = "pass --corpus" if corpus else "the corpus has moved since the bank was trained: pass --corpus"
+        raise SeedlabError(f"corpus: no prepared corpus at {str(path)!r} ({how})")
+    c = load(path, verify=False)
+    if {k: v["sha256"] for k, v in c.meta["splits"].items()} != inputs["corpus_sha256"]:
+        raise SeedlabError(f"corpus: {path} is not the corpus this bank was trained on (hashes differ)")
+
+    def texts(kind: str) -> dict:
+        return {t["name"]: Text(t["kind"], tuple(t["tokens"]), t["text"]) for t in inputs[kind]}
+
+    return Bank(rd, cfg, Inputs(cfg, c, cfg.gpt_config(c.vocab_size), texts("candidates"), texts("queries")))

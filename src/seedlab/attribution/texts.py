@@ -1,0 +1,170 @@
+"""The bank's texts: the candidates that replace the injected row, and the queries.
+
+Candidates (one forked run each, per seed):
+
+- ``passage``: the passages of ``candidates.file`` — a ``.jsonl`` file (one JSON object per
+  line: ``{"text": ..., "name": optional}``) or any other text file (passages separated by
+  blank lines); named by their ``name`` or ``passage-<i>``;
+- ``heldout``: ``candidates.heldout`` rows of the held-out split, ``block_size + 1`` tokens each
+  (ordinary data, never trained on), named ``heldout-<i>``;
+- ``control``: with ``candidates.own_row``, ``own-row``: the replaced row itself (a different
+  text for every seed), whose runs must be bitwise the twin's.
+
+Queries: each candidate's own text (``self``: self-influence), ``queries.heldout`` held-out rows
+(``query-<i>``, disjoint from the candidate rows) and the probe texts of ``queries.probes``
+(same formats, named ``probe-<i>`` or by their ``name``).
+
+Held-out rows are whole ``block_size + 1``-token slots of the held-out split, in the order of
+one seeded permutation (``candidates.seed``): the first ``queries.heldout`` slots are the query
+rows, the next ``candidates.heldout`` the candidate rows — so a longer candidate list keeps the
+same queries and the first candidates. Every text is checked before anything is written: a
+candidate must give one next-token target and fit a row, and so must a query.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from seedlab.attribution.config import AttributionConfig
+from seedlab.attribution.rundir import NAME
+from seedlab.corpus.sources import read_txt
+from seedlab.errors import SeedlabError
+from seedlab.lm.batches import check_passage, get_batch
+from seedlab.lm.model import GPTConfig
+
+OWN_ROW = "own-row"
+SELF = "self"
+
+
+@dataclass(frozen=True)
+class Text:
+    kind: str  # candidates: passage | heldout | control; queries: heldout | probe
+    tokens: tuple[int, ...]
+    text: str
+
+    def record(self, name: str) -> dict:
+        return {"name": name, "kind": self.kind, "text": self.text, "tokens": list(self.tokens)}
+
+
+@dataclass
+class Inputs:
+    """Everything a bank reads, checked: the corpus, the GPT's config and the texts."""
+
+    cfg: AttributionConfig
+    corpus: object
+    gcfg: GPTConfig
+    candidates: dict[str, Text]  # without the own-row control (it depends on the seed)
+    queries: dict[str, Text]
+
+    @property
+    def pad_id(self) -> int:
+        """What fills a short candidate's row (masked out of the loss): the corpus's end-of-text id."""
+        return self.corpus.eot_id
+
+    def ordinary_batch(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The twin's batch of the injection step (x, y) [B, T]."""
+        c = self.cfg
+        return get_batch(self.corpus.train, seed, c.injection_step, c.batch_size, self.gcfg.block_size)
+
+    def candidates_of(self, seed: int) -> dict[str, Text]:
+        """The seed's candidates, in order: the file's passages, the held-out rows, the own-row control."""
+        out = dict(self.candidates)
+        if self.cfg.candidates.own_row:
+            x, y = self.ordinary_batch(seed)
+            r = self.cfg.injection_row
+            ids = tuple(int(t) for t in torch.cat([x[r], y[r, -1:]]))
+            out[OWN_ROW] = Text("control", ids, self.corpus.decode(ids))
+        return out
+
+    def record(self) -> dict:
+        """What inputs.json holds (the design's texts; checked when a bank resumes)."""
+        c = self.corpus
+        return {
+            "corpus": str(c.path.resolve()),
+            "corpus_sha256": {k: v["sha256"] for k, v in c.meta["splits"].items()},
+            "eot_id": c.eot_id,
+            "candidates": [t.record(k) for k, t in self.candidates.items()],  # lists: the design's order
+            "queries": [t.record(k) for k, t in self.queries.items()],
+        }
+
+
+def load_inputs(cfg: AttributionConfig, base: Path, *, corpus: str | Path | None = None, verify: bool = True) -> Inputs:
+    """The corpus (hashes checked when ``verify``) and every text, all checked before a folder is
+    touched. ``base``: the config's folder (the candidate and probe files are relative to it)."""
+    from seedlab.corpus import load
+
+    c = load(Path(corpus or cfg.corpus), verify=verify)  # like --out: relative to the current folder
+    gcfg = cfg.gpt_config(c.vocab_size)
+    T = gcfg.block_size
+    queries_rows, cand_rows = heldout_rows(c.heldout, T + 1, cfg.queries.heldout, cfg.candidates.heldout,
+                                           cfg.candidates.seed)
+    candidates: dict[str, Text] = {}
+    if cfg.candidates.file:
+        for name, text in read_texts(base / cfg.candidates.file, "candidates.file", "passage"):
+            candidates[name] = Text("passage", tuple(c.encode(text)), text)
+    for i, ids in enumerate(cand_rows):
+        candidates[f"heldout-{i}"] = Text("heldout", ids, c.decode(ids))
+    queries = {f"query-{i}": Text("heldout", ids, c.decode(ids)) for i, ids in enumerate(queries_rows)}
+    if cfg.queries.probes:
+        for name, text in read_texts(base / cfg.queries.probes, "queries.probes", "probe"):
+            queries[name] = Text("probe", tuple(c.encode(text)), text)
+    for kind, texts in (("candidates", candidates), ("queries", queries)):
+        for name, t in texts.items():
+            check_passage(len(t.tokens), T, f"{kind}.{name}")  # empty, one token, or longer than a row
+            if not NAME.match(name):
+                raise SeedlabError(f"{kind}.{name}: a name is letters, digits, '.', '_' and '-' (a folder name)")
+    names = set(candidates) | set(queries)
+    clash = sorted((set(candidates) & set(queries)) | ({OWN_ROW, SELF} & names))
+    if clash:
+        raise SeedlabError(f"names: {clash[0]!r} is taken (candidates and queries need distinct names, "
+                           f"and {OWN_ROW!r} and {SELF!r} are reserved)")
+    if not candidates and not cfg.candidates.own_row:
+        raise SeedlabError("candidates: none (a file with passages, or candidates.heldout > 0)")
+    return Inputs(cfg, c, gcfg, candidates, queries)
+
+
+def read_texts(path: Path, field: str, prefix: str) -> list[tuple[str, str]]:
+    """(name, text) of every passage of a .jsonl or plain text file (see the module doc)."""
+    if not path.is_file():
+        raise SeedlabError(f"{field}: no such file {str(path)!r}")
+    out: list[tuple[str, str]] = []
+    if path.suffix == ".jsonl":
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise SeedlabError(f"{field}: {path} line {n} is not JSON") from None
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+                raise SeedlabError(f"{field}: {path} line {n} needs a string field 'text'")
+            name = obj.get("name", f"{prefix}-{len(out)}")
+            if not obj["text"].strip():
+                raise SeedlabError(f"{field}: {path} line {n} ({name!r}) is an empty passage")
+            out.append((str(name), obj["text"].strip()))
+    else:
+        out = [(f"{prefix}-{i}", p) for i, p in enumerate(read_txt(path))]  # paragraphs, as a corpus's documents
+    if not out:
+        raise SeedlabError(f"{field}: {path} holds no passage")
+    names = [name for name, _ in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise SeedlabError(f"{field}: the name {dup!r} is used twice in {path}")
+    return out
+
+
+def heldout_rows(heldout: np.ndarray, length: int, n_queries: int, n_candidates: int,
+                 seed: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(query rows, candidate rows): disjoint ``length``-token slots of the held-out split (module doc)."""
+    slots = len(heldout) // length
+    if n_queries + n_candidates > slots:
+        raise SeedlabError(f"candidates.heldout + queries.heldout: {n_queries + n_candidates} rows of {length} tokens "
+                           f"do not fit the held-out split ({len(heldout)} tokens, {slots} rows)")
+    order = np.random.default_rng(seed).permutation(slots)
+    rows = [tuple(int(t) for t in heldout[o * length : (o + 1) * length]) for o in order[: n_queries + n_candidates]]
+    return rows[:n_queries], rows[n_queries:]

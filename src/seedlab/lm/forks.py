@@ -1,0 +1,121 @@
+"""Forks of one training run, and the bitwise checks that make them single-row counterfactuals.
+
+- :class:`SharedPrefix` — steps 0 .. s-1 of a seed, trained once (or read back from its state
+  file) and kept; :meth:`~SharedPrefix.fork` hands out independent copies at step s.
+- :func:`advance_to` — a run from wherever it stands to a given update, with one row of the
+  batch of the injection step replaced, and a callback at chosen steps (write a checkpoint,
+  hash the weights, evaluate queries).
+- :func:`replica_control` — a run trained again from the same start must be bitwise equal to
+  the first at every step whose hashes were recorded, or a one-line error stops everything.
+- :func:`first_difference` / :func:`check_identical` — compare ``{tensor: SHA-256}`` records.
+
+Nothing here knows a study's folder layout: the prefix's file comes from the caller, and what
+happens at a recorded step is the caller's callback. Single process (the ranks of a torchrun
+design would each hold their own copy and need ``World.check_same`` on every record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+
+from seedlab.errors import SeedlabError
+from seedlab.lm.trainer import Trainer
+from seedlab.store import tensor_hashes
+
+Hashes = Mapping[str, str]  # {tensor name: SHA-256}
+
+
+class SharedPrefix:
+    """Steps 0 .. ``step``-1 of one seed, trained once when first needed (or read back from
+    ``path``, its complete state: weights, optimizer moments, losses) and kept for every fork.
+
+    ``new_trainer()`` makes the seed's trainer at step 0; ``on_step()`` is called after every
+    update the prefix trains (a progress bar); ``path=None`` keeps the prefix in memory only."""
+
+    def __init__(self, path: Path | None, new_trainer: Callable[[], Trainer], step: int, *,
+                 on_step: Callable[[], None] | None = None):
+        self.path, self.new_trainer, self.step, self.on_step = path, new_trainer, step, on_step
+        self._kept: tuple[Trainer, list[float]] | None = None
+
+    @property
+    def saved(self) -> bool:
+        """Its state file exists (trained before, e.g. before an interruption)."""
+        return self.path is not None and self.path.is_file()
+
+    def kept(self) -> tuple[Trainer, list[float]]:
+        """The prefix's own trainer at ``step`` and its losses (do not advance it: :meth:`fork`)."""
+        if self._kept is None:
+            trainer = self.new_trainer()
+            if self.saved:
+                losses = trainer.load_state(self.path)
+                if trainer.step != self.step:
+                    raise SeedlabError(f"{self.path}: holds the state after {trainer.step} updates, not {self.step}")
+            else:
+                losses = advance_to(trainer, self.step, on_step=self.on_step)
+                if self.path is not None:
+                    trainer.save_state(self.path, losses)
+            self._kept = (trainer, losses)
+        return self._kept
+
+    def fork(self) -> tuple[Trainer, list[float]]:
+        """An independent copy of the prefix's trainer at ``step`` (model and optimizer state
+        deep-copied together), and a copy of its losses."""
+        trainer, losses = self.kept()
+        return trainer.fork(), list(losses)
+
+
+def advance_to(trainer: Trainer, end: int, *, passage: Sequence[int] | None = None, at: int | None = None, row: int = 0,
+               pad_id: int = 0, stops: Collection[int] = (), visit: Callable[[Trainer], None] | None = None,
+               on_step: Callable[[], None] | None = None, losses: list[float] | None = None) -> list[float]:
+    """Advance ``trainer`` until ``end`` updates are completed; returns the losses (appended to
+    ``losses`` when given).
+
+    The batch of step ``at`` carries ``passage`` in row ``row`` (padded with ``pad_id``); every
+    other batch is the ordinary one. ``visit(trainer)`` is called whenever ``trainer.step`` is in
+    ``stops`` — at the start too, before any update — with the weights after that many updates;
+    ``on_step()`` after every update."""
+    losses = [] if losses is None else losses
+    while True:
+        if visit is not None and trainer.step in stops:
+            visit(trainer)
+        if trainer.step >= end:
+            return losses
+        injected = passage if (passage is not None and trainer.step == at) else None
+        losses.append(trainer.advance(injected, row=row, pad_id=pad_id))
+        if on_step is not None:
+            on_step()
+
+
+def first_difference(expected: Hashes, got: Hashes) -> str | None:
+    """The first tensor (in ``expected``'s order) whose hash differs or is missing from ``got``; None: equal."""
+    return next((k for k, h in expected.items() if got.get(k) != h), None)
+
+
+def check_identical(records: Mapping[str, Hashes], what: str) -> None:
+    """Every record (run name -> hashes) equals the first; else a one-line error naming the tensor."""
+    names = list(records)
+    for name in names[1:]:
+        bad = first_difference(records[names[0]], records[name])
+        if bad is not None:
+            raise SeedlabError(f"{what}: {name} differs from {names[0]} in tensor {bad!r} (the runs are not identical)")
+
+
+def replica_control(trainer: Trainer, reference: Mapping[str, Hashes], end: int, *, what: str,
+                    on_step: Callable[[], None] | None = None) -> list[int]:
+    """Train ``trainer`` (a second copy of a run's start) on ordinary batches to ``end``; at every
+    step of ``reference`` (``{str(step): hashes}``, the first run's record) its weights must hash
+    the same, else a one-line :class:`SeedlabError` (``what`` names the run, e.g. "seed 0: the
+    replica control"). Returns the steps compared."""
+    compared: list[int] = []
+
+    def compare(tr: Trainer) -> None:
+        bad = first_difference(reference[str(tr.step)], tensor_hashes(tr.weights()))
+        if bad is not None:
+            raise SeedlabError(f"{what} differs from the run it repeats at step {tr.step} in tensor {bad!r} "
+                               "(training is not deterministic on this hardware; differences between forks are "
+                               "not the row's alone)")
+        compared.append(tr.step)
+
+    advance_to(trainer, end, stops={int(t) for t in reference}, visit=compare, on_step=on_step)
+    return compared

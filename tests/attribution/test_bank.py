@@ -1,0 +1,235 @@
+"""The counterfactual bank and the attribute stage: layout and hashes, the own-row control (measured
+and estimated exactly 0), plain SGD's first step against the one-step estimate, the replica control
+catching a non-deterministic op, resume after an interruption, bad input (one line, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from seedlab.attribution.attribute import COLUMNS, attribute
+from seedlab.attribution.bank import run_bank
+from seedlab.attribution.config import AttributionConfig
+from seedlab.attribution.rundir import BankDir
+from seedlab.config import load_config, parse
+from seedlab.errors import SeedlabError
+from seedlab.lm.model import GPT
+from seedlab.lm.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def design(bank_design, twins_inputs, tmp_path):
+    """``design(**over)``: TINY_BANK with ``over``, its files in tmp_path: (config, its folder)."""
+
+    def make(**over):
+        return load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **over))
+
+    return make
+
+
+def _files(folder):
+    return sorted((p.relative_to(folder).as_posix(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file())
+
+
+# --------------------------------------------------------------------------- what a bank holds
+
+
+def test_layout_hashes_and_measured(tiny_bank):
+    rd = BankDir(tiny_bank / "bank")
+    cfg = parse(AttributionConfig, rd.read_config())
+    s, horizons = cfg.injection_step, list(cfg.horizon_steps())
+    assert horizons == [5, 7, 9, 14]  # s+1, s+3, mid = (4 + 14) // 2, end
+    inputs = rd.read_inputs()
+    names = [t["name"] for t in inputs["candidates"]]
+    assert names == ["passage-0", "passage-1", "passage-2", "heldout-0", "heldout-1", "heldout-2"]
+    assert [t["name"] for t in inputs["queries"]] == ["query-0", "query-1", "probe-gizmo"]
+    assert [len(q["tokens"]) for q in inputs["queries"]][:2] == [33, 33]
+    for seed in cfg.seeds:
+        twin = rd.twin(seed)
+        assert sorted(map(int, twin.read_manifest())) == cfg.twin_steps() == [s, *horizons]
+        assert set(twin.weights(horizons[-1])) == set(GPT(cfg.gpt_config(257)).state_dict())  # hash-checked read
+        for name in [*names, "own-row"]:
+            where = rd.candidate(seed, name)
+            assert where.finished and sorted(map(int, where.read_manifest())) == [s, *horizons]
+            assert not list(where.path.glob("*.safetensors"))  # no candidate weights are stored
+            # forked from one prefix: every run is bitwise the twin at s
+            assert where.read_manifest()[str(s)] == twin.read_manifest()[str(s)]
+    integrity = json.loads(rd.integrity.read_text())["seeds"]
+    assert integrity["0"]["replica"] == {"bitwise_equal_to_twin": True, "steps_compared": [s, *horizons]}
+    assert "replica" not in integrity["1"] and integrity["1"]["own_row"]["bitwise_equal_to_twin"]
+
+    m = pd.read_parquet(rd.measured)
+    assert len(m) == 2 * 7 * 4 * 4  # seeds x candidates (own row included) x (self + 2 rows + 1 probe) x horizons
+    assert set(m.query_kind) == {"self", "heldout", "probe"} and set(m.label) == {"s+1", "s+3", "mid", "end"}
+    assert np.array_equal(m.measured, m.loss - m.twin_loss)
+    learned = m[(m.query == "self") & (m.label == "s+1") & (m.candidate_kind != "control")]
+    assert (learned.measured < 0).all()  # one update on a text lowers its own loss
+
+
+def test_the_own_row_control_is_exactly_zero_measured_and_estimated(tiny_bank):
+    df = pd.read_parquet(BankDir(tiny_bank / "bank").attribution)
+    assert list(df.columns) == COLUMNS
+    own = df[df.candidate == "own-row"]
+    assert set(own.estimator) == {"sgd", "adam", "tracin", "cosine", "ekfac"}
+    assert set(own.label) == {"s+1", "s+3", "mid", "end"} and set(own.seed) == {0, 1}
+    assert (own.measured == 0).all() and (own.estimate == 0).all()
+    others = df[(df.candidate != "own-row") & (df.query == "self")]
+    assert (others.measured != 0).all() and (others.estimate != 0).all()
+
+
+def test_plain_sgd_first_step_matches_the_one_step_estimate(tmp_path, design):
+    # plain SGD (no momentum, decay or clipping) at a tiny rate: the measured Δ L_query at s + 1 is
+    # −lr·⟨∇L_q, δ_c⟩ up to O(lr²) curvature and float32 round-off (observed 7.5e-4 of the largest effect)
+    cfg, base = design(optimizer="sgd", peak_lr=1e-4, min_lr=0.0, weight_decay=0.0,
+                        grad_clip=1e9, steps=8, horizons=[1], seeds=[0],
+                        candidates={"file": "candidates.txt", "heldout": 2})
+    run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    df = attribute(tmp_path / "bank", estimators=["sgd"], progress=False)
+    assert len(df) == 5 * 4 and set(df.label) == {"s+1"}
+    err = np.abs(df.estimate - df.measured).max() / np.abs(df.measured).max()
+    assert err < 1e-2
+    big = df[df.measured.abs() > 0.01 * df.measured.abs().max()]
+    assert (np.sign(big.estimate) == np.sign(big.measured)).all()
+
+
+def test_the_replica_control_catches_a_non_deterministic_op(tmp_path, design, monkeypatch):
+    forward = GPT.forward
+
+    def noisy(self, *args, **kwargs):
+        logits, loss = forward(self, *args, **kwargs)
+        return logits + 1e-3 * torch.rand_like(logits), loss
+
+    monkeypatch.setattr(GPT, "forward", noisy)
+    cfg, base = design(seeds=[0])
+    with pytest.raises(SeedlabError, match=r"seed 0: the replica control differs .* at step 5 in tensor"):
+        run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    assert not BankDir(tmp_path / "bank").replica(0).finished
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, tiny_bank, monkeypatch):
+    cfg, base = design()
+    advance, calls = Trainer.advance, [0]
+
+    def counted(self, *args, kill_at=None, **kwargs):
+        calls[0] += 1
+        if calls[0] == kill_at:
+            raise Killed
+        return advance(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "advance", lambda self, *a, **k: counted(self, *a, kill_at=4 + 7, **k))
+    with pytest.raises(Killed):  # in seed 0's twin, after 7 of its 10 updates (its weights at s, s+1, s+3 saved)
+        run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    rd = BankDir(tmp_path / "bank")
+    assert rd.prefix(0).is_file() and rd.twin(0).checkpoint(7).is_file() and not rd.twin(0).finished
+    calls[0] = 0
+    monkeypatch.setattr(Trainer, "advance", lambda self, *a, **k: counted(self, *a, **k))
+    run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    assert calls[0] == 9 * 10 + (4 + 8 * 10)  # twin, replica, 7 candidates; seed 0's prefix read back, not trained again
+    ref = BankDir(tiny_bank / "bank")
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.measured), pd.read_parquet(ref.measured))
+    for seed in (0, 1):
+        assert rd.twin(seed).read_manifest() == ref.twin(seed).read_manifest()
+        for name in ("passage-0", "heldout-2", "own-row"):
+            assert rd.candidate(seed, name).read_manifest() == ref.candidate(seed, name).read_manifest()
+    # a finished bank run again trains nothing
+    calls[0] = 0
+    run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    assert calls[0] == 0
+
+
+# --------------------------------------------------------------------------- bad input: one line, nothing written
+
+
+@pytest.mark.parametrize("candidates, probes, match", [
+    ('{"text": ""}\n', None, r"candidates.file: .* line 1 \('passage-0'\) is an empty passage"),
+    ("", None, "holds no passage"),
+    ("a\n", None, r"candidates.passage-0: needs at least 2 tokens"),
+    ("x" * 40 + "\n", None, r"candidates.passage-0: 40 tokens do not fit a row of block_size\+1 = 33"),
+    ("ok text\n", '{"name": "long", "text": "' + "y" * 34 + '"}\n', r"queries.long: 34 tokens do not fit a row"),
+    ('{"text": "ok", "name": "a/b"}\n', None, "letters, digits"),
+])
+def test_bad_texts_write_nothing(tmp_path, design, candidates, probes, match):
+    cfg, base = design(candidates={"file": "cands.jsonl" if "{" in candidates else "c.txt"},
+                        queries={"heldout": 1, **({"probes": "p.jsonl"} if probes else {})})
+    (base / ("cands.jsonl" if "{" in candidates else "c.txt")).write_text(candidates)
+    if probes:
+        (base / "p.jsonl").write_text(probes)
+    with pytest.raises(SeedlabError, match=match) as err:
+        run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "bank").exists()
+
+
+def test_cli_over_long_candidate_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs, bank_design):
+    path = bank_design.write(tmp_path, twins_inputs[0], candidates={"file": "c.txt"})
+    (tmp_path / "c.txt").write_text("z" * 50)
+    rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0, err
+    assert err.startswith("error: candidates.passage-0: 50 tokens do not fit a row")
+    assert not (tmp_path / "bank").exists()
+
+
+def test_a_bank_folder_of_another_design_is_refused(seedlab_cli, tiny_bank, tmp_path):
+    bank = tiny_bank / "bank"
+    before = _files(bank)
+    rc, _, err = seedlab_cli("attribution", "bank", str(tiny_bank / "design.yaml"), "--out", str(bank), "--set", "steps=16")
+    assert rc == 2 and err.strip().count("\n") == 0, err
+    assert "holds another attribution design" in err
+    # the same config with an edited candidate file: inputs.json differs
+    cfg, _ = load_config(AttributionConfig, "attribution", tiny_bank / "design.yaml")
+    (tmp_path / "candidates.txt").write_text("Gizmo mends watches.\n\nReturns a list of names.\n\nq8#Lm vP!2 zx&Rt\n")
+    (tmp_path / "probes.jsonl").write_text((tiny_bank / "probes.jsonl").read_text())
+    with pytest.raises(SeedlabError, match=r"candidates.passage-0: was edited since .*a bank from a different design"):
+        run_bank(cfg, bank, base=tmp_path, progress=False)
+    assert _files(bank) == before
+
+
+def test_estimator_errors_write_nothing(seedlab_cli, tiny_bank, monkeypatch):
+    bank = tiny_bank / "bank"
+    before = _files(bank)
+    rc, _, err = seedlab_cli("attribution", "attribute", str(bank), "--estimators", "sgd,trak", "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0 and "estimator: must be one of" in err and "'trak'" in err
+    monkeypatch.setitem(sys.modules, "kronfluence", None)  # as if not installed
+    with pytest.raises(SeedlabError, match=r"estimator 'ekfac' needs kronfluence, which is not installed: install seedlab\[attribution\]"):
+        attribute(bank, estimators=["sgd", "ekfac"], progress=False)
+    assert _files(bank) == before
+
+
+def test_sgd_bank_refuses_the_adam_estimator(bank_design):
+    cfg = parse(AttributionConfig, {**bank_design.config, "corpus": "x", "optimizer": "sgd"})
+    from seedlab.attribution.attribute import choose_estimators
+
+    with pytest.raises(SeedlabError, match="adam predicts an AdamW step"):
+        choose_estimators(cfg, ["adam"])
+    assert "adam" not in choose_estimators(cfg)
+
+
+def test_not_a_bank_folder(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"corpus": "c", "conditions": ["twin"]}))
+    with pytest.raises(SeedlabError, match="not an attribution bank folder"):
+        attribute(tmp_path, progress=False)
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"horizons": [20]}, r"horizons: s \+ 20 is after the end"),
+    ({"stop": 3}, "stop: must be after the injection step"),
+    ({"midpoint": 14}, "midpoint: must be between"),
+    ({"candidates": {"heldout": 0}}, "candidates: name a file"),
+    ({"queries": {"own": False, "heldout": 0}}, "queries: at least one kind"),
+    ({"optimizer": "adam"}, "optimizer"),
+    ({"horizons": ["late"]}, "horizons"),
+])
+def test_config_errors(bank_design, over, match):
+    with pytest.raises(SeedlabError, match=match):
+        parse(AttributionConfig, {**bank_design.config, "corpus": "x", **over})
