@@ -1,6 +1,8 @@
 """twins measure on a tiny real design: values checked against independent code, bad input refused."""
 
 import json
+import shutil
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from helpers import copy_run
 from seedlab.corpus import load
 from seedlab.lm.batches import get_batch
 from seedlab.lm.model import GPT, PRESETS
+from seedlab.twins import metrics
 
 S, T = 6, 16  # injection step, steps of the twins_design fixture
 
@@ -33,6 +36,11 @@ def test_measures_table_shape_and_invariants(design):
     assert (at_s.distance == 0).all() and (at_s.heldout_ce == at_s.twin_heldout_ce).all()
     assert (at_s.passage_ce == at_s.twin_passage_ce).all()
     assert (c[c.step > S].distance > 0).all()
+    assert (at_s.barrier == 0).all() and (at_s.rise_mid == 0).all()  # identical weights: not evaluated, 0 exactly
+    assert sorted(set(c.step)) == [S, 8, 11, 12, T] and (c.barrier >= 0).all() and c.barrier.notna().all()
+    end = c[c.step == T].set_index(["seed", "condition"])  # the end of the run is measures.parquet's comparison
+    key = inj.set_index(["seed", "condition"])
+    assert (end.barrier == key.barrier.reindex(end.index)).all() and (end.rise_mid == key.rise_mid.reindex(end.index)).all()
     p = pd.read_parquet(design / "run" / "paths.parquet")
     assert np.allclose(p[p.alpha.isin([0, 1])].rise, 0, atol=1e-12)
     tc = pd.read_parquet(design / "run" / "timecourse.parquet")
@@ -60,6 +68,19 @@ def test_measures_match_independent_computation(design):
     path = pd.read_parquet(run / "paths.parquet")
     p = path[(path.kind == "injected") & (path.seed == 1) & (path.condition == "fluent-attested")]
     assert p.loss.iloc[0] == pytest.approx(ce, abs=1e-5) and p.loss.iloc[-1] == pytest.approx(row.heldout_ce_b, abs=1e-6)
+    # the barrier at a checkpoint in the middle of the run, from the two checkpoint files and a hand-made path
+    ck = pd.read_parquet(run / "checkpoints.parquet").set_index(["seed", "condition", "step"]).loc[(1, "fluent-attested", 11)]
+    a11 = load_file(run / "seed-1" / "fluent-attested" / "step-11.safetensors")
+    b11 = load_file(run / "seed-1" / "twin" / "step-11.safetensors")
+    losses = []
+    for al in (0, 0.25, 0.5, 0.75, 1):  # measure.alphas of the design
+        model.load_state_dict({k: (1 - al) * a11[k] + al * b11[k] for k in a11})
+        with torch.no_grad():
+            losses.append(float(model(x, y)[1]))
+    rise = [lo - ((1 - al) * losses[0] + al * losses[-1]) for al, lo in zip((0, 0.25, 0.5, 0.75, 1), losses)]
+    assert ck.heldout_ce == pytest.approx(losses[0], abs=1e-5) and ck.twin_heldout_ce == pytest.approx(losses[-1], abs=1e-5)
+    assert ck.barrier == pytest.approx(max(rise), abs=1e-5) and ck.rise_mid == pytest.approx(rise[2], abs=1e-5)
+    model.load_state_dict(a)
     text = yaml.safe_load((design / "design.yaml").read_text())["passages"]["fluent-attested"]
     ids = torch.tensor(corpus.encode(Path(text).read_text()))[None]
     with torch.no_grad():
@@ -112,3 +133,70 @@ def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
     (folder / "manifest.json").write_text(json.dumps(manifest))
     rc, _, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
     assert rc == 2 and "mismatched model shapes" in err and "seed 0 fluent-attested" in err, err
+
+
+# --------------------------------------------------------------------------- memory: bounded in the number of seeds
+
+
+@pytest.fixture
+def four_seeds(design, tmp_path):
+    """The session's design as four seeds without training more: seeds 2 and 3 are copies of seeds 0
+    and 1, and config.json is cut down to twin + fabricated, checkpoints at s, the mid-point and the
+    end, and a 3-point α grid (what measure reads)."""
+    run = copy_run(design, tmp_path)
+    for k in (0, 1):
+        shutil.copytree(run / f"seed-{k}", run / f"seed-{k + 2}")
+    cfg = json.loads((run / "config.json").read_text())
+    cfg |= {"seeds": [0, 1, 2, 3], "conditions": ["twin", "fluent-fabricated"], "checkpoint_every": None}
+    cfg["measure"] |= {"alphas": [0, 0.5, 1], "heldout_rows": 4, "probe_rows": 2}
+    (run / "config.json").write_text(json.dumps(cfg))
+    return run
+
+
+def test_measure_memory_does_not_grow_with_seeds(four_seeds, tmp_path, monkeypatch):
+    """A memory probe: every tensor measure gets from a checkpoint read (Run.weights), an
+    interpolation (metrics.interpolate) or a probe batch's residual streams (Evaluator.residuals)
+    is tracked by a weak reference; at each of those calls and at every held-out evaluation the
+    bytes still alive are summed. The peak is the same whether 2 or 4 seeds are measured: measure
+    keeps no seed's weights or residuals while it goes on (the seed-vs-seed baselines read the
+    twins' final weights again). Keeping each seed's final twin and residuals, as measure once did,
+    adds at least one weight set per seed."""
+    from seedlab.twins import measure as measure_mod
+    from seedlab.twins.rundir import Run
+
+    live: list[tuple[weakref.ref, int]] = []
+    peak = {"bytes": 0}
+
+    def sample():
+        live[:] = [(r, n) for r, n in live if r() is not None]
+        peak["bytes"] = max(peak["bytes"], sum(n for _, n in live))
+
+    def tracked(fn, tensors_of):
+        def wrapper(*a, **kw):
+            out = fn(*a, **kw)
+            live.extend((weakref.ref(t), t.nbytes) for t in tensors_of(out))
+            sample()
+            return out
+        return wrapper
+
+    monkeypatch.setattr(Run, "weights", tracked(Run.weights, lambda sd: sd.values()))
+    monkeypatch.setattr(measure_mod.Evaluator, "residuals", tracked(measure_mod.Evaluator.residuals, lambda rs: rs))
+    monkeypatch.setattr(metrics, "interpolate", tracked(metrics.interpolate, lambda sd: sd.values()))
+    monkeypatch.setattr(measure_mod.Evaluator, "heldout_ce", tracked(measure_mod.Evaluator.heldout_ce, lambda _: ()))
+    peaks = {}
+    for n in (2, 4):
+        run = tmp_path / f"seeds-{n}"
+        shutil.copytree(four_seeds, run)
+        for k in range(n, 4):  # seeds past n are 'not finished': measured around
+            for cond in ("twin", "fluent-fabricated"):
+                (run / f"seed-{k}" / cond / "done.json").unlink()
+        peak["bytes"] = 0
+        out = measure_mod.measure(run, progress=False)
+        assert len(out["measures"]) == n + n * (n - 1) // 2  # n injected rows + the seed pairs
+        assert len(out["checkpoints"]) == 3 * n and out["checkpoints"].barrier.notna().all()
+        peaks[n] = peak["bytes"]
+    from safetensors.torch import load_file
+
+    state = sum(v.nbytes for v in load_file(four_seeds / "seed-0" / "twin" / f"step-{T}.safetensors").values())
+    assert 2 * state <= peaks[2] <= 4 * state, (peaks, state)  # two read weight sets + an interpolation (+ residuals)
+    assert peaks[4] == peaks[2], (peaks, state)

@@ -13,6 +13,7 @@ from seedlab.lm.model import GPT, PRESETS
 from seedlab.twins.metrics import (
     barrier,
     barrier_curve,
+    identical,
     interpolate,
     layer_groups,
     linear_cka,
@@ -85,6 +86,31 @@ def test_barrier_of_gpt_with_itself_is_zero():
     b = _sd(1)
     L = loss_path(loss_fn, a, b, [0.0, 1.0])
     assert L.tolist() == [loss_fn(a), loss_fn(b)]
+
+
+def test_loss_path_with_known_ends_is_the_same_path_for_fewer_evaluations():
+    a, b, loss_fn = _sd(0), _sd(1), _gpt_loss_fn()
+    calls = []
+
+    def counted(sd):
+        calls.append(1)
+        return loss_fn(sd)
+
+    full = loss_path(counted, a, b, ALPHAS)
+    assert len(calls) == len(ALPHAS)
+    calls.clear()
+    reused = loss_path(counted, a, b, ALPHAS, ends=(loss_fn(a), loss_fn(b)))
+    assert len(calls) == len(ALPHAS) - 2  # the ends are not evaluated again
+    assert reused.tolist() == full.tolist()  # bitwise: interpolate returns a and b themselves at α = 0 and 1
+
+
+def test_identical_is_bitwise():
+    a = _sd(0)
+    assert identical(a, {k: v.clone() for k, v in a.items()})
+    nudged = {k: v.clone() for k, v in a.items()}
+    nudged["ln_f.bias"][0] = 1e-30
+    assert not identical(a, nudged) and not identical(a, _sd(1))
+    assert not identical(a, {k: v for k, v in a.items() if k != "ln_f.bias"})
 
 
 def test_barrier_zero_on_convex_loss():

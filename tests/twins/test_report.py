@@ -10,9 +10,14 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
     rc, _, err = seedlab_cli("twins", "report", str(run))
     assert rc == 0, err
     text = (run / "report.md").read_text()
-    for section in ("## Pre-registration", "## Headline", "## Learned, then lost", "## Fabricated vs attested",
-                    "## Normalized effects", "## Time course", "44.1%", "unchanged since"):
+    for section in ("## Pre-registration", "## Headline", "## Learned, then lost?", "## Fabricated vs attested",
+                    "## Normalized effects", "## Barrier and distance over training", "## Time course", "44.1%",
+                    "unchanged since", "**Is it lost?**", "| trough step |", "peak / smoothed trough"):
         assert section in text, section
+    # every p names its test; the end-of-run rows carry the MDE and an equivalence test, not p alone
+    assert "| p (paired t) | p (exact sign-flip; its floor) | MDE (80%, paired t) |" in text
+    assert "(paired t), " in text and "(sign-flip)" in text and "p < 1e-4 (test not stated)" in text
+    assert "| 90% CI (t) | p (TOST) | verdict |" in text and "TOST p = " in text
     for png in ("interpolation", "loss_difference", "distance_vs_barrier", "cka", "passage_ce", "distance_course"):
         assert (run / f"{png}.png").stat().st_size > 5000, png
     prereg = json.loads((run / "preregistration.json").read_text())  # as if the labels were set differently before training

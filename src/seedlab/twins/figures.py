@@ -83,8 +83,11 @@ def distance_barrier_figure(d: Measured) -> Fig:
     dropped = len(inj) - len(shown)
     return Fig(title, save_figure(fig, d.dir.figure("distance_vs_barrier.png")),
                "Each point is one seed's injected run against its twin, on log axes. Below the diagonal: the example moved "
-               "the weights more than the function (the paper: 44% of seed distance, 3% of seed barrier)."
-               + (f" {dropped} pair(s) with a barrier of exactly 0 (a convex path) are not drawn." if dropped else ""))
+               "the weights more than the function (the paper: 44% of seed distance, 3% of seed barrier). A positive "
+               "barrier means the loss rises above the chord somewhere on the path (it is not convex there); no line is "
+               "fitted through these points."
+               + (f" {dropped} pair(s) with a barrier of exactly 0 (no grid point above the chord) are not drawn, so the "
+                  "points are not a sample of all pairs." if dropped else ""))
 
 
 def cka_figure(d: Measured) -> Fig:
@@ -128,17 +131,38 @@ def passage_figure(d: Measured) -> Fig:
 
 
 def distance_course_figure(d: Measured) -> Fig:
-    title = "Distance to the twin over training"
+    title = "Distance and barrier to the twin over training"
     c = d.checkpoints
     if not len(c):
         return Fig(title, None, "no injected condition measured")
-    fig, (ax,) = new_figure(1, 1, w=6.0, h=3.4)
+    has_barrier = "barrier" in c and c.barrier.notna().any()
+    fig, axes = new_figure(1, 2 if has_barrier else 1, w=5.0, h=3.4)
+    ax = axes[0]
     for cond, g in c.groupby("condition"):
         mean = g.groupby("step").distance.mean()
         ax.plot(mean.index, mean / mean.iloc[-1], marker="o", ms=3, color=COLORS.get(cond), label=cond)
-    ax.axvline(d.steps["mid"], color="k", lw=0.5, ls=":")
-    ax.set(xlabel="step", ylabel="distance / final distance")
-    ax.legend(fontsize=7)
+    ax.set(xlabel="step", ylabel="distance / final distance", title="weight distance")
+    if has_barrier:
+        seed = d.measures[d.measures.kind == "seed"]
+        b = axes[1]
+        for cond, g in c.groupby("condition"):
+            per = g.groupby("step").barrier
+            b.errorbar(per.mean().index, per.mean(), yerr=per.std().fillna(0), marker="o", ms=3, capsize=2,
+                       color=COLORS.get(cond), label=cond)
+        if len(seed):
+            b.axhline(seed.barrier.mean(), color=COLORS["seed"], lw=1, ls="--", label="different seeds (end)")
+        means = c.groupby(["condition", "step"]).barrier.mean().to_numpy()
+        positive = means[means > 0]
+        b.set_yscale("symlog", linthresh=float(positive.min()) / 2 if len(positive) else 1e-6)  # linear near 0, log above
+        b.set(xlabel="step", ylabel="barrier on held-out rows (nats)", title="interpolation barrier", ylim=(0, None))
+        _legend(b)
+    for a in axes:
+        a.axvline(d.steps["mid"], color="k", lw=0.5, ls=":")
+    _legend(ax)
+    barrier_text = (" Right: the interpolation barrier between each injected run and its twin at the same step, on the "
+                    "held-out rows (mean ± sd over seeds; symmetric-log axis, linear near 0), and the barrier between "
+                    "twins of different seeds at the end (dashed). The paper: the barrier stays small throughout."
+                    if has_barrier else " (checkpoints.parquet has no barrier column: measure again for the barrier panel.)")
     return Fig(title, save_figure(fig, d.dir.figure("distance_course.png")),
-               f"Weight distance to the twin at each checkpoint as a fraction of its final value (mean over seeds); dotted: "
-               f"the mid-point (step {d.steps['mid']}). The paper: 92% of the final distance by the mid-point.")
+               f"Left: weight distance to the twin at each checkpoint as a fraction of its final value (mean over seeds); dotted: "
+               f"the mid-point (step {d.steps['mid']}). The paper: 92% of the final distance by the mid-point." + barrier_text)

@@ -11,9 +11,15 @@ For each seed k and injected condition c (against the twin of the same seed) at 
 - **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end.
 
 The same barrier / distance / CKA / held-out CE between the twins of every pair of seeds are the
-baselines (``kind = "seed"``). At every saved step ``checkpoints.parquet`` also has the distance to
-the twin, both held-out CEs and both passage CEs (the time course), ``timecourse.parquet`` the
-per-step training-loss difference c − twin, and ``paths.parquet`` the loss along each interpolation.
+baselines (``kind = "seed"``). At every saved step t >= s ``checkpoints.parquet`` also has, for c
+against the twin of its seed, the distance, both held-out CEs, both passage CEs, and the barrier
+and ``rise_mid`` on the same held-out rows and α grid (the time course; at the injection step the
+weights are bitwise identical and both are 0 without evaluating; at the final step they are the
+values of measures.parquet). ``timecourse.parquet`` has the per-step training-loss difference
+c − twin, and ``paths.parquet`` the loss along each final interpolation.
+
+Cost: a path of K grid points costs K − 2 held-out evaluations (its end losses are the two
+models' held-out CEs, already measured), per pair and per checkpoint after the injection.
 
 Files (all written only when measuring succeeds; where: twins/rundir.py): measures.parquet (one row
 per seed × condition plus the seed-vs-seed rows, the table the report and other tools read),
@@ -38,7 +44,7 @@ from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
-from seedlab.twins.metrics import barrier_curve, linear_cka, loss_path, weight_distance
+from seedlab.twins.metrics import barrier_curve, identical, linear_cka, loss_path, weight_distance
 from seedlab.twins.rundir import Run, open_run
 
 
@@ -79,9 +85,11 @@ class Evaluator:
     def residuals(self) -> list[torch.Tensor]:
         return [r.cpu() for r in self.model.residuals(self.probe.to(self.device))]
 
-    def path(self, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], alphas: list[float]) -> np.ndarray:
-        """Held-out CE at each α of the straight line from ``a`` (α = 0) to ``b`` (α = 1)."""
-        return loss_path(self._heldout_ce_of, a, b, alphas)
+    def path(self, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], alphas: list[float],
+             ends: tuple[float, float] | None = None) -> np.ndarray:
+        """Held-out CE at each α of the straight line from ``a`` (α = 0) to ``b`` (α = 1); ``ends``:
+        the held-out CEs of a and b when already measured (not evaluated again)."""
+        return loss_path(self._heldout_ce_of, a, b, alphas, ends)
 
     def _heldout_ce_of(self, state: dict[str, torch.Tensor]) -> float:
         self.model.load_state_dict(state)
@@ -89,7 +97,12 @@ class Evaluator:
 
 
 def measure(root: str | Path, *, corpus: str | Path | None = None, device: str = "auto", progress: bool = True) -> dict[str, pd.DataFrame]:
-    """Measure what is there; warn about what is missing; raise when nothing can be measured."""
+    """Measure what is there; warn about what is missing; raise when nothing can be measured.
+
+    Memory does not grow with the number of seeds: at any time at most two weight sets read from
+    disk (a run and the one it is compared with), one interpolated set and two probe batches'
+    residual streams are held; the seed-vs-seed baselines read each twin's final weights again
+    (verified reads) instead of keeping every seed's."""
     t0 = time.perf_counter()
     run = open_run(root, corpus)
     cfg, s = run.cfg, run.cfg.injection_step
@@ -105,10 +118,11 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
 
     ev = Evaluator(run, World().device(device))
     alphas = cfg.measure.alphas
+    inner = sum(0.0 < a < 1.0 for a in alphas)  # evaluations per path: its end losses are known
     ckpt_steps = [t for t in cfg.checkpoint_steps() if t >= s]
     rows, ckpt_rows, path_rows = [], [], []
-    work = len(seeds) * len(ckpt_steps) + (len(pairs) + len(seed_pairs)) * len(alphas)
-    finals: dict[int, tuple[dict, float, list[torch.Tensor]]] = {}  # seed -> twin's final (state, ce, residuals)
+    work = len(seeds) * len(ckpt_steps) + (len(pairs) * sum(t > s for t in ckpt_steps) + len(seed_pairs)) * inner
+    twin_final_ce: dict[int, float] = {}  # seed -> its twin's final held-out CE (a number per seed, no weights)
     with Bar("measure", work, "evals", enabled=progress) as bar:
         for k in seeds:
             conds = [c for kk, c in pairs if kk == k]
@@ -117,28 +131,42 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
                 ev.load(twin, f"seed {k} twin step {t}")
                 twin_ce = ev.heldout_ce()
                 twin_pce = {c: ev.passage_ce(run.passages[c]) for c in conds}
-                twin_res = ev.residuals() if t == final else None
+                twin_res = ev.residuals() if t == final and conds else None
                 if t == final:
-                    finals[k] = (twin, twin_ce, twin_res)
+                    twin_final_ce[k] = twin_ce
                 for c in conds:
                     state = run.weights(k, c, t)
                     ev.load(state, f"seed {k} {c} step {t}")
-                    ce = ev.heldout_ce()
+                    ce, pce = ev.heldout_ce(), ev.passage_ce(run.passages[c])
+                    if t == final:  # the full comparison; its path gives the checkpoint's barrier too
+                        row = _compare(ev, state, twin, ce, twin_ce, twin_res, alphas, path_rows, bar,
+                                       kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)
+                        rows.append(row)
+                        barrier_t, rise_t, dist = row["barrier"], row["rise_mid"], row["distance"]
+                    else:
+                        barrier_t, rise_t = _barrier(ev, state, twin, ce, twin_ce, alphas, bar)
+                        dist = weight_distance(state, twin)["all"]
                     ckpt_rows.append({
-                        "seed": k, "condition": c, "step": t, "distance": weight_distance(state, twin)["all"],
-                        "heldout_ce": ce, "twin_heldout_ce": twin_ce,
-                        "passage_ce": ev.passage_ce(run.passages[c]), "twin_passage_ce": twin_pce[c],
+                        "seed": k, "condition": c, "step": t, "distance": dist, "heldout_ce": ce, "twin_heldout_ce": twin_ce,
+                        "passage_ce": pce, "twin_passage_ce": twin_pce[c], "barrier": barrier_t, "rise_mid": rise_t,
                     })
-                    if t == final:
-                        rows.append(_compare(ev, state, twin, ce, twin_ce, twin_res, alphas, path_rows, bar,
-                                             kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t))
+                    del state
+                del twin, twin_res
                 bar.update(note=f"seed {k}: step {t}")
                 bar.advance()
+        held = (None, None)  # (seed, its twin's final weights): the first of a pair, kept while it repeats
         for a, b in seed_pairs:
-            (sa, ce_a, _), (sb, ce_b, res_b) = finals[a], finals[b]
-            ev.load(sa, f"seed {a} twin")
-            rows.append(_compare(ev, sa, sb, ce_a, ce_b, res_b, alphas, path_rows, bar,
+            sb = run.weights(b, "twin", final)
+            ev.load(sb, f"seed {b} twin")
+            res_b = ev.residuals()
+            if held[0] != a:
+                held = (None, None)
+                held = (a, run.weights(a, "twin", final))
+            ev.load(held[1], f"seed {a} twin")
+            rows.append(_compare(ev, held[1], sb, twin_final_ce[a], twin_final_ce[b], res_b, alphas, path_rows, bar,
                                  kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=final))
+            del sb, res_b
+        del held
 
     measures = pd.DataFrame(rows)
     checkpoints = pd.DataFrame(ckpt_rows)
@@ -164,14 +192,25 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
     return out
 
 
+def _barrier(ev: Evaluator, a: dict, b: dict, ce_a: float, ce_b: float, alphas: list[float], bar: Bar) -> tuple[float, float]:
+    """(barrier, rise at α = 0.5) between ``a`` and ``b`` on the held-out rows, their own CEs as the path's ends.
+    Bitwise-identical weights (every pair at the injection step) are not evaluated: their path is
+    one point, so both are 0 exactly."""
+    if identical(a, b):
+        return 0.0, 0.0
+    rise = barrier_curve(alphas, ev.path(a, b, alphas, ends=(ce_a, ce_b)))
+    bar.advance(sum(0.0 < al < 1.0 for al in alphas))
+    return float(rise.max()), float(np.interp(0.5, alphas, rise))
+
+
 def _compare(ev: Evaluator, a: dict, b: dict, ce_a: float, ce_b: float, res_b: list[torch.Tensor],
              alphas: list[float], path_rows: list, bar: Bar, **key) -> dict:
     """Barrier, held-out CE, distance and CKA of ``a`` (loaded in ``ev``) against ``b``."""
     res_a = ev.residuals()
-    losses = ev.path(a, b, alphas)
+    losses = ev.path(a, b, alphas, ends=(ce_a, ce_b))
     rise = barrier_curve(alphas, losses)
     path_rows += [{**key, "alpha": al, "loss": lo, "rise": r} for al, lo, r in zip(alphas, losses, rise)]
-    bar.advance(len(alphas))
+    bar.advance(sum(0.0 < al < 1.0 for al in alphas))
     dist = weight_distance(a, b)
     return {
         **key, "barrier": float(rise.max()), "rise_mid": float(np.interp(0.5, alphas, rise)),

@@ -10,7 +10,10 @@ Models are state dicts ``{name: tensor}`` with the same names and shapes. The me
   ``0 = α_0 < ... < α_K = 1``. It is ≥ 0 because ``r(0) = r(1) = 0``, and it is 0 when the loss is
   convex along the line (the twins sit in one linearly connected basin). Units: those of the loss
   (nats/token for the GPT).
-- ``loss_path`` -- ``L(α)`` on a grid, from a caller-supplied ``loss_fn(state_dict) -> float``.
+- ``loss_path`` -- ``L(α)`` on a grid, from a caller-supplied ``loss_fn(state_dict) -> float``
+  (optionally with the end losses ``L(0), L(1)`` supplied, so they are not evaluated again).
+  A positive barrier means the loss rises above the chord somewhere along the line, i.e. the path
+  is not convex there (negative curvature along it); it says nothing about a quadratic basin.
 - ``linear_cka`` -- linear centered kernel alignment (Kornblith et al. 2019) between two
   representations ``X`` [n, d1] and ``Y`` [n, d2] of the same n examples. With column-centered
   ``Xc, Yc``: ``CKA = ||Ycᵀ Xc||_F² / (||Xcᵀ Xc||_F · ||Ycᵀ Yc||_F)`` in [0, 1]; invariant to
@@ -74,9 +77,21 @@ def barrier(alphas: Sequence[float], losses: Sequence[float]) -> float:
     return float(barrier_curve(alphas, losses).max())
 
 
-def loss_path(loss_fn: Callable[[StateDict], float], a: StateDict, b: StateDict, alphas: Iterable[float]) -> np.ndarray:
-    """``[loss_fn(interpolate(a, b, α)) for α in alphas]`` as float64."""
-    return np.array([float(loss_fn(interpolate(a, b, al))) for al in alphas], dtype=np.float64)
+def loss_path(loss_fn: Callable[[StateDict], float], a: StateDict, b: StateDict, alphas: Iterable[float],
+              ends: tuple[float, float] | None = None) -> np.ndarray:
+    """``[loss_fn(interpolate(a, b, α)) for α in alphas]`` as float64.
+
+    ``ends``: the losses of ``a`` and ``b`` themselves when the caller already has them; they are
+    used at α = 0 and α = 1 (where ``interpolate`` returns a and b bitwise) instead of evaluating
+    the models again, so a K-point grid costs K - 2 evaluations."""
+    known = {} if ends is None else {0.0: float(ends[0]), 1.0: float(ends[1])}
+    return np.array([known[al] if al in known else float(loss_fn(interpolate(a, b, al))) for al in map(float, alphas)],
+                    dtype=np.float64)
+
+
+def identical(a: StateDict, b: StateDict) -> bool:
+    """True when a and b hold the same tensor names with bitwise-equal values (``torch.equal``)."""
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 @torch.no_grad()

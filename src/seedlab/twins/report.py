@@ -71,23 +71,31 @@ def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
     d = load(root)
     outcomes = d.meta["preregistration"]["outcomes"]
-    comp = stats.comparisons(d.measures, outcomes)
+    comp = stats.comparisons(d.measures, outcomes, margin_frac=margin_frac(d))
     norm = stats.normalized(d.measures)
     m = d.settings
     course = stats.time_course(d.timecourse, d.checkpoints, d.steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
+    ckpt = stats.checkpoint_course(d.checkpoints) if len(d.checkpoints) else None
     rep = Report()
     rep.add("# Twins: a measured single-example counterfactual", intro(d))
     rep.add("## Pre-registration", preregistration(d))
     rep.add("## Headline: the paper's numbers beside this run's", headline(d, comp, norm, course))
-    rep.add("## Learned, then lost: each passage's own cross-entropy", learned_then_lost(comp, d.steps))
+    rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(comp, d))
     rep.add("## Fabricated vs attested, every measure", fab_vs_att(comp))
     rep.add("## Normalized effects: one example vs a different seed", normalized_table(norm))
+    rep.add("## Barrier and distance over training", over_training_table(ckpt, norm, d))
     rep.add("## Time course", time_course_table(course, d))
     rep.add("## Figures")
     for fig in (figures.path_figure(d), figures.loss_diff_figure(d), figures.distance_barrier_figure(d),
                 figures.cka_figure(d), figures.passage_figure(d), figures.distance_course_figure(d)):
         rep.add(figure_block(fig))
     return write_text(d.dir.report, rep.text())
+
+
+def margin_frac(d: Measured) -> float:
+    """The equivalence margin of a "lost" claim as a fraction of the s + 50 effect: the measurement
+    setting ``equivalence_frac`` when the files carry it, else stats.DEFAULT_MARGIN_FRAC."""
+    return float(d.meta["preregistration"]["measure"].get("equivalence_frac", stats.DEFAULT_MARGIN_FRAC))
 
 
 # ---------------------------------------------------------------- sections
@@ -134,21 +142,30 @@ def _get(comp: pd.DataFrame, comparison: str, measure: str) -> pd.Series | None:
     return row.iloc[0] if len(row) else None
 
 
+def _p_both(r) -> str:
+    """Both p-values of a comparison row, each named by its test."""
+    return f"{p_text(r['p_t'])} (paired t), {fmt_p(r['p_perm'])} (sign-flip{'' if r['perm_exact'] else ', MC'})"
+
+
 def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame) -> str:
     rows = []
     for cond in ("fluent-fabricated", "fluent-attested"):
         res = _get(comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
         if res is not None:
             rows.append([f"passage learned at s + 50 ({cond}): twin − injected CE",
-                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4", f"{-res['diff']:.4f} nats, {p_text(res['p_t'])}"])
+                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4 (test not stated)", f"{-res['diff']:.4f} nats, {_p_both(res)}"])
         res = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
         if res is not None:
-            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]}", f"{-res['diff']:.4f} nats, {p_text(res['p_t'])}"])
+            eq = ("" if pd.isna(res["margin"]) else
+                  f"; 90% CI [{fmt_num(-res['ci90_high'])}, {fmt_num(-res['ci90_low'])}] vs margin ±{fmt_num(res['margin'])}: "
+                  f"TOST p = {fmt_p(res['p_tost'])}, **{stats.verdict(res)}**")
+            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]} (not significant; no equivalence test or MDE stated)",
+                         f"{-res['diff']:.4f} nats, {_p_both(res)}; MDE {fmt_num(res['mde'])}{eq}"])
     res = _get(comp, "fabricated vs attested", "barrier")
     if res is not None:
         diff, p, mde = PAPER["barrier_fab_att"]
         rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({diff / mde:.2f}× MDE)",
-                     f"{res['diff']:+.5f}, {p_text(res['p_t'])}, MDE {fmt_num(res['mde'])} ({fmt_num(res['diff_over_mde'])}× MDE)"])
+                     f"{res['diff']:+.5f}, {_p_both(res)}, MDE {fmt_num(res['mde'])} ({fmt_num(res['diff_over_mde'])}× MDE)"])
     inj = norm[norm.condition.isin(INJECTED[:2])]
     if len(inj):
         rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(inj.barrier.mean(), inj.seed_barrier.iloc[0])])
@@ -156,32 +173,77 @@ def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.Dat
     fl = course[course.condition.isin(INJECTED[:2])]
     if len(fl):
         rows.append(["distance at mid-point / at the end", f"{100 * PAPER['distance_mid_frac']:.0f}%", f"{100 * fl.distance_mid_frac.mean():.0f}%"])
-        rows.append(["loss difference peaks, steps after injection", f"~{PAPER['peak_after']} (~100× just after)",
-                     f"{fl.peak_step.mean() - d.steps['injection']:.0f} ({fmt_num(fl.peak_over_just_after.mean())}× just after)"])
+        if len(inj) and fl.barrier_max.notna().any():
+            rows.append(["barrier to the twin at any checkpoint, % of inter-seed barrier at the end", "stays small",
+                         f"at most {_pct(fl.barrier_max.max(), inj.seed_barrier.iloc[0])}"])
+        rows.append(["loss difference peaks, steps after injection; peak / smoothed trough just after", f"~{PAPER['peak_after']}; ~100×",
+                     f"{fl.peak_step.mean() - d.steps['injection']:.0f}; {fmt_num(fl.peak_over_trough.mean())}×"])
+    n = int(comp.n.max()) if len(comp) else 0
     note = ("Fluent conditions pooled where the paper pools them; the CPU scale changes the absolute numbers "
-            "(model, corpus and steps are far smaller), so compare directions and orders of magnitude.")
+            "(model, corpus and steps are far smaller), so compare directions and orders of magnitude. "
+            "Every p is named by its test: the two-sided paired t-test over seeds, or the exact sign-flip "
+            "permutation test (MC: Monte Carlo)"
+            + (f", which cannot go below 2/2^{n} = {stats.sign_flip_floor(n):.2g} with {n} seeds, so the paper's "
+               "p < 1e-4 with 8 seeds can only come from a parametric test such as the t-test" if n else "")
+            + ". \"Not significant\" is not \"lost\": an end effect counts as lost only when its 90% interval lies "
+            "inside the equivalence margin (TOST), see below.")
     return md_table(["", "paper", "this run"], rows) + "\n\n" + note
 
 
 def _pct(x: float, base: float) -> str:
-    return f"{100 * x / base:.1f}%" if base and np.isfinite(base) and base > 0 else "n/a (no seed pair)"
+    """x as a percentage of base: one decimal, or two significant digits below 1% (0.017%, not 0.0%)."""
+    if not (base and np.isfinite(base) and base > 0):
+        return "n/a (no seed pair)"
+    v = 100 * x / base
+    return f"{v:.1f}%" if abs(v) >= 1 or v == 0 else f"{v:.2g}%"
 
 
 def _stat_rows(rows: pd.DataFrame, name) -> list[list[str]]:
     return [[name(r), r["label"], str(r["n"]), f"{r['mean_a']:.4g}", f"{r['mean_b']:.4g}", f"{r['diff']:+.4g}",
-             f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_t"]), fmt_p(r["p_perm"]) + ("" if r["perm_exact"] else " (MC)"),
+             f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_t"]),
+             fmt_p(r["p_perm"]) + ("" if r["perm_exact"] else " (MC)") + f" (≥ {r['p_perm_min']:.2g})",
              fmt_num(r["mde"])] for _, r in rows.iterrows()]
 
 
-HEAD = ["", "label", "n", "mean a", "mean b", "a − b", "95% CI", "p (t)", "p (sign-flip)", "MDE"]
+HEAD = ["", "label", "n", "mean a", "mean b", "a − b", "95% CI (t)", "p (paired t)", "p (exact sign-flip; its floor)", "MDE (80%, paired t)"]
+TESTS = ("p (paired t): two-sided paired t-test over seeds. p (exact sign-flip): two-sided permutation test "
+         "over all 2ⁿ sign patterns of the per-seed differences (MC: Monte Carlo when n > 20); it cannot go below "
+         "its floor 2/2ⁿ, so a smaller p can only be the t-test's.")
 
 
-def learned_then_lost(comp: pd.DataFrame, steps: dict) -> str:
+def learned_then_lost(comp: pd.DataFrame, d: Measured) -> str:
     rows = comp[comp.measure.isin(["passage_ce_s50", "passage_ce_final"])]
     if not len(rows):
         return "*No injected condition measured.*"
-    return ("a = the injected run's CE on its own passage, b = its twin's CE on the same passage (nats/token); "
-            "negative a − b: the passage was learned.\n\n" + md_table(HEAD, _stat_rows(rows, lambda r: r["comparison"])))
+    text = ("a = the injected run's CE on its own passage, b = its twin's CE on the same passage (nats/token); "
+            "negative a − b: the passage was learned. " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(rows, lambda r: r["comparison"])))
+    return text + "\n\n" + lost_table(rows, margin_frac(d))
+
+
+def lost_table(rows: pd.DataFrame, frac: float) -> str:
+    """Per condition, at the end: the effect, its MDE, the TOST against the margin, and what that allows one to say."""
+    end = rows[rows.measure == "passage_ce_final"]
+    if not len(end):
+        return ""
+    learned = {r["comparison"].removesuffix(" at s + 50"): -r["diff"] for _, r in rows[rows.measure == "passage_ce_s50"].iterrows()}
+    cells = []
+    for _, r in end.iterrows():
+        cond = r["comparison"].split(" vs twin")[0]
+        s50 = learned.get(r["comparison"].removesuffix(" at end"), np.nan)
+        cells.append([cond, f"{-r['diff']:+.4f}", fmt_p(r["p_t"]), fmt_num(r["mde"]),
+                      fmt_num(r["mde"] / abs(s50)) if np.isfinite(s50) and s50 != 0 else "n/a",
+                      f"±{fmt_num(r['margin'])}", f"[{fmt_num(-r['ci90_high'])}, {fmt_num(-r['ci90_low'])}]",
+                      fmt_p(r["p_tost"]), stats.verdict(r)])
+    return ("**Is it lost?** At the end, effect = twin − injected CE on the passage (positive: still learned). "
+            "A non-significant p alone does not say the effect is gone; the table gives the minimum detectable "
+            "effect (MDE, 80% power, two-sided paired t, α = 0.05), also as a fraction of the effect at s + 50, "
+            f"and an equivalence test (TOST: two one-sided paired t-tests at α = 0.05) against a margin of ±{frac:g} × "
+            "the same condition's mean effect at s + 50 (measure.equivalence_frac, default "
+            f"{stats.DEFAULT_MARGIN_FRAC:g}): the effect counts as lost only "
+            "when its 90% t interval lies inside the margin. The margin is scaled by the s + 50 effect of the same "
+            "seeds, whose own uncertainty the test does not carry.\n\n"
+            + md_table(["condition", "effect at end (nats)", "p (paired t)", "MDE", "MDE / effect at s + 50", "margin",
+                        "90% CI (t)", "p (TOST)", "verdict"], cells))
 
 
 def fab_vs_att(comp: pd.DataFrame) -> str:
@@ -189,7 +251,7 @@ def fab_vs_att(comp: pd.DataFrame) -> str:
     if not len(rows):
         return "*Needs both fluent conditions measured on the same seeds.*"
     return ("a = fabricated, b = attested, paired by seed. MDE: the smallest true difference the design "
-            "detects with 80% power at α = 0.05 (paired t).\n\n"
+            "detects with 80% power at α = 0.05 (paired t). " + TESTS + "\n\n"
             + md_table(HEAD, _stat_rows(rows, lambda r: stats.MEASURES[r["measure"]][1])))
 
 
@@ -204,11 +266,39 @@ def normalized_table(norm: pd.DataFrame) -> str:
             + md_table(["condition", "seeds", "barrier", "rise at α=0.5", "seed barrier", "barrier %", "distance", "seed distance", "distance %"], rows))
 
 
+def over_training_table(ckpt: pd.DataFrame | None, norm: pd.DataFrame, d: Measured) -> str:
+    if ckpt is None or not len(ckpt):
+        return "*No injected condition measured.*"
+    if ckpt.barrier.isna().all():
+        return "*checkpoints.parquet has no barrier column (measured by an older seedlab): run `seedlab twins measure` again.*"
+    seed_barrier = norm.seed_barrier.iloc[0] if len(norm) else np.nan
+    conds = list(dict.fromkeys(ckpt.condition))
+    steps = sorted(set(ckpt.step))
+    at = ckpt.set_index(["condition", "step"])
+    rows = []
+    for t in steps:
+        cells = [str(t)]
+        for c in conds:
+            r = at.loc[(c, t)] if (c, t) in at.index else None
+            cells.append("–" if r is None else f"{r.distance:.3g} / {r.barrier:.3g} ({_pct(r.barrier, seed_barrier)})")
+        rows.append(cells)
+    return ("At every saved step from the injection on, each injected run against its twin (mean over seeds): weight "
+            "distance / interpolation barrier on the held-out rows (nats), and in brackets the barrier as % of the "
+            "barrier between twins of different seeds at the end. At the injection step the weights are identical "
+            "(both 0); the last row is the end of the run (measures.parquet). Figure: `distance_course.png`.\n\n"
+            + md_table(["step", *conds], rows))
+
+
 def time_course_table(course: pd.DataFrame, d: Measured) -> str:
     if not len(course):
         return "*No injected condition measured.*"
-    rows = [[r.condition, str(r.peak_step), f"{r.peak:.3g}", f"{r.just_after:.3g}", fmt_num(r.peak_over_just_after), f"{r.final:.3g}",
+    rows = [[r.condition, str(r.peak_step), f"{r.peak:.3g}", str(r.trough_step), f"{r.trough:.3g}", fmt_num(r.peak_over_trough),
+             f"{r.just_after:.3g}", fmt_num(r.peak_over_just_after), f"{r.final:.3g}",
              f"{100 * r.distance_mid_frac:.0f}%"] for r in course.itertuples()]
-    return (f"|training loss − twin's| per step, mean over seeds, smoothed over {d.settings.smooth_steps} steps; "
-            f"'just after' = the {d.settings.just_after_steps} steps after the injected batch.\n\n"
-            + md_table(["condition", "peak step", "peak", "just after", "peak / just after", "at the end", "distance at mid / end"], rows))
+    k = d.settings.smooth_steps
+    return (f"|training loss − twin's| per step after the injected batch, mean over seeds, smoothed by a centred rolling mean "
+            f"over {k} steps (truncated at the ends). Peak: the largest smoothed value; trough: the smallest smoothed value "
+            f"between step s + 1 and the peak (the paper's 'value just after injection'); 'first {d.settings.just_after_steps} "
+            "steps': the unsmoothed mean of the steps right after the injected batch, for comparison.\n\n"
+            + md_table(["condition", "peak step", "peak", "trough step", "trough", "peak / trough",
+                        f"first {d.settings.just_after_steps} steps", "peak / first steps", "at the end", "distance at mid / end"], rows))
