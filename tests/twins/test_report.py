@@ -18,6 +18,16 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
     assert "| p (paired t) | p (exact sign-flip; its floor) | MDE (80%, paired t) |" in text
     assert "(paired t), " in text and "(sign-flip)" in text and "p < 1e-4 (test not stated)" in text
     assert "| 90% CI (t) | p (TOST) | verdict |" in text and "TOST p = " in text
+    # how identity and determinism were shown (integrity.json), and each seed's exposure to the subjects (inputs.json)
+    assert "## One row and nothing else: integrity and exposure" in text and "Mode `fork`" in text
+    assert "by construction" in text and "bitwise equal to the twin at steps" in text
+    inputs = json.loads((run / "inputs.json").read_text())
+    att = inputs["attestation"]
+    for cond, a in att.items():
+        assert f"{cond}: {a['subject']} ({a['occurrences']} in the corpus)" in text
+    for i, e in enumerate(att[min(att)]["exposure"]):  # one row per seed, a cell per condition (sorted)
+        cells = " | ".join(f"{x['before']} / {x['at_injection']} / {x['after']}" for x in (att[c]["exposure"][i] for c in sorted(att)))
+        assert f"| {e['seed']} | {cells} |" in text
     for png in ("interpolation", "loss_difference", "distance_vs_barrier", "cka", "passage_ce", "distance_course"):
         assert (run / f"{png}.png").stat().st_size > 5000, png
     prereg = json.loads((run / "preregistration.json").read_text())  # as if the labels were set differently before training
@@ -34,3 +44,11 @@ def test_report_before_measure_is_exit_2(design, tmp_path, seedlab_cli):
     assert rc == 2 and "twins measure" in err
 
 
+
+
+def test_report_says_when_integrity_was_not_recorded(design, tmp_path, seedlab_cli):
+    run = copy_run(design, tmp_path)
+    (run / "integrity.json").unlink()
+    rc, _, err = seedlab_cli("twins", "report", str(run))
+    assert rc == 0, err
+    assert "**No integrity.json in the run folder**" in (run / "report.md").read_text()

@@ -79,6 +79,7 @@ def write_report(root: str | Path) -> Path:
     rep = Report()
     rep.add("# Twins: a measured single-example counterfactual", intro(d))
     rep.add("## Pre-registration", preregistration(d))
+    rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d))
     rep.add("## Headline: the paper's numbers beside this run's", headline(d, comp, norm, course))
     rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(comp, d))
     rep.add("## Fabricated vs attested, every measure", fab_vs_att(comp))
@@ -105,11 +106,11 @@ def intro(d: Measured) -> str:
     c, inj = d.config, d.measures[d.measures.kind == "injected"]
     seeds = sorted(set(inj.seed) | set(d.measures[d.measures.kind == "seed"].seed))
     lines = [
-        f"Model `{c['model']}`, {c['steps']:,} steps of {c['batch_size']} rows, one row replaced at step "
+        (f"Model `{c['model']}`, {c['steps']:,} steps of {c['batch_size']} rows, one row replaced at step "
         f"{c['injection_step']} (row {c['injection_row']}). Seeds measured: {', '.join(map(str, seeds)) or 'none'}; "
         f"conditions: {', '.join(sorted(set(inj.condition))) or 'none'}, each against the twin of its seed. "
         f"Steps below are optimizer updates completed: s = {d.steps['injection']}, s + 50 = {d.steps['s50']}, "
-        f"mid-point = {d.steps['mid']}, end = {d.steps['final']}.",
+        f"mid-point = {d.steps['mid']}, end = {d.steps['final']}."),
     ]
     if d.meta["missing"]:
         lines.append(f"**Not measured (runs not finished):** {', '.join(d.meta['missing'])}.")
@@ -135,6 +136,54 @@ def preregistration(d: Measured) -> str:
     what = (f"outcome labels changed: {', '.join(sorted(changed))}" if changed else "measurement settings changed")
     return table + (f"\n\n**Changed after pre-registration** ({what}; hash `{before['hash']}` before training, "
                     f"`{used['hash']}` when measured). The labels above are the ones used now.")
+
+
+def integrity(d: Measured) -> str:
+    """What ``twins run`` showed about the counterfactual (integrity.json): how the conditions were shown
+    identical at the injection step, and the replica control's bitwise comparison after it."""
+    path = d.dir.integrity
+    if not path.is_file():
+        return "**No integrity.json in the run folder** (trained by an older seedlab): the identity of the conditions before the injection and the determinism after it were not recorded."
+    rec = json.loads(path.read_text())
+    rows, replicas = [], []
+    for seed, r in sorted(rec["seeds"].items(), key=lambda kv: int(kv[0])):
+        rep = r.get("replica")
+        if rep is not None:
+            replicas.append(seed)
+        rows.append([seed, r["identical_at_injection"],
+                     "–" if rep is None else ("bitwise equal to the twin at steps " + ", ".join(map(str, rep["steps_compared"]))
+                                              if rep["bitwise_equal_to_twin"] else "**differs from the twin**")])
+    how = ("every condition of a seed was forked from one in-memory copy of its shared prefix, so the conditions are "
+           "identical before the injection by construction (not by a check)" if rec["mode"] == "fork" else
+           "every condition of a seed was trained from scratch to the injection step and the SHA-256 of every tensor "
+           "was compared across conditions there")
+    return (f"Mode `{rec['mode']}`: {how}. The replica control (seeds {', '.join(replicas) or 'none'}) re-trains the twin "
+            "after the injection step from the same prefix; its weights must be bitwise equal to the twin's at every saved "
+            "step, which shows that training after the injection is deterministic on the hardware used, so every "
+            "difference between an injected run and its twin comes from the one replaced row. The run stops (exit 2) "
+            "on any mismatch, so a finished run can only show equality.\n\n"
+            + md_table(["seed", "identical at the injection step", "replica control"], rows))
+
+
+def exposure(d: Measured) -> str:
+    """Per attested passage: how often each seed's batches contained the passage's subject (inputs.json)."""
+    path = d.dir.inputs
+    att = json.loads(path.read_text()).get("attestation") if path.is_file() else None
+    if not att:
+        return "*No attestation in inputs.json (trained by an older seedlab): per-seed exposure was not recorded.*"
+    s = d.steps["injection"]
+    conds = sorted(att)
+    by_seed = {cond: {e["seed"]: e for e in att[cond].get("exposure", [])} for cond in conds}
+    seeds = sorted({k for c in conds for k in by_seed[c]})
+    cell = lambda e: "–" if e is None else f"{e['before']} / {e['at_injection']} / {e['after']}"
+    rows = [[str(k), *(cell(by_seed[c].get(k)) for c in conds)] for k in seeds]
+    head = [f"{c}: {att[c]['subject']} ({att[c]['occurrences']} in the corpus)" for c in conds]
+    return ("**Exposure.** Whole-word occurrences of each passage's subject in the training split, and how many times "
+            f"each seed's batches held one whole: before the injection step (steps 0 .. {s - 1}) / in the ordinary batch "
+            f"of step {s} (every row, the one an injected passage replaces included) / after it. The twin and every "
+            "injected run see the same rows except that one. An attested subject seen before the injection is prior "
+            "knowledge the passage can reinforce; seen after it, a later reminder.\n\n"
+            + md_table(["seed", *head], rows))
 
 
 def _get(comp: pd.DataFrame, comparison: str, measure: str) -> pd.Series | None:
