@@ -10,8 +10,9 @@
 - :func:`first_difference` / :func:`check_identical` — compare ``{tensor: SHA-256}`` records.
 
 Nothing here knows a study's folder layout: the prefix's file comes from the caller, and what
-happens at a recorded step is the caller's callback. Single process (the ranks of a torchrun
-design would each hold their own copy and need ``World.check_same`` on every record).
+happens at a recorded step is the caller's callback. Under torchrun (``world``: the twins) every
+rank runs the same calls on its slice of each batch; only rank 0 writes the prefix's state file,
+and the replica control checks that every rank holds the same weights (``World.check_same``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.distributed import World
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
 
@@ -31,11 +33,13 @@ class SharedPrefix:
     ``path``, its complete state: weights, optimizer moments, losses) and kept for every fork.
 
     ``new_trainer()`` makes the seed's trainer at step 0; ``on_step()`` is called after every
-    update the prefix trains (a progress bar); ``path=None`` keeps the prefix in memory only."""
+    update the prefix trains (a progress bar); ``path=None`` keeps the prefix in memory only.
+    Under torchrun (``world``) every rank trains or reads the prefix, and rank 0 alone writes it."""
 
     def __init__(self, path: Path | None, new_trainer: Callable[[], Trainer], step: int, *,
-                 on_step: Callable[[], None] | None = None):
+                 on_step: Callable[[], None] | None = None, world: World | None = None):
         self.path, self.new_trainer, self.step, self.on_step = path, new_trainer, step, on_step
+        self.world = world or World()
         self._kept: tuple[Trainer, list[float]] | None = None
 
     @property
@@ -53,7 +57,7 @@ class SharedPrefix:
                     raise SeedlabError(f"{self.path}: holds the state after {trainer.step} updates, not {self.step}")
             else:
                 losses = advance_to(trainer, self.step, on_step=self.on_step)
-                if self.path is not None:
+                if self.path is not None and self.world.main:
                     trainer.save_state(self.path, losses)
             self._kept = (trainer, losses)
         return self._kept
@@ -92,27 +96,33 @@ def first_difference(expected: Hashes, got: Hashes) -> str | None:
     return next((k for k, h in expected.items() if got.get(k) != h), None)
 
 
-def check_identical(records: Mapping[str, Hashes], what: str) -> None:
-    """Every record (run name -> hashes) equals the first; else a one-line error naming the tensor."""
-    names = list(records)
+def check_identical(records: Mapping[str, Hashes], what: str, step: int | None = None) -> None:
+    """Every record (run name -> hashes, at ``step`` if given) equals the first; else a one-line
+    error naming the tensor."""
+    names, at = list(records), "" if step is None else f" at step {step}"
     for name in names[1:]:
         bad = first_difference(records[names[0]], records[name])
         if bad is not None:
-            raise SeedlabError(f"{what}: {name} differs from {names[0]} in tensor {bad!r} (the runs are not identical)")
+            raise SeedlabError(f"{what}: {name} differs from {names[0]}{at} in tensor {bad!r} (the runs are not identical)")
 
 
 def replica_control(trainer: Trainer, reference: Mapping[str, Hashes], end: int, *, what: str,
-                    on_step: Callable[[], None] | None = None) -> list[int]:
+                    repeats: str = "the run it repeats", on_step: Callable[[], None] | None = None,
+                    world: World | None = None) -> list[int]:
     """Train ``trainer`` (a second copy of a run's start) on ordinary batches to ``end``; at every
     step of ``reference`` (``{str(step): hashes}``, the first run's record) its weights must hash
     the same, else a one-line :class:`SeedlabError` (``what`` names the run, e.g. "seed 0: the
-    replica control"). Returns the steps compared."""
+    replica control"; ``repeats`` the first, e.g. "the twin"). Under torchrun (``world``) every
+    rank's hashes are first checked equal. Returns the steps compared."""
     compared: list[int] = []
+    world = world or World()
 
     def compare(tr: Trainer) -> None:
-        bad = first_difference(reference[str(tr.step)], tensor_hashes(tr.weights()))
+        mine = tensor_hashes(tr.weights())
+        world.check_same(mine, f"{what}, step {tr.step}")
+        bad = first_difference(reference[str(tr.step)], mine)
         if bad is not None:
-            raise SeedlabError(f"{what} differs from the run it repeats at step {tr.step} in tensor {bad!r} "
+            raise SeedlabError(f"{what} differs from {repeats} at step {tr.step} in tensor {bad!r} "
                                "(training is not deterministic on this hardware; differences between forks are "
                                "not the row's alone)")
         compared.append(tr.step)

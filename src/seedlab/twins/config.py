@@ -7,18 +7,16 @@ comment; docs/assumptions.md lists them.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
 from seedlab.config import Strict
-from seedlab.lm.model import PRESETS, GPTConfig
-from seedlab.lm.schedule import default_warmup
+from seedlab.lm.design import ForkDesign, Pos
 from seedlab.store import content_hash
 
 CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
 INJECTED = CONDITIONS[1:]
-Pos = Annotated[int, Field(gt=0)]
 Label = Literal["primary", "secondary", "exploratory"]
 
 #: the paper's pre-registration: barrier primary, held-out CE secondary, the rest exploratory
@@ -50,23 +48,10 @@ class MeasureConfig(Strict):
         return self
 
 
-class TwinsConfig(Strict):
-    corpus: str  # a prepared corpus folder (seedlab corpus prepare), relative to the current folder like --out
-    model: str = "mini"  # a preset of seedlab.lm.model.PRESETS
-    block_size: Pos | None = None  # tokens per row; null: the preset's (row length: not stated)
-    seeds: list[int] = [0, 1]
-    steps: Pos = 300  # optimizer updates per run (paper: 9,536)
-    batch_size: Pos = 16  # rows per batch, over all ranks (paper: 256)
-    micro_batch: Pos | None = None  # rows per forward/backward on one rank (gradient accumulation); null: all of them
-    injection_step: int = 100  # updates completed before the injected batch (paper: 200)
-    injection_row: int = 0  # which row of that batch is replaced (under torchrun: in rank row // (batch/world))
-    peak_lr: float = 6e-4  # (paper: 6e-4)
-    min_lr: float = 6e-5  # end of the cosine decay (not stated)
-    warmup: Pos | None = None  # null: ends at the injection step, so it happens at peak LR (not stated)
-    weight_decay: float = 0.1  # (not stated; nanoGPT)
-    beta1: float = 0.9
-    beta2: float = 0.95  # (not stated; nanoGPT)
-    grad_clip: float = 1.0  # (not stated; nanoGPT)
+class TwinsConfig(ForkDesign):
+    """The design every fork-at-injection study shares (:class:`~seedlab.lm.design.ForkDesign`:
+    corpus, model, schedule, injection step and row, replicas, device) and the twins' own fields."""
+
     conditions: list[str] = list(CONDITIONS)
     passages: dict[str, str] = {}  # condition -> text file, relative to the config file (they travel with it)
     subjects: dict[str, str] = {}  # condition -> the passage's subject, checked against the corpus
@@ -74,11 +59,7 @@ class TwinsConfig(Strict):
     random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
     checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
     midpoint: Pos | None = None  # the "mid-point" checkpoint (updates completed); null: half-way from s to the end
-    replicas: list[int] | None = None  # seeds whose twin is trained twice after the injection (the replica control); null: the first seed
     keep: list[Literal["prefix", "final"]] = ["prefix"]  # complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update difference, forks), each condition's end
-    device: str = "auto"  # "auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast; fp32 keeps CPU runs bitwise reproducible
-    threads: Pos | None = None  # torch CPU threads per process; null: torch's default
     outcomes: dict[str, Label] = dict(OUTCOMES)  # measure -> label, pre-registered when the run starts
     measure: MeasureConfig = MeasureConfig()
 
@@ -89,43 +70,16 @@ class TwinsConfig(Strict):
             raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
         if "twin" not in self.conditions:
             raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
-        if self.model not in PRESETS:
-            raise ValueError(f"model: must be one of {', '.join(PRESETS)}, got {self.model!r}")
-        if not 0 < self.injection_step < self.steps:
-            raise ValueError(f"injection_step: must be inside the run (1 .. {self.steps - 1}), got {self.injection_step}")
-        if not 0 <= self.injection_row < self.batch_size:
-            raise ValueError(f"injection_row: must be in 0 .. {self.batch_size - 1}, got {self.injection_row}")
         if self.midpoint is not None and not self.injection_step < self.midpoint < self.steps:
             raise ValueError(f"midpoint: must be between the injection step and the end, got {self.midpoint}")
-        if self.replicas is not None:
-            if not self.replicas:
-                raise ValueError("replicas: every design includes a replica control: name at least one seed (null: the first)")
-            stray = [k for k in self.replicas if k not in self.seeds]
-            if stray:
-                raise ValueError(f"replicas: must be among the seeds {self.seeds}, got {stray[0]!r}")
         unknown = [k for k in self.outcomes if k not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
         return self
 
     @property
-    def warmup_steps(self) -> int:
-        """The warm-up's length: ``warmup``, else up to the injection step (so it runs at peak LR)."""
-        return self.warmup or default_warmup(self.injection_step)
-
-    @property
-    def replica_seeds(self) -> list[int]:
-        """The seeds of the replica control: ``replicas``, else the first seed."""
-        return list(self.replicas) if self.replicas is not None else self.seeds[:1]
-
-    @property
     def mid(self) -> int:
         return self.midpoint or (self.injection_step + self.steps) // 2
-
-    def gpt_config(self, vocab_size: int) -> GPTConfig:
-        """The GPT this design trains: the ``model`` preset with the corpus's vocabulary (and ``block_size``, if set)."""
-        update = {"vocab_size": vocab_size, **({"block_size": self.block_size} if self.block_size else {})}
-        return PRESETS[self.model].model_copy(update=update)
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

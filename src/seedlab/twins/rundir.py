@@ -42,30 +42,16 @@ from seedlab.config import parse
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
-from seedlab.store import is_done, mark_done, read_verified, write_json, write_json_if_changed
+from seedlab.store import DesignFolder, RunFolder, read_verified, write_json
 from seedlab.twins.config import TwinsConfig
 
 #: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
 MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths")
 
 
-@dataclass(frozen=True)
-class ConditionDir:
-    """``DIR/seed-<k>/<condition>/``: one condition's run of one seed."""
-
-    path: Path
-
-    def checkpoint(self, step: int) -> Path:
-        """Weights after ``step`` updates."""
-        return self.path / f"step-{step}.safetensors"
-
-    @property
-    def manifest(self) -> Path:
-        return self.path / "manifest.json"
-
-    @property
-    def losses(self) -> Path:
-        return self.path / "losses.parquet"
+class ConditionDir(RunFolder):
+    """``DIR/seed-<k>/<condition>/``: one condition's run of one seed (store.RunFolder's
+    checkpoints, manifest, losses and done marker, and its complete training states)."""
 
     @property
     def state(self) -> Path:
@@ -77,50 +63,21 @@ class ConditionDir:
         """The complete training state at the end (kept with ``keep: [final]``)."""
         return self.path / "final.safetensors"
 
-    @property
-    def finished(self) -> bool:
-        return is_done(self.path)
 
-    def mark_finished(self, steps: int) -> None:
-        mark_done(self.path, {"steps": steps})
-
-    def read_manifest(self) -> dict[str, dict[str, str]]:
-        """``{step: {tensor: SHA-256}}`` of every checkpoint saved so far."""
-        return json.loads(self.manifest.read_text())
-
-
-@dataclass(frozen=True)
-class RunDir:
-    """The layout of a twins run folder (see the module docstring)."""
-
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.json"
+class RunDir(DesignFolder):
+    """The layout of a twins run folder (see the module docstring; config, inputs, prefix,
+    integrity, report and figures: store.DesignFolder)."""
 
     @property
     def preregistration(self) -> Path:
         return self.root / "preregistration.json"
 
-    @property
-    def inputs(self) -> Path:
-        return self.root / "inputs.json"
-
-    def prefix(self, seed: int) -> Path:
-        """The shared prefix's complete state at the injection step."""
-        return self.root / f"seed-{seed}" / "prefix.safetensors"
-
     def condition(self, seed: int, cond: str) -> ConditionDir:
-        return ConditionDir(self.root / f"seed-{seed}" / cond)
+        return ConditionDir(self.seed(seed) / cond)
 
     def replica(self, seed: int) -> ConditionDir:
         """The replica control of a seed: its twin trained a second time (hashes, no weight files)."""
-        return ConditionDir(self.root / f"seed-{seed}" / "replica")
-
-    @property
-    def integrity(self) -> Path:
-        return self.root / "integrity.json"
+        return ConditionDir(self.seed(seed) / "replica")
 
     def measure_table(self, name: str) -> Path:
         """One of :data:`MEASURE_TABLES`."""
@@ -133,13 +90,6 @@ class RunDir:
     @property
     def gradmatch(self) -> Path:
         return self.root / "gradmatch.parquet"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report.md"
-
-    def figure(self, name: str) -> Path:
-        return self.root / name
 
     def claim(self, cfg: TwinsConfig, *, independent: bool, force: bool, world: World) -> None:
         """The folder policy of ``seedlab twins run``, before any input is read: a folder holding
@@ -198,12 +148,9 @@ class RunDir:
         """A folder started before must be resumed with the same inputs: each passage's text and
         token ids and the corpus's hashes as in its ``inputs.json`` (the corpus may have moved).
         An edited passage or a re-prepared corpus is refused, before anything is written."""
-        if not self.inputs.is_file():
+        old = self.started_inputs(inputs)  # the corpus checked
+        if old is None:
             return
-        old = json.loads(self.inputs.read_text())
-        if old.get("corpus_sha256") != inputs["corpus_sha256"] or old.get("eot_id") != inputs["eot_id"]:
-            raise SeedlabError(f"corpus: {inputs['corpus']} is not the corpus {self.root} was started with "
-                               "(its hashes differ: re-prepared?); use that corpus, or --force to start over")
         for cond in sorted(set(old.get("passages", {})) | set(inputs["passages"])):
             a, b = old.get("passages", {}).get(cond), inputs["passages"].get(cond)
             if a != b:
@@ -213,13 +160,11 @@ class RunDir:
 
     def start(self, record: dict, preregistration: dict, inputs: dict) -> None:
         """Rank 0, once every input is checked (:meth:`check_inputs` too) and before the first step:
-        ``config.json``, ``preregistration.json`` and ``inputs.json``, each written once (a resumed
-        run leaves them untouched)."""
-        write_json_if_changed(self.config, record)
+        ``config.json`` and ``inputs.json`` (store.DesignFolder.start), then ``preregistration.json``,
+        each written once (a resumed run leaves them untouched)."""
+        super().start(record, inputs)
         if not self.preregistration.is_file():
             write_json(self.preregistration, preregistration)
-        if not self.inputs.is_file():
-            write_json(self.inputs, inputs)
 
 
 def _size(n: int) -> str:
@@ -276,10 +221,7 @@ class Run:
         """Weights after ``step`` updates, every tensor's SHA-256 checked against manifest.json
         (the run need not have finished: an interrupted one has its checkpoints so far)."""
         where = self.dir.condition(seed, cond)
-        try:
-            expected = where.read_manifest().get(str(step))
-        except (OSError, json.JSONDecodeError):
-            expected = None
+        expected = where.read_manifest().get(str(step))  # an absent or unreadable manifest is empty
         if expected is None:
             raise SeedlabError(f"{where.path}: no checkpoint at step {step} in manifest.json (seed {seed} {cond} has not reached it)")
         state, _ = read_verified(where.checkpoint(step), expected)

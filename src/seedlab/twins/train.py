@@ -30,9 +30,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from seedlab.errors import SeedlabError
+from seedlab.lm import forks
 from seedlab.lm.batches import check_passage
 from seedlab.lm.distributed import World, check_divisible
+from seedlab.lm.forks import SharedPrefix, advance_to, check_identical
 from seedlab.lm.trainer import Trainer, make_deterministic, nondeterminism_is_an_error
 from seedlab.progress import Bar
 from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
@@ -80,10 +81,13 @@ def run_twins(
                 at_injection = reach_injection(rd, new_trainer, cfg, seed, world, bar)
                 start = partial(own_prefix, new_trainer, s, bar)
             else:
-                prefix = SharedPrefix(rd.prefix(seed), new_trainer, cfg, world)
+                prefix = SharedPrefix(rd.prefix(seed), new_trainer, s, world=world,
+                                      on_step=partial(_step, bar, f"seed {seed}: shared prefix"))
                 if prefix.saved:
                     bar.advance(s)  # trained before an interruption
-                start = partial(prefix.fork, bar)
+                else:
+                    bar.start_sub(f"seed {seed} shared prefix", s)  # trained when the first condition forks it
+                start = partial(fork_prefix, prefix, bar)
                 at_injection = {}
             for cond in cfg.conditions:
                 where, label = rd.condition(seed, cond), f"seed {seed} {cond}"
@@ -91,7 +95,7 @@ def run_twins(
                                                    bar, label, world)
                 frames.append(losses.assign(seed=seed, condition=cond))
                 at_injection[cond] = manifest[str(s)]
-            verify_identical(at_injection, seed, s)
+            check_identical(at_injection, f"seed {seed}", s)
             record = {"identical_at_injection": "checked: every tensor's SHA-256 equal across conditions" if independent
                       else "by construction: every condition forked from one copy of the prefix"}
             if seed in cfg.replica_seeds:
@@ -119,15 +123,9 @@ def train_condition(where: ConditionDir, start, new_trainer, cfg: TwinsConfig, p
         trainer, losses = resume(new_trainer(), where, manifest, s, bar, label)
     else:
         trainer, losses = start(label)
-    while True:
-        if trainer.step in ckpts and str(trainer.step) not in manifest:
-            save_checkpoint(trainer, losses, where, manifest, world)
-        if trainer.step == cfg.steps:
-            break
-        injected = passage if trainer.step == s else None  # the injected row
-        losses.append(trainer.advance(injected, row=cfg.injection_row, pad_id=pad_id))
-        bar.update(note=label)
-        bar.advance()
+    advance_to(trainer, cfg.steps, passage=passage, at=s, row=cfg.injection_row, pad_id=pad_id,
+               stops={t for t in ckpts if str(t) not in manifest}, on_step=partial(_step, bar, label), losses=losses,
+               visit=lambda tr: save_checkpoint(tr, losses, where, manifest, world))
     return finish(where, losses, cfg, world), manifest
 
 
@@ -159,37 +157,11 @@ def _torch_settings(cfg: TwinsConfig, world: World) -> None:
 # --------------------------------------------------------------------------- how a condition starts
 
 
-class SharedPrefix:
-    """Steps 0 .. s-1 of a seed, trained once (or read back from ``path``) when the first
-    condition forks it, and kept (complete state) for every later fork."""
-
-    def __init__(self, path: Path, new_trainer: Callable[[], Trainer], cfg: TwinsConfig, world: World):
-        self.path, self.new_trainer, self.world = path, new_trainer, world
-        self.s, self.steps = cfg.injection_step, cfg.steps
-        self.saved = path.is_file()  # trained before an interruption
-        self.kept: tuple[Trainer, list[float]] | None = None
-
-    def fork(self, bar: Bar, label: str) -> tuple[Trainer, list[float]]:
-        """A copy of the prefix's trainer at step s, and its losses so far."""
-        if self.kept is None:
-            self.kept = self._train_or_read(bar)
-        bar.start_sub(label, self.steps - self.s)
-        trainer, losses = self.kept
-        return trainer.fork(), list(losses)
-
-    def _train_or_read(self, bar: Bar) -> tuple[Trainer, list[float]]:
-        trainer = self.new_trainer()
-        if self.path.is_file():
-            return trainer, trainer.load_state(self.path)
-        seed, losses = trainer.seed, []
-        bar.start_sub(f"seed {seed} shared prefix", self.s)
-        while trainer.step < self.s:
-            losses.append(trainer.advance())
-            bar.update(note=f"seed {seed}: shared prefix")
-            bar.advance()
-        if self.world.main:
-            trainer.save_state(self.path, losses)
-        return trainer, losses
+def fork_prefix(prefix: SharedPrefix, bar: Bar, label: str) -> tuple[Trainer, list[float]]:
+    """A copy of the seed's shared prefix at step s (trained, or read back, at the first fork), and its losses so far."""
+    trainer, losses = prefix.fork()
+    bar.start_sub(label, trainer.cfg.steps - prefix.step)
+    return trainer, losses
 
 
 def resume(trainer: Trainer, where: ConditionDir, manifest: dict, first: int, bar: Bar, label: str) -> tuple[Trainer, list[float]]:
@@ -204,11 +176,7 @@ def own_prefix(new_trainer: Callable[[], Trainer], s: int, bar: Bar, label: str)
     """The independent audit: a condition trains steps 0 .. s-1 itself, from the seed's init."""
     trainer = new_trainer()
     bar.start_sub(label, trainer.cfg.steps)
-    losses = []
-    while trainer.step < s:
-        losses.append(trainer.advance())
-        bar.advance()
-    return trainer, losses
+    return trainer, advance_to(trainer, s, on_step=bar.advance)
 
 
 def reach_injection(rd: RunDir, new_trainer: Callable[[], Trainer], cfg: TwinsConfig, seed: int, world: World,
@@ -220,7 +188,7 @@ def reach_injection(rd: RunDir, new_trainer: Callable[[], Trainer], cfg: TwinsCo
     s, hashes = cfg.injection_step, {}
     for cond in cfg.conditions:
         where = rd.condition(seed, cond)
-        manifest = where.read_manifest() if where.manifest.is_file() else {}
+        manifest = where.read_manifest()
         world.barrier()
         if str(s) not in manifest:
             trainer, losses = own_prefix(new_trainer, s, bar, f"seed {seed} {cond}")
@@ -228,7 +196,7 @@ def reach_injection(rd: RunDir, new_trainer: Callable[[], Trainer], cfg: TwinsCo
         else:
             bar.advance(s)  # reached before an interruption
         hashes[cond] = manifest[str(s)]
-        verify_identical(hashes, seed, s)
+        check_identical(hashes, f"seed {seed}", s)
     return hashes
 
 
@@ -241,22 +209,8 @@ def replica_control(rd: RunDir, seed: int, start, cfg: TwinsConfig, first: int, 
         bar.advance(cfg.steps - first)
         return where.read_manifest()["record"]
     trainer, _ = start(f"seed {seed} replica control")
-    compared = []
-    while True:
-        t = trainer.step
-        if str(t) in twin:
-            mine = tensor_hashes(trainer.weights())
-            world.check_same(mine, f"seed {seed}, replica, step {t}")
-            bad = next((k for k, h in twin[str(t)].items() if mine.get(k) != h), None)
-            if bad is not None:
-                raise SeedlabError(f"seed {seed}: the replica control differs from the twin at step {t} in tensor {bad!r}"
-                                   " (training is not deterministic on this hardware; the twins' differences are not the row's alone)")
-            compared.append(t)
-        if t == cfg.steps:
-            break
-        trainer.advance()
-        bar.update(note=f"seed {seed}: replica control")
-        bar.advance()
+    compared = forks.replica_control(trainer, twin, cfg.steps, what=f"seed {seed}: the replica control", repeats="the twin",
+                                     on_step=partial(_step, bar, f"seed {seed}: replica control"), world=world)
     record = {"bitwise_equal_to_twin": True, "steps_compared": compared}
     if world.main:
         write_json(where.manifest, {"record": record})
@@ -292,10 +246,7 @@ def finish(where: ConditionDir, losses: list[float], cfg: TwinsConfig, world: Wo
     return df
 
 
-def verify_identical(hashes: dict[str, dict[str, str]], seed: int, step: int) -> None:
-    """Every condition's weights at the injection step are bitwise the same; else name the first difference."""
-    conds = list(hashes)
-    for c in conds[1:]:
-        for name, h in hashes[conds[0]].items():
-            if hashes[c].get(name) != h:
-                raise SeedlabError(f"seed {seed}: {c} differs from {conds[0]} at step {step} in tensor {name!r} (twins are not identical)")
+def _step(bar: Bar, note: str) -> None:
+    """After every update of a run: the bar one step on, showing ``note``."""
+    bar.update(note=note)
+    bar.advance()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.distributed import World
 from seedlab.lm.forks import SharedPrefix, advance_to, check_identical, first_difference, replica_control
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.trainer import Trainer
@@ -38,6 +39,12 @@ def test_the_prefix_is_trained_once_saved_and_forked(tmp_path):
         SharedPrefix(tmp_path / "prefix.safetensors", _new, 5).kept()
 
 
+def test_under_torchrun_only_rank_0_writes_the_prefix(tmp_path):
+    path = tmp_path / "prefix.safetensors"
+    trainer, losses = SharedPrefix(path, _new, 4, world=World(rank=1, size=2)).kept()
+    assert (trainer.step, len(losses)) == (4, 4) and not path.exists()  # trained, kept, not written
+
+
 def test_injection_stops_and_the_replica_control():
     prefix = SharedPrefix(None, _new, 4)
     seen, record = [], {}
@@ -57,6 +64,8 @@ def test_injection_stops_and_the_replica_control():
     record["8"] = dict(record["8"], **{"wte.weight": "0" * 64})
     with pytest.raises(SeedlabError, match=r"the replica differs from the run it repeats at step 8 in tensor 'wte.weight'"):
         replica_control(prefix.fork()[0], record, 8, what="the replica")
+    with pytest.raises(SeedlabError, match=r"^seed 0: the replica control differs from the twin at step 8 in tensor"):
+        replica_control(prefix.fork()[0], record, 8, what="seed 0: the replica control", repeats="the twin")
 
 
 def test_check_identical_names_the_first_difference():
@@ -64,3 +73,5 @@ def test_check_identical_names_the_first_difference():
     check_identical({"twin": a, "other": dict(a)}, "seed 0")
     with pytest.raises(SeedlabError, match=r"seed 0: other differs from twin in tensor 'y'"):
         check_identical({"twin": a, "other": {"x": "1", "y": "3"}}, "seed 0")
+    with pytest.raises(SeedlabError, match=r"^seed 0: other differs from twin at step 8 in tensor 'y'"):
+        check_identical({"twin": a, "other": {"x": "1", "y": "3"}}, "seed 0", 8)
