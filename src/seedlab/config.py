@@ -25,6 +25,21 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
+def with_new_defaults(cls: type[BaseModel], record: dict) -> dict:
+    """A config record (a ``model_dump(mode="json")`` written by an older seedlab) with every field
+    that ``cls`` has gained since filled in at its default, recursing into nested configs: so a run
+    started before a field existed still matches the same config today (resume, pre-registration)."""
+    out = dict(record)
+    for name, f in cls.model_fields.items():
+        sub = f.annotation if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel) else None
+        if sub is not None and isinstance(out.get(name), dict):
+            out[name] = with_new_defaults(sub, out[name])
+        elif name not in out and not f.is_required():
+            default = f.get_default(call_default_factory=True)
+            out[name] = default.model_dump(mode="json") if isinstance(default, BaseModel) else default
+    return out
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -52,8 +67,7 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
         return f"{field}: unknown field (allowed: see the documented config fields)"
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
+    msg = msg.removeprefix("Value error, ")
     m = re.match(r"^([A-Za-z_][\w.]*): (.*)$", msg)
     if m:  # a cross-field check names its own field, relative to where it ran
         field = f"{field}.{m.group(1)}" if loc or prefix else m.group(1)

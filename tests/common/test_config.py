@@ -120,3 +120,16 @@ def test_every_preset_file_is_package_data():
     shipped = {p.relative_to(here) for g in globs for p in here.glob(g)}  # glob, as setuptools reads them
     unshipped = [f.as_posix() for f in files if f not in shipped]
     assert not unshipped, f"not package data in pyproject.toml: {unshipped}"
+
+
+def test_a_record_from_before_a_field_existed_matches_with_its_default():
+    """A config.json written before a field was added (here: measure.equivalence_frac and threads)
+    equals today's record of the same config once the new fields take their defaults; a changed
+    value still differs."""
+    from seedlab.config import with_new_defaults
+
+    cfg = TwinsConfig.model_validate({"corpus": "c", "passages": {}, "conditions": ["twin"]})
+    now = cfg.model_dump(mode="json")
+    old = {k: v for k, v in now.items() if k != "threads"} | {"measure": {k: v for k, v in now["measure"].items() if k != "equivalence_frac"}}
+    assert old != now and with_new_defaults(TwinsConfig, old) == now
+    assert with_new_defaults(TwinsConfig, old | {"steps": now["steps"] + 1}) != now

@@ -4,6 +4,8 @@ import json
 
 from helpers import copy_run
 
+from seedlab.store import content_hash
+
 
 def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_cli):
     run = copy_run(design, tmp_path)
@@ -52,3 +54,20 @@ def test_report_says_when_integrity_was_not_recorded(design, tmp_path, seedlab_c
     rc, _, err = seedlab_cli("twins", "report", str(run))
     assert rc == 0, err
     assert "**No integrity.json in the run folder**" in (run / "report.md").read_text()
+
+
+def test_a_run_started_before_a_setting_existed_resumes_and_reports_it(design, tmp_path, seedlab_cli):
+    """config.json and preregistration.json written before measure.equivalence_frac existed: the same
+    design still resumes the folder (not 'holds something else'), and the report names the setting
+    as added later at its default instead of calling the pre-registration changed."""
+    run = copy_run(design, tmp_path)
+    for name in ("config.json", "preregistration.json"):
+        rec = json.loads((run / name).read_text())
+        rec["measure"].pop("equivalence_frac")
+        if name == "preregistration.json":  # hashed as it was then
+            rec["hash"] = content_hash({"outcomes": rec["outcomes"], "measure": rec["measure"]})
+        (run / name).write_text(json.dumps(rec))
+    rc, _, err = seedlab_cli("twins", "run", str(design / "design.yaml"), "--out", str(run), "--no-progress")
+    assert rc == 0, err
+    assert seedlab_cli("twins", "report", str(run))[0] == 0
+    assert "used at their defaults: equivalence_frac." in (run / "report.md").read_text()

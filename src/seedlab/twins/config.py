@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from seedlab.config import Strict
 from seedlab.lm.design import ForkDesign, Pos
@@ -39,6 +39,8 @@ class MeasureConfig(Strict):
     seed: int = 0  # which held-out rows are drawn (the same rows for every model)
     smooth_steps: Pos = 25  # rolling mean of |loss − twin's loss| before finding its peak (steps)
     just_after_steps: Pos = 5  # the steps after the injected batch that define "just after the injection"
+    # "lost" at the end: the TOST margin as a fraction of the same condition's mean passage effect at s + 50
+    equivalence_frac: float = Field(0.5, gt=0, le=1)
 
     @model_validator(mode="after")
     def _grid(self) -> MeasureConfig:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from seedlab.config import with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text
 from seedlab.store import write_text
@@ -94,9 +95,9 @@ def write_report(root: str | Path) -> Path:
 
 
 def margin_frac(d: Measured) -> float:
-    """The equivalence margin of a "lost" claim as a fraction of the s + 50 effect: the measurement
-    setting ``equivalence_frac`` when the files carry it, else stats.DEFAULT_MARGIN_FRAC."""
-    return float(d.meta["preregistration"]["measure"].get("equivalence_frac", stats.DEFAULT_MARGIN_FRAC))
+    """The equivalence margin of a "lost" claim as a fraction of the s + 50 effect: the pre-registered
+    ``measure.equivalence_frac`` (files measured before it existed: its default)."""
+    return d.settings.equivalence_frac
 
 
 # ---------------------------------------------------------------- sections
@@ -132,6 +133,10 @@ def preregistration(d: Measured) -> str:
     before = json.loads(path.read_text())
     if before["hash"] == used["hash"]:
         return table + f"\n\nFixed before training (preregistration.json, hash `{before['hash']}`); unchanged since."
+    added = sorted(set(used["measure"]) - set(before["measure"]))
+    if before["outcomes"] == used["outcomes"] and with_new_defaults(MeasureConfig, before["measure"]) == used["measure"]:
+        return table + (f"\n\nFixed before training (preregistration.json, hash `{before['hash']}`); unchanged since, "
+                        f"except for measurement settings seedlab gained later, used at their defaults: {', '.join(added)}.")
     changed = [k for k in set(before["outcomes"]) | set(used["outcomes"]) if before["outcomes"].get(k) != used["outcomes"].get(k)]
     what = (f"outcome labels changed: {', '.join(sorted(changed))}" if changed else "measurement settings changed")
     return table + (f"\n\n**Changed after pre-registration** ({what}; hash `{before['hash']}` before training, "

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from seedlab.config import parse
+from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
@@ -99,7 +99,9 @@ class RunDir(DesignFolder):
         if not (out.exists() and any(out.iterdir())):
             return
         old = json.loads(self.config.read_text()) if self.config.is_file() else None
-        same = old is not None and {k: v for k, v in old.items() if k != "injection_rank"} == _run_record(cfg, independent, world)
+        # fields added to TwinsConfig since the folder was started count at their defaults
+        same = old is not None and with_new_defaults(TwinsConfig, {k: v for k, v in old.items() if k != "injection_rank"}) \
+            == _run_record(cfg, independent, world)
         if not (same or force):
             raise SeedlabError(f"--out: {out} holds something else than this run (use --force to overwrite)")
         world.barrier()  # every rank has compared before rank 0 removes anything

@@ -32,12 +32,13 @@ import numpy as np
 import pandas as pd
 
 from seedlab.stats import mde_paired, paired, sign_flip_floor, tost_paired
+from seedlab.twins.config import MeasureConfig
 
 FAB, ATT = "fluent-fabricated", "fluent-attested"
 #: the equivalence margin of a "lost" claim, as a fraction of the same condition's mean passage
 #: effect at s + 50: "lost" means that with 90% confidence less than half of what was learned
 #: 50 steps after the injection is left at the end (MeasureConfig.equivalence_frac when set)
-DEFAULT_MARGIN_FRAC = 0.5
+DEFAULT_MARGIN_FRAC = MeasureConfig.model_fields["equivalence_frac"].default
 ALPHA = 0.05
 #: measures.parquet column -> (outcome it belongs to, what it is)
 MEASURES = {
