@@ -96,6 +96,7 @@ def shortcut_sweep(
     ray_address: Annotated[str | None, typer.Option(help="a running Ray cluster (HOST:PORT or auto); default: start a local one")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set grid.seed=4")] = [],  # noqa: B006
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    preregistration: Annotated[Path | None, typer.Option(help="a text file of hypotheses and decision rules, kept in OUT (with its SHA-256) before the first member is trained; the report quotes it")] = None,
 ) -> None:
     """Run (or resume) a sweep; write summary.parquet and curves.parquet into OUT."""
     from seedlab.config import load_config
@@ -104,7 +105,7 @@ def shortcut_sweep(
     from seedlab.shortcut.sweep import run_sweep
 
     cfg, _ = load_config(SweepConfig, "shortcut", config, set_)
-    df = run_sweep(cfg, out, executor=executor, ray_address=ray_address, progress=progress)
+    df = run_sweep(cfg, out, executor=executor, ray_address=ray_address, progress=progress, preregistration=preregistration)
     g = int(df["generalized"].sum()) if len(df) else 0
     typer.echo(f"{len(df)} members finished, {g} generalized -> {SweepDir(out).summary_path}")
 

@@ -31,7 +31,7 @@ def test_against_direct_autograd_on_solo_models():
     ens.init_members([5, 6, 7])
     x, y = torch.randint(0, 10, (S, n, 5)), torch.randint(0, 2, (S, n))
     cons = torch.rand(S, n) < torch.tensor([0.5, 0.8, 0.3]).view(S, 1)
-    got = measure(ens, x, y, cons, [0.5, 0.8, 0.3], epoch=7, chunk=10, sample=0)  # uneven chunks
+    got = measure(ens, x, y, cons, [0.5, 0.8, 0.3], epoch=7, chunk=10, sample=0).members  # uneven chunks
     for i in range(S):
         solo = _solo(ens, i)
         gc, ga = _grad(solo, x[i][cons[i]], y[i][cons[i]]), _grad(solo, x[i][~cons[i]], y[i][~cons[i]])
@@ -73,6 +73,19 @@ def test_training_writes_gradients(tmp_path):
     full = g[g.member == 2]  # r = 1: no anti-shortcut samples, so no conflict to measure
     assert full.cosine.isna().all() and full.per_example_ratio.isna().all()
     assert g[g.member < 2].cosine.between(-1, 1).all()
+    heads = pd.read_parquet(tmp_path / "gradients_heads.parquet")  # one row per member, epoch, layer and head
+    assert list(heads.columns) == ["member", "epoch", "layer", "head", "cosine", "pair_cosine"]
+    L, H = cfg.model.layers, cfg.model.heads
+    assert len(heads) == 4 * 3 * L * H and sorted(heads.epoch.unique()) == [0, 4, 8, 10]
+    assert heads[heads.member == 2][["cosine", "pair_cosine"]].isna().all().all()
+    assert heads[heads.member < 2][["cosine", "pair_cosine"]].stack().between(-1, 1).all()
+
+
+def test_no_gradient_tables_when_not_measured(tmp_path):
+    cfg = EnsembleConfig.model_validate({"data": {"n_train": 64, "n_val": 16, "n_adv": 16, "vocab": 10},
+                                         "train": {"epochs": 2, "eval_every": 1}, "members": {"seed": [0]}})
+    assert train_ensemble(cfg, tmp_path, progress=False).gradients_heads is None
+    assert not (tmp_path / "gradients.parquet").exists() and not (tmp_path / "gradients_heads.parquet").exists()
 
 
 def test_pair_cosine_is_the_mean_over_pairs_of_examples():
@@ -85,7 +98,7 @@ def test_pair_cosine_is_the_mean_over_pairs_of_examples():
     ens.init_members([3, 4])
     x, y = torch.randint(0, 10, (S, n, 5)), torch.randint(0, 2, (S, n))
     cons = torch.rand(S, n) < 0.6
-    got = measure(ens, x, y, cons, [0.6, 0.6], epoch=0, chunk=16, sample=k, seed=9)
+    got = measure(ens, x, y, cons, [0.6, 0.6], epoch=0, chunk=16, sample=k, seed=9).members
     ic, ia = _sample(cons, True, k, 9), _sample(cons, False, k, 10)
     for i in range(S):
         solo = _solo(ens, i)
@@ -107,3 +120,98 @@ def test_expected_ratio_of_a_calibrated_model():
         cons = np.linalg.norm(p - np.eye(k)[0])
         anti = np.linalg.norm(p - np.eye(k)[1])
         assert expected_ratio(r, k) == pytest.approx(anti / cons)
+
+
+def test_head_measures_on_a_hand_built_model(hand):
+    """Zero weights but for the embeddings, the value maps and W_U: every attention pattern is uniform over
+    the P = length + 1 positions and the logits are 0, so only W_O receives gradient inside the heads, and
+    example j's gradient there is s_j z_h(x_j) (times a fixed unit vector), with s = 1 - 2y and z_h the head's
+    mean value vector. Head 0 reads (value, parity), head 1 parity alone; the anti group holds even tokens
+    only, so it moves head 1 not at all."""
+    from seedlab.shortcut.gradients import _sample
+
+    m = hand.zero()
+    P, n, k = hand.LENGTH + 1, 24, 6
+    with torch.no_grad():
+        v = torch.arange(hand.VOCAB, dtype=torch.float32)
+        m.embed.W_E[:, : hand.VOCAB, hand.VAL] = v
+        m.embed.W_E[:, : hand.VOCAB, hand.PAR] = v % 2
+        a = m.blocks[0].attn
+        a.W_V[:, 0, hand.VAL, 0] = 1.0
+        a.W_V[:, 0, hand.PAR, 1] = 1.0
+        a.W_V[:, 1, hand.PAR, 0] = 1.0
+        m.unembed.W_U[:, hand.OUT, 1] = 1.0
+        m.unembed.W_U[:, hand.OUT, 0] = -1.0
+    g = torch.Generator().manual_seed(2)
+    cons = torch.arange(n).repeat(hand.S, 1) % 3 != 0  # 16 consistent, 8 anti rows per member
+    x = torch.randint(0, hand.VOCAB, (hand.S, n, hand.LENGTH), generator=g)
+    x[~cons] = 2 * torch.randint(1, 5, (int((~cons).sum()), hand.LENGTH), generator=g)  # anti: even tokens 2..8
+    y = torch.randint(0, 2, (hand.S, n), generator=g)
+    heads = measure(m, x, y, cons, [2 / 3] * hand.S, epoch=3, chunk=10, sample=k, seed=5).heads
+    assert list(heads.columns) == ["member", "epoch", "layer", "head", "cosine", "pair_cosine"]
+    assert len(heads) == hand.S * 2 and (heads.epoch == 3).all()
+
+    xs, s = x.double(), (1 - 2 * y).double()
+    z = {0: torch.stack([xs.sum(-1), (xs % 2).sum(-1)], -1) / P, 1: ((xs % 2).sum(-1) / P)[..., None]}  # [S, n, .]
+    ic, ia = _sample(cons, True, k, 5), _sample(cons, False, k, 6)
+    for i in range(hand.S):
+        for h in (0, 1):
+            d = s[i, :, None] * z[h][i]  # each example's head-h gradient, up to the fixed factor
+            mc, ma = d[cons[i]].mean(0), d[~cons[i]].mean(0)
+            # pairs with a zero-gradient example have no cosine and are left out
+            pairs = [F.cosine_similarity(d[p], d[q], dim=0).item() for p in ic[i].tolist() for q in ia[i].tolist()
+                     if d[p].norm() > 0 and d[q].norm() > 0]
+            row = heads[(heads.member == i) & (heads.layer == 0) & (heads["head"] == h)].iloc[0]
+            if h == 0:
+                assert row.cosine == pytest.approx(F.cosine_similarity(mc, ma, dim=0).item(), rel=1e-4)
+                assert row.pair_cosine == pytest.approx(np.mean(pairs), rel=1e-4, abs=1e-6)
+            else:  # the anti group's gradient is 0 on head 1: no direction, so no cosine of either kind
+                assert ma.abs().max() == 0 and not pairs and np.isnan(row.cosine) and np.isnan(row.pair_cosine)
+
+
+def test_head_slices_match_a_brute_force_flat_computation():
+    """Per (layer, head): cosine of the group means and pair cosine within the head's own parameters, against
+    plain autograd on a solo model and the slices [0, h] of W_Q, W_K, W_V, b_Q, b_K, b_V and W_O taken by name."""
+    from seedlab.shortcut.gradients import HEAD_PARAMS, _sample
+
+    torch.manual_seed(3)
+    S, n, k = 2, 30, 4
+    ens = EnsembleTransformer(ModelConfig(layers=2, heads=2, d_model=16, d_ff=32), S, 10, 5, 2)
+    ens.init_members([8, 9])
+    x, y = torch.randint(0, 10, (S, n, 5)), torch.randint(0, 2, (S, n))
+    cons = torch.rand(S, n) < 0.6
+    heads = measure(ens, x, y, cons, [0.6, 0.6], epoch=0, chunk=7, sample=k, seed=4).heads
+
+    def head_grad(model, xb, yb, layer, h):
+        names = [f"blocks.{layer}.attn.{p}" for p in HEAD_PARAMS]
+        params = dict(model.named_parameters())
+        loss = F.cross_entropy(model(xb[None])[0], yb)
+        return torch.cat([g[0, h].flatten() for g in torch.autograd.grad(loss, [params[p] for p in names])])
+
+    ic, ia = _sample(cons, True, k, 4), _sample(cons, False, k, 5)
+    for i in range(S):
+        solo = _solo(ens, i)
+        for layer in range(2):
+            for h in range(2):
+                gc = head_grad(solo, x[i][cons[i]], y[i][cons[i]], layer, h)
+                ga = head_grad(solo, x[i][~cons[i]], y[i][~cons[i]], layer, h)
+                one = lambda j: head_grad(solo, x[i, j : j + 1], y[i, j : j + 1], layer, h)  # noqa: B023
+                pairs = [F.cosine_similarity(one(p), one(q), dim=0).item() for p in ic[i].tolist() for q in ia[i].tolist()]
+                row = heads[(heads.member == i) & (heads.layer == layer) & (heads["head"] == h)].iloc[0]
+                assert row.cosine == pytest.approx(F.cosine_similarity(gc, ga, dim=0).item(), rel=1e-4, abs=1e-6)
+                assert row.pair_cosine == pytest.approx(np.mean(pairs), rel=1e-4, abs=1e-6)
+
+
+def test_pair_cosine_leaves_out_examples_without_a_gradient():
+    """A zero per-example gradient (a saturated prediction) has no direction: adding such examples to
+    a group leaves the mean pairwise cosine unchanged instead of pulling it toward 0."""
+    from seedlab.shortcut.gradients import mean_pair_cosine
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, 4, 7, generator=g), torch.randn(2, 3, 7, generator=g)
+    want = torch.tensor([np.mean([F.cosine_similarity(a[s, i], b[s, j], dim=0).item() for i in range(4) for j in range(3)])
+                         for s in range(2)], dtype=torch.float32)
+    padded = torch.cat([a, torch.zeros(2, 5, 7)], 1)
+    assert torch.allclose(mean_pair_cosine(a, b), want, atol=1e-6)
+    assert torch.allclose(mean_pair_cosine(padded, b), want, atol=1e-6)
+    assert torch.isnan(mean_pair_cosine(torch.zeros(2, 3, 7), b)).all()

@@ -178,3 +178,98 @@ def test_mechanism_section_from_a_real_sweep(tmp_path):
     assert "### Gradient conflict: which measure resolves toward 0" in text
     assert "| model | generalized | members | cosine | pair_cosine |" in text
     assert re.search(r"\| 2L \| (yes|no) \| 2 \| -?[0-9.]+ → -?[0-9.]+ \| -?[0-9.]+ → -?[0-9.]+ \|", text)
+    # the conflict within the shortcut head's parameters: no circuits.parquet here, so every head is used
+    heads = pd.read_parquet(tmp_path / "gradients_heads.parquet")  # merged from the jobs, global member ids
+    assert sorted(heads.member.unique()) == sorted(pd.read_parquet(tmp_path / "summary.parquet").member)
+    section = text.split("### Gradient conflict within the shortcut head's parameters", 1)[1]
+    assert "No circuits.parquet (`seedlab shortcut analyze DIR`), so no shortcut head is identified: every head is used." in section
+    assert "| model | r | epoch | members | cosine (all parameters) | pair_cosine (all parameters) | cosine (shortcut head) |" in section
+    assert re.search(r"\| 2L/1H \| 0\.9 \| 6 \| 2 \| -?[0-9.]+ \| -?[0-9.]+ \| -?[0-9.]+ \| -?[0-9.]+ \|", section)
+    assert "In the data, " in section and "the paper's description in 2L at r = 0.9" in section
+
+
+def _with_prefix(tmp_path, n_adv: int = 64):
+    """PAPER_LIKE with an adv_prefix_max per member (n_adv when generalized) and the run's config."""
+    summary = make_sweep(tmp_path, PAPER_LIKE)
+    # the non-generalizing seeds of a cell: 40, 20, 10, 0, 0, ... leading adversarial rows right at best
+    rank = summary.groupby(["layers", "ratio"])["generalized"].cumcount() - summary.groupby(["layers", "ratio"])["generalized"].transform("sum")
+    prefix = np.where(summary.generalized, n_adv, rank.map({0: 40, 1: 20, 2: 10}).fillna(0)).astype(int)
+    summary.assign(adv_prefix_max=prefix).to_parquet(tmp_path / "summary.parquet", index=False)
+    (tmp_path / "config.yaml").write_text(f"data:\n  n_adv: {n_adv}\n")
+    return summary.assign(adv_prefix_max=prefix)
+
+
+def test_rate_against_the_adversarial_split_size(tmp_path):
+    from seedlab.stats import wilson
+
+    _with_prefix(tmp_path)
+    text = write_report(tmp_path).read_text()
+    section = text.split("### How the rate depends on the adversarial split's size", 1)[1].split("\n## ", 1)[0]
+    assert "m = n_adv = 64" in section and "`data.n_adv` raised" in section and "easier criterion" in section
+    assert "| task | wd | model | r | m = 16 | m = 32 | m = 64 |" in section
+    # 2L r = 0.9: 7 generalized + prefixes 40, 20, 10 -> 9/10 at m = 16, 8/10 at m = 32, 7/10 at m = 64 (the headline)
+    cells = lambda *ks: " | ".join(f"{10 * k}% [{100 * wilson(k, 10)[0]:.0f}–{100 * wilson(k, 10)[1]:.0f}]" for k in ks)
+    assert f"| sum2-max | 0.1 | 2L/2H | 0.9 | {cells(9, 8, 7)} |" in section
+    assert cells(7) == "70% [40–89]"  # m = n_adv is the headline cell
+    # 2L r = 0.5: nobody generalized, prefixes 40, 20, 10, 0, ... -> 2/10, 1/10, 0/10
+    assert f"| sum2-max | 0.1 | 2L/2H | 0.5 | {cells(2, 1, 0)} |" in section
+
+
+def test_split_sizes_are_powers_of_two_then_n_adv():
+    from seedlab.shortcut.report import split_sizes
+
+    assert split_sizes(2048) == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert split_sizes(300) == [16, 32, 64, 128, 256, 300] and split_sizes(16) == [16] and split_sizes(10) == [10]
+
+
+def test_split_size_section_of_an_old_run_asks_for_a_rerun(tmp_path):
+    make_sweep(tmp_path, PAPER_LIKE)  # a summary without adv_prefix_max
+    text = write_report(tmp_path).read_text()
+    section = text.split("### How the rate depends on the adversarial split's size", 1)[1].split("\n#", 1)[0]
+    assert "Needs summary.parquet's `adv_prefix_max` column, which runs from an older seedlab lack: train them again." in section
+
+
+def test_shortcut_head_rule():
+    """The head with the highest shortcut fingerprint averaged over checkpoints: QK rho with token value for max
+    tasks, attention on position 0 for first tasks; MLP rows (head -1) never count."""
+    from seedlab.shortcut.report import shortcut_heads
+
+    summary = pd.DataFrame({"member": [0, 1, 2], "task": ["sum2-max", "sum3-first", "sum2-max"]})
+    rows = []
+    for member in (0, 1):
+        for epoch in (0, 100):
+            for layer, head, rho, pos0 in [(0, 0, 0.1, 0.9), (0, 1, 0.5, 0.1), (1, 0, 0.6 if epoch else 0.3, 0.2),
+                                           (1, -1, 0.99, 0.99)]:
+                rows.append({"member": member, "epoch": epoch, "layer": layer, "head": head, "qk_rho_value": rho,
+                             "attn_pos0": pos0})
+    got = shortcut_heads(summary, pd.DataFrame(rows))
+    # member 0 (max): means 0.1, 0.5, 0.45 -> L0H1; member 1 (first): attn_pos0 0.9 -> L0H0; member 2: no circuits
+    assert got.to_dict("records") == [{"member": 0, "layer": 0, "head": 1}, {"member": 1, "layer": 0, "head": 0}]
+    assert shortcut_heads(summary, None).empty
+
+
+def test_conflict_verdict_is_computed_from_the_medians():
+    from seedlab.shortcut.report import conflict_verdict
+
+    epochs = [0, 50, 100]
+    med = pd.DataFrame({
+        "task": "sum2-max", "weight_decay": 0.1, "layers": [2] * 3 + [1] * 3, "heads": 1, "ratio": 0.9,
+        "epoch": epochs * 2, "members": 4,
+        "cosine": [-0.4, 0.3, 0.9, -0.4, -0.4, -0.4],  # overshoots to +0.9: no
+        "pair_cosine": [-0.2, -0.1, -0.05, -0.2, -0.2, -0.2],  # -0.2 -> -0.05: yes
+        "head_cosine": [-0.5, -0.3, -0.2, 0, 0, 0],  # -0.5 -> -0.2: yes
+        "head_pair_cosine": [0.1, 0.05, 0.0, 0, 0, 0],  # starts positive: no
+    })
+    text = conflict_verdict(med)
+    assert text.startswith("In the data, `pair_cosine (all parameters)` and `cosine (shortcut head)` match the paper's "
+                           "description in 2L at r = 0.9")
+    assert "`cosine (all parameters)` 2L/1H -0.4 → 0.9" in text
+    flat = med.assign(pair_cosine=-0.2, head_cosine=0.3)
+    assert conflict_verdict(flat).startswith("In the data, none of the measures matches")
+    assert conflict_verdict(med[med.layers == 1]).startswith("No 2-layer cell")
+    # positive at random initialization, negative once the shortcut is learned, then toward 0: matches
+    late = med.assign(cosine=[0.4, -0.4, -0.1, 0, 0, 0])
+    assert "`cosine (all parameters)` and `pair_cosine (all parameters)` and `cosine (shortcut head)` match" in conflict_verdict(late)
+    # the most negative value at the last measurement has not resolved: no
+    still = med.assign(pair_cosine=[0.2, -0.1, -0.3, 0, 0, 0])
+    assert "`pair_cosine (all parameters)`" not in conflict_verdict(still).split(" match")[0]

@@ -22,6 +22,7 @@ def test_run_folder_layout(tiny_run):
         "epoch-000000.safetensors", "epoch-000004.safetensors", "manifest.json"]
     assert run.figure("curves.png") == root / "curves.png" and run.report_path == root / "report.md"
     assert run.circuits_path == root / "circuits.parquet" and run.gradients_path == root / "gradients.parquet"
+    assert run.gradients_heads_path == root / "gradients_heads.parquet"
     assert isinstance(open_folder(root), RunDir)
 
 

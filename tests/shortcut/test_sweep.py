@@ -192,3 +192,33 @@ def test_the_chunk_follows_the_device():
     assert TrainConfig().chunk_rows() == CHUNK_CPU == 8192
     assert TrainConfig(device="cuda:1").chunk_rows() == CHUNK_CUDA
     assert TrainConfig(chunk=512, device="cuda").chunk_rows() == 512 and TrainConfig(chunk=None).chunk_rows() is None
+
+
+def test_a_preregistration_is_kept_before_the_first_member_and_quoted_by_the_report(tmp_path, seedlab_cli):
+    """--preregistration: a missing file writes nothing; the text and its SHA-256 are kept before training and
+    quoted by the report; it cannot change on resume, nor be added to a sweep that already has members."""
+    from seedlab.store import file_sha256
+
+    cfg = SMALL | {"grid": SMALL["grid"] | {"task": ["sum2-max"], "ratio": [0.9], "layers": [1], "seed": 2}}
+    path, out = _write(tmp_path, cfg), tmp_path / "confirm"
+    pre = tmp_path / "pre.md"
+    pre.write_text("# Hypotheses\n\nP1: the rate rises.\n")
+    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "nope.md"))
+    assert rc == 2 and "--preregistration: no such file" in err and not out.exists()
+    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(pre))
+    assert rc == 0, err
+    sweep = SweepDir(out)
+    assert sweep.preregistration_path.read_text() == pre.read_text()
+    assert yaml.safe_load(sweep.preregistration_record.read_text())["sha256"] == file_sha256(pre)
+    assert seedlab_cli("shortcut", "report", str(out))[0] == 0
+    text = (out / "report.md").read_text()
+    assert "## Pre-registration: a confirmatory sweep" in text and "> P1: the rate rises." in text and "unchanged since" in text
+    other = tmp_path / "other.md"
+    other.write_text("P1: the rate falls.\n")
+    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(other))
+    assert rc == 2 and "was pre-registered with another text" in err
+    assert sweep.preregistration_path.read_text() == pre.read_text()
+    plain = tmp_path / "plain"  # members first, pre-registration after: refused
+    assert seedlab_cli("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress")[0] == 0
+    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress", "--preregistration", str(pre))
+    assert rc == 2 and "must come before the first one" in err and not SweepDir(plain).preregistration_record.exists()

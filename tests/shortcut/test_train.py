@@ -4,12 +4,14 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 from safetensors import safe_open
 
 from seedlab.shortcut import train as train_mod
 from seedlab.shortcut.config import EnsembleConfig
-from seedlab.shortcut.train import Outcome, train_ensemble
+from seedlab.shortcut.model import EnsembleTransformer
+from seedlab.shortcut.train import Evaluation, Outcome, evaluate, leading_correct, train_ensemble
 
 
 def _cfg(**over):
@@ -53,9 +55,9 @@ def test_full_batch_chunking_is_the_same_math():
 def test_outcome_rules():
     oc = Outcome()
     for epoch, adv in [(0, 0.3), (10, 0.99), (20, 1.0), (30, 0.98), (40, 1.0)]:
-        oc.update(epoch, {"adv_acc": adv, "val_acc": 1.0, "train_acc": 1.0})
+        oc.update(epoch, {"adv_acc": adv, "val_acc": 1.0, "train_acc": 1.0}, round(100 * adv))
     assert oc.generalized and oc.gen_epoch == 20 and oc.retained and oc.peak_adv_acc == 1.0
-    oc.update(50, {"adv_acc": 0.5, "val_acc": 1.0, "train_acc": 1.0})
+    oc.update(50, {"adv_acc": 0.5, "val_acc": 1.0, "train_acc": 1.0}, 50)
     assert oc.generalized and oc.gen_epoch == 20 and not oc.retained  # transient generalization
 
 
@@ -76,7 +78,6 @@ def test_outputs_and_checkpoints(tmp_path):
         w = f.get_tensor("blocks.0.attn.W_Q")
     assert w.shape[0] == 3 and json.loads(meta["members"])[1]["seed"] == members[1].seed
     # epoch-0 weights are each member's seed-determined init
-    from seedlab.shortcut.model import EnsembleTransformer
 
     m = EnsembleTransformer(cfg.model, 1, cfg.data.vocab, cfg.data.length, 2)
     m.init_members([members[1].seed])
@@ -91,9 +92,11 @@ def test_stop_when_decided(monkeypatch):
     real = train_mod.evaluate
 
     def fake(model, x, y, chunk):
-        acc, loss = real(model, x, y, chunk)
+        acc, loss, prefix = real(model, x, y, chunk)
         calls["n"] += 1
-        return np.ones_like(acc) if calls["n"] > 3 * 2 else acc, loss  # adv acc = 1 from the 3rd evaluation on
+        if calls["n"] > 3 * 2:  # adv acc = 1 from the 3rd evaluation on
+            return np.ones_like(acc), loss, np.full_like(prefix, x.shape[1])
+        return acc, loss, prefix
 
     monkeypatch.setattr(train_mod, "evaluate", fake)
     cfg = _cfg(train={"stop_when_decided": True, "epochs": 30})
@@ -113,3 +116,66 @@ def test_adv_every_sees_what_evaluating_every_epoch_sees():
     assert sorted(sparse.curves.epoch.unique()) == [0, 6, 12]
     assert (coarse.summary.peak_adv_acc <= every.summary.peak_adv_acc).all()
     assert (coarse.summary.peak_adv_acc < every.summary.peak_adv_acc).any()  # the cadence mattered here
+
+
+def test_adv_prefix_is_the_first_wrong_row():
+    """The adv prefix of hand-built correctness vectors: the index of the first wrong row, n when none is."""
+    correct = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1], [1, 1, 1, 1, 0]], dtype=torch.bool)
+    assert leading_correct(correct).tolist() == [2, 5, 0, 4]
+
+
+class _Marked(torch.nn.Module):
+    """A stand-in model whose row j is correct unless its first token is 9: correctness vectors by hand."""
+
+    def row_losses(self, x, y):
+        return torch.zeros(x.shape[:2]), x[..., 0] != 9
+
+
+def test_evaluation_folds_the_largest_adv_prefix_into_each_outcome():
+    n = 7
+    x = torch.zeros(2, n, 3, dtype=torch.long)
+    x[0, 4, 0] = 9  # member 0: rows 0-3 correct, row 4 wrong
+    y = torch.zeros(2, n, dtype=torch.long)
+    acc, _, prefix = evaluate(_Marked(), x, y, chunk=3)  # pieces 0-2, 3-5, 6: the prefix crosses pieces
+    assert prefix.tolist() == [4, 7] and acc.tolist() == pytest.approx([6 / 7, 1.0])
+    data = {s: (x.clone(), y, torch.ones_like(y, dtype=torch.bool)) for s in ("train", "val", "adv")}
+    ev = Evaluation(_Marked(), data, [None, None], every=10, chunk=3)
+    ev(0)
+    assert [oc.adv_prefix_max for oc in ev.outcomes] == [4, 7]
+    assert [oc.generalized for oc in ev.outcomes] == [False, True]
+    data["adv"][0][0, 1, 0] = 9  # a later check with a shorter prefix keeps the maximum
+    ev.check_adv(5)
+    assert ev.outcomes[0].adv_prefix_max == 4
+    data["adv"][0][0, :, 0] = 0  # all of member 0's rows right at an adv_every check: generalized there
+    ev.check_adv(6)
+    assert ev.outcomes[0].adv_prefix_max == 7 and ev.outcomes[0].gen_epoch == 6
+
+
+def test_evaluate_prefix_of_a_real_model_matches_a_loop():
+    cfg = _cfg()
+    m = EnsembleTransformer(cfg.model, 3, 10, 5, 2)
+    m.init_members([0, 1, 2])
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 10, (3, 50, 5), generator=g), torch.randint(0, 2, (3, 50), generator=g)
+    _, _, prefix = evaluate(m, x, y, chunk=16)
+    right = (m(x).argmax(-1) == y).tolist()
+    assert prefix.tolist() == [row.index(False) if False in row else len(row) for row in right]
+
+
+def test_adv_prefix_max_in_a_real_run(tmp_path):
+    """A tiny real ensemble (some members generalize, some do not): adv_prefix_max is n_adv exactly for the
+    generalized members and below it for the others, and is the last summary column."""
+    cfg = EnsembleConfig.model_validate({
+        "model": {"layers": 2, "heads": 2, "d_model": 16, "d_ff": 32},
+        "data": {"length": 3, "n_train": 128, "n_val": 32, "n_adv": 32, "vocab": 8},
+        "optim": {"lr": 1e-2},
+        "train": {"epochs": 40, "batch_size": 32, "eval_every": 10, "adv_every": 2},
+        "members": {"task": ["sum2-max"], "ratio": [0.5, 0.9], "seed": [0, 1, 2, 3]},
+    })
+    train_ensemble(cfg, tmp_path, progress=False)
+    s = pd.read_parquet(tmp_path / "summary.parquet")
+    assert s.columns[-1] == "adv_prefix_max" and list(s.columns[-3:-1]) == ["shortcut_epoch", "phase2_epoch"]
+    assert 0 < s.generalized.sum() < len(s)  # both kinds of member
+    assert (s.adv_prefix_max[s.generalized] == 32).all() and (s.adv_prefix_max[~s.generalized] < 32).all()
+    assert (s.generalized == (s.adv_prefix_max == 32)).all()
+    assert (s.adv_prefix_max <= np.round(s.peak_adv_acc * 32)).all()  # a prefix never exceeds the rows right

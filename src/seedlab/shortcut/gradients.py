@@ -23,12 +23,28 @@ The paper says the conflict "starts negative and resolves toward 0" as 2L models
 ``pair_cosine`` averages over pairs of examples, whose individual gradients stay nearly orthogonal
 in a model with many parameters (it tends to 0): the report shows both.
 
+Both are also measured **per attention head**, restricted to the head's own parameters: the
+slices ``[:, h]`` (head h of every member) of W_Q, W_K, W_V, b_Q, b_K, b_V and W_O
+(:data:`HEAD_PARAMS`; b_O is shared by the heads and left out). ``cosine`` is then the cosine of
+the group means' slices, and ``pair_cosine`` normalizes each per-example gradient by its norm
+within the slice. A zero vector has no direction: a zero group-mean slice gives ``cosine`` nan,
+and in ``pair_cosine`` an example whose gradient (or slice) is exactly 0 is left out of the pairs
+(:func:`mean_pair_cosine`), as over the whole parameter vector. The report restricts these
+to the shortcut circuit's head.
+
+:func:`measure` returns both tables (:class:`Measured`): one row per member (``COLUMNS``,
+``gradients.parquet``) and one per member, layer and head (``HEAD_COLUMNS``,
+``gradients_heads.parquet``); the per-head measures reuse the same group and per-example
+gradients, sliced.
+
 Per-example gradients use ``sample`` examples of each group (vmap); the group gradients use
 the whole split, in chunks. All members at once: their losses are independent, so the gradient
 of the sum is each member's own.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -40,6 +56,13 @@ from seedlab.shortcut.model import EnsembleTransformer
 
 COLUMNS = ["member", "epoch", "cosine", "pair_cosine", "norm_consistent", "norm_anti", "share_consistent", "share_anti",
            "per_example_ratio", "expected_ratio"]
+HEAD_COLUMNS = ["member", "epoch", "layer", "head", "cosine", "pair_cosine"]
+HEAD_PARAMS = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O")  # a head's own parameters: the slice [:, h] of each
+
+
+class Measured(NamedTuple):
+    members: pd.DataFrame  # COLUMNS, one row per member: gradients.parquet
+    heads: pd.DataFrame  # HEAD_COLUMNS, one row per member, layer and head: gradients_heads.parquet
 
 
 def expected_ratio(r: float, k: int) -> float:
@@ -50,18 +73,32 @@ def expected_ratio(r: float, k: int) -> float:
     return float(np.sqrt((r**2 + (1 - q) ** 2 + (k - 2) * q**2) / ((1 - r) ** 2 * k / (k - 1))))
 
 
-def _flat_dot(a: list[Tensor], b: list[Tensor]) -> Tensor:
-    """Per-member inner product of two gradient lists (each tensor [S, ...]) -> [S]."""
-    return sum((x * y).flatten(1).sum(1) for x, y in zip(a, b, strict=True))
+def _flat_dot(a: dict[str, Tensor], b: dict[str, Tensor]) -> Tensor:
+    """Per-member inner product of two gradients (name -> [S, ...]) over all parameters -> [S]."""
+    return sum((x * b[k]).flatten(1).sum(1) for k, x in a.items())
 
 
-def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, chunk: int) -> tuple[list[Tensor], list[Tensor], Tensor, Tensor]:
-    """Mean-loss gradients over the consistent and anti groups of each member's split."""
-    params = [p for p in model.parameters()]
+def cosine_last(a: Tensor, b: Tensor) -> Tensor:
+    """Cosine along the last axis (nan where either vector is 0)."""
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))
+
+
+def head_slices(grads: dict[str, Tensor], layers: int, lead: int = 1) -> Tensor:
+    """Each attention head's own entries of a gradient, flattened: ``grads`` named as the model's
+    parameters, each with ``lead`` axes before the head axis ([S, H, ...] or [S, K, H, ...])
+    -> [*lead axes, layers, H, P_head] (:data:`HEAD_PARAMS`, in that order)."""
+    per_layer = [torch.cat([grads[f"blocks.{l}.attn.{n}"].flatten(lead + 1) for n in HEAD_PARAMS], -1)
+                 for l in range(layers)]
+    return torch.stack(per_layer, lead)
+
+
+def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, chunk: int) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor]:
+    """Mean-loss gradients (name -> [S, ...]) over the consistent and anti groups of each member's split."""
+    names, params = zip(*model.named_parameters(), strict=True)
     n_c = consistent.sum(1).clamp(min=1).to(x.device)
     n_a = (~consistent).sum(1).clamp(min=1).to(x.device)
-    g_c = [torch.zeros_like(p) for p in params]
-    g_a = [torch.zeros_like(p) for p in params]
+    g_c = {k: torch.zeros_like(p) for k, p in zip(names, params, strict=True)}
+    g_a = {k: torch.zeros_like(p) for k, p in zip(names, params, strict=True)}
     for i in range(0, x.shape[1], chunk):
         logits = model(x[:, i : i + chunk])
         S, B, C = logits.shape
@@ -70,14 +107,14 @@ def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent
         loss_c = ((ce * m).sum(1) / n_c).sum()
         loss_a = ((ce * (1 - m)).sum(1) / n_a).sum()
         for acc, loss, keep in ((g_c, loss_c, True), (g_a, loss_a, False)):
-            for a, g in zip(acc, torch.autograd.grad(loss, params, retain_graph=keep, allow_unused=True), strict=True):
+            for a, g in zip(acc.values(), torch.autograd.grad(loss, params, retain_graph=keep, allow_unused=True), strict=True):
                 if g is not None:
                     a += g
     return g_c, g_a, n_c, n_a
 
 
-def per_example_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
-    """grad l_j flattened over the parameters, per member and example: x [S, K, L], y [S, K] -> [S, K, P]."""
+def per_example_param_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> dict[str, Tensor]:
+    """grad l_j per member and example, by parameter: x [S, K, L], y [S, K] -> name -> [S, K, ...]."""
     params = {k: v.detach() for k, v in model.named_parameters()}
 
     def loss_one(p: dict[str, Tensor], xj: Tensor, yj: Tensor) -> Tensor:
@@ -85,7 +122,17 @@ def per_example_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tenso
         return torch.nn.functional.cross_entropy(logits[:, 0], yj, reduction="sum")  # members add up
 
     grads = vmap(grad(loss_one), in_dims=(None, 1, 1))(params, x, y)  # each [K, S, ...]
-    return torch.cat([g.flatten(2) for g in grads.values()], dim=2).transpose(0, 1)  # [S, K, P]
+    return {k: g.transpose(0, 1) for k, g in grads.items()}
+
+
+def _flatten(grads: dict[str, Tensor]) -> Tensor:
+    """Per-example gradients by parameter (name -> [S, K, ...]) as one vector each: [S, K, P]."""
+    return torch.cat([g.flatten(2) for g in grads.values()], dim=2)
+
+
+def per_example_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
+    """grad l_j flattened over the parameters, per member and example: x [S, K, L], y [S, K] -> [S, K, P]."""
+    return _flatten(per_example_param_grads(model, x, y))
 
 
 def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
@@ -94,9 +141,21 @@ def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tenso
 
 
 def mean_pair_cosine(a: Tensor, b: Tensor) -> Tensor:
-    """Mean over all pairs (i, j) of cos(a_i, b_j), per member: a [S, K, P], b [S, M, P] -> [S]."""
-    unit = lambda t: t / t.norm(dim=2, keepdim=True).clamp_min(1e-30)  # noqa: E731
-    return (unit(a).mean(1) * unit(b).mean(1)).sum(1)
+    """Mean over the pairs (i, j) of cos(a_i, b_j) that have one, per member: a [S, K, ..., P],
+    b [S, M, ..., P] -> [S, ...] (vectors on the last axis, examples on axis 1).
+
+    An example whose gradient is exactly 0 (a saturated prediction: p = 1 in float32) has no
+    direction, so its pairs are left out rather than counted as 0; counting them would pull the
+    mean toward 0 as the shortcut saturates, whatever the other pairs do. nan when a group has no
+    nonzero gradient."""
+    def mean_unit(t: Tensor) -> tuple[Tensor, Tensor]:
+        norm = t.norm(dim=-1, keepdim=True)
+        n = (norm > 0).sum(1)  # [S, ..., 1]: examples with a direction
+        return (t / norm.clamp_min(1e-30)).sum(1) / n.clamp_min(1), n[..., 0]
+
+    ua, na = mean_unit(a)
+    ub, nb = mean_unit(b)
+    return torch.where((na > 0) & (nb > 0), (ua * ub).sum(-1), torch.nan)
 
 
 def _sample(consistent: Tensor, group: bool, k: int, seed: int) -> Tensor:
@@ -115,34 +174,41 @@ def _sample(consistent: Tensor, group: bool, k: int, seed: int) -> Tensor:
 def measure(
     model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, ratios: list[float], epoch: int, *, chunk: int, sample: int,
     seed: int = 0, classes: list[int] | None = None,
-) -> pd.DataFrame:
-    """One measurement of every member: a frame with ``COLUMNS``; ``classes``: each member's
-    number of classes k (default 2), for ``expected_ratio``."""
+) -> Measured:
+    """One measurement of every member: a frame with ``COLUMNS`` and one with ``HEAD_COLUMNS``;
+    ``classes``: each member's number of classes k (default 2), for ``expected_ratio``."""
     g_c, g_a, n_c, n_a = group_gradients(model, x, y, consistent, chunk)
     norm_c, norm_a = _flat_dot(g_c, g_c).sqrt(), _flat_dot(g_a, g_a).sqrt()
     cosine = _flat_dot(g_c, g_a) / (norm_c * norm_a)
+    layers = model.cfg.layers
+    head_cosine = cosine_last(head_slices(g_c, layers), head_slices(g_a, layers))  # [S, layers, H]
     n = n_c + n_a
     w_c, w_a = (n_c / n).view(-1), (n_a / n).view(-1)
-    total = [w_c.view(-1, *[1] * (a.dim() - 1)) * a + w_a.view(-1, *[1] * (b.dim() - 1)) * b for a, b in zip(g_c, g_a, strict=True)]
+    total = {k: w_c.view(-1, *[1] * (a.dim() - 1)) * a + w_a.view(-1, *[1] * (a.dim() - 1)) * g_a[k] for k, a in g_c.items()}
     tt = _flat_dot(total, total)
     share_c = w_c * _flat_dot(g_c, total) / tt
     share_a = w_a * _flat_dot(g_a, total) / tt
     per_example_ratio = torch.full_like(cosine, float("nan"))
     pair_cosine = torch.full_like(cosine, float("nan"))
+    head_pair_cosine = torch.full_like(head_cosine, float("nan"))
     if sample > 0:
         dev = x.device
         ic, ia = _sample(consistent.cpu(), True, sample, seed).to(dev), _sample(consistent.cpu(), False, sample, seed + 1).to(dev)
         take = lambda idx: (torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx))
-        gc, ga = per_example_grads(model, *take(ic)), per_example_grads(model, *take(ia))
+        pc, pa = per_example_param_grads(model, *take(ic)), per_example_param_grads(model, *take(ia))
+        gc, ga = _flatten(pc), _flatten(pa)
         per_example_ratio = ga.norm(dim=2).mean(1) / gc.norm(dim=2).mean(1)
         pair_cosine = mean_pair_cosine(gc, ga)
+        head_pair_cosine = mean_pair_cosine(head_slices(pc, layers, lead=2), head_slices(pa, layers, lead=2))
     has_both = (consistent.any(1) & (~consistent).any(1)).to(cosine.device)
     nan = torch.tensor(float("nan"), device=cosine.device)
-    both = dict(cosine=cosine, pair_cosine=pair_cosine, per_example_ratio=per_example_ratio)
-    cols = {k: torch.where(has_both, v, nan) for k, v in both.items()}
+    both = {"cosine": cosine, "pair_cosine": pair_cosine, "per_example_ratio": per_example_ratio}
+    keep = lambda v: torch.where(has_both.view(-1, *[1] * (v.dim() - 1)), v, nan)
+    cols = {k: keep(v) for k, v in both.items()}
+    per_head = {"cosine": keep(head_cosine), "pair_cosine": keep(head_pair_cosine)}
     classes = classes or [2] * len(ratios)
     expected = np.array([expected_ratio(r, k) for r, k in zip(ratios, classes, strict=True)])
-    return pd.DataFrame(
+    members = pd.DataFrame(
         {
             "member": np.arange(len(ratios)),
             "epoch": epoch,
@@ -157,3 +223,12 @@ def measure(
         },
         columns=COLUMNS,
     )
+    return Measured(members, _per_head_frame(per_head, epoch))
+
+
+def _per_head_frame(per_head: dict[str, Tensor], epoch: int) -> pd.DataFrame:
+    """{column: [S, layers, H]} -> one row per (member, layer, head), ``HEAD_COLUMNS``."""
+    S, L, H = per_head["cosine"].shape
+    s_, l_, h_ = np.meshgrid(np.arange(S), np.arange(L), np.arange(H), indexing="ij")
+    keys = {"member": s_.ravel(), "epoch": epoch, "layer": l_.ravel(), "head": h_.ravel()}
+    return pd.DataFrame({**keys, **{k: v.detach().cpu().numpy().ravel() for k, v in per_head.items()}}, columns=HEAD_COLUMNS)

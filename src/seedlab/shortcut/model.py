@@ -236,11 +236,15 @@ class EnsembleTransformer(HookedModule):
     # ---------------------------------------------------------------- losses
     def losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         """Per-member summed cross-entropy and number correct: two [S] tensors."""
+        ce, correct = self.row_losses(x, y)
+        return ce.sum(1), correct.sum(1)
+
+    def row_losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-row cross-entropy and whether the row is classified correctly: two [S, B] tensors."""
         logits = self(x)
         S, B, C = logits.shape
         ce = F.cross_entropy(logits.reshape(S * B, C), y.reshape(S * B), reduction="none").view(S, B)
-        correct = (logits.argmax(-1) == y).sum(1)
-        return ce.sum(1), correct
+        return ce, logits.argmax(-1) == y
 
     # ---------------------------------------------------------------- members
     def member_state(self, i: int) -> dict[str, Tensor]:

@@ -3,34 +3,41 @@
 Read top to bottom, the module follows the report: load the summary, the opening
 paragraph (question and a data-derived answer), the headline tables laid out like
 the paper's, the statistics (Fisher tests between ratios, the logistic
-capacity × ratio interaction, from :mod:`seedlab.shortcut.stats`), then the figures
-(:mod:`seedlab.shortcut.figures`) with the tables that go with them. Every number in the
-report is computed from the folder's tables; only the paper's own numbers are
-constants (``PAPER``).
+capacity × ratio interaction, from :mod:`seedlab.shortcut.stats`; the rate against the
+accuracy cut-off and against the adversarial split's size), then the figures
+(:mod:`seedlab.shortcut.figures`) with the tables that go with them, and the mechanism
+(phases, gradient conflict over all parameters and within the shortcut head's, circuits).
+Every number in the report is computed from the folder's tables; only the paper's own
+numbers are constants (``PAPER``).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from seedlab.config import load_yaml
 from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text, pct
 from seedlab.shortcut import figures
 from seedlab.shortcut.circuits_report import circuits_section
+from seedlab.shortcut.config import DataConfig
 from seedlab.shortcut.figures import CAPACITY, cap_label, fmt_ratio, paper_order
 from seedlab.shortcut.rundir import RunDir, SweepDir, open_folder
 from seedlab.shortcut.stats import chance, interaction_logit, ratio_contrasts, simple_slopes
+from seedlab.shortcut.tasks import get_task
 from seedlab.stats import fisher, rate_table, wilson
-from seedlab.store import write_text
+from seedlab.store import file_sha256, write_text
 
 # The paper's headline (task sum2-max, weight decay 0.1): (layers, ratio) -> % of seeds that generalize.
 PAPER_TASK, PAPER_WD = "sum2-max", 0.1
 PAPER = {(2, 0.5): 0, (2, 0.9): 77, (1, 0.5): 33, (1, 0.9): 0}
 
 GROUP = ["task", "weight_decay"]  # one headline table per group
+CELL = [*GROUP, *CAPACITY, "ratio"]
 
 
 def write_report(run_dir: str | Path) -> Path:
@@ -41,10 +48,13 @@ def write_report(run_dir: str | Path) -> Path:
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
     rep.add(intro(summary, isinstance(folder, SweepDir)))
+    if isinstance(folder, SweepDir) and folder.preregistration_record.is_file():
+        rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(folder))
     rep.add("## Headline: generalization rate", headline_note())
     for (task, wd), cells in rates.groupby(GROUP, sort=True):
         rep.add(headline_table(task, wd, cells))
-    rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary))
+    rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary),
+            split_size_section(summary, adv_split_size(folder)))
     rep.add("## Figures")
     rep.add(figure_block(figures.rate_vs_ratio_figure(summary, rates, folder)))
     rep.add(figure_block(figures.curves_figure(summary, folder, *answer_group(summary))))
@@ -55,6 +65,7 @@ def write_report(run_dir: str | Path) -> Path:
     for fig in figures.gradient_figures(summary, folder):
         rep.add(figure_block(fig))
     rep.add(gradient_tables(summary, folder))
+    rep.add(head_conflict_section(summary, folder))
     for fig in figures.circuit_figures(summary, folder):
         rep.add(figure_block(fig))
     rep.add(circuits_section(summary, *(pd.read_parquet(p) if p.is_file() else None
@@ -79,7 +90,14 @@ def load_summary(folder: RunDir | SweepDir) -> pd.DataFrame:
 
 def rate_cells(summary: pd.DataFrame) -> pd.DataFrame:
     """Generalization rate with its Wilson interval for every task × wd × capacity × ratio cell."""
-    return rate_table(summary, by=[*GROUP, *CAPACITY, "ratio"])
+    return rate_table(summary, by=CELL)
+
+
+def adv_split_size(folder: RunDir | SweepDir) -> int | None:
+    """``data.n_adv`` of the folder's config (a run's config.yaml, a sweep's sweep.yaml); None without one."""
+    if not folder.config_path.is_file():
+        return None
+    return DataConfig.model_validate(load_yaml(folder.config_path).get("data", {})).n_adv
 
 
 # ---------------------------------------------------------------- the paper's numbers
@@ -113,6 +131,19 @@ def intro(summary: pd.DataFrame, is_sweep: bool) -> str:
         f"**Question:** does imbalance help a 2-layer model and hurt a 1-layer one?\n\n"
         f"**Answer from this sweep:** {answer(summary)}"
     )
+
+
+def preregistration_section(folder: SweepDir) -> str:
+    """The pre-registration kept in the sweep folder (``--preregistration``), quoted whole, with its hash."""
+    rec = json.loads(folder.preregistration_record.read_text())
+    text = folder.preregistration_path.read_text()
+    intact = file_sha256(folder.preregistration_path) == rec["sha256"]
+    state = "unchanged since" if intact else "**edited since: its SHA-256 no longer matches**"
+    quoted = "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
+    return (f"This sweep was pre-registered: `preregistration.md` was copied from `{rec['source']}` at {rec['written_utc']} "
+            f"UTC, before its first member was trained (SHA-256 `{rec['sha256'][:12]}`, {state}). Its hypotheses and "
+            "decision rules are quoted below; the statistics that follow are the tests it names, so read this sweep as "
+            "confirmatory, apart from any exploration that chose its protocol.\n\n" + quoted)
 
 
 def answer_group(summary: pd.DataFrame) -> tuple[str, float]:
@@ -295,22 +326,64 @@ def threshold_section(summary: pd.DataFrame) -> str:
     if "peak_adv_acc" not in summary.columns:
         return ""
     thresholds = [0.90, 0.95, 0.98, 0.99, 1.0]
-    rows = []
-    for key, d in sorted(summary.groupby([*GROUP, *CAPACITY, "ratio"]), key=lambda kv: (kv[0][:2], paper_order(kv[0][2:4]), kv[0][4])):
-        task, wd, layers, heads, r = key
-        cells = []
-        for t in thresholds:
-            k, n = int((d["peak_adv_acc"] >= t - 1e-12).sum()), len(d)
-            lo, hi = wilson(k, n)
-            cells.append(f"{pct(k / n)} [{100 * lo:.0f}–{100 * hi:.0f}]")
-        rows.append([task, f"{wd:g}", cap_label(layers, heads), fmt_ratio(r), *cells])
     note = (
         "### How the rate depends on the cut-off\n\nThe paper counts a member as generalized when its adversarial "
         "accuracy reaches 100% at some evaluation. With a few hundred adversarial rows one wrong row is a failure, so "
         "here is the rate had the cut-off been lower (peak adversarial accuracy over the evaluations >= t; 95% Wilson "
         "intervals). The evaluation cadence (`train.eval_every`) bounds how short a peak can be and still be seen."
     )
-    return note + "\n\n" + md_table(["task", "wd", "model", "r", *[f"t = {100 * t:.0f}%" for t in thresholds]], rows)
+    return note + "\n\n" + criteria_table(summary, {f"t = {100 * t:.0f}%": summary["peak_adv_acc"] >= t - 1e-12 for t in thresholds})
+
+
+SPLIT_SIZE_MIN = 16  # the smallest adversarial split of the split-size table
+
+
+def split_sizes(n_adv: int) -> list[int]:
+    """The adversarial split sizes of the split-size table: powers of two from ``SPLIT_SIZE_MIN`` below n_adv, then n_adv."""
+    sizes, m = [], SPLIT_SIZE_MIN
+    while m < n_adv:
+        sizes.append(m)
+        m *= 2
+    return [*sizes, n_adv]
+
+
+def split_size_section(summary: pd.DataFrame, n_adv: int | None) -> str:
+    """The generalization rate had the adversarial split been its first m rows, for m from 16 to ``n_adv``."""
+    head = "### How the rate depends on the adversarial split's size"
+    if "adv_prefix_max" not in summary.columns or summary["adv_prefix_max"].isna().any():
+        return f"{head}\n\n*Needs summary.parquet's `adv_prefix_max` column, which runs from an older seedlab lack: train them again.*"
+    if n_adv is None:
+        return f"{head}\n\n*Needs `data.n_adv` from the folder's config.yaml or sweep.yaml, which is missing.*"
+    note = (
+        f"{head}\n\nAt every check of the adversarial split (each evaluation, and every `train.adv_every` epochs when set), "
+        "the *adv prefix* is the number of its leading rows that are all correct; summary.parquet's `adv_prefix_max` is "
+        "its maximum over the checks. The rows are in random order, so the first m are a uniform sample of the split, and "
+        "a member would have generalized on an adversarial split of m rows (with this run's training data) iff "
+        "`adv_prefix_max` >= m. A smaller split is an easier criterion (fewer rows must all be right at once), so the rate "
+        f"can only fall as m grows; the headline uses the whole split, m = n_adv = {n_adv}. Larger splits need a rerun "
+        "with `data.n_adv` raised. 95% Wilson intervals."
+    )
+    sizes = split_sizes(n_adv)
+    return note + "\n\n" + criteria_table(summary, {f"m = {m}": summary["adv_prefix_max"] >= m for m in sizes})
+
+
+def by_cell(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    """``df.groupby(CELL)`` in the report's order: task, weight decay, capacity (2L first, as the paper), r."""
+    return sorted(df.groupby(CELL), key=lambda kv: (kv[0][:2], paper_order(kv[0][2:4]), kv[0][4]))
+
+
+def criteria_table(summary: pd.DataFrame, criteria: dict[str, pd.Series]) -> str:
+    """One row per cell (task, wd, capacity, r) and one column per criterion (a boolean per member): the share of
+    the cell's members that meet it, with its 95% Wilson interval."""
+    rows = []
+    for (task, wd, layers, heads, r), d in by_cell(summary):
+        cells = []
+        for met in criteria.values():
+            k, n = int(met[d.index].sum()), len(d)
+            lo, hi = wilson(k, n)
+            cells.append(f"{pct(k / n)} [{100 * lo:.0f}–{100 * hi:.0f}]")
+        rows.append([task, f"{wd:g}", cap_label(layers, heads), fmt_ratio(r), *cells])
+    return md_table(["task", "wd", "model", "r", *criteria], rows)
 
 
 # ---------------------------------------------------------------- tables beside the figures
@@ -386,3 +459,111 @@ def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
                     "(r/(1−r) for two classes; shortcut/gradients.py). The paper's 9–17× is the 2L mechanism at r = 0.9.", "",
                     md_table(["task", "model", "r", "members", "quartiles (25/50/75%)", "calibrated model"], amp)]
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------- gradient conflict in the shortcut head's parameters
+
+# the circuits.parquet fingerprint that marks a shortcut head, per shortcut feature (the paper's QK fingerprints)
+SHORTCUT_FINGERPRINT = {"max": "qk_rho_value", "first": "attn_pos0"}
+SHOWN_EPOCHS = 6  # measured epochs shown per cell (evenly spaced, first and last included)
+CONFLICT = [("cosine", "cosine (all parameters)"), ("pair_cosine", "pair_cosine (all parameters)"),
+            ("head_cosine", "cosine (shortcut head)"), ("head_pair_cosine", "pair_cosine (shortcut head)")]
+
+
+def shortcut_heads(summary: pd.DataFrame, circuits: pd.DataFrame | None) -> pd.DataFrame:
+    """Each member's shortcut head: ``member, layer, head``, one row per member that circuits.parquet covers.
+
+    The rule: the attention head with the highest shortcut fingerprint, averaged over the member's
+    checkpoints: the activation-based QK rho with token value (``qk_rho_value``: attends to the max) for
+    ``*-max`` tasks, the readout's attention on position 0 (``attn_pos0``) for ``*-first`` tasks.
+    """
+    if circuits is None or circuits.empty:
+        return pd.DataFrame({"member": [], "layer": [], "head": []}, dtype="int64")
+    c = circuits[circuits["head"] >= 0].merge(summary[["member", "task"]], on="member")
+    first = c["task"].map(lambda t: get_task(t).shortcut == "first")
+    c = c.assign(score=np.where(first, c[SHORTCUT_FINGERPRINT["first"]], c[SHORTCUT_FINGERPRINT["max"]]))
+    mean = c.groupby(["member", "layer", "head"], as_index=False)["score"].mean().dropna(subset=["score"])
+    return mean.loc[mean.groupby("member")["score"].idxmax(), ["member", "layer", "head"]].reset_index(drop=True)
+
+
+def conflict_medians(summary: pd.DataFrame, grads: pd.DataFrame, heads: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
+    """Median over members per cell and epoch of both conflict measures over all parameters and within each
+    member's shortcut head (``chosen``; members it lacks contribute all their heads, one observation each)."""
+    keys = ["member", "layer", "head"]
+    rest = heads[~heads["member"].isin(chosen["member"])]
+    own = pd.concat([heads.merge(chosen, on=keys), rest]).rename(columns={"cosine": "head_cosine", "pair_cosine": "head_pair_cosine"})
+    cell = summary[["member", *CELL]]
+    by = [*CELL, "epoch"]
+    full = grads.merge(cell, on="member").groupby(by)
+    head = own.merge(cell, on="member").groupby(by)[["head_cosine", "head_pair_cosine"]].median()
+    members = full["member"].nunique().rename("members")
+    return pd.concat([members, full[["cosine", "pair_cosine"]].median(), head], axis=1).reset_index()
+
+
+def resolves_toward_zero(series: pd.Series) -> bool:
+    """The paper's description of one median series over epochs: it goes negative (the conflict appears once
+    the shortcut is learned; at epoch 0 the weights are random, so not at the first measurement) and at the last
+    measurement it is within half the size of its most negative value of 0 (an overshoot to +0.9 is not "toward 0")."""
+    s = series.dropna()
+    return len(s) > 1 and s.min() < 0 and s.idxmin() != s.index[-1] and abs(s.iloc[-1]) <= abs(s.min()) / 2
+
+
+def conflict_verdict(med: pd.DataFrame) -> str:
+    """Which conflict measures match "starts negative, resolves toward 0" in every 2L cell at the highest ratio."""
+    cells = med[(med["layers"] == 2) & np.isclose(med["ratio"], med["ratio"].max())]
+    if cells.empty:
+        return "No 2-layer cell: the paper's description (negative at first, toward 0 as 2L models generalize) cannot be checked."
+    match, values = [], []
+    for col, name in CONFLICT:
+        series = {cap_label(lay, h): d.sort_values("epoch")[col].dropna() for (lay, h), d in cells.groupby(CAPACITY)}
+        if all(s.empty for s in series.values()):
+            continue
+        if all(resolves_toward_zero(s) for s in series.values()):
+            match.append(f"`{name}`")
+        ends = ", ".join(f"{cap} {fmt_num(float(s.min()))} → {fmt_num(float(s.iloc[-1]))}" for cap, s in series.items() if len(s))
+        values.append(f"`{name}` {ends}")
+    which = f"{' and '.join(match)} match{'es' * (len(match) == 1)}" if match else "none of the measures matches"
+    return (f"In the data, {which} the paper's description in 2L at r = {fmt_ratio(float(cells['ratio'].max()))} (median "
+            f"negative at some measurement and, at the last, within half the size of its most negative value of 0). "
+            f"Most negative → last median: {'; '.join(values)}.")
+
+
+def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
+    """The gradient conflict over all parameters and within the shortcut circuit's head, per capacity, ratio and epoch."""
+    if not folder.gradients_path.is_file():
+        return ""
+    head = "### Gradient conflict within the shortcut head's parameters"
+    if not folder.gradients_heads_path.is_file():
+        return f"{head}\n\n*No gradients_heads.parquet (gradients measured by an older seedlab: train again).*"
+    circuits = pd.read_parquet(folder.circuits_path) if folder.circuits_path.is_file() else None
+    per_head = pd.read_parquet(folder.gradients_heads_path)
+    chosen = shortcut_heads(summary, circuits)
+    if circuits is None:
+        rule = "No circuits.parquet (`seedlab shortcut analyze DIR`), so no shortcut head is identified: every head is used."
+    else:
+        rule = ("Each member's shortcut head is the attention head with the highest shortcut fingerprint in "
+                f"circuits.parquet, averaged over its checkpoints (`{SHORTCUT_FINGERPRINT['max']}` for max tasks, "
+                f"`{SHORTCUT_FINGERPRINT['first']}` for first tasks).")
+        if missing := len(set(per_head["member"]) - set(chosen["member"])):
+            rule += f" {missing} member{'s' * (missing != 1)} without circuits use every head."
+    task, wd = answer_group(summary)
+    med = conflict_medians(summary, pd.read_parquet(folder.gradients_path), per_head, chosen)
+    med = med[(med["task"] == task) & np.isclose(med["weight_decay"], wd)]
+    rows = []
+    for (_, _, layers, heads, r), d in by_cell(med):
+        d = d.sort_values("epoch")
+        shown = d.iloc[np.unique(np.linspace(0, len(d) - 1, SHOWN_EPOCHS).round().astype(int))]
+        for e in shown.itertuples(index=False):
+            cells = [fmt_num(float(getattr(e, c))) if pd.notna(getattr(e, c)) else "—" for c, _ in CONFLICT]
+            rows.append([cap_label(layers, heads), fmt_ratio(r), str(int(e.epoch)), str(int(e.members)), *cells])
+    note = (
+        f"{head}\n\nThe conflict between the shortcut-consistent and anti-shortcut groups' gradients "
+        "(shortcut/gradients.py), over all parameters and restricted to the shortcut head's own parameters (its slices of "
+        "W_Q, W_K, W_V, their biases and W_O). `cosine` compares the two groups' mean gradients; `pair_cosine` averages "
+        "cos(g_i, g_j) over pairs of one consistent and one anti example. Why they can differ: once one rule fits both "
+        "groups their mean gradients align (`cosine` → +1), while single examples' gradients in many dimensions stay "
+        f"nearly orthogonal (`pair_cosine` → 0). {rule} In {task}, weight decay {wd:g}: median "
+        f"over members per capacity, r and measured epoch ({SHOWN_EPOCHS} evenly spaced epochs shown per cell). "
+        f"{conflict_verdict(med)}"
+    )
+    return note + "\n\n" + md_table(["model", "r", "epoch", "members", *(n for _, n in CONFLICT)], rows)

@@ -5,13 +5,15 @@ Three folders, the file contract other tools read:
 - a **data folder** (``seedlab shortcut data --out``): ``train.npz``, ``val.npz``, ``adv.npz``;
 - an **ensemble run folder** (``seedlab shortcut train --out``, and each job of a sweep):
   ``config.yaml`` (the resolved EnsembleConfig), ``summary.parquet`` (one row per member),
-  ``curves.parquet``, ``gradients.parquet`` (when measured), ``meta.json``,
+  ``curves.parquet``, ``gradients.parquet`` and ``gradients_heads.parquet`` (when measured), ``meta.json``,
   ``checkpoints/epoch-<6 digits>.safetensors`` with ``checkpoints/manifest.json``
   (``{epoch: {tensor: SHA-256}}``), then ``circuits.parquet``, ``patching.parquet``, ``report.md`` and its PNGs;
 - a **sweep folder** (``seedlab shortcut sweep --out``): ``sweep.yaml``, ``jobs/<hash>/`` (an
   ensemble run folder each, finished when its ``done.json`` exists), the merged
-  ``summary/curves/gradients.parquet`` (member ids made global), ``.lock``, and the same
-  ``circuits.parquet``, ``patching.parquet``, ``report.md`` and PNGs as a run folder.
+  ``summary/curves/gradients/gradients_heads.parquet`` (member ids made global), ``.lock``, and the same
+  ``circuits.parquet``, ``patching.parquet``, ``report.md`` and PNGs as a run folder; with
+  ``--preregistration FILE``, ``preregistration.md`` (the file's text) and ``preregistration.json``
+  (its SHA-256, where it came from, when), written before the first member is trained.
 
 Policies: ``shortcut train`` and ``shortcut data`` refuse to overwrite results without
 ``--force``; a sweep resumes (finished jobs are kept, an unfinished job restarts from an
@@ -21,14 +23,17 @@ empty folder) and holds the folder's lock while it runs. How files are written a
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from seedlab.errors import SeedlabError
 from seedlab.shortcut.tasks import SPLITS
 from seedlab.store import (
+    file_sha256,
     folder_lock,
     is_done,
     mark_done,
@@ -38,10 +43,11 @@ from seedlab.store import (
     tensor_hashes,
     write_json,
     write_safetensors,
+    write_text,
 )
 
 #: tables a sweep merges from its jobs (member ids made global)
-MERGED = ("summary", "curves", "gradients")
+MERGED = ("summary", "curves", "gradients", "gradients_heads")
 
 
 def data_files(folder: Path) -> dict[str, Path]:
@@ -56,7 +62,7 @@ class _Results:
         self.root = Path(root)
 
     def table(self, name: str) -> Path:
-        """``summary``, ``curves``, ``gradients``, ``circuits`` or ``patching`` -> its parquet file."""
+        """``summary``, ``curves``, ``gradients``, ``gradients_heads``, ``circuits`` or ``patching`` -> its parquet file."""
         return self.root / f"{name}.parquet"
 
     @property
@@ -70,6 +76,11 @@ class _Results:
     @property
     def gradients_path(self) -> Path:
         return self.table("gradients")
+
+    @property
+    def gradients_heads_path(self) -> Path:
+        """The gradient conflict restricted to each attention head's parameters (shortcut/gradients.py)."""
+        return self.table("gradients_heads")
 
     @property
     def circuits_path(self) -> Path:
@@ -173,6 +184,37 @@ class SweepDir(_Results):
 
     def job(self, key: str) -> RunDir:
         return RunDir(self.root / "jobs" / key)
+
+    @property
+    def preregistration_path(self) -> Path:
+        return self.root / "preregistration.md"
+
+    @property
+    def preregistration_record(self) -> Path:
+        return self.root / "preregistration.json"
+
+    def preregister(self, source: Path, started: bool, *, write: bool = True) -> None:
+        """Keep ``source`` (hypotheses and decision rules fixed before looking) in the folder, with its
+        SHA-256 and the time: only before the first member is trained (``started``: a job has finished),
+        and a resumed sweep must name the same text. Checks first, then writes (``write=False``: checks only)."""
+        if not source.is_file():
+            raise SeedlabError(f"--preregistration: no such file {str(source)!r}")
+        sha = file_sha256(source)
+        if self.preregistration_record.is_file():
+            before = json.loads(self.preregistration_record.read_text())["sha256"]
+            if before != sha:
+                raise SeedlabError(f"--preregistration: {self.root} was pre-registered with another text "
+                                   f"(SHA-256 {before[:12]}, {source} has {sha[:12]}); a pre-registration cannot change")
+            return
+        if started:
+            raise SeedlabError(f"--preregistration: {self.root} already holds finished members; a pre-registration "
+                               "must come before the first one (use a new --out)")
+        if not write:
+            return
+        write_text(self.preregistration_path, source.read_text())
+        write_json(self.preregistration_record, {
+            "sha256": sha, "source": str(source), "written_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        })
 
 
     def lock(self):

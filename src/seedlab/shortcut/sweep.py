@@ -128,8 +128,10 @@ def run_sweep(
     executor: str = "local",
     ray_address: str | None = None,
     progress: bool = True,
+    preregistration: str | Path | None = None,
 ) -> pd.DataFrame:
-    """Run (or resume) every unfinished job of the sweep and aggregate the results."""
+    """Run (or resume) every unfinished job of the sweep and aggregate the results; ``preregistration``:
+    a text file of hypotheses and decision rules, kept in the folder before any member is trained."""
     from seedlab.executors import preflight_ray, run_local, run_ray
     from seedlab.shortcut.train import check_members
 
@@ -142,9 +144,14 @@ def run_sweep(
         ens = EnsembleConfig.model_validate(job.config)
         check_members(ens, ens.expand())
     sweep = SweepDir(out)
+    started = lambda: any(sweep.job(j.key).is_done() for j in jobs) or sweep.summary_path.is_file()
+    if preregistration is not None:  # a bad pre-registration writes nothing, not even the lock
+        sweep.preregister(Path(preregistration), started(), write=False)
     with sweep.lock():
-        write_yaml(sweep.config_path, cfg.model_dump(mode="json"))
         todo = [j for j in jobs if not sweep.job(j.key).is_done()]
+        if preregistration is not None:
+            sweep.preregister(Path(preregistration), started())
+        write_yaml(sweep.config_path, cfg.model_dump(mode="json"))
         n_members = sum(len(j.config["members"]) for j in jobs)
         bar = Bar("sweep", len(jobs), "jobs", note=f"({n_members} members)", done=len(jobs) - len(todo), enabled=progress)
 

@@ -5,9 +5,21 @@ The loop, per epoch: one optimizer step per batch (the whole training split when
 ``eval_every`` epochs and at the end: accuracy and mean loss on train/val/adv for every
 member), the gradient measurement (``train.gradients``) and the checkpoint (at
 ``checkpoint_epochs``). Epoch 0 is the initial weights, before any step. A member
-*generalizes* when its adversarial accuracy is exactly 100% at some evaluation;
-``gen_epoch`` is the first such epoch and ``retained`` says whether it is still 100% at
-the last evaluation.
+*generalizes* when its adversarial accuracy is exactly 100% at some evaluation (or at a
+``train.adv_every`` check between them); ``gen_epoch`` is the first such epoch and ``retained``
+says whether it is still 100% at the last evaluation.
+
+The **adv prefix** of one evaluation is the number of leading adversarial rows that are all
+correct (the index of the first wrong row; n_adv when none is wrong); ``adv_prefix_max`` is its
+maximum over the evaluations and checks. The adversarial split's first m rows are a uniform
+sample of it, so a member would have generalized on an adversarial split of those m rows iff
+``adv_prefix_max >= m`` (the report's rate against the split's size), and ``generalized`` iff
+``adv_prefix_max == n_adv``.
+
+With ``train.gradients`` on, the gradient log writes ``gradients.parquet`` (one row per member
+and measurement) and ``gradients_heads.parquet`` (the conflict restricted to each attention
+head's parameters, one row per member, measurement, layer and head): see
+:mod:`seedlab.shortcut.gradients`.
 """
 
 from __future__ import annotations
@@ -66,16 +78,18 @@ class Outcome:
     generalized: bool = False
     gen_epoch: int | None = None
     peak_adv_acc: float = 0.0
+    adv_prefix_max: int = 0  # the most leading adversarial rows all correct at one evaluation or check
     final: dict[str, float] = field(default_factory=dict)  # last evaluation: {split}_acc, {split}_loss
     final_epoch: int = 0
 
-    def update(self, epoch: int, metrics: dict[str, float]) -> None:
+    def update(self, epoch: int, metrics: dict[str, float], adv_prefix: int) -> None:
         """Fold one evaluation in: generalization is adversarial accuracy of exactly 100%."""
-        self.see_adv(epoch, metrics["adv_acc"])
+        self.see_adv(epoch, metrics["adv_acc"], adv_prefix)
         self.final, self.final_epoch = dict(metrics), epoch
 
-    def see_adv(self, epoch: int, adv: float) -> None:
+    def see_adv(self, epoch: int, adv: float, adv_prefix: int) -> None:
         self.peak_adv_acc = max(self.peak_adv_acc, adv)
+        self.adv_prefix_max = max(self.adv_prefix_max, adv_prefix)
         if adv == 1.0 and not self.generalized:
             self.generalized, self.gen_epoch = True, epoch
 
@@ -92,6 +106,7 @@ class Result:
     gradients: pd.DataFrame | None
     seconds: float
     epochs_run: int
+    gradients_heads: pd.DataFrame | None = None
 
 
 def _batch_orders(members: list[Member], n: int, epoch: int) -> torch.Tensor:
@@ -106,16 +121,24 @@ def hash_seed(*parts: int) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: EnsembleTransformer, x: torch.Tensor, y: torch.Tensor, chunk: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-member (accuracy, mean loss) on one split."""
+def evaluate(
+    model: EnsembleTransformer, x: torch.Tensor, y: torch.Tensor, chunk: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-member accuracy, mean loss and prefix (:func:`leading_correct`) on one split."""
     n = x.shape[1]
     loss = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-    correct = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    correct = []
     for i in range(0, n, chunk):
-        l, c = model.losses(x[:, i : i + chunk], y[:, i : i + chunk])
-        loss += l.double()
-        correct += c
-    return (correct.double() / n).cpu().numpy(), (loss / n).cpu().numpy()
+        ce, c = model.row_losses(x[:, i : i + chunk], y[:, i : i + chunk])
+        loss += ce.sum(1).double()
+        correct.append(c)
+    rows = torch.cat(correct, 1)
+    return (rows.sum(1).double() / n).cpu().numpy(), (loss / n).cpu().numpy(), leading_correct(rows).cpu().numpy()
+
+
+def leading_correct(correct: torch.Tensor) -> torch.Tensor:
+    """The number of leading rows all correct (the first wrong row's index; n when none is): [S, n] bool -> [S]."""
+    return correct.long().cumprod(1).sum(1)
 
 
 def train_epoch(
@@ -229,24 +252,26 @@ def train_ensemble(
     ph = phases(curves, generalized=[i for i, oc in enumerate(evaluation.outcomes) if oc.generalized]).set_index("member")
     summary["shortcut_epoch"] = ph["shortcut_epoch"].reindex(summary["member"]).to_numpy()
     summary["phase2_epoch"] = ph["phase2_epoch"].reindex(summary["member"]).to_numpy()
-    grads = grad_log.table()
+    summary["adv_prefix_max"] = [oc.adv_prefix_max for oc in evaluation.outcomes]  # after the columns tools read
+    grads, grads_heads = grad_log.tables()
     seconds = time.time() - t0
     if run is not None:
         write_parquet(run.curves_path, curves)
         if grads is not None:
             write_parquet(run.gradients_path, grads)
+            write_parquet(run.gradients_heads_path, grads_heads)
         write_parquet(run.summary_path, summary)
         write_json(
             run.meta_path,
             {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S},
         )
-    return Result(members, summary, curves, grads, seconds, epoch)
+    return Result(members, summary, curves, grads, seconds, epoch, grads_heads)
 
 
 # --------------------------------------------------------------------------- callbacks of the loop
 class Evaluation:
     """Every ``every`` epochs and at the end: each member's accuracy and mean loss on train/val/adv,
-    folded into its :class:`Outcome` and into the curves."""
+    folded into its :class:`Outcome` (with the adv prefix) and into the curves."""
 
     def __init__(
         self,
@@ -266,22 +291,22 @@ class Evaluation:
         return epoch % self.every == 0 or last
 
     def __call__(self, epoch: int) -> None:
-        metrics = {}
+        metrics, prefix = {}, {}
         for s in SPLITS:
-            acc, loss = evaluate(self.model, *self.data[s][:2], chunk=self.chunk)
+            acc, loss, prefix[s] = evaluate(self.model, *self.data[s][:2], chunk=self.chunk)
             metrics[f"{s}_acc"], metrics[f"{s}_loss"] = acc, loss
             self.rows.extend((i, epoch, s, float(acc[i]), float(loss[i])) for i in range(len(self.outcomes)))
         for i, oc in enumerate(self.outcomes):
-            oc.update(epoch, {k: float(v[i]) for k, v in metrics.items()})
+            oc.update(epoch, {k: float(v[i]) for k, v in metrics.items()}, int(prefix["adv"][i]))
         if self.on_eval is not None:
             self.on_eval(epoch, metrics)
 
     def check_adv(self, epoch: int) -> None:
         """Adversarial accuracy alone (``train.adv_every``): a member reaching 100% here has
         generalized at this epoch; the curves and the last evaluation are left as they are."""
-        acc, _ = evaluate(self.model, *self.data["adv"][:2], chunk=self.chunk)
+        acc, _, prefix = evaluate(self.model, *self.data["adv"][:2], chunk=self.chunk)
         for i, oc in enumerate(self.outcomes):
-            oc.see_adv(epoch, float(acc[i]))
+            oc.see_adv(epoch, float(acc[i]), int(prefix[i]))
 
     @property
     def n_generalized(self) -> int:
@@ -293,7 +318,8 @@ class Evaluation:
 
 class GradientLog:
     """Gradient conflict and amplification (:mod:`seedlab.shortcut.gradients`) on the training split,
-    every ``cfg.every`` epochs, at the end and at an early stop, when ``cfg.enabled``."""
+    overall and per attention head, every ``cfg.every`` epochs, at the end and at an early stop, when
+    ``cfg.enabled``."""
 
     def __init__(self, model: EnsembleTransformer, train: tuple[torch.Tensor, ...], members: list[Member],
                  cfg: GradientsConfig, *, chunk: int):
@@ -307,14 +333,16 @@ class GradientLog:
 
     def __call__(self, epoch: int) -> None:
         x, y, consistent = self.train
-        df = measure_gradients(
+        self.frames.append(measure_gradients(
             self.model, x, y, consistent, self.ratios, epoch, chunk=self.chunk, sample=self.cfg.sample, seed=epoch,
             classes=self.classes,
-        )
-        self.frames.append(df)
+        ))
 
-    def table(self) -> pd.DataFrame | None:
-        return pd.concat(self.frames, ignore_index=True) if self.frames else None
+    def tables(self) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+        """(gradients, gradients_heads): every measurement's two tables, or (None, None) when none was taken."""
+        if not self.frames:
+            return None, None
+        return tuple(pd.concat(list(t), ignore_index=True) for t in zip(*self.frames, strict=True))
 
 
 class Checkpoints:
