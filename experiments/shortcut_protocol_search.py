@@ -1,0 +1,79 @@
+"""Search for a CPU protocol in which both halves of the paper's flip show (issue 11 §4).
+
+Every protocol is the preset ``shortcut/quick`` with a few ``--set`` overrides, run by the CLI into
+``OUT/<id>`` (resumable: rerun to finish), without gradient measurement or checkpoints (they do not
+change the outcomes: docs/results.md). Prints (and appends to ``OUT/protocols.jsonl``) one row per protocol: generalized/n per cell, the
+Fisher p per capacity, and the wall time of the sweep. Exploratory: the protocol found here is
+chosen after looking, so it needs fresh seeds before anything is claimed (docs/preregistration/).
+
+    python experiments/shortcut_protocol_search.py --out runs/search [--seeds 8] [--jobs 2] [IDS...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+from scipy.stats import fisher_exact
+
+# id -> (what it changes, --set overrides on top of quick). quick itself: length 3, vocab 32,
+# n_train 1,024, batch 256, lr 3e-3, d_model 64, 300 epochs, weight decay 0.1.
+PROTOCOLS = {
+    "Q1": ("vocab 20, 512 samples", ["data.vocab=20", "data.n_train=512"]),
+    "Q2": ("vocab 20, 2,048 samples", ["data.vocab=20", "data.n_train=2048"]),
+    "Q3": ("vocab 16, 512 samples", ["data.vocab=16", "data.n_train=512"]),
+    "Q4": ("vocab 20, d_model 128, d_ff 256", ["data.vocab=20", "model.d_model=128", "model.d_ff=256"]),
+    "Q5": ("vocab 20, lr 1e-3", ["data.vocab=20", "optim.lr=1e-3"]),
+    "Q6": ("vocab 20, weight decay 1.0", ["data.vocab=20", "optim.weight_decay=1.0"]),
+    "Q7": ("vocab 16, 600 epochs", ["data.vocab=16", "train.epochs=600"]),
+    "Q8": ("vocab 20, batch 128", ["data.vocab=20", "train.batch_size=128"]),
+    "Q9": ("vocab 24, 512 samples", ["data.vocab=24", "data.n_train=512"]),
+    "Q10": ("vocab 16, d_model 32, d_ff 64", ["data.vocab=16", "model.d_model=32", "model.d_ff=64"]),
+    "Q11": ("vocab 12", ["data.vocab=12"]),
+    "Q12": ("vocab 20, 512 samples, d_model 128, d_ff 256", ["data.vocab=20", "data.n_train=512", "model.d_model=128", "model.d_ff=256"]),
+}
+FIXED = ["train.gradients.enabled=false", "train.checkpoint_epochs=[]", "train.threads=1"]
+
+
+def run(pid: str, out: Path, seeds: int) -> dict:
+    folder = out / pid
+    cmd = [sys.executable, "-m", "seedlab", "shortcut", "sweep", "quick", "--out", str(folder), "--no-progress"]
+    for s in [*FIXED, *PROTOCOLS[pid][1], f"grid.seed={seeds}"]:
+        cmd += ["--set", s]
+    t0 = time.time()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    df = pd.read_parquet(folder / "summary.parquet")
+    row = {"id": pid, "change": PROTOCOLS[pid][0], "wall_s": round(time.time() - t0)}
+    for layers in (1, 2):
+        cells = {}
+        for r in (0.5, 0.9):
+            g = df[(df.layers == layers) & (df.ratio == r)]
+            cells[r] = (int(g.generalized.sum()), len(g))
+            row[f"{layers}L r={r}"] = f"{cells[r][0]}/{cells[r][1]}"
+        (a, n), (b, m) = cells[0.5], cells[0.9]
+        row[f"{layers}L Fisher p"] = round(fisher_exact([[a, n - a], [b, m - b]])[1], 3)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("ids", nargs="*", default=list(PROTOCOLS))
+    ap.add_argument("--out", type=Path, default=Path("runs/search"))
+    ap.add_argument("--seeds", type=int, default=8, help="seeds per cell")
+    ap.add_argument("--jobs", type=int, default=2, help="sweeps at once (each one torch thread)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(args.jobs) as pool, (args.out / "protocols.jsonl").open("a") as log:
+        for row in pool.map(lambda pid: run(pid, args.out, args.seeds), args.ids):
+            print(json.dumps(row), flush=True)
+            log.write(json.dumps(row | {"seeds": args.seeds}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
