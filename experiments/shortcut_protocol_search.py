@@ -37,6 +37,8 @@ PROTOCOLS = {
     "Q10": ("vocab 16, d_model 32, d_ff 64", ["data.vocab=16", "model.d_model=32", "model.d_ff=64"]),
     "Q11": ("vocab 12", ["data.vocab=12"]),
     "Q12": ("vocab 20, 512 samples, d_model 128, d_ff 256", ["data.vocab=20", "data.n_train=512", "model.d_model=128", "model.d_ff=256"]),
+    # added after Q1-Q5 (chosen after looking): quick's vocabulary kept 2L from the rule at balance, lr 1e-3 lifted 1L
+    "Q13": ("lr 1e-3 (vocab 32)", ["optim.lr=1e-3"]),
 }
 FIXED = ["train.gradients.enabled=false", "train.checkpoint_epochs=[]", "train.threads=1"]
 

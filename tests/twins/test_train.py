@@ -81,7 +81,7 @@ def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
 
     base, cfg = setup
     path = base / "resume.yaml"
-    path.write_text(yaml.safe_dump(cfg | {"steps": 60, "injection_step": 10, "checkpoint_every": 5}))
+    path.write_text(yaml.safe_dump(cfg | {"steps": 40, "injection_step": 10, "checkpoint_every": 5}))
     cmd = lambda out: [sys.executable, "-m", "seedlab", "twins", "run", str(path), "--out", str(out), "--no-progress"]
     ref = subprocess.run(cmd(tmp_path / "ref"), capture_output=True, text=True)
     assert ref.returncode == 0, ref.stderr
