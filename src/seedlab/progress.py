@@ -42,6 +42,11 @@ class Bar:
             if self.sub is not None:
                 self.p.advance(self.sub, n)
 
+    def step(self, note: str) -> None:
+        """One unit of work done, showing ``note`` (e.g. after every update of a training run)."""
+        self.update(note=note)
+        self.advance()
+
     def start_sub(self, label: str, total: int, done: int = 0) -> None:
         """A second line for the piece of work in progress (e.g. one run of a design); it
         advances with the main bar and is replaced by the next ``start_sub``."""

@@ -28,7 +28,7 @@ Where each file lives: attribution/rundir.py. Single process, on ``device`` (no 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -134,7 +134,7 @@ def run_fork(where: ForkFolder, passage: Sequence[int] | None, texts: Mapping[st
             rows.extend({"step": t, "text": n, "loss": query_loss(tr.model, ids)} for n, ids in texts.items())
 
     losses = advance_to(trainer, end, passage=passage, at=s, row=cfg.injection_row, pad_id=pad_id,
-                        stops={s, *want, *keep}, visit=visit, on_step=_note(bar, label))
+                        stops={s, *want, *keep}, visit=visit, on_step=partial(bar.step, label))
     write_parquet(where.queries, pd.DataFrame(rows, columns=["step", "text", "loss"]))
     write_parquet(where.losses, pd.DataFrame({"step": range(s, end), "loss": losses}))
     write_json(where.manifest, manifest)
@@ -142,12 +142,6 @@ def run_fork(where: ForkFolder, passage: Sequence[int] | None, texts: Mapping[st
     return manifest
 
 
-def _note(bar: Bar, label: str) -> Callable[[], None]:
-    def step() -> None:
-        bar.update(note=label)
-        bar.advance()
-
-    return step
 
 
 def replica(where: ForkFolder, prefix: SharedPrefix, twin: dict[str, dict[str, str]], end: int, seed: int, bar: Bar) -> dict:
@@ -160,7 +154,7 @@ def replica(where: ForkFolder, prefix: SharedPrefix, twin: dict[str, dict[str, s
     trainer, _ = prefix.fork()
     bar.start_sub(f"seed {seed} replica control", end - s)
     compared = replica_control(trainer, twin, end, what=f"seed {seed}: the replica control",
-                               on_step=_note(bar, f"seed {seed}: replica control"))
+                               on_step=partial(bar.step, f"seed {seed}: replica control"))
     record = {"bitwise_equal_to_twin": True, "steps_compared": compared}
     write_json(where.manifest, {"record": record})
     where.mark_finished(end)

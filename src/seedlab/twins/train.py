@@ -82,7 +82,7 @@ def run_twins(
                 start = partial(own_prefix, new_trainer, s, bar)
             else:
                 prefix = SharedPrefix(rd.prefix(seed), new_trainer, s, world=world,
-                                      on_step=partial(_step, bar, f"seed {seed}: shared prefix"))
+                                      on_step=partial(bar.step, f"seed {seed}: shared prefix"))
                 if prefix.saved:
                     bar.advance(s)  # trained before an interruption
                 else:
@@ -124,7 +124,7 @@ def train_condition(where: ConditionDir, start, new_trainer, cfg: TwinsConfig, p
     else:
         trainer, losses = start(label)
     advance_to(trainer, cfg.steps, passage=passage, at=s, row=cfg.injection_row, pad_id=pad_id,
-               stops={t for t in ckpts if str(t) not in manifest}, on_step=partial(_step, bar, label), losses=losses,
+               stops={t for t in ckpts if str(t) not in manifest}, on_step=partial(bar.step, label), losses=losses,
                visit=lambda tr: save_checkpoint(tr, losses, where, manifest, world))
     return finish(where, losses, cfg, world), manifest
 
@@ -210,7 +210,7 @@ def replica_control(rd: RunDir, seed: int, start, cfg: TwinsConfig, first: int, 
         return where.read_manifest()["record"]
     trainer, _ = start(f"seed {seed} replica control")
     compared = forks.replica_control(trainer, twin, cfg.steps, what=f"seed {seed}: the replica control", repeats="the twin",
-                                     on_step=partial(_step, bar, f"seed {seed}: replica control"), world=world)
+                                     on_step=partial(bar.step, f"seed {seed}: replica control"), world=world)
     record = {"bitwise_equal_to_twin": True, "steps_compared": compared}
     if world.main:
         write_json(where.manifest, {"record": record})
@@ -246,7 +246,3 @@ def finish(where: ConditionDir, losses: list[float], cfg: TwinsConfig, world: Wo
     return df
 
 
-def _step(bar: Bar, note: str) -> None:
-    """After every update of a run: the bar one step on, showing ``note``."""
-    bar.update(note=note)
-    bar.advance()
