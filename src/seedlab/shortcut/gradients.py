@@ -83,13 +83,11 @@ def cosine_last(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))
 
 
-def head_slices(grads: dict[str, Tensor], layers: int, lead: int = 1) -> Tensor:
+def head_slices(grads: dict[str, Tensor], layers: int) -> Tensor:
     """Each attention head's own entries of a gradient, flattened: ``grads`` named as the model's
-    parameters, each with ``lead`` axes before the head axis ([S, H, ...] or [S, K, H, ...])
-    -> [*lead axes, layers, H, P_head] (:data:`HEAD_PARAMS`, in that order)."""
-    per_layer = [torch.cat([grads[f"blocks.{l}.attn.{n}"].flatten(lead + 1) for n in HEAD_PARAMS], -1)
-                 for l in range(layers)]
-    return torch.stack(per_layer, lead)
+    parameters, each [S, H, ...] -> [S, layers, H, P_head] (:data:`HEAD_PARAMS`, in that order)."""
+    per_layer = [torch.cat([grads[f"blocks.{l}.attn.{n}"].flatten(2) for n in HEAD_PARAMS], -1) for l in range(layers)]
+    return torch.stack(per_layer, 1)
 
 
 def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, chunk: int) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor]:
@@ -125,37 +123,49 @@ def per_example_param_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) ->
     return {k: g.transpose(0, 1) for k, g in grads.items()}
 
 
-def _flatten(grads: dict[str, Tensor]) -> Tensor:
-    """Per-example gradients by parameter (name -> [S, K, ...]) as one vector each: [S, K, P]."""
-    return torch.cat([g.flatten(2) for g in grads.values()], dim=2)
-
-
-def per_example_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
-    """grad l_j flattened over the parameters, per member and example: x [S, K, L], y [S, K] -> [S, K, P]."""
-    return _flatten(per_example_param_grads(model, x, y))
+def _norms(parts: list[Tensor], keep: int = 0) -> Tensor:
+    """Per-example norms of vectors stored in pieces, each [S, K, *keep axes, ...] (the vector is the
+    concatenation of every piece's trailing entries) -> [S, K, *keep axes]; no piece is copied."""
+    return sum(t.pow(2).sum(tuple(range(2 + keep, t.dim()))) for t in parts).sqrt()
 
 
 def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
     """|grad l_j| for each member and example: x [S, K, L], y [S, K] -> [S, K]."""
-    return per_example_grads(model, x, y).norm(dim=2)
+    return _norms(list(per_example_param_grads(model, x, y).values()))
 
 
-def mean_pair_cosine(a: Tensor, b: Tensor) -> Tensor:
-    """Mean over the pairs (i, j) of cos(a_i, b_j) that have one, per member: a [S, K, ..., P],
-    b [S, M, ..., P] -> [S, ...] (vectors on the last axis, examples on axis 1).
+def pair_cosine_parts(a: list[Tensor], b: list[Tensor], keep: int = 0) -> Tensor:
+    """Mean over the pairs (i, j) of cos(a_i, b_j) that have one, per member, for vectors stored in pieces:
+    a's pieces [S, K, *keep axes, ...], b's [S, M, *keep axes, ...] -> [S, *keep axes] (one cosine per
+    index of the ``keep`` axes, e.g. per attention head).
 
-    An example whose gradient is exactly 0 (a saturated prediction: p = 1 in float32) has no
-    direction, so its pairs are left out rather than counted as 0; counting them would pull the
-    mean toward 0 as the shortcut saturates, whatever the other pairs do. nan when a group has no
-    nonzero gradient."""
-    def mean_unit(t: Tensor) -> tuple[Tensor, Tensor]:
-        norm = t.norm(dim=-1, keepdim=True)
-        n = (norm > 0).sum(1)  # [S, ..., 1]: examples with a direction
-        return (t / norm.clamp_min(1e-30)).sum(1) / n.clamp_min(1), n[..., 0]
+    Mean of the pairs' cosines = <mean_i a_i/|a_i|, mean_j b_j/|b_j|>, so each group's mean unit vector
+    is formed piece by piece: the [S, K, P] concatenation (hundreds of MB for a 2L ensemble) is never
+    built. An example whose gradient is exactly 0 (a saturated prediction: p = 1 in float32) has no
+    direction, so its pairs are left out rather than counted as 0; counting them would pull the mean
+    toward 0 as the shortcut saturates, whatever the other pairs do. nan when a group has no nonzero
+    gradient."""
+    def mean_unit(parts: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+        norm = _norms(parts, keep)  # [S, K, *keep]
+        n = (norm > 0).sum(1)  # [S, *keep]: examples with a direction
+        inv = 1 / norm.clamp_min(1e-30)
+        lead = lambda v, t: v.view(*v.shape, *[1] * (t.dim() - v.dim()))  # noqa: E731
+        return [(t * lead(inv, t)).sum(1) / lead(n.clamp_min(1), t[:, 0]) for t in parts], n
 
     ua, na = mean_unit(a)
     ub, nb = mean_unit(b)
-    return torch.where((na > 0) & (nb > 0), (ua * ub).sum(-1), torch.nan)
+    dot = sum((u * v).sum(tuple(range(1 + keep, u.dim()))) for u, v in zip(ua, ub, strict=True))
+    return torch.where((na > 0) & (nb > 0), dot, torch.nan)
+
+
+def mean_pair_cosine(a: Tensor, b: Tensor) -> Tensor:
+    """:func:`pair_cosine_parts` of whole vectors on the last axis: a [S, K, ..., P], b [S, M, ..., P] -> [S, ...]."""
+    return pair_cosine_parts([a], [b], keep=a.dim() - 3)
+
+
+def head_parts(grads: dict[str, Tensor], layer: int) -> list[Tensor]:
+    """The pieces of every head's own parameter vector in one layer (:data:`HEAD_PARAMS`), [S, K, H, ...] each."""
+    return [grads[f"blocks.{layer}.attn.{n}"] for n in HEAD_PARAMS]
 
 
 def _sample(consistent: Tensor, group: bool, k: int, seed: int) -> Tensor:
@@ -196,10 +206,10 @@ def measure(
         ic, ia = _sample(consistent.cpu(), True, sample, seed).to(dev), _sample(consistent.cpu(), False, sample, seed + 1).to(dev)
         take = lambda idx: (torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx))
         pc, pa = per_example_param_grads(model, *take(ic)), per_example_param_grads(model, *take(ia))
-        gc, ga = _flatten(pc), _flatten(pa)
-        per_example_ratio = ga.norm(dim=2).mean(1) / gc.norm(dim=2).mean(1)
-        pair_cosine = mean_pair_cosine(gc, ga)
-        head_pair_cosine = mean_pair_cosine(head_slices(pc, layers, lead=2), head_slices(pa, layers, lead=2))
+        per_example_ratio = _norms(list(pa.values())).mean(1) / _norms(list(pc.values())).mean(1)
+        pair_cosine = pair_cosine_parts(list(pc.values()), list(pa.values()))
+        head_pair_cosine = torch.stack([pair_cosine_parts(head_parts(pc, l), head_parts(pa, l), keep=1)
+                                        for l in range(layers)], 1)  # [S, layers, H]
     has_both = (consistent.any(1) & (~consistent).any(1)).to(cosine.device)
     nan = torch.tensor(float("nan"), device=cosine.device)
     both = {"cosine": cosine, "pair_cosine": pair_cosine, "per_example_ratio": per_example_ratio}
