@@ -152,7 +152,9 @@ def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, 
 
 
 @pytest.mark.parametrize("candidates, probes, match", [
-    ('{"text": ""}\n', None, r"candidates.file: .* line 1 \('passage-0'\) is an empty passage"),
+    ('{"text": ""}\n', None, r"candidates.file: .*cands\.jsonl:1: 'passage-0' is an empty passage"),
+    ('{"text": 3}\n', None, r"candidates.file: .*cands\.jsonl:1: needs a string 'text' field"),
+    ('{"text": "ok"}\n{oops\n', None, r"candidates.file: .*cands\.jsonl:2: not valid JSON"),
     ("", None, "holds no passage"),
     ("a\n", None, r"candidates.passage-0: needs at least 2 tokens"),
     ("x" * 40 + "\n", None, r"candidates.passage-0: 40 tokens do not fit a row of block_size\+1 = 33"),

@@ -23,7 +23,6 @@ candidate must give one next-token target and fit a row, and so must a query.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import torch
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.rundir import NAME
-from seedlab.corpus.sources import read_txt
+from seedlab.corpus.sources import jsonl_objects, read_txt
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import check_passage, get_batch
 from seedlab.lm.model import GPTConfig
@@ -134,19 +133,14 @@ def read_texts(path: Path, field: str, prefix: str) -> list[tuple[str, str]]:
         raise SeedlabError(f"{field}: no such file {str(path)!r}")
     out: list[tuple[str, str]] = []
     if path.suffix == ".jsonl":
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise SeedlabError(f"{field}: {path} line {n} is not JSON") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise SeedlabError(f"{field}: {path} line {n} needs a string field 'text'")
-            name = obj.get("name", f"{prefix}-{len(out)}")
-            if not obj["text"].strip():
-                raise SeedlabError(f"{field}: {path} line {n} ({name!r}) is an empty passage")
-            out.append((str(name), obj["text"].strip()))
+        try:
+            for n, obj in jsonl_objects(path):
+                name = obj.get("name", f"{prefix}-{len(out)}")
+                if not obj["text"].strip():
+                    raise SeedlabError(f"{path}:{n}: {name!r} is an empty passage")
+                out.append((str(name), obj["text"].strip()))
+        except SeedlabError as err:
+            raise SeedlabError(f"{field}: {err}") from None
     else:
         out = [(f"{prefix}-{i}", p) for i, p in enumerate(read_txt(path))]  # paragraphs, as a corpus's documents
     if not out:

@@ -163,8 +163,9 @@ def read_txt(path: Path) -> list[str]:
     return [d.strip() for d in re.split(r"\n[ \t\r\f\v]*\n", text) if d.strip()]
 
 
-def iter_jsonl(path: Path, text_field: str = "text") -> Iterator[str]:
-    """The ``text_field`` of each row of a JSONL file, line by line."""
+def jsonl_objects(path: Path, text_field: str = "text") -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each non-blank line of a JSONL file, each checked to be an object with
+    a string ``text_field``; a line that is not is a one-line error naming it."""
     with path.open(encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
@@ -175,7 +176,12 @@ def iter_jsonl(path: Path, text_field: str = "text") -> Iterator[str]:
                 raise SeedlabError(f"{path}:{i}: not valid JSON") from None
             if not isinstance(obj, dict) or not isinstance(obj.get(text_field), str):
                 raise SeedlabError(f"{path}:{i}: needs a string {text_field!r} field")
-            yield obj[text_field]
+            yield i, obj
+
+
+def iter_jsonl(path: Path, text_field: str = "text") -> Iterator[str]:
+    """The ``text_field`` of each row of a JSONL file, line by line."""
+    return (obj[text_field] for _, obj in jsonl_objects(path, text_field))
 
 
 def read_jsonl(path: Path, text_field: str = "text") -> list[str]:
