@@ -37,20 +37,20 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plain_gpt_loop import PlainGPTLoop  # noqa: E402
-from plain_gpt_loop import get_batch as plain_batch  # noqa: E402
-from timing import matmul_rate, sync  # noqa: E402
+from plain_gpt_loop import PlainGPTLoop
+from plain_gpt_loop import get_batch as plain_batch
+from timing import matmul_rate, sync
 
-import seedlab.config  # noqa: E402
-from seedlab.config import load_yaml, parse  # noqa: E402
-from seedlab.corpus import load, prepare  # noqa: E402
-from seedlab.lm.batches import get_batch  # noqa: E402
-from seedlab.lm.distributed import World  # noqa: E402
-from seedlab.lm.model import GPT, masked_ce_sum  # noqa: E402
-from seedlab.lm.trainer import Trainer  # noqa: E402
-from seedlab.store import tensor_hashes  # noqa: E402
-from seedlab.twins.config import TwinsConfig  # noqa: E402
-from seedlab.twins.train import run_twins  # noqa: E402
+import seedlab.config
+from seedlab.config import load_yaml, parse
+from seedlab.corpus import load, prepare
+from seedlab.lm.batches import get_batch
+from seedlab.lm.distributed import World
+from seedlab.lm.model import GPT, masked_ce_sum
+from seedlab.lm.trainer import Trainer
+from seedlab.store import tensor_hashes
+from seedlab.twins.config import TwinsConfig
+from seedlab.twins.train import run_twins
 
 ROOT = Path(__file__).resolve().parent.parent
 

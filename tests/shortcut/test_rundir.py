@@ -31,7 +31,7 @@ def test_manifest_records_every_tensor_of_every_checkpoint(tiny_run):
     manifest = json.loads(run.manifest_path.read_text())
     assert sorted(manifest) == ["0", "4"] and run.checkpoint_epochs() == [0, 4]
     with safe_open(run.checkpoint(4), "pt") as f:
-        on_disk = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
+        on_disk = {k: f.get_tensor(k) for k in f.keys()}
         assert f.metadata()["epoch"] == "4"
     assert manifest["4"] == tensor_hashes(on_disk)
     state, meta = run.load_checkpoint(4)

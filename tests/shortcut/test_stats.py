@@ -88,7 +88,7 @@ def test_interaction_logit_separated_falls_back_to_firth():
     assert 0 < r["p"] < 1
     assert r["ci_low"] < r["estimate"] < r["ci_high"]
     # in a saturated model Firth's fit is exactly p = (k + 1/2) / (n + 1) in every cell
-    lg = lambda k, n: math.log((k + 0.5) / (n - k + 0.5))  # noqa: E731
+    lg = lambda k, n: math.log((k + 0.5) / (n - k + 0.5))
     want = ((lg(8, 10) - lg(0, 10)) - (lg(0, 10) - lg(4, 10))) / 0.4
     assert r["estimate"] == pytest.approx(want, rel=1e-6)
 
@@ -116,7 +116,7 @@ def test_firth_likelihood_ratio_matches_a_generic_optimizer():
     assert r["p"] == pytest.approx(p, rel=1e-3)
     # each end of the profile interval sits where the penalized LR statistic reaches chi2(1) 95%
     for b in (r["ci_low"], r["ci_high"]):
-        prof = optimize.minimize(lambda v: neg_pll(np.r_[v, b]), full.x[:3], method="Nelder-Mead",
+        prof = optimize.minimize(lambda v: neg_pll(np.r_[v, b]), full.x[:3], method="Nelder-Mead",  # noqa: B023
                                  options=dict(xatol=1e-10, fatol=1e-12, maxiter=20000, maxfev=20000))
         assert 2 * (prof.fun - full.fun) == pytest.approx(stats.chi2.ppf(0.95, 1), rel=1e-3)
 

@@ -55,7 +55,7 @@ def test_measures_match_independent_computation(design):
     m = pd.read_parquet(run / "measures.parquet").set_index(["kind", "seed", "condition"])
     a = load_file(run / "seed-1" / "fluent-attested" / f"step-{T}.safetensors")
     b = load_file(run / "seed-1" / "twin" / f"step-{T}.safetensors")
-    flat = lambda sd: torch.cat([v.double().reshape(-1) for v in sd.values()])  # noqa: E731
+    flat = lambda sd: torch.cat([v.double().reshape(-1) for v in sd.values()])
     row = m.loc[("injected", 1, "fluent-attested")]
     assert row.distance == pytest.approx(float((flat(a) - flat(b)).norm()), rel=1e-9)
     corpus = load(design / "corpus")

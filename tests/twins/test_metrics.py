@@ -115,7 +115,7 @@ def test_identical_is_bitwise():
 
 def test_barrier_zero_on_convex_loss():
     a, b, c = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64), torch.tensor([-3.0, 4.0, 2.0]).double(), 0.3
-    loss = lambda sd: float(((sd["theta"] - c) ** 2).sum())  # noqa: E731 -- convex quadratic
+    loss = lambda sd: float(((sd["theta"] - c) ** 2).sum())
     alphas = np.linspace(0, 1, 21)
     L = loss_path(loss, {"theta": a}, {"theta": b}, alphas)
     assert np.all(barrier_curve(alphas, L) <= 1e-12)
@@ -127,7 +127,7 @@ def test_barrier_known_bump_above_a_sloped_chord():
     # largest at θ = 0 (α = 0.5, on the grid): 1 - 1/e. A flat baseline (min or mean of the end losses)
     # would give a different number.
     a, b = {"theta": torch.tensor(-1.0, dtype=torch.float64)}, {"theta": torch.tensor(1.0, dtype=torch.float64)}
-    loss = lambda sd: math.exp(-float(sd["theta"]) ** 2) + float(sd["theta"])  # noqa: E731
+    loss = lambda sd: math.exp(-float(sd["theta"]) ** 2) + float(sd["theta"])
     alphas = np.linspace(0, 1, 9)
     L = loss_path(loss, a, b, alphas)
     assert barrier(alphas, L) == pytest.approx(1 - math.exp(-1), abs=1e-12)

@@ -149,7 +149,7 @@ def pair_cosine_parts(a: list[Tensor], b: list[Tensor], keep: int = 0) -> Tensor
         norm = _norms(parts, keep)  # [S, K, *keep]
         n = (norm > 0).sum(1)  # [S, *keep]: examples with a direction
         inv = 1 / norm.clamp_min(1e-30)
-        lead = lambda v, t: v.view(*v.shape, *[1] * (t.dim() - v.dim()))  # noqa: E731
+        lead = lambda v, t: v.view(*v.shape, *[1] * (t.dim() - v.dim()))
         return [(t * lead(inv, t)).sum(1) / lead(n.clamp_min(1), t[:, 0]) for t in parts], n
 
     ua, na = mean_unit(a)

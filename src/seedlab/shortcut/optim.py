@@ -67,7 +67,7 @@ class EnsembleAdamW:
             if p.grad is None:
                 continue
             g = p.grad
-            vec = lambda a: self._vec(a, p)
+            vec = lambda a: self._vec(a, p)  # noqa: B023 -- used at once, in this iteration
             p.mul_(vec(decay))
             m.lerp_(g, vec(one_minus_b1))
             v.mul_(vec(b2)).addcmul_(vec(one_minus_b2) * g, g)  # == addcmul_(g, g, value=1-b2)

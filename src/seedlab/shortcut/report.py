@@ -407,7 +407,7 @@ def phases_table(summary: pd.DataFrame) -> str:
         return "*No phase columns in summary.parquet (a sweep from an older seedlab).*"
     rows = []
     for (layers, heads, r), d in sorted(summary.groupby(["layers", "heads", "ratio"]), key=lambda kv: paper_order(kv[0])):
-        med = lambda c: fmt_num(float(d[c].dropna().median())) if d[c].notna().any() else "—"
+        med = lambda c: fmt_num(float(d[c].dropna().median())) if d[c].notna().any() else "—"  # noqa: B023
         rows.append([cap_label(layers, heads), fmt_ratio(r), str(len(d)), med("shortcut_epoch"), med("phase2_epoch"), med("gen_epoch")])
     note = (
         "Medians over seeds of the epoch the shortcut is learned (validation >= 99%), the onset of phase 2 "

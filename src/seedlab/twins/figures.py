@@ -22,7 +22,7 @@ def path_figure(d: Measured) -> Fig:
     if not len(d.paths):
         return Fig(title, None, "no pair measured")
     fig, (a1, a2, a3) = new_figure(1, 3, w=4.2)
-    for (kind, cond, k, kb), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
+    for (kind, cond, _seed, _seed_b), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
         color = COLORS["seed"] if kind == "seed" else COLORS.get(cond, "k")
         label = "different seeds" if kind == "seed" else cond
         a1.plot(g.alpha, g.loss, color=color, alpha=0.7, lw=1, label=label)

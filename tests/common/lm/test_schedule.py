@@ -10,7 +10,7 @@ from seedlab.lm.schedule import default_warmup, lr_at
 
 def test_lr_schedule_shape():
     peak, warm, total, floor = 6e-4, 200, 9536, 6e-5
-    f = lambda t: lr_at(t, peak_lr=peak, warmup=warm, total=total, min_lr=floor)  # noqa: E731
+    f = lambda t: lr_at(t, peak_lr=peak, warmup=warm, total=total, min_lr=floor)
     assert f(0) == 0.0
     assert f(1) == peak / warm
     assert f(warm) == peak
