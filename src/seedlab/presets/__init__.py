@@ -1,7 +1,7 @@
 """Presets: the configs seedlab ships, as package data (so ``pip install seedlab`` has them).
 
-``presets/<study>/<name>.yaml`` — e.g. ``shortcut/quick`` (the CPU reproduction ``make demo``
-runs) or ``twins/gpt2-124m`` (the paper's protocol). Every command that takes a CONFIG takes a
+``presets/<study>/<name>.yaml`` — e.g. ``shortcut/quick`` (the CPU reproduction; ``make demo``
+runs a smaller version) or ``twins/gpt2-124m`` (the paper's protocol). Every command that takes a CONFIG takes a
 preset name as well: ``seedlab shortcut sweep quick`` is ``seedlab shortcut sweep PATH/quick.yaml``.
 A preset's own relative paths (the twins passages) are relative to the preset's folder, as for
 any config file; ``seedlab presets copy`` writes a preset (and its passages) out for editing.
