@@ -174,10 +174,10 @@ def test_mechanism_section_from_a_real_sweep(tmp_path):
     assert "### Phases" in text and "| 2L/1H | 0.9 | 2 |" in text
     for png in ("grad_conflict.png", "grad_amplification.png"):
         assert f"({png})" in text and (tmp_path / png).stat().st_size > 1000
-    # both conflict measures, first → last, per depth and outcome at the top ratio
-    assert "### Gradient conflict: which measure resolves toward 0" in text
-    assert "| model | generalized | members | cosine | pair_cosine |" in text
-    assert re.search(r"\| 2L \| (yes|no) \| 2 \| -?[0-9.]+ → -?[0-9.]+ \| -?[0-9.]+ → -?[0-9.]+ \|", text)
+    # both conflict measures, lowest median → last, per depth and outcome at the top ratio
+    assert "### Gradient conflict by outcome" in text
+    assert "| model | generalized | members | cosine: lowest → last | pair_cosine: lowest → last |" in text
+    assert re.search(r"\| 2L \| (yes|no) \| 2 \| -?[0-9.]+ → -?[0-9.]+( ✓)? \| -?[0-9.]+ → -?[0-9.]+( ✓)? \|", text)
     # the conflict within the shortcut head's parameters: no circuits.parquet here, so every head is used
     heads = pd.read_parquet(tmp_path / "gradients_heads.parquet")  # merged from the jobs, global member ids
     assert sorted(heads.member.unique()) == sorted(pd.read_parquet(tmp_path / "summary.parquet").member)
@@ -273,3 +273,22 @@ def test_conflict_verdict_is_computed_from_the_medians():
     # the most negative value at the last measurement has not resolved: no
     still = med.assign(pair_cosine=[0.2, -0.1, -0.3, 0, 0, 0])
     assert "`pair_cosine (all parameters)`" not in conflict_verdict(still).split(" match")[0]
+
+
+def test_conflict_by_outcome_splits_members_and_marks_the_papers_shape(tmp_path):
+    """Per depth and outcome at the top ratio: the per-epoch median's lowest value → its last, ✓ where it went
+    negative and came back within half of that toward 0."""
+    from seedlab.shortcut.report import gradient_tables
+    from seedlab.shortcut.rundir import SweepDir
+
+    summary = make_sweep(tmp_path, {(2, 0.9): 5, (1, 0.9): 0}, seeds=10).assign(shortcut_epoch=50)
+    shape = {True: [0.4, -0.6, -0.2], False: [0.4, -0.6, -0.6]}  # generalized: resolves; not: stays negative
+    rows = [{"member": m.member, "epoch": e, "cosine": c + 0.01 * (m.seed % 3 - 1), "pair_cosine": 0.5 * c,
+             "per_example_ratio": 2.0, "expected_ratio": 9.0}
+            for m in summary.itertuples() for e, c in zip((0, 50, 100), shape[bool(m.generalized)])]
+    pd.DataFrame(rows).to_parquet(tmp_path / "gradients.parquet", index=False)
+    text = gradient_tables(summary, SweepDir(tmp_path))
+    assert "| 2L | yes | 5 | -0.6 → -0.2 ✓ | -0.3 → -0.1 ✓ |" in text
+    assert "| 2L | no | 5 | -0.6 → -0.6 | -0.3 → -0.3 |" in text
+    assert "| 1L | no | 10 | -0.6 → -0.6 | -0.3 → -0.3 |" in text
+    assert "| 1L | yes |" not in text  # no 1L member generalized

@@ -419,26 +419,32 @@ def phases_table(summary: pd.DataFrame) -> str:
 
 
 def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
-    """Which conflict measure resolves toward 0 as 2L models generalize, and amplification per capacity."""
+    """The conflict measures by outcome at the highest ratio, and amplification per capacity."""
     if not folder.gradients_path.is_file():
         return ""
     g = pd.read_parquet(folder.gradients_path).merge(
         summary[["member", "task", "layers", "heads", "ratio", "generalized", "shortcut_epoch", "gen_epoch"]], on="member")
     out = []
     conflict = [c for c in ("cosine", "pair_cosine") if c in g and g[c].notna().any()]
-    top = g[g["ratio"] == g["ratio"].max()]
+    top = g[np.isclose(g["ratio"], g["ratio"].max())]
     rows = []
     for (layers, gen), d in sorted(top.groupby(["layers", "generalized"]), key=lambda kv: (-kv[0][0], not kv[0][1])):
-        first = d[d["epoch"] == d["epoch"].min()]
-        last = d.sort_values("epoch").groupby("member").tail(1)
-        cells = [f"{fmt_num(float(first[c].median()))} → {fmt_num(float(last[c].median()))}" for c in conflict]
+        med = d.groupby("epoch")[conflict].median().sort_index()
+        cells = []
+        for c in conflict:
+            series = med[c].dropna()
+            cells.append("—" if series.empty else f"{fmt_num(float(series.min()))} → {fmt_num(float(series.iloc[-1]))}"
+                         + " ✓" * resolves_toward_zero(series))
         rows.append([f"{int(layers)}L", "yes" if gen else "no", str(d["member"].nunique()), *cells])
     if rows:
-        out += ["### Gradient conflict: which measure resolves toward 0",
-                f"Median over members at r = {fmt_ratio(float(top['ratio'].max()))}, first measurement → last. `cosine` "
-                "compares the two groups' mean gradients; `pair_cosine` averages cos(g_i, g_j) over pairs of one "
-                "consistent and one anti example. The paper: negative at first, toward 0 as 2L models generalize.", "",
-                md_table(["model", "generalized", "members", *conflict], rows)]
+        out += ["### Gradient conflict by outcome",
+                f"Members at r = {fmt_ratio(float(top['ratio'].max()))} split by whether they generalized: the median over "
+                "members at each measured epoch, its lowest value → its last. `cosine` compares the two groups' mean "
+                "gradients; `pair_cosine` averages cos(g_i, g_j) over pairs of one consistent and one anti example. ✓: the "
+                "series matches the paper's description (negative, then at the end within half the size of its most "
+                "negative value of 0); the paper says so of 2L models as they generalize. The next section restricts both "
+                "measures to the shortcut head's parameters.", "",
+                md_table(["model", "generalized", "members", *(f"{c}: lowest → last" for c in conflict)], rows)]
     if "per_example_ratio" in g:
         start = g["shortcut_epoch"].astype("float64")
         end = g["gen_epoch"].astype("float64").fillna(np.inf)
@@ -505,7 +511,7 @@ def resolves_toward_zero(series: pd.Series) -> bool:
     the shortcut is learned; at epoch 0 the weights are random, so not at the first measurement) and at the last
     measurement it is within half the size of its most negative value of 0 (an overshoot to +0.9 is not "toward 0")."""
     s = series.dropna()
-    return len(s) > 1 and s.min() < 0 and s.idxmin() != s.index[-1] and abs(s.iloc[-1]) <= abs(s.min()) / 2
+    return bool(len(s) > 1 and s.min() < 0 and s.idxmin() != s.index[-1] and abs(s.iloc[-1]) <= abs(s.min()) / 2)
 
 
 def conflict_verdict(med: pd.DataFrame) -> str:
