@@ -39,6 +39,12 @@ PROTOCOLS = {
     "Q12": ("vocab 20, 512 samples, d_model 128, d_ff 256", ["data.vocab=20", "data.n_train=512", "model.d_model=128", "model.d_ff=256"]),
     # added after Q1-Q5 (chosen after looking): quick's vocabulary kept 2L from the rule at balance, lr 1e-3 lifted 1L
     "Q13": ("lr 1e-3 (vocab 32)", ["optim.lr=1e-3"]),
+    # round 2, budget 4, stated 2026-11-30 after Q6 (weight decay 1.0 at vocab 20: 1L 6/8 -> 1/8, 2L at the ceiling)
+    # and before Q7-Q12 finished: keep quick's 2L rise (vocab 24-32, lr 3e-3) and add the decay that made 1L fall
+    "R1": ("weight decay 1.0 (vocab 32)", ["optim.weight_decay=1.0"]),
+    "R2": ("weight decay 0.4 (vocab 32)", ["optim.weight_decay=0.4"]),
+    "R3": ("vocab 24, weight decay 1.0", ["data.vocab=24", "optim.weight_decay=1.0"]),
+    "R4": ("vocab 24, weight decay 0.4", ["data.vocab=24", "optim.weight_decay=0.4"]),
 }
 FIXED = ["train.gradients.enabled=false", "train.checkpoint_epochs=[]", "train.threads=1"]
 
