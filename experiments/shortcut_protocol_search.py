@@ -55,9 +55,11 @@ def run(pid: str, out: Path, seeds: int) -> dict:
     for s in [*FIXED, *PROTOCOLS[pid][1], f"grid.seed={seeds}"]:
         cmd += ["--set", s]
     t0 = time.time()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    df = pd.read_parquet(folder / "summary.parquet")
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     row = {"id": pid, "change": PROTOCOLS[pid][0], "wall_s": round(time.time() - t0)}
+    if done.returncode:  # e.g. a vocabulary too small for the splits: recorded as tried, not a crash
+        return row | {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    df = pd.read_parquet(folder / "summary.parquet")
     for layers in (1, 2):
         cells = {}
         for r in (0.5, 0.9):
