@@ -138,6 +138,14 @@ def test_paper_preset_plans():
     assert len([e for e in cfg.train.checkpoint_epochs if e <= 1000]) >= 8
 
 
+def test_quick_flip_is_quick_with_weight_decay_one():
+    """The confirmed flip protocol (docs/results.md) differs from quick in the weight decay alone."""
+    quick, _ = load_config(SweepConfig, "shortcut", "quick")
+    flip, _ = load_config(SweepConfig, "shortcut", "quick-flip")
+    assert flip.optim.weight_decay == 1.0 and quick.optim.weight_decay == 0.1
+    assert flip.model_dump() == quick.model_dump() | {"optim": quick.optim.model_dump() | {"weight_decay": 1.0}}
+
+
 def test_ray_executor_joins_a_running_cluster(tmp_path):
     """`--ray-address` connects to a cluster started beforehand with `ray start --head`."""
     pytest.importorskip("ray")
