@@ -215,3 +215,15 @@ def test_pair_cosine_leaves_out_examples_without_a_gradient():
     assert torch.allclose(mean_pair_cosine(a, b), want, atol=1e-6)
     assert torch.allclose(mean_pair_cosine(padded, b), want, atol=1e-6)
     assert torch.isnan(mean_pair_cosine(torch.zeros(2, 3, 7), b)).all()
+
+
+def test_pair_cosine_of_vectors_in_pieces_equals_the_concatenation():
+    """Pieces of any shape, a one-entry piece ([S, K]) included, give the cosines of the concatenated vectors."""
+    from seedlab.shortcut.gradients import mean_pair_cosine, pair_cosine_parts
+
+    g = torch.Generator().manual_seed(1)
+    shapes = [(), (3,), (2, 2)]  # trailing shapes of three pieces: 1 + 3 + 4 = 8 entries per example
+    a = [torch.randn(2, 4, *sh, generator=g) for sh in shapes]
+    b = [torch.randn(2, 5, *sh, generator=g) for sh in shapes]
+    flat = lambda parts: torch.cat([t.reshape(*t.shape[:2], -1) for t in parts], -1)
+    assert torch.allclose(pair_cosine_parts(a, b), mean_pair_cosine(flat(a), flat(b)), atol=1e-6)

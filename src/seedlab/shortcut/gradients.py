@@ -123,10 +123,15 @@ def per_example_param_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) ->
     return {k: g.transpose(0, 1) for k, g in grads.items()}
 
 
+def _sum_from(t: Tensor, axis: int) -> Tensor:
+    """Sum over the axes from ``axis`` on (none left: ``t`` itself; torch's ``sum(())`` would sum them all)."""
+    return t.sum(tuple(range(axis, t.dim()))) if t.dim() > axis else t
+
+
 def _norms(parts: list[Tensor], keep: int = 0) -> Tensor:
     """Per-example norms of vectors stored in pieces, each [S, K, *keep axes, ...] (the vector is the
     concatenation of every piece's trailing entries) -> [S, K, *keep axes]; no piece is copied."""
-    return sum(t.pow(2).sum(tuple(range(2 + keep, t.dim()))) for t in parts).sqrt()
+    return sum(_sum_from(t.pow(2), 2 + keep) for t in parts).sqrt()
 
 
 def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tensor:
@@ -154,7 +159,7 @@ def pair_cosine_parts(a: list[Tensor], b: list[Tensor], keep: int = 0) -> Tensor
 
     ua, na = mean_unit(a)
     ub, nb = mean_unit(b)
-    dot = sum((u * v).sum(tuple(range(1 + keep, u.dim()))) for u, v in zip(ua, ub, strict=True))
+    dot = sum(_sum_from(u * v, 1 + keep) for u, v in zip(ua, ub, strict=True))
     return torch.where((na > 0) & (nb > 0), dot, torch.nan)
 
 
