@@ -211,7 +211,7 @@ def answer(summary: pd.DataFrame) -> str:
             move = f"{verb} from {pct(rb)}{rs} to {pct(ri)}{ri_s}"
         return f"{layers}L rate {move} (Fisher {p_text(p)})"
 
-    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}."
+    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}.{transience_note(summary)}"
 
 
 def _kn(d: pd.DataFrame) -> tuple[int, int]:
@@ -389,13 +389,29 @@ def criteria_table(summary: pd.DataFrame, criteria: dict[str, pd.Series]) -> str
 # ---------------------------------------------------------------- tables beside the figures
 
 
+def _kept(d: pd.DataFrame) -> tuple[int, int]:
+    """(generalized, of them still at 100% adversarial accuracy at the end) among ``d``'s members."""
+    return int(d["generalized"].sum()), int((d["generalized"] & d["retained"].astype(bool)).sum())
+
+
 def transient_counts(summary: pd.DataFrame) -> str:
+    """Per cell: members, generalized at some point, and how many of those kept the rule to the end."""
     rows = []
-    for w, d in summary.groupby("weight_decay", sort=True):
-        k = int(d["generalized"].sum())
-        kept = int((d["generalized"] & d["retained"].astype(bool)).sum())
-        rows.append([f"{w:g}", str(len(d)), str(k), str(kept), str(k - kept)])
-    return md_table(["weight decay", "members", "generalized", "retained to the end", "lost (transient)"], rows)
+    for (task, wd, layers, heads, r), d in by_cell(summary):
+        k, kept = _kept(d)
+        rows.append([task, f"{wd:g}", cap_label(layers, heads), fmt_ratio(r), str(len(d)), str(k), str(kept), str(k - kept)])
+    return md_table(["task", "weight decay", "model", "r", "members", "generalized", "retained to the end",
+                     "lost (transient)"], rows)
+
+
+def transience_note(summary: pd.DataFrame) -> str:
+    """A sentence for the answer when most generalizing members of its group lost the rule again by the end."""
+    task, wd = answer_group(summary)
+    k, kept = _kept(summary[(summary["task"] == task) & np.isclose(summary["weight_decay"], wd)])
+    if k == 0 or kept * 2 >= k:
+        return ""
+    return (f" Most of this generalization is transient: {kept} of the {k} members that reached 100% kept it to the "
+            "end (per cell under \"Transient generalization\"), so the rates count passing hits.")
 
 
 # ---------------------------------------------------------------- mechanism
