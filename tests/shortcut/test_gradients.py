@@ -205,8 +205,9 @@ def test_head_slices_match_a_brute_force_flat_computation():
 def test_pair_cosine_leaves_out_examples_without_a_gradient():
     """A zero per-example gradient (a saturated prediction) has no direction: adding such examples to
     a group leaves the mean pairwise cosine unchanged instead of pulling it toward 0."""
-    from seedlab.shortcut.gradients import mean_pair_cosine
+    from seedlab.shortcut.gradients import pair_cosine_parts
 
+    mean_pair_cosine = lambda a, b: pair_cosine_parts([a], [b])  # whole vectors: one piece each
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(2, 4, 7, generator=g), torch.randn(2, 3, 7, generator=g)
     want = torch.tensor([np.mean([F.cosine_similarity(a[s, i], b[s, j], dim=0).item() for i in range(4) for j in range(3)])
@@ -219,11 +220,11 @@ def test_pair_cosine_leaves_out_examples_without_a_gradient():
 
 def test_pair_cosine_of_vectors_in_pieces_equals_the_concatenation():
     """Pieces of any shape, a one-entry piece ([S, K]) included, give the cosines of the concatenated vectors."""
-    from seedlab.shortcut.gradients import mean_pair_cosine, pair_cosine_parts
+    from seedlab.shortcut.gradients import pair_cosine_parts
 
     g = torch.Generator().manual_seed(1)
     shapes = [(), (3,), (2, 2)]  # trailing shapes of three pieces: 1 + 3 + 4 = 8 entries per example
     a = [torch.randn(2, 4, *sh, generator=g) for sh in shapes]
     b = [torch.randn(2, 5, *sh, generator=g) for sh in shapes]
     flat = lambda parts: torch.cat([t.reshape(*t.shape[:2], -1) for t in parts], -1)
-    assert torch.allclose(pair_cosine_parts(a, b), mean_pair_cosine(flat(a), flat(b)), atol=1e-6)
+    assert torch.allclose(pair_cosine_parts(a, b), pair_cosine_parts([flat(a)], [flat(b)]), atol=1e-6)

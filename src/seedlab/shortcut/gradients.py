@@ -29,7 +29,7 @@ slices ``[:, h]`` (head h of every member) of W_Q, W_K, W_V, b_Q, b_K, b_V and W
 the group means' slices, and ``pair_cosine`` normalizes each per-example gradient by its norm
 within the slice. A zero vector has no direction: a zero group-mean slice gives ``cosine`` nan,
 and in ``pair_cosine`` an example whose gradient (or slice) is exactly 0 is left out of the pairs
-(:func:`mean_pair_cosine`), as over the whole parameter vector. The report restricts these
+(:func:`pair_cosine_parts`), as over the whole parameter vector. The report restricts these
 to the shortcut circuit's head.
 
 :func:`measure` returns both tables (:class:`Measured`): one row per member (``COLUMNS``,
@@ -139,7 +139,8 @@ def per_example_norms(model: EnsembleTransformer, x: Tensor, y: Tensor) -> Tenso
     return _norms(list(per_example_param_grads(model, x, y).values()))
 
 
-def pair_cosine_parts(a: list[Tensor], b: list[Tensor], keep: int = 0) -> Tensor:
+def pair_cosine_parts(a: list[Tensor], b: list[Tensor], keep: int = 0,
+                      norms: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Mean over the pairs (i, j) of cos(a_i, b_j) that have one, per member, for vectors stored in pieces:
     a's pieces [S, K, *keep axes, ...], b's [S, M, *keep axes, ...] -> [S, *keep axes] (one cosine per
     index of the ``keep`` axes, e.g. per attention head).
@@ -149,23 +150,18 @@ def pair_cosine_parts(a: list[Tensor], b: list[Tensor], keep: int = 0) -> Tensor
     built. An example whose gradient is exactly 0 (a saturated prediction: p = 1 in float32) has no
     direction, so its pairs are left out rather than counted as 0; counting them would pull the mean
     toward 0 as the shortcut saturates, whatever the other pairs do. nan when a group has no nonzero
-    gradient."""
-    def mean_unit(parts: list[Tensor]) -> tuple[list[Tensor], Tensor]:
-        norm = _norms(parts, keep)  # [S, K, *keep]
+    gradient. ``norms``: the examples' norms (:func:`_norms` of a and of b), when the caller has them."""
+    def mean_unit(parts: list[Tensor], norm: Tensor) -> tuple[list[Tensor], Tensor]:
         n = (norm > 0).sum(1)  # [S, *keep]: examples with a direction
         inv = 1 / norm.clamp_min(1e-30)
         lead = lambda v, t: v.view(*v.shape, *[1] * (t.dim() - v.dim()))
         return [(t * lead(inv, t)).sum(1) / lead(n.clamp_min(1), t[:, 0]) for t in parts], n
 
-    ua, na = mean_unit(a)
-    ub, nb = mean_unit(b)
+    norm_a, norm_b = norms or (_norms(a, keep), _norms(b, keep))  # [S, K, *keep], [S, M, *keep]
+    ua, na = mean_unit(a, norm_a)
+    ub, nb = mean_unit(b, norm_b)
     dot = sum(_sum_from(u * v, 1 + keep) for u, v in zip(ua, ub, strict=True))
     return torch.where((na > 0) & (nb > 0), dot, torch.nan)
-
-
-def mean_pair_cosine(a: Tensor, b: Tensor) -> Tensor:
-    """:func:`pair_cosine_parts` of whole vectors on the last axis: a [S, K, ..., P], b [S, M, ..., P] -> [S, ...]."""
-    return pair_cosine_parts([a], [b], keep=a.dim() - 3)
 
 
 def head_parts(grads: dict[str, Tensor], layer: int) -> list[Tensor]:
@@ -211,8 +207,9 @@ def measure(
         ic, ia = _sample(consistent.cpu(), True, sample, seed).to(dev), _sample(consistent.cpu(), False, sample, seed + 1).to(dev)
         take = lambda idx: (torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2])), torch.gather(y, 1, idx))
         pc, pa = per_example_param_grads(model, *take(ic)), per_example_param_grads(model, *take(ia))
-        per_example_ratio = _norms(list(pa.values())).mean(1) / _norms(list(pc.values())).mean(1)
-        pair_cosine = pair_cosine_parts(list(pc.values()), list(pa.values()))
+        ex_c, ex_a = _norms(list(pc.values())), _norms(list(pa.values()))  # |grad l_j|: [S, sample] each
+        per_example_ratio = ex_a.mean(1) / ex_c.mean(1)
+        pair_cosine = pair_cosine_parts(list(pc.values()), list(pa.values()), norms=(ex_c, ex_a))
         head_pair_cosine = torch.stack([pair_cosine_parts(head_parts(pc, l), head_parts(pa, l), keep=1)
                                         for l in range(layers)], 1)  # [S, layers, H]
     has_both = (consistent.any(1) & (~consistent).any(1)).to(cosine.device)
