@@ -211,7 +211,7 @@ def answer(summary: pd.DataFrame) -> str:
             move = f"{verb} from {pct(rb)}{rs} to {pct(ri)}{ri_s}"
         return f"{layers}L rate {move} (Fisher {p_text(p)})"
 
-    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}.{transience_note(summary)}"
+    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}.{transience_note(sub)}"
 
 
 def _kn(d: pd.DataFrame) -> tuple[int, int]:
@@ -404,10 +404,9 @@ def transient_counts(summary: pd.DataFrame) -> str:
                      "lost (transient)"], rows)
 
 
-def transience_note(summary: pd.DataFrame) -> str:
-    """A sentence for the answer when most generalizing members of its group lost the rule again by the end."""
-    task, wd = answer_group(summary)
-    k, kept = _kept(summary[(summary["task"] == task) & np.isclose(summary["weight_decay"], wd)])
+def transience_note(group: pd.DataFrame) -> str:
+    """A sentence for the answer when most generalizing members of its group (``group``) lost the rule again by the end."""
+    k, kept = _kept(group)
     if k == 0 or kept * 2 >= k:
         return ""
     return (f" Most of this generalization is transient: {kept} of the {k} members that reached 100% kept it to the "
@@ -449,8 +448,7 @@ def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
         cells = []
         for c in conflict:
             series = med[c].dropna()
-            cells.append("—" if series.empty else f"{fmt_num(float(series.min()))} → {fmt_num(float(series.iloc[-1]))}"
-                         + " ✓" * resolves_toward_zero(series))
+            cells.append("—" if series.empty else lowest_to_last(series) + " ✓" * resolves_toward_zero(series))
         rows.append([f"{int(layers)}L", "yes" if gen else "no", str(d["member"].nunique()), *cells])
     if rows:
         out += ["### Gradient conflict by outcome",
@@ -522,6 +520,11 @@ def conflict_medians(summary: pd.DataFrame, grads: pd.DataFrame, heads: pd.DataF
     return pd.concat([members, full[["cosine", "pair_cosine"]].median(), head], axis=1).reset_index()
 
 
+def lowest_to_last(series: pd.Series) -> str:
+    """A median series over epochs as its lowest value → its last (the two numbers :func:`resolves_toward_zero` compares)."""
+    return f"{fmt_num(float(series.min()))} → {fmt_num(float(series.iloc[-1]))}"
+
+
 def resolves_toward_zero(series: pd.Series) -> bool:
     """The paper's description of one median series over epochs: it goes negative (the conflict appears once
     the shortcut is learned; at epoch 0 the weights are random, so not at the first measurement) and at the last
@@ -542,7 +545,7 @@ def conflict_verdict(med: pd.DataFrame) -> str:
             continue
         if all(resolves_toward_zero(s) for s in series.values()):
             match.append(f"`{name}`")
-        ends = ", ".join(f"{cap} {fmt_num(float(s.min()))} → {fmt_num(float(s.iloc[-1]))}" for cap, s in series.items() if len(s))
+        ends = ", ".join(f"{cap} {lowest_to_last(s)}" for cap, s in series.items() if len(s))
         values.append(f"`{name}` {ends}")
     which = f"{' and '.join(match)} match{'es' * (len(match) == 1)}" if match else "none of the measures matches"
     return (f"In the data, {which} the paper's description in 2L at r = {fmt_ratio(float(cells['ratio'].max()))} (median "
