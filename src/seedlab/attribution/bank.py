@@ -142,8 +142,6 @@ def run_fork(where: ForkFolder, passage: Sequence[int] | None, texts: Mapping[st
     return manifest
 
 
-
-
 def replica(where: ForkFolder, prefix: SharedPrefix, twin: dict[str, dict[str, str]], end: int, seed: int, bar: Bar) -> dict:
     """The twin trained a second time from the prefix; bitwise equal at every saved step, or a
     one-line error. Writes only its record (``replica/manifest.json``) and done marker."""

@@ -244,5 +244,3 @@ def finish(where: ConditionDir, losses: list[float], cfg: TwinsConfig, world: Wo
         where.mark_finished(cfg.steps)
         where.state.unlink(missing_ok=True)
     return df
-
-
