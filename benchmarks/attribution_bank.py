@@ -34,7 +34,8 @@ from seedlab.attribution.estimators import query_loss
 from seedlab.attribution.rundir import BankDir
 from seedlab.attribution.texts import load_inputs
 from seedlab.config import load_config
-from seedlab.lm.forks import advance_to
+from seedlab.forks.arms import injection
+from seedlab.forks.prefix import advance_to
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
 
@@ -58,7 +59,7 @@ def candidate_run(inputs, seed: int, name: str, texts: dict, prefix: Path | None
     trainer = Trainer(cfg, inputs.gcfg, seed, inputs.corpus.train)
     if prefix is not None:
         trainer.load_state(prefix)
-    advance_to(trainer, cfg.end, passage=passage, at=s, row=cfg.injection_row, pad_id=inputs.pad_id,
+    advance_to(trainer, cfg.end, arm=injection(name, passage, s, cfg.injection_row), pad_id=inputs.pad_id,
                stops={s, *horizons}, visit=visit)
     return time.perf_counter() - t0, manifest
 

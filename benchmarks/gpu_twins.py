@@ -28,7 +28,8 @@ import torch
 
 from seedlab.config import load_config
 from seedlab.corpus import load, prepare
-from seedlab.lm.trainer import Trainer, make_deterministic
+from seedlab.lm.determinism import settle
+from seedlab.lm.trainer import Trainer
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.train import run_twins
 
@@ -82,7 +83,7 @@ def main() -> None:
     work = Path("runs/gpu-check")
     c = corpus(work / "corpus")
     cfg, base = design(c)
-    make_deterministic(torch.device("cuda"))
+    settle(torch.device("cuda"))
     result: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
                     "design": {"steps": STEPS, "injection_step": S, "batch_size": BATCH, "micro_batch": MICRO}}
     t0 = time.perf_counter()

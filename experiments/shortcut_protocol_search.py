@@ -1,4 +1,4 @@
-"""Search for a CPU protocol in which both halves of the paper's flip show (issue 11 §4).
+"""Search for a CPU protocol in which both halves of the paper's flip show.
 
 Every protocol is the preset ``shortcut/quick`` with a few ``--set`` overrides, run by the CLI into
 ``OUT/<id>`` (resumable: rerun to finish), without gradient measurement or checkpoints (they do not

@@ -36,6 +36,11 @@ class Bar:
         if self.enabled:
             self.p.update(self.task, completed=done, **({} if note is None else {"note": note}))
 
+    def set_total(self, total: int) -> None:
+        """The work's size, once it is known."""
+        if self.enabled:
+            self.p.update(self.task, total=total)
+
     def advance(self, n: int = 1) -> None:
         if self.enabled:
             self.p.advance(self.task, n)

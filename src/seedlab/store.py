@@ -3,7 +3,8 @@ manifests, verified reads, ``done`` markers and the folder lock.
 
 Studies never open a file of a run folder for writing except through here, and every
 checkpoint they read back comes through :func:`read_verified`. Where a file *lives* is
-each study's ``rundir.py``; *how* it is written and checked is this module.
+each study's ``rundir.py`` (and, for a fork design, seedlab/forks/folders.py); *how* it is
+written and checked is this module.
 
 - **Atomic writes** (:func:`atomic_write` and the typed helpers): a temporary file beside
   the target, then ``os.replace``. A killed process leaves the old file or the new one,
@@ -16,10 +17,9 @@ each study's ``rundir.py``; *how* it is written and checked is this module.
   carries in its own metadata, written by :func:`write_safetensors` with ``hashed=True``).
 - **Markers and locks**: :func:`mark_done` / :func:`is_done` (written last: the unit of work
   is complete), :func:`folder_lock` (one writer per folder; the OS releases it on kill -9).
-- **A design's folders**: :class:`DesignFolder` (config, inputs, the seeds' shared prefixes,
-  integrity, report) and :class:`RunFolder` (one training run's checkpoints, manifest, losses and
-  done marker), under the file names every study's contract uses; a study's rundir.py subclasses
-  them with its own files.
+
+A fork design's folders (config, inputs, prefixes, runs) are seedlab/forks/folders.py's; they
+write and read through here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,112 +182,6 @@ def mark_done(folder: str | Path, info: Mapping[str, Any]) -> Path:
 
 def is_done(folder: str | Path) -> bool:
     return (Path(folder) / DONE).is_file()
-
-
-# --------------------------------------------------------------------------- one training run's folder
-@dataclass(frozen=True)
-class RunFolder:
-    """The files of one training run of a fork-at-injection design (a twins condition, an
-    attribution bank's twin or candidate), named as every study's contract names them::
-
-        step-<t>.safetensors   weights after t updates (state_dict keys)
-        manifest.json          {t: {tensor: SHA-256}} of every saved or hashed step
-        losses.parquet         (step, loss) of every update
-        done.json              written last: the run finished
-
-    A study's rundir.py subclasses it with its own files and places it in its layout."""
-
-    path: Path
-
-    def checkpoint(self, step: int) -> Path:
-        """Weights after ``step`` updates."""
-        return self.path / f"step-{step}.safetensors"
-
-    @property
-    def manifest(self) -> Path:
-        return self.path / "manifest.json"
-
-    @property
-    def losses(self) -> Path:
-        return self.path / "losses.parquet"
-
-    @property
-    def finished(self) -> bool:
-        return is_done(self.path)
-
-    def mark_finished(self, steps: int) -> None:
-        mark_done(self.path, {"steps": steps})
-
-    def read_manifest(self) -> dict[str, dict[str, str]]:
-        """``{step: {tensor: SHA-256}}`` of every step recorded so far (empty when there is none)."""
-        return read_manifest(self.manifest)
-
-    def weights(self, step: int) -> dict[str, Any]:
-        """Weights after ``step`` updates, every tensor's SHA-256 checked against manifest.json."""
-        expected = self.read_manifest().get(str(step))
-        if expected is None or not self.checkpoint(step).is_file():
-            raise SeedlabError(f"{self.path}: no checkpoint at step {step} (the run has not reached it)")
-        return read_verified(self.checkpoint(step), expected)[0]
-
-
-@dataclass(frozen=True)
-class DesignFolder:
-    """The top of a fork-at-injection design's folder (twins, attribution bank)::
-
-        config.json                     the resolved config
-        inputs.json                     the corpus's hashes and the injected texts (checked on resume)
-        seed-<k>/prefix.safetensors     the shared prefix's complete state at the injection step
-        integrity.json                  what the runs were shown to be (identical before s, deterministic after)
-        report.md, *.png                the report
-
-    A study's rundir.py subclasses it with its runs' places."""
-
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.json"
-
-    @property
-    def inputs(self) -> Path:
-        return self.root / "inputs.json"
-
-    def seed(self, seed: int) -> Path:
-        """The folder of one seed's runs."""
-        return self.root / f"seed-{seed}"
-
-    def prefix(self, seed: int) -> Path:
-        """The shared prefix's complete state at the injection step."""
-        return self.seed(seed) / "prefix.safetensors"
-
-    @property
-    def integrity(self) -> Path:
-        return self.root / "integrity.json"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report.md"
-
-    def figure(self, name: str) -> Path:
-        return self.root / name
-
-    def started_inputs(self, inputs: Mapping[str, Any]) -> dict | None:
-        """The inputs.json of a design started before (None: a new one), after checking that
-        ``inputs`` (the same keys) name the same corpus: its hashes and end-of-text id."""
-        if not self.inputs.is_file():
-            return None
-        old = json.loads(self.inputs.read_text())
-        if old.get("corpus_sha256") != inputs["corpus_sha256"] or old.get("eot_id") != inputs["eot_id"]:
-            raise SeedlabError(f"corpus: {inputs['corpus']} is not the corpus {self.root} was started with "
-                               "(its hashes differ: re-prepared?); use that corpus, or --force to start over")
-        return old
-
-    def start(self, record: Mapping[str, Any], inputs: Mapping[str, Any]) -> None:
-        """Once every input is checked, before the first step: config.json and inputs.json, each
-        written once (a resumed design leaves them untouched)."""
-        write_json_if_changed(self.config, record)
-        if not self.inputs.is_file():
-            write_json(self.inputs, inputs)
 
 
 @contextmanager

@@ -14,7 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedlab.attribution import ESTIMATORS, Case, Gradients, available, estimate, get_estimator, query_loss, run
+from seedlab.attribution.estimators import Case, Gradients, query_loss
+from seedlab.attribution.registry import ESTIMATORS, available, estimate, get_estimator, run
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import inject
 

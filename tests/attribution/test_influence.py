@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from seedlab.attribution import Case, Gradients, run
+from seedlab.attribution.estimators import Case, Gradients
+from seedlab.attribution.registry import run
 from seedlab.errors import SeedlabError
 
 pytest.importorskip("kronfluence")

@@ -1,9 +1,19 @@
-"""The command line: contracts of `shortcut data` / `shortcut train` / `corpus`, and bad input -> one line, exit 2."""
+"""The command line: contracts of `shortcut data` / `shortcut train` / `corpus` / `presets copy`, bad input ->
+one line, exit 2, and the study registry (every registered study's commands reachable; the registry and the
+shipped presets agree; `seedlab --help` imports no study)."""
+
+import importlib
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from typer.testing import CliRunner
+
+from seedlab import presets
+from seedlab.cli import STUDIES, app, study_commands
 
 TINY = {
     "model": {"layers": 1, "heads": 1},
@@ -22,6 +32,7 @@ def _write(tmp_path, cfg):
 def test_data_contract(seedlab_cli, tmp_path):
     rc, out, err = seedlab_cli("shortcut", "data", "--task", "sum3-first", "--ratio", "0.15", "--n-train", "500", "--seed", "4", "--out", str(tmp_path / "d"))
     assert rc == 0, err
+    assert out.strip() == f"wrote {tmp_path / 'd'}/{{train,val,adv}}.npz: train 500 (75 consistent), val 2048, adv 2048"
     for split, n in (("train", 500), ("val", 2048), ("adv", 2048)):
         with np.load(tmp_path / "d" / f"{split}.npz") as z:
             assert set(z.files) == {"x", "y", "shortcut"}
@@ -118,3 +129,73 @@ def test_corpus_commands(seedlab_cli, tmp_path):
         f.write(bytes([b[0] ^ 1]))
     rc, _, err = seedlab_cli("corpus", "verify", str(tmp_path / "c"))
     assert rc == 2 and "SHA-256 mismatch" in err and len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- the study registry
+
+
+def _commands(name: str) -> list[str]:
+    return list(study_commands(name).commands)
+
+
+def test_every_registered_study_and_its_commands_are_reachable():
+    runner = CliRunner()
+    root = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert root.exit_code == 0, root.output
+    for name, study in STUDIES.items():
+        assert name in root.output and study.help in root.output
+        commands = _commands(name)
+        assert commands, f"{study.module}: no commands"
+        res = runner.invoke(app, [name, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0 and study.help in res.output, res.output
+        for command in commands:
+            assert command in res.output
+            assert runner.invoke(app, [name, command, "--help"]).exit_code == 0
+    assert _commands("shortcut") == ["data", "train", "sweep", "analyze", "report"]
+    assert _commands("corpus") == ["prepare", "verify", "count"]
+    assert _commands("twins") == ["run", "measure", "gradmatch", "export", "report"]
+    assert _commands("attribution") == ["bank", "attribute", "report"]
+
+
+def test_the_registry_and_the_shipped_presets_agree():
+    """A study with presets names them (PRESETS, its own name) and is registered; every presets folder is a
+    registered study's, listed by `seedlab presets`."""
+    named = {name: getattr(importlib.import_module(study.module), "PRESETS", None) for name, study in STUDIES.items()}
+    assert all(folder in (None, name) for name, folder in named.items()), named
+    assert {folder for folder in named.values() if folder} == set(presets.STUDIES)
+    assert {"shortcut", "twins", "attribution"} <= set(presets.STUDIES)
+
+
+def test_help_and_presets_import_no_study():
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom seedlab.cli import app\n"
+            "for args in (['--help'], ['presets']):\n    assert CliRunner().invoke(app, args).exit_code == 0\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'seedlab'))))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert set(loaded) <= {"seedlab", "seedlab.cli", "seedlab.errors", "seedlab.presets", "seedlab.store"}, loaded
+
+
+def test_presets_copy(seedlab_cli, tmp_path):
+    out = tmp_path / "mine"
+    rc, stdout, err = seedlab_cli("presets", "copy", "shortcut/quick", str(out))
+    assert rc == 0, err
+    assert stdout.strip() == f"{out / 'quick.yaml'} (0 more file(s) beside it)"
+    assert (out / "quick.yaml").read_bytes() == presets.find("shortcut", "quick").read_bytes()
+    assert presets.copy("twins/mini", out) == [out / rel for rel in presets.files("twins", "mini")]
+    rc, _, err = seedlab_cli("presets", "copy", "shortcut/quick", str(out))
+    assert rc == 2 and err.startswith("error: --out:") and "already exists" in err and len(err.strip().splitlines()) == 1
+    assert seedlab_cli("presets", "copy", "shortcut/quick", str(out), "--force")[0] == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["presets", "copy", "nope/quick", "X"],
+    ["presets", "copy", "quick", "X"],
+    ["twins", "export", "X", "--seed", "0", "--out", "Y"],
+    ["attribution", "attribute", "X"],
+    ["shortcut", "report", "X"],
+])
+def test_bad_input_in_every_room_is_one_line_exit_2(seedlab_cli, tmp_path, args):
+    args = [str(tmp_path / a) if a in ("X", "Y") else a for a in args]
+    rc, _, err = seedlab_cli(*args)
+    assert rc == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "X").exists() and not (tmp_path / "Y").exists()

@@ -2,16 +2,19 @@
 
 - A study (every subpackage of seedlab other than the shared ones: today ``shortcut`` and
   ``twins``) never imports another study.
-- The shared code — ``seedlab.lm``, ``seedlab.corpus``, ``seedlab.presets`` and the core
-  (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the one
-  top-level module that may import everything (``__main__.py`` only calls it).
+- The shared code — ``seedlab.forks``, ``seedlab.lm``, ``seedlab.corpus``, ``seedlab.presets`` and
+  the core (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the
+  one top-level module that may import everything (``__main__.py`` only calls it).
+- Layers: ``seedlab.forks`` (the fork design) sits between the studies and ``lm`` + ``corpus``:
+  ``lm``, ``corpus`` and the core never import it, and ``lm`` and ``corpus`` never import each other.
 - Nothing in src imports ``benchmarks``.
 - Only a study's ``rundir.py`` (and ``seedlab/store.py``) build paths inside a run folder:
   in the studies and in ``cli.py``, any ``X / "literal"``, ``X / f"..."`` or
   ``X.joinpath("literal")`` outside ``rundir.py`` is flagged; such code asks the study's
   rundir for the path instead (``rd.summary_path``, ``rd.figure("curves.png")``).
   Corpus folders and preset folders are not run folders, so ``seedlab/corpus`` and
-  ``seedlab/presets`` are exempt from this rule.
+  ``seedlab/presets`` are exempt from this rule; in ``seedlab/forks`` only ``folders.py`` (the
+  fork design's folder) builds such paths.
 
 Every failure lists each violation as ``path:line: what``.
 """
@@ -27,7 +30,9 @@ import pytest
 import seedlab
 
 SRC = Path(seedlab.__file__).resolve().parent  # src/seedlab
-SHARED_PACKAGES = {"lm", "corpus", "presets"}
+SHARED_PACKAGES = {"forks", "lm", "corpus", "presets"}
+#: package -> the shared packages it must not import (the layers below the studies)
+LAYERS = {"lm": {"forks", "corpus"}, "corpus": {"forks", "lm"}, "core": {"forks"}}
 #: top-level modules allowed to import any study
 ENTRY_POINTS = {"cli.py", "__main__.py"}
 
@@ -101,6 +106,19 @@ def import_violations() -> list[str]:
     return sorted(set(out), key=_by_place)
 
 
+def layer_violations() -> list[str]:
+    out = []
+    for path in _modules():
+        rel = path.relative_to(SRC)
+        layer = "core" if len(rel.parts) == 1 and rel.name not in ENTRY_POINTS else rel.parts[0]
+        banned = LAYERS.get(layer, set())
+        for node, module in _imports(path):
+            parts = module.split(".")
+            if len(parts) > 1 and parts[0] == "seedlab" and parts[1] in banned:
+                out.append(f"{_where(path, node)}: {layer} imports seedlab.{parts[1]} (a layer above or beside it)")
+    return sorted(set(out), key=_by_place)
+
+
 def _is_name_literal(node: ast.AST) -> bool:
     return (isinstance(node, ast.Constant) and isinstance(node.value, str)) or isinstance(node, ast.JoinedStr)
 
@@ -110,7 +128,8 @@ def path_violations() -> list[str]:
     for path in _modules():
         rel = path.relative_to(SRC)
         in_study = len(rel.parts) > 1 and rel.parts[0] in studies
-        if not (in_study or rel.as_posix() == "cli.py") or rel.name == "rundir.py":
+        in_forks = rel.parts[0] == "forks" and rel.name != "folders.py"
+        if not (in_study or in_forks or rel.as_posix() == "cli.py") or rel.name == "rundir.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _is_name_literal(node.right):
@@ -127,14 +146,19 @@ def _by_place(line: str) -> tuple[str, int, str]:
 
 
 def test_the_checks_see_the_studies_and_every_module():
-    assert {"shortcut", "twins"} <= _studies()
+    assert {"shortcut", "twins", "attribution"} <= _studies() and not {"forks", "lm"} & _studies()
     names = {p.relative_to(SRC).as_posix() for p in _modules()}
-    assert {"cli.py", "store.py", "lm/model.py", "corpus/build.py", "twins/rundir.py"} <= names
+    assert {"cli.py", "store.py", "lm/model.py", "corpus/build.py", "twins/rundir.py", "forks/loop.py"} <= names
 
 
 def test_studies_never_import_each_other_and_shared_code_imports_no_study():
     bad = import_violations()
     assert not bad, "import rules broken:\n" + "\n".join(bad)
+
+
+def test_forks_sits_between_the_studies_and_lm_and_corpus():
+    bad = layer_violations()
+    assert not bad, "layers broken:\n" + "\n".join(bad)
 
 
 def test_only_rundir_builds_run_folder_paths():
@@ -154,7 +178,9 @@ def fake_src(tmp_path, monkeypatch):
         "cli.py": "from seedlab.twins import train\nfrom seedlab.shortcut.sweep import run_sweep\n",
         "store.py": "def f(folder):\n    return folder / 'done.json'\n",
         "stats.py": "from seedlab.twins.stats import paired\n",
-        "lm/trainer.py": "from seedlab import shortcut\n",
+        "lm/trainer.py": "from seedlab import shortcut\nfrom seedlab.forks.loop import run_design\n",
+        "forks/loop.py": "def f(d):\n    return d / 'seed-0'\n",
+        "forks/folders.py": "def f(d):\n    return d / 'config.json'\n",
         "corpus/build.py": "def f(out):\n    return out / 'meta.json'\n",
         "shortcut/report.py": "from ..twins import report\nimport benchmarks.timing\n"
                               "def f(run, k):\n    return run / f'fig-{k}.png', run.joinpath('x')\n",
@@ -175,7 +201,9 @@ def test_the_checker_finds_each_kind_of_violation(fake_src):
         "src/seedlab/shortcut/report.py:2: imports benchmarks.timing (src never imports benchmarks)",
         "src/seedlab/stats.py:1: shared code imports the twins study (seedlab.twins.stats)",
     ]
+    assert layer_violations() == ["src/seedlab/lm/trainer.py:2: lm imports seedlab.forks (a layer above or beside it)"]
     assert path_violations() == [
+        "src/seedlab/forks/loop.py:2: builds a path: d / 'seed-0'",
         "src/seedlab/shortcut/report.py:4: builds a path: run / f'fig-{k}.png'",
         "src/seedlab/shortcut/report.py:4: builds a path: run.joinpath('x')",
     ]

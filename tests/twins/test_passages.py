@@ -6,15 +6,14 @@ import yaml
 from seedlab.config import parse
 from seedlab.twins.config import TwinsConfig
 
+from helpers import tiny_twins
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("passages")
     corpus, files = twins_inputs
-    cfg = {
-        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
-        "injection_step": 8, "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
-    }
+    cfg = tiny_twins(corpus, files)
     return base, cfg, files
 
 

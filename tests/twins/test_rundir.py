@@ -13,7 +13,9 @@ from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, PRESETS
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.rundir import RunDir, config_record
+from seedlab.twins.rundir import RunDir, config_record, run_record
+
+from helpers import tiny_twins
 
 T = 16  # steps of the twins_design fixture (conftest.py)
 
@@ -22,10 +24,7 @@ T = 16  # steps of the twins_design fixture (conftest.py)
 def setup(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("rundir")
     corpus, files = twins_inputs
-    cfg = {
-        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
-        "injection_step": 8, "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
-    }
+    cfg = tiny_twins(corpus, files)
     return base, cfg
 
 
@@ -53,18 +52,21 @@ def test_the_folder_policy(tmp_path):
     record = config_record(cfg, independent=False, world=world)
     assert record["injection_rank"] == 0 and record["world_size"] == 1 and not record["independent"]
     rd = RunDir(tmp_path / "run")
-    rd.claim(cfg, independent=False, force=False, world=world)  # absent: a new run
+    claim = lambda c, independent=False, force=False: rd.claim(run_record(c, independent=independent, world=world),
+                                                               force=force, world=world)
+    claim(cfg)  # absent: a new run
     assert not rd.root.exists()
-    rd.start(record | {"injection_rank": 5}, cfg.preregistration(), {"passages": {}})
+    rd.start(record | {"injection_rank": 5}, {"passages": {}}, {}, cfg.preregistration())
     (rd.root / "seed-0").mkdir()
-    rd.claim(cfg, independent=False, force=False, world=world)  # the same run (whatever its injection rank): it resumes
+    claim(cfg)  # the same run (whatever its injection rank): it resumes
     assert (rd.root / "seed-0").is_dir()
     other = cfg.model_copy(update={"steps": 301})
-    with pytest.raises(SeedlabError, match=r"^--out: .*run holds something else than this run \(use --force to overwrite\)"):
-        rd.claim(other, independent=False, force=False, world=world)
-    with pytest.raises(SeedlabError, match="holds something else"):
-        rd.claim(cfg, independent=True, force=False, world=world)
-    rd.claim(other, independent=False, force=True, world=world)  # --force: removed
+    with pytest.raises(SeedlabError, match=r"^--out: .*run holds another twins design \(config.json differs\); use another "
+                                           r"folder, or --force to overwrite it$"):
+        claim(other)
+    with pytest.raises(SeedlabError, match="holds another twins design"):
+        claim(cfg, independent=True)
+    claim(other, force=True)  # --force: removed
     assert not rd.root.exists()
 
 
@@ -72,10 +74,10 @@ def test_start_writes_the_preregistration_once(tmp_path):
     cfg = TwinsConfig(corpus="c")
     rd = RunDir(tmp_path)
     record = config_record(cfg, independent=False, world=World())
-    rd.start(record, cfg.preregistration(), {"passages": {}})
+    rd.start(record, {"passages": {}}, {}, cfg.preregistration())
     first = rd.preregistration.read_text()
     stamp = rd.config.stat().st_mtime_ns
-    rd.start(record, {"hash": "later"}, {"passages": {}})
+    rd.start(record, {"passages": {}}, {}, {"hash": "later"})
     assert rd.preregistration.read_text() == first  # fixed before the first step
     assert rd.config.stat().st_mtime_ns == stamp  # unchanged: left untouched
 
@@ -87,7 +89,7 @@ def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_
     p2.write_text(yaml.safe_dump(cfg | {"steps": 12, "injection_step": 4}))
     assert seedlab_cli("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
     rc, _, err = seedlab_cli("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
-    assert rc == 2 and "holds something else" in err
+    assert rc == 2 and "holds another twins design" in err
 
 
 def test_export_command_gives_the_same_logits(twins_design, tmp_path, seedlab_cli):
@@ -117,10 +119,10 @@ def test_inputs_are_written_once_and_checked_on_resume(tmp_path):
     inputs = {"corpus": "/a", "corpus_sha256": {"train": "1", "heldout": "2"}, "eot_id": 0,
               "passages": {"fluent-attested": {"text": "x y", "tokens": [1, 2]}}}
     rd.check_inputs(inputs)  # nothing yet: anything goes
-    rd.start(config_record(cfg, independent=False, world=World()), cfg.preregistration(), inputs)
+    rd.start(config_record(cfg, independent=False, world=World()), inputs, {}, cfg.preregistration())
     moved = inputs | {"corpus": "/b"}
     rd.check_inputs(moved)  # the same corpus, moved: resumes
-    rd.start(config_record(cfg, independent=False, world=World()), cfg.preregistration(), moved)
+    rd.start(config_record(cfg, independent=False, world=World()), moved, {}, cfg.preregistration())
     assert json.loads(rd.inputs.read_text())["corpus"] == "/a"  # never rewritten
     with pytest.raises(SeedlabError, match=r"^corpus: /b is not the corpus .* was started with \(its hashes differ"):
         rd.check_inputs(moved | {"corpus_sha256": {"train": "1", "heldout": "3"}})

@@ -14,15 +14,14 @@ from seedlab.errors import SeedlabError
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.train import run_twins
 
+from helpers import tiny_twins
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("twins")
     corpus, files = twins_inputs
-    cfg = {
-        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4,
-        "injection_step": 8, "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
-    }
+    cfg = tiny_twins(corpus, files)
     return base, cfg
 
 
@@ -176,14 +175,15 @@ def test_independent_stops_at_the_injection_step_on_a_mismatch(setup, tmp_path, 
 def test_cuda_settings_are_hard_errors(monkeypatch, setup, tmp_path):
     """On CUDA: deterministic algorithms required (not warned about) and cuBLAS's workspace pinned;
     an operation without a deterministic kernel is a one-line error naming it."""
-    from seedlab.lm.trainer import Trainer, make_deterministic
+    from seedlab.lm.determinism import settle
+    from seedlab.lm.trainer import Trainer
 
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     try:
-        make_deterministic(torch.device("cpu"))
+        settle(torch.device("cpu"))
         assert torch.are_deterministic_algorithms_enabled() == before[0]  # CPU: nothing changes
-        make_deterministic(torch.device("cuda"))
+        settle(torch.device("cuda"))
         assert torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
         assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
         import os

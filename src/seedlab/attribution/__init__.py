@@ -1,4 +1,4 @@
-"""Study C — attribution: influence estimators against *measured* single-row counterfactuals.
+"""Attribution: influence estimators against *measured* single-row counterfactuals.
 
 A bank of forked runs (twins that differ in one row of one batch) gives the measured
 Δ L_query; this package's estimators predict it from gradients at the fork point:
@@ -13,9 +13,6 @@ A bank of forked runs (twins that differ in one row of one batch) gives the meas
 
 Sign convention everywhere: estimate = predicted L_query(run with the candidate) −
 L_query(twin), nats/token; learning a candidate lowers its own loss → negative.
+
+Nothing is imported here, so ``seedlab attribution --help`` does not load torch.
 """
-
-from seedlab.attribution.estimators import Case, Gradients, query_loss
-from seedlab.attribution.registry import ESTIMATORS, Estimator, available, estimate, get_estimator, run
-
-__all__ = ["ESTIMATORS", "Case", "Estimator", "Gradients", "available", "estimate", "get_estimator", "query_loss", "run"]

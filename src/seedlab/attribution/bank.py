@@ -23,29 +23,35 @@ Per seed k (the batch of step t is a pure function of (k, t), lm/batches.py):
 The twin records every text's loss (all candidates' and the queries) at every horizon.
 ``integrity.json`` records what was shown. **Resume**: a finished run (its done marker) is skipped;
 an unfinished one restarts from the kept prefix; the prefix itself is read back if it was saved.
-Where each file lives: attribution/rundir.py. Single process, on ``device`` (no torchrun).
+
+The twin and every candidate are arms of the fork design (forks/arms.py), trained by its one loop
+(forks/loop.py ``run_design``); this module says what a bank records (:class:`QueryLosses`) and
+checks (:class:`OwnRow`). Where each file lives: attribution/rundir.py. Single process, on
+``device`` (no torchrun).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import query_loss
 from seedlab.attribution.measure import write_measured
-from seedlab.attribution.rundir import BankDir, ForkFolder
+from seedlab.attribution.rundir import BankDir
 from seedlab.attribution.texts import Inputs, load_inputs
 from seedlab.errors import SeedlabError
+from seedlab.forks.arms import TWIN, Arm, injection
+from seedlab.forks.folders import RunFolder, environment
+from seedlab.forks.loop import Design, Manifest, Observer, Observers, ProgressBar, Recording, run_design
+from seedlab.forks.prefix import first_difference
+from seedlab.lm.determinism import settle
 from seedlab.lm.distributed import World
-from seedlab.lm.forks import SharedPrefix, advance_to, first_difference, replica_control
-from seedlab.lm.trainer import Trainer, make_deterministic, nondeterminism_is_an_error
+from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
-from seedlab.store import folder_lock, tensor_hashes, write_json, write_parquet, write_safetensors
+from seedlab.store import folder_lock, write_parquet
 
 
 def config_record(cfg: AttributionConfig) -> dict:
@@ -54,116 +60,86 @@ def config_record(cfg: AttributionConfig) -> dict:
 
 
 def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."), force: bool = False,
-             progress: bool = True) -> pd.DataFrame:
+             progress: bool = True, allow_env_change: bool = False) -> pd.DataFrame:
     """Train (or finish) the bank in ``out`` and write its measured effects; returns measured.parquet's frame.
 
     Every input is checked before the folder is touched (corpus hashes, every text's length, the
-    folder's design): bad input writes nothing. ``base``: the config file's folder."""
+    folder's design and environment): bad input writes nothing. ``base``: the config file's folder."""
     inputs = load_inputs(cfg, base)
-    rd = BankDir(Path(out))
-    record = config_record(cfg)
+    rd, record = BankDir(Path(out)), config_record(cfg)
     rd.claim(record, force=force)  # another design refused (one line); the same one resumes
     rd.check_inputs(inputs.record())
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    make_deterministic(World().device(cfg.device))
-    rd.start(record, inputs.record())
-    s, end = cfg.injection_step, cfg.end
-    runs = [1 + len(inputs.candidates_of(k)) + (k in cfg.replica_seeds) for k in cfg.seeds]
-    total = sum(s + n * (end - s) for n in runs)
-    integrity: dict = {"seeds": {}}
+    device = World().device(cfg.device)
+    settle(device, cfg.threads)
+    env = environment(device, cfg.precision)
+    rd.check_environment(env, allow_change=allow_env_change)
     with folder_lock(rd.root, "{folder} is in use by another bank (pid {pid})"), \
-            Bar("bank", total, "steps", enabled=progress) as bar, nondeterminism_is_an_error():
-        for seed in cfg.seeds:
-            integrity["seeds"][str(seed)] = bank_seed(rd, inputs, seed, bar)
-        write_json(rd.integrity, integrity)
+            Bar("bank", 0, "steps", enabled=progress) as bar:
+        observer = Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow(inputs))
+        run_design(Design(cfg, inputs.gcfg, inputs.corpus.train, inputs.pad_id, rd, lambda seed: arms(inputs, seed),
+                          recording(inputs), observer, start=lambda: rd.start(record, inputs.record(), env)))
     return write_measured(rd.root)
 
 
-def bank_seed(rd: BankDir, inputs: Inputs, seed: int, bar: Bar) -> dict:
-    """One seed: prefix, twin, replica control, every candidate (resuming what is finished).
-    Returns the seed's integrity record."""
-    cfg = inputs.cfg
-    s, end = cfg.injection_step, cfg.end
-    new_trainer = partial(Trainer, cfg, inputs.gcfg, seed, inputs.corpus.train)
-    prefix = SharedPrefix(rd.prefix(seed), new_trainer, s, on_step=bar.advance)
-    if prefix.saved:
-        bar.advance(s)  # trained before an interruption
-    else:
-        bar.start_sub(f"seed {seed}: shared prefix", s)
-    horizons = list(cfg.horizon_steps())
-    candidates = inputs.candidates_of(seed)
-    texts = {n: t.tokens for n, t in candidates.items()} | {n: t.tokens for n, t in inputs.queries.items()}
-    fork = partial(run_fork, cfg=cfg, prefix=prefix, horizons=horizons, pad_id=inputs.pad_id, bar=bar)
-    twin = fork(rd.twin(seed), None, texts, label=f"seed {seed} twin", keep=cfg.twin_steps())
-    record: dict = {"identical_at_injection": "by construction: every run forked from one copy of the prefix"}
-    if seed in cfg.replica_seeds:
-        record["replica"] = replica(rd.replica(seed), prefix, twin, end, seed, bar)
-    queries = {n: t.tokens for n, t in inputs.queries.items()}
-    for name, t in candidates.items():
-        manifest = fork(rd.candidate(seed, name), t.tokens, {name: t.tokens} | queries, label=f"seed {seed} {name}")
-        if t.kind == "control":
-            record["own_row"] = own_row_control(manifest, twin, seed)
-    return record
+def arms(inputs: Inputs, seed: int) -> list[Arm]:
+    """The seed's arms: the twin, then every candidate's text in row ``injection_row`` of the batch of s."""
+    s, row = inputs.cfg.injection_step, inputs.cfg.injection_row
+    return [TWIN, *(injection(name, t.tokens, s, row) for name, t in inputs.candidates_of(seed).items())]
 
 
-def run_fork(where: ForkFolder, passage: Sequence[int] | None, texts: Mapping[str, Sequence[int]], *,
-             cfg: AttributionConfig, prefix: SharedPrefix, horizons: list[int], pad_id: int, bar: Bar, label: str,
-             keep: Sequence[int] = ()) -> dict[str, dict[str, str]]:
-    """One run forked from the prefix at s, with ``passage`` in the injected row (None: the twin),
-    to the end. At s and every horizon: the weights' hashes; at every horizon: every text's
-    L_query; at the steps of ``keep``: the weights themselves. A finished run is read back; an
-    unfinished one starts over from the prefix. Returns its manifest ``{step: hashes}``."""
-    s, end = cfg.injection_step, cfg.end
-    if where.finished:
-        bar.advance(end - s)
-        return where.read_manifest()
-    where.clear()  # what an interruption left
-    trainer, _ = prefix.fork()
-    bar.start_sub(label, end - s)
-    manifest: dict[str, dict[str, str]] = {}
-    rows: list[dict] = []
-    want = set(horizons)
-
-    def visit(tr: Trainer) -> None:
-        t, weights = tr.step, tr.weights()
-        manifest[str(t)] = tensor_hashes(weights)
-        if t in keep:
-            write_safetensors(where.checkpoint(t), weights, {"step": str(t), "seed": str(tr.seed), "run": label})
-        if t in want:
-            rows.extend({"step": t, "text": n, "loss": query_loss(tr.model, ids)} for n, ids in texts.items())
-
-    losses = advance_to(trainer, end, passage=passage, at=s, row=cfg.injection_row, pad_id=pad_id,
-                        stops={s, *want, *keep}, visit=visit, on_step=partial(bar.step, label))
-    write_parquet(where.queries, pd.DataFrame(rows, columns=["step", "text", "loss"]))
-    write_parquet(where.losses, pd.DataFrame({"step": range(s, end), "loss": losses}))
-    write_json(where.manifest, manifest)
-    where.mark_finished(end)
-    return manifest
+def recording(inputs: Inputs) -> Recording:
+    """What the bank keeps: every run's weight hashes at s and every horizon (the twin's also at
+    TracIn's cadence, where its weights are saved), and the losses of every update from s."""
+    cfg, s = inputs.cfg, inputs.cfg.injection_step
+    every = frozenset({s, *cfg.horizon_steps()})
+    names = {n for seed in cfg.seeds for n in inputs.candidates_of(seed)}
+    return Recording(hashed={"twin": every | set(cfg.twin_steps()), **{n: every for n in names}},
+                     saved={"twin": frozenset(cfg.twin_steps())}, losses_from=s)
 
 
-def replica(where: ForkFolder, prefix: SharedPrefix, twin: dict[str, dict[str, str]], end: int, seed: int, bar: Bar) -> dict:
-    """The twin trained a second time from the prefix; bitwise equal at every saved step, or a
-    one-line error. Writes only its record (``replica/manifest.json``) and done marker."""
-    s = prefix.step
-    if where.finished:
-        bar.advance(end - s)
-        return where.read_manifest()["record"]
-    trainer, _ = prefix.fork()
-    bar.start_sub(f"seed {seed} replica control", end - s)
-    compared = replica_control(trainer, twin, end, what=f"seed {seed}: the replica control",
-                               on_step=partial(bar.step, f"seed {seed}: replica control"))
-    record = {"bitwise_equal_to_twin": True, "steps_compared": compared}
-    write_json(where.manifest, {"record": record})
-    where.mark_finished(end)
-    return record
+class QueryLosses(Observer):
+    """At every horizon, the loss of every text a run is measured on — the twin: every candidate's
+    and every query; a candidate: its own and every query — into its ``queries.parquet``."""
+
+    def __init__(self, inputs: Inputs):
+        self.inputs, self.rows = inputs, {}
+        self.horizons = set(inputs.cfg.horizon_steps())
+
+    def texts(self, seed: int, arm: Arm) -> dict[str, Sequence[int]]:
+        queries = {n: t.tokens for n, t in self.inputs.queries.items()}
+        candidates = {n: t.tokens for n, t in self.inputs.candidates_of(seed).items()}
+        return (candidates if arm.is_twin else {arm.name: candidates[arm.name]}) | queries
+
+    def stops(self, seed: int, arm: Arm) -> set[int]:
+        return self.horizons
+
+    def visit(self, seed: int, arm: Arm, trainer: Trainer) -> None:
+        rows = self.rows.setdefault((seed, arm.name), [])
+        rows.extend({"step": trainer.step, "text": n, "loss": query_loss(trainer.model, ids)}
+                    for n, ids in self.texts(seed, arm).items())
+
+    def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> None:
+        rows = self.rows.pop((seed, arm.name), None)
+        if rows is not None:  # trained here (not read back)
+            write_parquet(where.queries, pd.DataFrame(rows, columns=["step", "text", "loss"]))
 
 
-def own_row_control(manifest: dict[str, dict[str, str]], twin: dict[str, dict[str, str]], seed: int) -> dict:
-    """The candidate equal to the replaced row must be the twin, bit for bit, at every step it hashed."""
-    for t, hashes in manifest.items():
-        bad = first_difference(twin[t], hashes)
-        if bad is not None:
-            raise SeedlabError(f"seed {seed}: the own-row control differs from the twin at step {t} in tensor {bad!r} "
-                               "(replacing a row by itself changed the run: the injection is not exact)")
-    return {"bitwise_equal_to_twin": True, "steps_compared": sorted(int(t) for t in manifest)}
+class OwnRow(Observer):
+    """The own-row control: the candidate equal to the replaced row must be the twin, bit for bit,
+    at every step it hashed (else the injection is not exact), or the bank stops."""
+
+    def __init__(self, inputs: Inputs):
+        self.inputs, self.twin = inputs, {}
+
+    def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
+        if arm.is_twin:
+            self.twin = manifest
+            return None
+        if self.inputs.candidates_of(seed)[arm.name].kind != "control":
+            return None
+        for t, hashes in manifest.items():
+            bad = first_difference(self.twin[t], hashes)
+            if bad is not None:
+                raise SeedlabError(f"seed {seed}: the own-row control differs from the twin at step {t} in tensor "
+                                   f"{bad!r} (replacing a row by itself changed the run: the injection is not exact)")
+        return {"own_row": {"bitwise_equal_to_twin": True, "steps_compared": sorted(int(t) for t in manifest)}}

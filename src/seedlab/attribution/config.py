@@ -1,8 +1,8 @@
 """The attribution bank as one config: the pre-training design every fork shares
-(:class:`~seedlab.lm.design.ForkDesign`), the candidates that replace the injected row, the
+(:class:`~seedlab.forks.design.ForkDesign`), the candidates that replace the injected row, the
 queries whose loss change is measured, the horizons, and how the estimators are run.
 
-Numbers neither the twins paper nor the issue states are fields with a default and a
+Numbers the twins paper does not state are fields with a default and a
 ``(not stated)`` comment; docs/assumptions.md lists them.
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from seedlab.config import Strict
-from seedlab.lm.design import ForkDesign, Pos
+from seedlab.forks.design import ForkDesign, Pos
 
 NonNeg = Annotated[int, Field(ge=0)]
 Horizon = Annotated[int, Field(gt=0)] | Literal["mid", "end"]
@@ -53,7 +53,6 @@ class AttributionConfig(ForkDesign):
     stop: Pos | None = None  # the last update trained (the "end" horizon); null: steps. Cuts a long schedule short
     optimizer: Literal["adamw", "sgd"] = "adamw"  # sgd: plain SGD (no momentum), for the first-order check
     horizons: list[Horizon] = [1, 50, "mid", "end"]  # updates after the injection (s + n), "mid", "end"
-    midpoint: Pos | None = None  # the "mid" horizon (updates completed); null: half-way from s to the end (not stated)
     candidates: CandidatesConfig = CandidatesConfig()
     queries: QueriesConfig = QueriesConfig()
     attribute: AttributeConfig = AttributeConfig()
@@ -63,8 +62,6 @@ class AttributionConfig(ForkDesign):
         s, end = self.injection_step, self.end
         if self.stop is not None and not s < self.stop <= self.steps:
             raise ValueError(f"stop: must be after the injection step and within the schedule ({s + 1} .. {self.steps}), got {self.stop}")
-        if self.midpoint is not None and not s < self.midpoint < end:
-            raise ValueError(f"midpoint: must be between the injection step and the end ({s + 1} .. {end - 1}), got {self.midpoint}")
         if not self.horizons:
             raise ValueError("horizons: name at least one (updates after the injection, mid or end)")
         late = [h for h in self.horizons if isinstance(h, int) and s + h > end]
@@ -80,10 +77,6 @@ class AttributionConfig(ForkDesign):
     def end(self) -> int:
         """The last update trained: ``stop``, else the schedule's end."""
         return self.stop or self.steps
-
-    @property
-    def mid(self) -> int:
-        return self.midpoint or (self.injection_step + self.end) // 2
 
     def horizon_steps(self) -> dict[int, str]:
         """``{updates completed: label}`` of every horizon, sorted ("s+1", "s+50", "mid", "end";

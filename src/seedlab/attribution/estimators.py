@@ -56,7 +56,8 @@ import torch
 
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import check_passage, inject
-from seedlab.lm.gradients import ce_sum_grad, deterministic
+from seedlab.lm.determinism import deterministic
+from seedlab.lm.gradients import ce_sum_grad
 from seedlab.lm.model import GPT
 
 Texts = Mapping[str, Sequence[int]] | Sequence[Sequence[int]]

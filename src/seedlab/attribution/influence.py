@@ -58,6 +58,7 @@ import torch.nn.functional as F
 
 from seedlab.attribution.estimators import Case, query_tensors
 from seedlab.errors import SeedlabError
+from seedlab.lm.determinism import deterministic
 from seedlab.lm.model import GPT, masked_ce_sum
 
 Strategy = Literal["ekfac", "kfac", "diagonal", "identity"]
@@ -176,7 +177,7 @@ def kronfluence_scores(model: torch.nn.Module, task: Any, fit: torch.utils.data.
         damping_factor=damping, per_sample_gradient_dtype=dtype, precondition_dtype=dtype, score_dtype=dtype,
     )
     with tempfile.TemporaryDirectory(prefix="seedlab-kronfluence-") as out, warnings.catch_warnings(), \
-            _prefer_deterministic(device), _quiet_logs():
+            deterministic(device, strict=False), _quiet_logs():
         warnings.simplefilter("ignore", FutureWarning)
         analyzer = Analyzer("seedlab", work, task, cpu=device.type == "cpu", disable_tqdm=True, output_dir=out)
         analyzer.fit_all_factors("f", fit, per_device_batch_size=fit_batch, factor_args=factor_args,
@@ -186,22 +187,6 @@ def kronfluence_scores(model: torch.nn.Module, task: Any, fit: torch.utils.data.
                                          overwrite_output_dir=True)
         scores = analyzer.load_pairwise_scores("s")["all_modules"]
     return scores.detach().double().cpu().numpy()
-
-
-@contextlib.contextmanager
-def _prefer_deterministic(device: torch.device):
-    """On CUDA, deterministic kernels where torch has them (so equal rows score equally) but
-    *warn* where it has none: kronfluence's kernels are not the trainer's, and a strict
-    setting (lm.gradients) would turn a missing implementation into an error mid-analysis."""
-    if device.type != "cuda":
-        yield
-        return
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @contextlib.contextmanager

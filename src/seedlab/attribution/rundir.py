@@ -6,6 +6,7 @@ The layout::
     DIR/config.json                     the resolved AttributionConfig
     DIR/inputs.json                     the corpus (absolute path, hashes, eot id) and every candidate's and
                                         query's kind, text and token ids (the design: checked on resume)
+    DIR/environment.json                torch, CUDA, device, precision, threads, deterministic settings (checked on resume)
     DIR/seed-<k>/prefix.safetensors     the shared prefix's complete state at step s (weights + AdamW
                                         moments: the estimators' θ_s and preconditioner); kept
     DIR/seed-<k>/twin/step-<t>.safetensors   the twin's weights after t updates: s, every horizon, TracIn's cadence
@@ -22,46 +23,46 @@ The layout::
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
     DIR/report.md, DIR/*.png            seedlab attribution report
 
-The folder policy of ``seedlab attribution bank`` (:meth:`BankDir.claim`): an absent or empty
-folder starts a bank; a folder holding the same design (config.json) resumes it (finished runs
-are skipped, unfinished ones restart from the kept prefix); anything else is refused unless
-``--force``, which removes it first. Resuming also requires the same inputs (:meth:`check_inputs`).
+The folder policy of ``seedlab attribution bank`` (forks/folders.py ``DesignFolder.claim``): an
+absent or empty folder starts a bank; a folder holding the same design (config.json, with fields
+added since at their defaults) resumes it (finished runs are skipped, unfinished ones restart from
+the kept prefix); anything else is refused unless ``--force``, which removes it first. Resuming
+also requires the same inputs (:meth:`BankDir.check_inputs`) and environment (environment.json).
 """
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from seedlab.attribution.config import AttributionConfig
+from seedlab.attribution.texts import Inputs, Text
+from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
-from seedlab.store import DesignFolder, RunFolder
-
-#: a candidate's name is a folder name: letters, digits, '.', '_', '-'
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+from seedlab.forks.arms import NAME
+from seedlab.forks.folders import DesignFolder, RunFolder, open_design
 
 
 class ForkFolder(RunFolder):
     """One forked run of one seed: the twin (its weights at the saved steps), its replica (hashes
-    only) or a candidate's (hashes and query losses): store.RunFolder's files, and ``queries.parquet``."""
+    only) or a candidate's (hashes and query losses): forks.folders.RunFolder's files, and ``queries.parquet``."""
 
     @property
     def queries(self) -> Path:
         """(step, text, loss): the texts' L_query at every horizon."""
         return self.path / "queries.parquet"
 
-    def clear(self) -> None:
-        """Remove what an interrupted run left (it restarts from the prefix)."""
-        if self.path.exists():
-            shutil.rmtree(self.path)
-
 
 @dataclass(frozen=True)
 class BankDir(DesignFolder):
-    """The layout of a bank folder (see the module docstring; config, inputs, prefix, integrity,
-    report and figures: store.DesignFolder)."""
+    """The layout of a bank folder (see the module docstring; config, inputs, environment, prefix,
+    integrity, report and figures: forks/folders.py ``DesignFolder``)."""
+
+    study, noun, arm_word = "attribution", "bank", "run"
+
+    def run(self, seed: int, arm: str) -> ForkFolder:
+        """An arm's run: the twin's, or a candidate's."""
+        return self.twin(seed) if arm == "twin" else self.candidate(seed, arm)
 
     def twin(self, seed: int) -> ForkFolder:
         return ForkFolder(self.seed(seed) / "twin")
@@ -74,6 +75,10 @@ class BankDir(DesignFolder):
             raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
         return ForkFolder(self.seed(seed) / "candidates" / name)
 
+    def upgrade(self, old: dict) -> dict:
+        """A config.json written by an older seedlab, with the fields AttributionConfig has gained since at their defaults."""
+        return with_new_defaults(AttributionConfig, old)
+
     @property
     def measured(self) -> Path:
         return self.root / "measured.parquet"
@@ -85,30 +90,6 @@ class BankDir(DesignFolder):
     @property
     def attribution_json(self) -> Path:
         return self.root / "attribution.json"
-
-    def read_config(self) -> dict:
-        if not self.config.is_file():
-            raise SeedlabError(f"{self.root}: not an attribution bank folder (no config.json)")
-        return json.loads(self.config.read_text())
-
-    def read_inputs(self) -> dict:
-        if not self.inputs.is_file():
-            raise SeedlabError(f"{self.root}: no inputs.json (an unfinished or foreign folder: run the bank again)")
-        return json.loads(self.inputs.read_text())
-
-    def claim(self, record: dict, *, force: bool) -> None:
-        """The folder policy, once every input is checked: a folder holding another design (its
-        config.json differs) is refused in one line unless ``force`` (which removes it, whatever
-        it holds); the same design, interrupted, resumes."""
-        out = self.root
-        if not (out.exists() and any(out.iterdir())):
-            return
-        old = json.loads(self.config.read_text()) if self.config.is_file() else None
-        if old != record and not force:
-            what = "another attribution design (config.json differs)" if old is not None else "something else than a bank"
-            raise SeedlabError(f"--out: {out} holds {what}; use another folder, or --force to overwrite it")
-        if force:
-            shutil.rmtree(out)
 
     def check_inputs(self, inputs: dict) -> None:
         """A folder started before must be resumed with the same inputs (inputs.json): the corpus's
@@ -133,42 +114,33 @@ class Bank:
     """A bank on disk, as the later stages read it: its folder, config and inputs (texts, corpus)."""
 
     dir: BankDir
-    cfg: object  # AttributionConfig
-    inputs: object  # attribution.texts.Inputs
+    cfg: AttributionConfig
+    inputs: Inputs
 
     @property
     def root(self) -> Path:
         return self.dir.root
 
-    def finished_candidates(self, seed: int) -> dict:
+    def finished_candidates(self, seed: int) -> dict[str, Text]:
         """The seed's candidates whose run finished: ``{name: Text}``, in the design's order."""
         return {n: t for n, t in self.inputs.candidates_of(seed).items() if self.dir.candidate(seed, n).finished}
 
 
 def open_bank(root: str | Path, corpus: str | Path | None = None) -> Bank:
     """Read a bank folder's config and inputs and open its corpus (its hashes compared with the
-    bank's); a folder that is not an attribution bank is a one-line error."""
-    from seedlab.attribution.config import AttributionConfig
-    from seedlab.attribution.texts import Inputs, Text
-    from seedlab.config import parse
-    from seedlab.corpus import load
-
+    bank's: forks/folders.py ``open_design``); a folder that is not an attribution bank is a one-line error."""
     rd = BankDir(Path(root))
-    record = rd.read_config()
-    try:
-        cfg = parse(AttributionConfig, record)
-    except SeedlabError as e:
-        raise SeedlabError(f"{rd.root}: not an attribution bank folder (config.json: {e})") from None
-    inputs = rd.read_inputs()
-    path = Path(corpus or inputs["corpus"])
-    if not (path / "meta.json").is_file():
-        how = "pass --corpus" if corpus else "the corpus has moved since the bank was trained: pass --corpus"
-        raise SeedlabError(f"corpus: no prepared corpus at {str(path)!r} ({how})")
-    c = load(path, verify=False)
-    if {k: v["sha256"] for k, v in c.meta["splits"].items()} != inputs["corpus_sha256"]:
-        raise SeedlabError(f"corpus: {path} is not the corpus this bank was trained on (hashes differ)")
 
-    def texts(kind: str) -> dict:
-        return {t["name"]: Text(t["kind"], tuple(t["tokens"]), t["text"]) for t in inputs[kind]}
+    def config(record: dict) -> AttributionConfig:
+        try:
+            return parse(AttributionConfig, record)
+        except SeedlabError as e:
+            raise SeedlabError(f"{rd.root}: not an attribution bank folder (config.json: {e})") from None
 
+    disk = open_design(rd, config, corpus)
+    cfg = disk.cfg
+    def texts(kind: str) -> dict[str, Text]:
+        return {t["name"]: Text(t["kind"], tuple(t["tokens"]), t["text"]) for t in disk.inputs[kind]}
+
+    c = disk.corpus
     return Bank(rd, cfg, Inputs(cfg, c, cfg.gpt_config(c.vocab_size), texts("candidates"), texts("queries")))

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 
 from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.rundir import NAME
 from seedlab.corpus.sources import jsonl_objects, read_txt
 from seedlab.errors import SeedlabError
+from seedlab.forks.arms import NAME
 from seedlab.lm.batches import check_passage, get_batch
 from seedlab.lm.model import GPTConfig
 

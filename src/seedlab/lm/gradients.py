@@ -18,7 +18,6 @@ in float32 in eval mode (dropout off).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import torch
 
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import inject
+from seedlab.lm.determinism import deterministic
 from seedlab.lm.model import GPT, masked_ce_sum
 
 
@@ -41,20 +41,6 @@ class Delta:
     grad_norm: float  # ‖g_p‖₂, the injected batch's gradient (the trainer clips it to grad_clip before AdamW)
     base_grad_norm: float  # ‖g_base‖₂
     passage_targets: int  # the passage's next-token targets, len(p) - 1 (≤ T)
-
-
-@contextlib.contextmanager
-def deterministic(device: torch.device):
-    """Deterministic kernels on CUDA (the trainer's setting), restored afterwards."""
-    if device.type != "cuda":
-        yield
-        return
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(True, warn_only=False)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def flat_grad(model: GPT, loss: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -28,41 +27,13 @@ from seedlab.errors import SeedlabError
 from seedlab.lm.batches import get_batch, inject
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig, masked_ce_sum
-from seedlab.lm.schedule import lr_at
+from seedlab.lm.schedule import lr_of
 from seedlab.store import read_verified, tensor_hashes, write_safetensors
 
 #: the attention kernels training may use on CUDA: all deterministic under
 #: ``torch.use_deterministic_algorithms(True)`` (flash and memory-efficient then take their
 #: deterministic backward; cuDNN attention has none, so it is left out)
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
-
-
-def make_deterministic(device: torch.device) -> None:
-    """Bitwise-reproducible training on ``device``. On CUDA: deterministic algorithms are
-    *required* (``warn_only=False``: an operation without a deterministic implementation raises,
-    and :func:`nondeterminism_is_an_error` turns that into a one-line error naming it), cuBLAS gets
-    the fixed workspace it needs for that (``CUBLAS_WORKSPACE_CONFIG``), cuDNN's autotuner is off.
-    NCCL's reduction order is pinned where the process group starts (lm/distributed.py). On CPU
-    the kernels are deterministic already; nothing is changed."""
-    if device.type != "cuda":
-        return
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=False)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-
-
-@contextlib.contextmanager
-def nondeterminism_is_an_error():
-    """A PyTorch error about a missing deterministic implementation becomes a one-line SeedlabError
-    that names the operation (PyTorch's first line does)."""
-    try:
-        yield
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if "deterministic" not in str(err):
-            raise
-        raise SeedlabError(f"non-deterministic operation: {first}") from None
 
 
 class Settings(Protocol):
@@ -105,13 +76,12 @@ class Trainer:
             )
         else:
             raise SeedlabError(f"optimizer: must be adamw or sgd, got {kind!r}")
-        self.warmup = cfg.warmup_steps
         self.params = list(self.model.parameters())
 
-    def advance(self, passage: Sequence[int] | None = None, *, row: int = 0, pad_id: int = 0) -> float:
-        """One update on batch (seed, step) — with ``passage`` in row ``row`` — and its loss:
-        :meth:`backward`, then gradient clipping and AdamW at this step's learning rate."""
-        loss = self.backward(passage, row=row, pad_id=pad_id)
+    def advance(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0) -> float:
+        """One update on batch (seed, step) — with ``rows`` ({row: token ids}) replaced — and its
+        loss: :meth:`backward`, then gradient clipping and AdamW at this step's learning rate."""
+        loss = self.backward(rows, pad_id=pad_id)
         lr = self.lr
         for g in self.opt.param_groups:
             g["lr"] = lr
@@ -122,13 +92,13 @@ class Trainer:
 
     @property
     def lr(self) -> float:
-        """The learning rate of the next update (step ``self.step``)."""
-        cfg = self.cfg
-        return lr_at(self.step, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
+        """The learning rate of the next update (step ``self.step``; lm/schedule.py ``lr_of``)."""
+        return lr_of(self.cfg, self.step)
 
-    def backward(self, passage: Sequence[int] | None = None, *, row: int = 0, pad_id: int = 0) -> float:
-        """The raw gradient of batch (seed, step) into every parameter's ``.grad`` (summed over
-        ranks); returns the batch's loss. Nothing else changes.
+    def backward(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0) -> float:
+        """The raw gradient of batch (seed, step), with ``rows`` ({row: token ids}: a passage in each
+        of those rows, lm/batches.py ``inject``) replaced, into every parameter's ``.grad`` (summed
+        over ranks); returns the batch's loss. Nothing else changes.
 
         The loss is the masked CE *sum* over this rank's rows divided by ``N = B·T``, the
         target positions of the whole *ordinary* batch, for every batch: an injected passage
@@ -141,8 +111,9 @@ class Trainer:
         cfg, block = self.cfg, self.model.config.block_size
         x, y = get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block)
         mask = torch.ones_like(x, dtype=torch.bool)
-        if passage is not None:
-            x, y, mask = inject(x, y, row, passage, pad_id)
+        for row, passage in (rows or {}).items():
+            x, y, only = inject(x, y, row, passage, pad_id)
+            mask &= only
         n = x.numel()  # N = B·T for every condition (see the docstring)
         mine = self.world.rows(cfg.batch_size)
         micro = cfg.micro_batch or (mine.stop - mine.start)

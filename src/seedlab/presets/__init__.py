@@ -9,15 +9,22 @@ any config file; ``seedlab presets copy`` writes a preset (and its passages) out
 
 from __future__ import annotations
 
+import shutil
 from importlib import resources
 from pathlib import Path
 
-STUDIES = ("shortcut", "twins", "attribution")
+from seedlab.errors import SeedlabError
+from seedlab.store import refuse_overwrite
+
+_ROOT = Path(str(resources.files(__name__)))
+#: the studies that ship presets: the folders here holding YAML files (a test checks that each is a
+#: study registered in seedlab.cli whose commands read them, and that no registered study's presets are missing)
+STUDIES = tuple(sorted(p.name for p in _ROOT.iterdir() if p.is_dir() and any(p.glob("*.yaml"))))
 
 
 def folder(study: str) -> Path:
     """Where a study's presets live (inside the installed package)."""
-    return Path(str(resources.files(__name__))) / study
+    return _ROOT / study
 
 
 def names(study: str) -> list[str]:
@@ -49,3 +56,25 @@ def files(study: str, name: str) -> list[str]:
 
     named = {s for s in strings(yaml.safe_load(found.read_text())) if not Path(s).is_absolute() and (found.parent / s).is_file()}
     return [found.name, *sorted(named)]
+
+
+def describe(study: str, name: str) -> str:
+    """What a preset is: the first line of its file (a comment), without the ``#``."""
+    return find(study, name).read_text().splitlines()[0].lstrip("# ").strip()
+
+
+def copy(name: str, out: Path, *, force: bool = False) -> list[Path]:
+    """``seedlab presets copy``: write the preset ``STUDY/NAME`` and the files it names into ``out``, to
+    edit and run. Existing files are refused unless ``force``. Returns the files written, the preset first."""
+    study, _, stem = name.partition("/")
+    src = find(study, stem) if study in STUDIES else None
+    if src is None:
+        every = ", ".join(f"{s}/{n}" for s in STUDIES for n in names(s))
+        raise SeedlabError(f"name: one of {every}, got {name!r}")
+    rels = files(study, stem)
+    written = [out / rel for rel in rels]
+    refuse_overwrite(written, force)
+    for rel, dst in zip(rels, written):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src.parent / rel, dst)
+    return written

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from seedlab.config import Strict
-from seedlab.lm.design import ForkDesign, Pos
+from seedlab.forks.design import ForkDesign, Pos
 from seedlab.store import content_hash
 
 CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
@@ -51,7 +51,7 @@ class MeasureConfig(Strict):
 
 
 class TwinsConfig(ForkDesign):
-    """The design every fork-at-injection study shares (:class:`~seedlab.lm.design.ForkDesign`:
+    """The design every fork-at-injection study shares (:class:`~seedlab.forks.design.ForkDesign`:
     corpus, model, schedule, injection step and row, replicas, device) and the twins' own fields."""
 
     conditions: list[str] = list(CONDITIONS)
@@ -60,7 +60,6 @@ class TwinsConfig(ForkDesign):
     random_chars_tokens: Pos | None = None  # null: the fabricated (else attested) passage's token length
     random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
     checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
-    midpoint: Pos | None = None  # the "mid-point" checkpoint (updates completed); null: half-way from s to the end
     keep: list[Literal["prefix", "final"]] = ["prefix"]  # complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update difference, forks), each condition's end
     outcomes: dict[str, Label] = dict(OUTCOMES)  # measure -> label, pre-registered when the run starts
     measure: MeasureConfig = MeasureConfig()
@@ -72,16 +71,10 @@ class TwinsConfig(ForkDesign):
             raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
         if "twin" not in self.conditions:
             raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
-        if self.midpoint is not None and not self.injection_step < self.midpoint < self.steps:
-            raise ValueError(f"midpoint: must be between the injection step and the end, got {self.midpoint}")
         unknown = [k for k in self.outcomes if k not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
         return self
-
-    @property
-    def mid(self) -> int:
-        return self.midpoint or (self.injection_step + self.steps) // 2
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

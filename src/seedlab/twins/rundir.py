@@ -6,6 +6,7 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/config.json               the resolved config (+ independent, world_size, injection_rank)
     DIR/preregistration.json      outcomes and measurement settings, hashed, before any training
     DIR/inputs.json               the corpus (absolute path, hashes) and every passage's text and token ids
+    DIR/environment.json          torch, CUDA, device, precision, threads, deterministic settings (checked on resume)
     DIR/seed-<k>/prefix.safetensors                the shared prefix's complete state at step s
     DIR/seed-<k>/<condition>/step-<t>.safetensors  weights after t updates (state_dict keys)
     DIR/seed-<k>/<condition>/manifest.json         {t: {tensor: SHA-256}} for every saved t
@@ -19,9 +20,11 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/gradmatch.parquet                          seedlab twins gradmatch
     DIR/report.md, DIR/*.png                       seedlab twins report
 
-The folder policy of ``seedlab twins run`` (:meth:`RunDir.claim`): an absent or empty folder
-starts a run; a folder holding the same run (its config.json) resumes it from its last
-checkpoints; anything else is refused unless ``--force``, which removes it first.
+The folder policy of ``seedlab twins run`` (forks/folders.py ``DesignFolder.claim``): an absent or
+empty folder starts a run; a folder holding the same run (its config.json, with the fields added
+to TwinsConfig since it was started at their defaults) resumes it from its last checkpoints, in the
+environment it was started in (``environment.json``); anything else is refused unless ``--force``,
+which removes it first.
 
 ``open_run`` reads ``config.json`` (the resolved TwinsConfig) and ``inputs.json`` (the corpus's
 path and hashes, each passage's token ids), loads the corpus and lists which seed x condition
@@ -31,7 +34,6 @@ against the run's ``manifest.json``.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,42 +44,27 @@ from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
-from seedlab.store import DesignFolder, RunFolder, read_verified, write_json
+from seedlab.forks.folders import DesignFolder, RunFolder, open_design
+from seedlab.store import read_verified, write_json
 from seedlab.twins.config import TwinsConfig
 
 #: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
 MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths")
 
 
-class ConditionDir(RunFolder):
-    """``DIR/seed-<k>/<condition>/``: one condition's run of one seed (store.RunFolder's
-    checkpoints, manifest, losses and done marker, and its complete training states)."""
-
-    @property
-    def state(self) -> Path:
-        """The complete training state at the last checkpoint (removed when the run finishes)."""
-        return self.path / "state.safetensors"
-
-    @property
-    def final_state(self) -> Path:
-        """The complete training state at the end (kept with ``keep: [final]``)."""
-        return self.path / "final.safetensors"
-
-
 class RunDir(DesignFolder):
-    """The layout of a twins run folder (see the module docstring; config, inputs, prefix,
-    integrity, report and figures: store.DesignFolder)."""
+    """The layout of a twins run folder (see the module docstring; config, inputs, environment,
+    prefix, runs, integrity, report and figures: forks/folders.py ``DesignFolder``)."""
+
+    study, noun, arm_word = "twins", "run", "condition"
 
     @property
     def preregistration(self) -> Path:
         return self.root / "preregistration.json"
 
-    def condition(self, seed: int, cond: str) -> ConditionDir:
-        return ConditionDir(self.seed(seed) / cond)
-
-    def replica(self, seed: int) -> ConditionDir:
-        """The replica control of a seed: its twin trained a second time (hashes, no weight files)."""
-        return ConditionDir(self.seed(seed) / "replica")
+    def condition(self, seed: int, cond: str) -> RunFolder:
+        """One condition's run of one seed (an arm of the fork design)."""
+        return self.run(seed, cond)
 
     def measure_table(self, name: str) -> Path:
         """One of :data:`MEASURE_TABLES`."""
@@ -91,22 +78,10 @@ class RunDir(DesignFolder):
     def gradmatch(self) -> Path:
         return self.root / "gradmatch.parquet"
 
-    def claim(self, cfg: TwinsConfig, *, independent: bool, force: bool, world: World) -> None:
-        """The folder policy of ``seedlab twins run``, before any input is read: a folder holding
-        another run (its config.json differs) is refused, unless ``force`` (which removes it,
-        whatever it holds); the same run, interrupted, resumes from its last checkpoints."""
-        out = self.root
-        if not (out.exists() and any(out.iterdir())):
-            return
-        old = json.loads(self.config.read_text()) if self.config.is_file() else None
-        # fields added to TwinsConfig since the folder was started count at their defaults
-        same = old is not None and with_new_defaults(TwinsConfig, {k: v for k, v in old.items() if k != "injection_rank"}) \
-            == _run_record(cfg, independent, world)
-        if not (same or force):
-            raise SeedlabError(f"--out: {out} holds something else than this run (use --force to overwrite)")
-        world.barrier()  # every rank has compared before rank 0 removes anything
-        if force and world.main:
-            shutil.rmtree(out)
+    def upgrade(self, old: dict) -> dict:
+        """A config.json written by an older seedlab as today's record: the fields TwinsConfig has
+        gained since, at their defaults (the injected row's rank is derived, so not compared)."""
+        return with_new_defaults(TwinsConfig, {k: v for k, v in old.items() if k != "injection_rank"})
 
     def disk_plan(self, cfg: TwinsConfig, gcfg: GPTConfig, *, independent: bool) -> dict[str, int]:
         """Bytes the design writes here at most: every weight checkpoint (seeds x conditions x saved
@@ -160,11 +135,11 @@ class RunDir(DesignFolder):
                 raise SeedlabError(f"passages.{cond}: the passage {what} since {self.root} was started "
                                    "(its text or token ids differ from inputs.json); restore it, or --force to start over")
 
-    def start(self, record: dict, preregistration: dict, inputs: dict) -> None:
+    def start(self, record: dict, inputs: dict, env: dict, preregistration: dict) -> None:
         """Rank 0, once every input is checked (:meth:`check_inputs` too) and before the first step:
-        ``config.json`` and ``inputs.json`` (store.DesignFolder.start), then ``preregistration.json``,
-        each written once (a resumed run leaves them untouched)."""
-        super().start(record, inputs)
+        ``config.json``, ``inputs.json`` and ``environment.json`` (forks/folders.py), then
+        ``preregistration.json``, each written once (a resumed run leaves them untouched)."""
+        super().start(record, inputs, env)
         if not self.preregistration.is_file():
             write_json(self.preregistration, preregistration)
 
@@ -177,15 +152,16 @@ def _size(n: int) -> str:
     return f"{n:.1f} TB"
 
 
-def _run_record(cfg: TwinsConfig, independent: bool, world: World) -> dict:
-    """The resolved config and how it is run: what makes a folder hold the same run."""
+def run_record(cfg: TwinsConfig, *, independent: bool, world: World) -> dict:
+    """The resolved config and how it is run: what makes a folder hold the same run (claim)."""
     return cfg.model_dump(mode="json") | {"independent": independent, "world_size": world.size}
 
 
 def config_record(cfg: TwinsConfig, *, independent: bool, world: World) -> dict:
     """What ``config.json`` holds: the resolved config, how it is run, and which rank holds the
     injected row (once the batch is known to split evenly over the ranks)."""
-    return _run_record(cfg, independent, world) | {"injection_rank": world.rank_of_row(cfg.injection_row, cfg.batch_size)}
+    return run_record(cfg, independent=independent, world=world) | {
+        "injection_rank": world.rank_of_row(cfg.injection_row, cfg.batch_size)}
 
 
 def inputs_record(corpus, passages: dict[str, list[int]], attestation: dict | None = None) -> dict:
@@ -231,27 +207,14 @@ class Run:
 
 
 def open_run(root: str | Path, corpus: str | Path | None = None) -> Run:
-    """Read a run folder's config and inputs; list which seed x condition runs finished."""
-    from seedlab.corpus import load
-
+    """Read a run folder's config and inputs (its corpus checked: forks/folders.py ``open_design``);
+    list which seed x condition runs finished."""
     rd = RunDir(Path(root))
-    if not rd.config.is_file():
-        raise SeedlabError(f"{rd.root}: not a twins run folder (no config.json)")
-    record = json.loads(rd.config.read_text())
-    cfg = parse(TwinsConfig, {k: v for k, v in record.items() if k in TwinsConfig.model_fields})
-    if not rd.inputs.is_file():
-        raise SeedlabError(f"{rd.root}: no inputs.json (a run from an older seedlab: train it again)")
-    inputs = json.loads(rd.inputs.read_text())
-    path = Path(corpus or inputs["corpus"])
-    if not (path / "meta.json").is_file():
-        how = "pass --corpus" if corpus else "the corpus has moved since the run: pass --corpus"
-        raise SeedlabError(f"corpus: no prepared corpus at {str(path)!r} ({how})")
-    c = load(path, verify=False)
-    want = inputs.get("corpus_sha256")
-    if want and {k: v["sha256"] for k, v in c.meta["splits"].items()} != want:
-        raise SeedlabError(f"corpus: {path} is not the corpus this run was trained on (hashes differ)")
-    passages = {k: v["tokens"] for k, v in inputs["passages"].items()}
-    run = Run(rd, cfg, cfg.gpt_config(c.vocab_size), c, passages)
+    disk = open_design(rd, lambda record: parse(TwinsConfig, {k: v for k, v in record.items() if k in TwinsConfig.model_fields}),
+                       corpus)
+    cfg = disk.cfg
+    passages = {k: v["tokens"] for k, v in disk.inputs["passages"].items()}
+    run = Run(rd, cfg, cfg.gpt_config(disk.corpus.vocab_size), disk.corpus, passages)
     for seed in cfg.seeds:
         for cond in cfg.conditions:
             if rd.condition(seed, cond).finished:

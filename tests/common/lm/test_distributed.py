@@ -8,17 +8,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers import tiny_twins
+
 
 @pytest.fixture(scope="module")
 def design(tmp_path_factory, twins_inputs):
     base = tmp_path_factory.mktemp("ddp")
     corpus, files = twins_inputs
-    cfg = {
-        "corpus": str(corpus), "model": "mini", "block_size": 128, "seeds": [3], "steps": 16, "batch_size": 4,
-        "injection_step": 6, "injection_row": 3,  # row 3 of 4: in rank 1's half
-        "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
-        "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
-    }
+    cfg = tiny_twins(corpus, files, steps=16, injection_step=6,
+                     injection_row=3,  # row 3 of 4: in rank 1's half
+                     conditions=["twin", "fluent-fabricated", "fluent-attested"])
     path = base / "ddp.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return base, path

@@ -66,7 +66,7 @@ def test_fork_continues_bitwise_like_the_original_and_is_independent(tokens):
     # an injected row changes the fork alone
     c = a.fork()
     before = _state(a)
-    c.advance(PASSAGE, row=2, pad_id=0)
+    c.advance({2: PASSAGE}, pad_id=0)
     assert _state(a) == before and _state(c) != before
     a.advance()
     assert _state(a) != _state(c)
@@ -126,7 +126,7 @@ def test_the_injected_batch_differs_from_the_ordinary_one_by_the_row_alone(token
     row = 1
     loss_plain = t.backward()
     g_plain = _flat_grads(t)
-    loss_inj = t.backward(PASSAGE, row=row, pad_id=0)
+    loss_inj = t.backward({row: PASSAGE}, pad_id=0)
     g_inj = _flat_grads(t)
     x, y = get_batch(tokens, t.seed, t.step, 4, GCFG.block_size)
     xp, yp, mp = inject(x, y, row, PASSAGE, 0)
@@ -146,7 +146,7 @@ def test_the_injected_batch_differs_from_the_ordinary_one_by_the_row_alone(token
     assert loss_inj - loss_plain == pytest.approx((ce_p - ce_r) / n, rel=1e-4, abs=1e-7)
     # and a passage that is the ordinary row's own tokens changes nothing at all
     own = torch.cat([x[row], y[row, -1:]]).tolist()
-    t.backward(own, row=row, pad_id=0)
+    t.backward({row: own}, pad_id=0)
     assert torch.equal(_flat_grads(t), g_plain)
 
 

@@ -2,9 +2,9 @@
 
 - :class:`SharedPrefix` — steps 0 .. s-1 of a seed, trained once (or read back from its state
   file) and kept; :meth:`~SharedPrefix.fork` hands out independent copies at step s.
-- :func:`advance_to` — a run from wherever it stands to a given update, with one row of the
-  batch of the injection step replaced, and a callback at chosen steps (write a checkpoint,
-  hash the weights, evaluate queries).
+- :func:`advance_to` — a run from wherever it stands to a given update, trained as an
+  :class:`~seedlab.forks.arms.Arm` says (rows of some batches replaced, the weights perturbed at
+  one step), and a callback at chosen steps (write a checkpoint, hash the weights, evaluate queries).
 - :func:`replica_control` — a run trained again from the same start must be bitwise equal to
   the first at every step whose hashes were recorded, or a one-line error stops everything.
 - :func:`first_difference` / :func:`check_identical` — compare ``{tensor: SHA-256}`` records.
@@ -17,10 +17,11 @@ and the replica control checks that every rank holds the same weights (``World.c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from seedlab.errors import SeedlabError
+from seedlab.forks.arms import TWIN, Arm
 from seedlab.lm.distributed import World
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
@@ -69,24 +70,25 @@ class SharedPrefix:
         return trainer.fork(), list(losses)
 
 
-def advance_to(trainer: Trainer, end: int, *, passage: Sequence[int] | None = None, at: int | None = None, row: int = 0,
-               pad_id: int = 0, stops: Collection[int] = (), visit: Callable[[Trainer], None] | None = None,
-               on_step: Callable[[], None] | None = None, losses: list[float] | None = None) -> list[float]:
+def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, stops: Collection[int] = (),
+               visit: Callable[[Trainer], None] | None = None, on_step: Callable[[], None] | None = None,
+               losses: list[float] | None = None) -> list[float]:
     """Advance ``trainer`` until ``end`` updates are completed; returns the losses (appended to
     ``losses`` when given).
 
-    The batch of step ``at`` carries ``passage`` in row ``row`` (padded with ``pad_id``); every
-    other batch is the ordinary one. ``visit(trainer)`` is called whenever ``trainer.step`` is in
-    ``stops`` — at the start too, before any update — with the weights after that many updates;
-    ``on_step()`` after every update."""
+    The batch of step t carries ``arm``'s rows for t (padded with ``pad_id``), every other batch is
+    the ordinary one; ``arm``'s perturbation moves the weights just before the update of its step.
+    ``visit(trainer)`` is called whenever ``trainer.step`` is in ``stops`` — at the start too,
+    before any update (and before a perturbation at that step) — with the weights after that many
+    updates; ``on_step()`` after every update."""
     losses = [] if losses is None else losses
     while True:
         if visit is not None and trainer.step in stops:
             visit(trainer)
         if trainer.step >= end:
             return losses
-        injected = passage if (passage is not None and trainer.step == at) else None
-        losses.append(trainer.advance(injected, row=row, pad_id=pad_id))
+        arm.perturb(trainer.model, trainer.step)
+        losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id))
         if on_step is not None:
             on_step()
 

@@ -1,4 +1,4 @@
-"""lm/forks.py: the shared prefix (trained once, kept, forked), advance_to's injection and stops,
+"""forks/prefix.py: the shared prefix (trained once, kept, forked), advance_to's injection and stops,
 the replica control and the hash comparisons."""
 
 from types import SimpleNamespace
@@ -8,7 +8,8 @@ import pytest
 
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
-from seedlab.lm.forks import SharedPrefix, advance_to, check_identical, first_difference, replica_control
+from seedlab.forks.arms import injection
+from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference, replica_control
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
@@ -58,7 +59,7 @@ def test_injection_stops_and_the_replica_control():
     assert seen == [4, 5, 8]
     assert replica_control(prefix.fork()[0], record, 8, what="the replica") == [4, 5, 8]
     injected, _ = prefix.fork()
-    advance_to(injected, 5, passage=[1, 2, 3], at=4)
+    advance_to(injected, 5, arm=injection("x", [1, 2, 3], 4, 0))
     assert first_difference(record["5"], tensor_hashes(injected.weights())) is not None
     assert first_difference(record["4"], record["4"]) is None
     record["8"] = dict(record["8"], **{"wte.weight": "0" * 64})

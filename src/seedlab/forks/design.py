@@ -4,7 +4,8 @@ runs forked from it that differ in row ``injection_row`` of the batch of step s.
 
 :class:`ForkDesign` is a :class:`~seedlab.config.Strict` config holding those fields (and their
 checks); it satisfies :class:`seedlab.lm.trainer.Settings`. A study's config derives from it and
-adds its own (the twins' conditions, the attribution bank's candidates and queries). Numbers the
+adds its own (the twins' conditions, the attribution bank's candidates and queries); what its
+runs differ in are arms (forks/arms.py). Numbers the
 twins paper does not state carry a ``(not stated)`` comment; docs/assumptions.md lists them.
 """
 
@@ -16,7 +17,7 @@ from pydantic import Field, model_validator
 
 from seedlab.config import Strict
 from seedlab.lm.model import PRESETS, GPTConfig
-from seedlab.lm.schedule import default_warmup
+from seedlab.lm.schedule import default_warmup, midpoint
 
 Pos = Annotated[int, Field(gt=0)]
 
@@ -30,6 +31,7 @@ class ForkDesign(Strict):
     batch_size: Pos = 16  # rows per batch, over all ranks (paper: 256)
     micro_batch: Pos | None = None  # rows per forward/backward on one rank (gradient accumulation); null: all of them
     injection_step: int = 100  # updates completed before the injected batch (paper: 200)
+    midpoint: Pos | None = None  # the "mid-point" checkpoint / horizon (updates completed); null: half-way from s to the end (not stated)
     injection_row: int = 0  # which row of that batch is replaced (under torchrun: in rank row // (batch/world))
     peak_lr: float = 6e-4  # (paper: 6e-4)
     min_lr: float = 6e-5  # end of the cosine decay (not stated)
@@ -51,6 +53,9 @@ class ForkDesign(Strict):
             raise ValueError(f"injection_step: must be inside the run (1 .. {self.steps - 1}), got {self.injection_step}")
         if not 0 <= self.injection_row < self.batch_size:
             raise ValueError(f"injection_row: must be in 0 .. {self.batch_size - 1}, got {self.injection_row}")
+        if self.midpoint is not None and not self.injection_step < self.midpoint < self.end:
+            raise ValueError(f"midpoint: must be between the injection step and the end "
+                             f"({self.injection_step + 1} .. {self.end - 1}), got {self.midpoint}")
         if not self.seeds:
             raise ValueError("seeds: name at least one")
         if self.replicas is not None:
@@ -65,6 +70,16 @@ class ForkDesign(Strict):
     def warmup_steps(self) -> int:
         """The warm-up's length: ``warmup``, else up to the injection step (so it runs at peak LR)."""
         return self.warmup or default_warmup(self.injection_step)
+
+    @property
+    def end(self) -> int:
+        """The last update trained (a study may stop before the schedule's end)."""
+        return self.steps
+
+    @property
+    def mid(self) -> int:
+        """The mid-point (updates completed): ``midpoint``, else half-way from s to the end."""
+        return midpoint(self.injection_step, self.end, self.midpoint)
 
     @property
     def replica_seeds(self) -> list[int]:

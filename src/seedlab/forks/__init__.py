@@ -1,0 +1,10 @@
+"""The fork design, once: one GPT per seed, a shared prefix to the fork step s, and runs forked
+from it that differ in what some batches carry (or in a perturbation of the weights), checked bit
+for bit. The twins study and the attribution bank are such designs; a new one declares its arms.
+
+- design.py   :class:`ForkDesign`, the config fields every fork design shares
+- arms.py     :class:`Arm`: one run of a seed as data (injections ``{(step, row): tokens}``, a perturbation)
+- prefix.py   the shared prefix, ``advance_to``, the replica control and hash comparisons
+- folders.py  the design's folder and its runs' folders, the folder policy (claim), the environment, open_design
+- loop.py     ``run_design``: per seed the prefix, each arm, the replica control, the integrity record
+"""

@@ -1,0 +1,123 @@
+"""An arm: one run of a seed, declared as data — the twin plus what differs from it.
+
+A fork design trains, per seed, a shared prefix to the fork step s and then one run per arm:
+
+- the **twin** (:data:`TWIN`): nothing differs; every batch is the ordinary batch of (seed, step);
+- an **injection** arm: at step t, row r of the batch carries given tokens
+  (``injections={(t, r): tokens}``). One text in one row at s is a twins condition or an
+  attribution candidate; the same text at s, s + 10 and s + 20, or two texts in two rows of one
+  batch, are a few more entries;
+- a **perturbation** arm: at step s the weights move by a given delta (``{tensor: delta}``) just
+  before that step's update, after its record (so the arm is bitwise the twin up to and at s).
+
+:func:`check_arms` refuses, in one line, an arm that cannot run: a name that is not a folder name
+or is used twice, an injection before the fork or after the end or into a row the batch does not
+have, a text that does not fit a row, a delta for a tensor the model does not have (or of another shape).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from seedlab.errors import SeedlabError
+
+#: an arm's name is a folder name: letters, digits, '.', '_', '-'
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """The weights moved by ``delta`` ({state_dict key: tensor of the same shape}) at ``step``,
+    just before that step's update. ``what`` says what it is, for the records."""
+
+    step: int
+    delta: Mapping[str, torch.Tensor]
+    what: str = "perturbation"
+
+    def record(self) -> dict:
+        """JSON: the step, what it is, and each delta's norm and SHA-256 (the tensors themselves are not kept)."""
+        from seedlab.store import tensor_hashes
+
+        return {"step": self.step, "what": self.what, "sha256": tensor_hashes(self.delta),
+                "norm": float(torch.sqrt(sum((d.double() ** 2).sum() for d in self.delta.values())))}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One run of a seed: ``name`` (its folder), the rows it injects and the perturbation it applies."""
+
+    name: str
+    injections: Mapping[tuple[int, int], Sequence[int]] = field(default_factory=dict)  # {(step, row): token ids}
+    perturbation: Perturbation | None = None
+
+    @property
+    def is_twin(self) -> bool:
+        """Nothing differs from the ordinary run."""
+        return not self.injections and self.perturbation is None
+
+    def rows_at(self, step: int) -> dict[int, Sequence[int]] | None:
+        """``{row: token ids}`` injected into the batch of ``step`` (None: the ordinary batch)."""
+        rows = {r: tokens for (t, r), tokens in self.injections.items() if t == step}
+        return rows or None
+
+    def perturb(self, model: torch.nn.Module, step: int) -> None:
+        """Apply the perturbation if it is due at ``step`` (in place, exactly: ``w += delta``)."""
+        p = self.perturbation
+        if p is None or p.step != step:
+            return
+        state = model.state_dict()
+        with torch.no_grad():
+            for name, d in p.delta.items():
+                state[name].add_(d.to(state[name].device, state[name].dtype))
+
+    def record(self) -> dict:
+        """JSON: what differs (each injection's step, row, length and the SHA-256 of its tokens)."""
+        inj = [{"step": t, "row": r, "tokens": len(ids), "sha256": hashlib.sha256(str(list(ids)).encode()).hexdigest()}
+               for (t, r), ids in sorted(self.injections.items())]
+        return {"name": self.name, "injections": inj,
+                "perturbation": None if self.perturbation is None else self.perturbation.record()}
+
+
+#: the run every other arm is compared with
+TWIN = Arm("twin")
+
+
+def injection(name: str, tokens: Sequence[int], step: int, row: int) -> Arm:
+    """The usual arm: ``tokens`` in row ``row`` of the batch of ``step``."""
+    return Arm(name, {(step, row): list(tokens)})
+
+
+def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, block_size: int,
+               shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+    """Every arm can run in a design forked at ``fork`` that trains to ``end``, with batches of
+    ``batch_size`` rows of ``block_size`` tokens (``shapes``: the model's {tensor: shape}, to check
+    deltas against); else a one-line :class:`SeedlabError`. Nothing is written before this passes."""
+    from seedlab.lm.batches import check_passage
+
+    seen: set[str] = set()
+    for arm in arms:
+        if not NAME.match(arm.name):
+            raise SeedlabError(f"arm name: letters, digits, '.', '_' and '-' only (a folder name), got {arm.name!r}")
+        if arm.name in seen:
+            raise SeedlabError(f"arms: two arms are named {arm.name!r} (each arm is one run folder)")
+        seen.add(arm.name)
+        for (t, r), ids in arm.injections.items():
+            if not fork <= t < end:
+                raise SeedlabError(f"arm {arm.name}: injects at step {t}, outside the forked run "
+                                   f"(steps {fork} .. {end - 1}: the fork step to the last update)")
+            if not 0 <= r < batch_size:
+                raise SeedlabError(f"arm {arm.name}: injects into row {r}, but a batch has rows 0 .. {batch_size - 1}")
+            check_passage(len(ids), block_size, f"arm {arm.name} (step {t}, row {r})")
+        p = arm.perturbation
+        if p is not None:
+            if not fork <= p.step < end:
+                raise SeedlabError(f"arm {arm.name}: perturbs at step {p.step}, outside the forked run ({fork} .. {end - 1})")
+            for name, d in p.delta.items():
+                if shapes is not None and tuple(shapes.get(name, ())) != tuple(d.shape):
+                    why = "the model has no such tensor" if name not in shapes else f"its shape is {tuple(shapes[name])}"
+                    raise SeedlabError(f"arm {arm.name}: a delta for {name!r} of shape {tuple(d.shape)} ({why})")

@@ -1,0 +1,275 @@
+"""A fork design's folder: where its files live, when a folder may be used, the environment it
+was trained in, and how later stages open it. How each byte is written and checked: store.py.
+
+The layout every fork design shares (a study's rundir.py subclasses these with its own files)::
+
+    DIR/config.json                     the resolved config (and how it is run)
+    DIR/inputs.json                     the corpus's hashes and the injected texts (checked on resume)
+    DIR/environment.json                torch, CUDA, device, precision, threads, deterministic settings
+    DIR/seed-<k>/prefix.safetensors     the shared prefix's complete state at the fork step
+    DIR/seed-<k>/<arm>/                 one run (:class:`RunFolder`): step-<t>.safetensors, manifest.json,
+                                        losses.parquet, state.safetensors (resume), done.json
+    DIR/seed-<k>/replica/               the replica control: the twin trained again (hashes only)
+    DIR/integrity.json                  what the runs were shown to be (identical before s, deterministic after)
+    DIR/report.md, DIR/*.png            the report
+
+- :meth:`DesignFolder.claim` — the folder policy: an absent or empty folder starts a design; the
+  same design (config.json) resumes; anything else is refused unless ``force`` (which removes it).
+- :meth:`DesignFolder.check_environment` — bitwise identity is promised on one environment only:
+  resuming under another is refused in one line unless the user allows it (``--allow-env-change``).
+- :func:`open_design` — config, inputs and the corpus (moved? re-prepared?) of a design on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seedlab.errors import SeedlabError
+from seedlab.lm.distributed import World
+from seedlab.store import is_done, mark_done, read_manifest, read_verified, write_json, write_json_if_changed
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """The files of one training run of a fork design (a twins condition, an attribution bank's
+    twin or candidate, a replica), named as every study's contract names them::
+
+        step-<t>.safetensors   weights after t updates (state_dict keys)
+        manifest.json          {t: {tensor: SHA-256}} of every saved or hashed step
+        losses.parquet         (step, loss) of every update
+        state.safetensors      the complete training state at the last checkpoint (resume; removed at the end)
+        final.safetensors      the complete state at the end (kept only when the design asks)
+        done.json              written last: the run finished
+    """
+
+    path: Path
+
+    def checkpoint(self, step: int) -> Path:
+        """Weights after ``step`` updates."""
+        return self.path / f"step-{step}.safetensors"
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / "manifest.json"
+
+    @property
+    def losses(self) -> Path:
+        return self.path / "losses.parquet"
+
+    @property
+    def state(self) -> Path:
+        """The complete training state at the last checkpoint (removed when the run finishes)."""
+        return self.path / "state.safetensors"
+
+    @property
+    def final_state(self) -> Path:
+        """The complete training state at the end (kept when the design asks for it)."""
+        return self.path / "final.safetensors"
+
+    @property
+    def finished(self) -> bool:
+        return is_done(self.path)
+
+    def mark_finished(self, steps: int) -> None:
+        mark_done(self.path, {"steps": steps})
+
+    def read_manifest(self) -> dict[str, dict[str, str]]:
+        """``{step: {tensor: SHA-256}}`` of every step recorded so far (empty when there is none)."""
+        return read_manifest(self.manifest)
+
+    def weights(self, step: int) -> dict[str, Any]:
+        """Weights after ``step`` updates, every tensor's SHA-256 checked against manifest.json."""
+        expected = self.read_manifest().get(str(step))
+        if expected is None or not self.checkpoint(step).is_file():
+            raise SeedlabError(f"{self.path}: no checkpoint at step {step} (the run has not reached it)")
+        return read_verified(self.checkpoint(step), expected)[0]
+
+    def clear(self) -> None:
+        """Remove what an interrupted run left (it starts over from the prefix)."""
+        if self.path.exists():
+            shutil.rmtree(self.path)
+
+
+@dataclass(frozen=True)
+class DesignFolder:
+    """The top of a fork design's folder (see the module docstring). A study's rundir.py
+    subclasses it; :meth:`run` places an arm's run (default ``seed-<k>/<arm>``)."""
+
+    root: Path
+
+    #: the study and what it calls one design, in messages ("twins" "run", "attribution" "bank")
+    study = "fork"
+    noun = "design"
+    #: what the study calls one arm's run, in records ("condition", "run")
+    arm_word = "arm"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def inputs(self) -> Path:
+        return self.root / "inputs.json"
+
+    @property
+    def environment(self) -> Path:
+        return self.root / "environment.json"
+
+    def seed(self, seed: int) -> Path:
+        """The folder of one seed's runs."""
+        return self.root / f"seed-{seed}"
+
+    def prefix(self, seed: int) -> Path:
+        """The shared prefix's complete state at the fork step."""
+        return self.seed(seed) / "prefix.safetensors"
+
+    def run(self, seed: int, arm: str) -> RunFolder:
+        """One arm's run of one seed."""
+        return RunFolder(self.seed(seed) / arm)
+
+    def replica(self, seed: int) -> RunFolder:
+        """The replica control of a seed: its twin trained a second time (hashes, no weight files)."""
+        return RunFolder(self.seed(seed) / "replica")
+
+    @property
+    def integrity(self) -> Path:
+        return self.root / "integrity.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    def figure(self, name: str) -> Path:
+        return self.root / name
+
+    def read_config(self) -> dict:
+        """config.json; a folder without it is not such a design (a one-line error)."""
+        if not self.config.is_file():
+            a = "an" if self.study[0] in "aeiou" else "a"
+            raise SeedlabError(f"{self.root}: not {a} {self.study} {self.noun} folder (no config.json)")
+        return json.loads(self.config.read_text())
+
+    def read_inputs(self) -> dict:
+        """inputs.json; a folder without it was never started here (a one-line error)."""
+        if not self.inputs.is_file():
+            raise SeedlabError(f"{self.root}: no inputs.json (an unfinished, foreign or older folder: run it again)")
+        return json.loads(self.inputs.read_text())
+
+    # ----------------------------------------------------------------------- before the first step
+
+    def upgrade(self, old: dict) -> dict:
+        """A config.json written by an older seedlab, as today's record would read (a study fills
+        in the fields its config gained since); compared by :meth:`claim`."""
+        return old
+
+    def claim(self, record: Mapping[str, Any], *, force: bool, world: World = World()) -> None:
+        """The folder policy, before anything is written: a folder holding another design (its
+        config.json, as :meth:`upgrade` reads it, differs from ``record``) is refused in one line unless
+        ``force``, which removes it whatever it holds; the same design, interrupted, resumes."""
+        out = self.root
+        if not (out.exists() and any(out.iterdir())):
+            return
+        old = json.loads(self.config.read_text()) if self.config.is_file() else None
+        if (old is None or self.upgrade(old) != dict(record)) and not force:
+            what = (f"another {self.study} design (config.json differs)" if old is not None
+                    else f"something else than a {self.study} design")
+            raise SeedlabError(f"--out: {out} holds {what}; use another folder, or --force to overwrite it")
+        world.barrier()  # every rank has compared before rank 0 removes anything
+        if force and world.main:
+            shutil.rmtree(out)
+
+    def started_inputs(self, inputs: Mapping[str, Any]) -> dict | None:
+        """The inputs.json of a design started before (None: a new one), after checking that
+        ``inputs`` (the same keys) name the same corpus: its hashes and end-of-text id."""
+        if not self.inputs.is_file():
+            return None
+        old = json.loads(self.inputs.read_text())
+        if old.get("corpus_sha256") != inputs["corpus_sha256"] or old.get("eot_id") != inputs["eot_id"]:
+            raise SeedlabError(f"corpus: {inputs['corpus']} is not the corpus {self.root} was started with "
+                               "(its hashes differ: re-prepared?); use that corpus, or --force to start over")
+        return old
+
+    def check_environment(self, env: Mapping[str, Any], *, allow_change: bool) -> None:
+        """A design started before resumes only in the environment it started in (torch, CUDA,
+        device, precision, threads, deterministic settings): bitwise identity is promised on one
+        environment. Another is refused in one line unless ``allow_change``. Nothing is written here."""
+        if not self.environment.is_file():
+            return  # a new design, or one from a seedlab that did not record it (nothing to compare)
+        first = json.loads(self.environment.read_text())["environment"]
+        changed = [k for k in sorted(set(first) | set(env)) if first.get(k) != env.get(k)]
+        if changed and not allow_change:
+            k = changed[0]
+            raise SeedlabError(f"environment: {self.root} was started with {k} = {first.get(k)!r}, now {env.get(k)!r} "
+                               "(bitwise identity holds on one environment only); resume it there, or pass "
+                               "--allow-env-change to go on and have the change recorded")
+
+    def start(self, record: Mapping[str, Any], inputs: Mapping[str, Any], env: Mapping[str, Any]) -> None:
+        """Once every input is checked, before the first step: config.json and inputs.json, each
+        written once (a resumed design leaves them untouched), and environment.json (a resume
+        under another environment, allowed, is appended to its ``changes``)."""
+        write_json_if_changed(self.config, record)
+        if not self.inputs.is_file():
+            write_json(self.inputs, inputs)
+        if not self.environment.is_file():
+            write_json(self.environment, {"environment": dict(env), "changes": []})
+            return
+        old = json.loads(self.environment.read_text())
+        last = (old["changes"] or [old["environment"]])[-1]
+        if dict(env) != last:
+            write_json(self.environment, old | {"changes": [*old["changes"], dict(env)]})
+
+
+def environment(device: torch.device, precision: str) -> dict[str, Any]:
+    """What the bits of a run depend on besides its config: torch and CUDA versions, the device
+    (and the CPU's kernel capability), precision, CPU threads and the deterministic settings.
+    Called after :func:`seedlab.lm.determinism.settle`."""
+    from seedlab.lm.determinism import settings
+
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "precision": precision,
+        "threads": torch.get_num_threads(),
+        **settings(),
+    }
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """A fork design on disk as later stages read it: its config (parsed), its inputs.json record,
+    and its corpus (opened, hashes compared)."""
+
+    cfg: Any  # the study's config
+    inputs: dict
+    corpus: Any  # seedlab.corpus.Corpus
+
+
+def open_design(folder: DesignFolder, parse: Callable[[dict], Any], corpus: str | Path | None = None) -> OnDisk:
+    """Read a design folder's config (``parse(record)``: the study's config, or a one-line error)
+    and inputs, and open its corpus (``corpus``: where it is now, if it moved), checking its hashes
+    against the design's. A folder that is not such a design, or a corpus that is not the one
+    trained on, is a one-line error."""
+    from seedlab.corpus import load
+
+    cfg = parse(folder.read_config())
+    inputs, noun = folder.read_inputs(), folder.noun
+    path = Path(corpus or inputs["corpus"])
+    if not (path / "meta.json").is_file():
+        how = "pass --corpus" if corpus else f"the corpus has moved since the {noun} was trained: pass --corpus"
+        raise SeedlabError(f"corpus: no prepared corpus at {str(path)!r} ({how})")
+    c = load(path, verify=False)
+    want = inputs.get("corpus_sha256")
+    if want and {k: v["sha256"] for k, v in c.meta["splits"].items()} != want:
+        raise SeedlabError(f"corpus: {path} is not the corpus this {noun} was trained on (hashes differ)")
+    return OnDisk(cfg, inputs, c)

@@ -1,0 +1,353 @@
+"""The fork design's one run loop: per seed the shared prefix, each arm, the replica control and
+the integrity record.
+
+    for seed in design.seeds:
+        prefix = SharedPrefix(...)                 # steps 0 .. s-1, trained once, kept
+        twin, then a short replica                 # fails fast: the first recorded steps after s, twice
+        every other arm                            # forked from the prefix (or resumed, or read back)
+        the replica control to the end             # bitwise the twin at every recorded step, or stop
+        integrity[seed] = what was shown
+
+What a run keeps on disk is data (:class:`Recording`); what else happens at its steps — a progress
+bar, the loss of some texts at some horizons, a check against the twin — is an :class:`Observer`.
+Every file goes through the design's folder (forks/folders.py) and store.py. Under torchrun
+(``world``) every rank runs the same loop on its rows of each batch; rank 0 writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+
+from seedlab.errors import SeedlabError
+from seedlab.forks.arms import Arm, check_arms
+from seedlab.forks.design import ForkDesign
+from seedlab.forks.folders import DesignFolder, RunFolder
+from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, replica_control
+from seedlab.lm.determinism import nondeterminism_is_an_error
+from seedlab.lm.distributed import World
+from seedlab.lm.model import GPT
+from seedlab.lm.trainer import Trainer
+from seedlab.progress import Bar
+from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
+
+Manifest = dict[str, dict[str, str]]  # {str(step): {tensor: SHA-256}}
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What every run of a design keeps on disk (besides losses.parquet and done.json)."""
+
+    hashed: Mapping[str, frozenset[int]]  # arm name -> steps whose weight hashes manifest.json holds (the replica checks the twin's)
+    saved: Mapping[str, frozenset[int]] = field(default_factory=dict)  # arm name -> steps whose weights are written
+    resume: bool = False  # the complete state at every saved step: an interrupted run resumes there (else: from the prefix)
+    losses_from: int = 0  # the first step losses.parquet holds (0: the prefix's losses too)
+    keep_final: bool = False  # the complete state at the end stays (final.safetensors)
+    keep_prefix: bool = True  # the prefix's complete state stays once every run of its seed is done
+
+
+class Observer:
+    """What happens beside training; every hook does nothing unless a subclass says otherwise."""
+
+    def started(self, total: int) -> None:
+        """The design begins: ``total`` updates to train (those done before an interruption included)."""
+
+    def run(self, label: str, steps: int, done: int = 0) -> None:
+        """A run (or the prefix) starts: ``steps`` updates, ``done`` of them before an interruption."""
+
+    def step(self, label: str) -> None:
+        """One update done."""
+
+    def skip(self, steps: int) -> None:
+        """``steps`` updates done before an interruption (a finished run or prefix read back)."""
+
+    def stops(self, seed: int, arm: Arm) -> set[int]:
+        """Steps at which :meth:`visit` sees this run's weights."""
+        return set()
+
+    def visit(self, seed: int, arm: Arm, trainer: Trainer) -> None:
+        """The weights after ``trainer.step`` updates of this run (before a perturbation due then)."""
+
+    def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
+        """The run is done (before its done marker); returns what the seed's integrity record gains, if anything."""
+        return None
+
+
+class Observers(Observer):
+    """Several observers as one, called in order."""
+
+    def __init__(self, *observers: Observer):
+        self.observers = observers
+
+    def started(self, total: int) -> None:
+        for o in self.observers:
+            o.started(total)
+
+    def run(self, label: str, steps: int, done: int = 0) -> None:
+        for o in self.observers:
+            o.run(label, steps, done)
+
+    def step(self, label: str) -> None:
+        for o in self.observers:
+            o.step(label)
+
+    def skip(self, steps: int) -> None:
+        for o in self.observers:
+            o.skip(steps)
+
+    def stops(self, seed: int, arm: Arm) -> set[int]:
+        return set().union(*(o.stops(seed, arm) for o in self.observers))
+
+    def visit(self, seed: int, arm: Arm, trainer: Trainer) -> None:
+        for o in self.observers:
+            o.visit(seed, arm, trainer)
+
+    def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
+        out = {k: v for o in self.observers for k, v in (o.finished(seed, arm, where, manifest) or {}).items()}
+        return out or None
+
+
+class ProgressBar(Observer):
+    """The design's progress on a :class:`~seedlab.progress.Bar`: every update, and a line for the run in progress."""
+
+    def __init__(self, bar: Bar):
+        self.bar = bar
+
+    def started(self, total: int) -> None:
+        self.bar.set_total(total)
+
+    def run(self, label: str, steps: int, done: int = 0) -> None:
+        self.bar.start_sub(label, steps, done)
+
+    def step(self, label: str) -> None:
+        self.bar.step(label)
+
+    def skip(self, steps: int) -> None:
+        self.bar.advance(steps)
+
+
+@dataclass
+class Design:
+    """One design's run: what it trains (``cfg``, the GPT config, the corpus's tokens), where
+    (``folder``), its arms per seed (the twin first), what it records, and who watches."""
+
+    cfg: ForkDesign
+    gcfg: object  # seedlab.lm.model.GPTConfig
+    tokens: object  # the corpus's training tokens
+    pad_id: int
+    folder: DesignFolder
+    arms: Callable[[int], Sequence[Arm]]  # seed -> its arms (the twin first)
+    recording: Recording
+    observer: Observer = field(default_factory=Observer)
+    world: World = field(default_factory=World)
+    independent: bool = False  # the audit: every arm trains its own prefix; hashes compared at s
+    start: Callable[[], None] = lambda: None  # writes the folder's first files (config, inputs...), once the arms are checked
+
+
+def run_design(d: Design) -> tuple[dict, pd.DataFrame]:
+    """Train (or finish) every seed's arms and replica controls; returns (integrity record,
+    every run's losses with ``seed`` and ``arm`` columns). Every seed's arms are checked first
+    (forks/arms.py ``check_arms``: a one-line error, nothing written), then ``d.start()`` writes
+    the folder's first files (rank 0); integrity.json is written at the end."""
+    cfg, s = d.cfg, d.cfg.injection_step
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in GPT(d.gcfg).state_dict().items()}
+    for seed in cfg.seeds:  # bad arms are refused before anything is written
+        check_arms(d.arms(seed), fork=s, end=cfg.end, batch_size=cfg.batch_size, block_size=d.gcfg.block_size,
+                   shapes=shapes)
+    if d.world.main:
+        d.start()
+    d.world.barrier()
+    integrity: dict = {"mode": "independent" if d.independent else "fork", "seeds": {}}
+    frames = []
+    d.observer.started(_total(d))
+    with nondeterminism_is_an_error():
+        for seed in cfg.seeds:
+            arms = list(d.arms(seed))
+            new_trainer = lambda seed=seed: Trainer(cfg, d.gcfg, seed, d.tokens, d.world)  # at the seed's init
+            start, at_s = _starts(d, seed, arms, new_trainer)
+            w = d.folder.arm_word
+            record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s"
+                            if d.independent else f"by construction: every {w} forked from one copy of the prefix"}
+            replica = _Replica(d, seed, start) if seed in cfg.replica_seeds else None
+            for i, arm in enumerate(arms):
+                manifest, losses, extra = run_arm(d, seed, arm, start)
+                at_s[arm.name] = manifest[str(s)]
+                frames.append(losses.assign(seed=seed, arm=arm.name))
+                record |= extra or {}
+                if i == 0 and replica is not None:
+                    record |= {"replica_early": replica.check(manifest, through_first=True)} if not replica.done else {}
+            check_identical(at_s, f"seed {seed}", s)
+            if replica is not None:
+                record["replica"] = replica.finish()
+            integrity["seeds"][str(seed)] = record
+            if not (d.independent or d.recording.keep_prefix) and d.world.main:
+                d.folder.prefix(seed).unlink(missing_ok=True)  # every fork of it is done
+    if d.world.main:
+        write_json(d.folder.integrity, integrity)
+    d.world.barrier()
+    return integrity, pd.concat(frames, ignore_index=True)
+
+
+def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer, list[float]]]):
+    """One seed x arm to the end, or read back when finished; returns (manifest, losses frame,
+    what the observer adds to the seed's integrity record)."""
+    cfg, rec, where, label = d.cfg, d.recording, d.folder.run(seed, arm.name), f"seed {seed} {arm.name}"
+    finished, resumable = where.finished, rec.resume and where.state.is_file()
+    manifest = where.read_manifest() if (finished or resumable) else {}
+    d.world.barrier()  # every rank has looked at the folder before rank 0 writes to it
+    if finished:  # before an interruption
+        d.observer.skip(cfg.end - cfg.injection_step)
+        return manifest, pd.read_parquet(where.losses), d.observer.finished(seed, arm, where, manifest)
+    if resumable:
+        trainer = Trainer(cfg, d.gcfg, seed, d.tokens, d.world)
+        losses = trainer.load_state(where.state, manifest)
+        d.observer.run(label, cfg.end - cfg.injection_step, trainer.step - cfg.injection_step)
+    else:
+        if d.world.main:
+            where.clear()  # what an interruption left before the first resume point
+        trainer, losses = start(label)
+    hashed, saved = rec.hashed.get(arm.name, frozenset()), rec.saved.get(arm.name, frozenset())
+    watched, before = d.observer.stops(seed, arm), set(manifest)  # recorded before an interruption
+
+    def visit(tr: Trainer) -> None:
+        t = tr.step
+        if str(t) not in before:
+            if t in hashed | saved:
+                manifest[str(t)] = tensor_hashes(tr.weights())
+                d.world.check_same(manifest[str(t)], f"seed {seed}, {arm.name}, step {t}")
+            if t in saved:
+                _save(d, where, tr, losses, manifest)
+        if t in watched:
+            d.observer.visit(seed, arm, tr)
+
+    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=hashed | saved | watched, visit=visit,
+               on_step=lambda: d.observer.step(label), losses=losses)
+    frame = pd.DataFrame({"step": range(rec.losses_from, len(losses)), "loss": losses[rec.losses_from:]})
+    extra = d.observer.finished(seed, arm, where, manifest)
+    if d.world.main:
+        write_parquet(where.losses, frame)
+        write_json(where.manifest, manifest)
+        if rec.keep_final:
+            where.state.replace(where.final_state)  # saved at the final step, a saved step
+        where.mark_finished(cfg.end)
+        where.state.unlink(missing_ok=True)
+    return manifest, frame, extra
+
+
+def _save(d: Design, where: RunFolder, tr: Trainer, losses: list[float], manifest: Manifest) -> None:
+    """The weights after ``tr.step`` updates, the manifest so far, then (a resumable design) the
+    complete state: last, the resume point."""
+    if not d.world.main:
+        return
+    write_safetensors(where.checkpoint(tr.step), tr.weights(), {"step": str(tr.step), "seed": str(tr.seed),
+                                                                 "run": where.path.name})
+    if d.recording.resume:
+        write_json(where.manifest, manifest)
+        tr.save_state(where.state, losses)
+
+
+def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Trainer]):
+    """How a seed's runs start: a copy of the shared prefix at s, or (the independent audit) each
+    arm's own prefix — trained here first, for every arm, saved at s and compared as each arrives.
+    Returns (start(label) -> (trainer at s, losses), {arm: hashes at s} known so far)."""
+    s, obs = d.cfg.injection_step, d.observer
+    if d.independent:
+        if not d.recording.resume or any(s not in d.recording.saved.get(a.name, ()) for a in arms):
+            raise SeedlabError("independent: every arm must save a resumable state at the injection step")
+
+        def own(label: str) -> tuple[Trainer, list[float]]:
+            trainer = new_trainer()
+            obs.run(label, d.cfg.end)
+            return trainer, advance_to(trainer, s, on_step=lambda: obs.step(label))
+
+        at_s: dict[str, dict[str, str]] = {}
+        for arm in arms:
+            where = d.folder.run(seed, arm.name)
+            manifest = where.read_manifest()
+            d.world.barrier()
+            if str(s) not in manifest:
+                trainer, losses = own(f"seed {seed} {arm.name}")
+                manifest[str(s)] = tensor_hashes(trainer.weights())
+                _save(d, where, trainer, losses, manifest)
+            else:
+                obs.skip(s)  # reached before an interruption
+            at_s[arm.name] = manifest[str(s)]
+            check_identical(at_s, f"seed {seed}", s)
+        return own, at_s
+    prefix = SharedPrefix(d.folder.prefix(seed), new_trainer, s, world=d.world,
+                          on_step=lambda: obs.step(f"seed {seed}: shared prefix"))
+    if prefix.saved:
+        obs.skip(s)  # trained before an interruption
+    else:
+        obs.run(f"seed {seed} shared prefix", s)  # trained when the first arm forks it
+
+    def fork(label: str) -> tuple[Trainer, list[float]]:
+        trainer, losses = prefix.fork()
+        obs.run(label, d.cfg.end - s)
+        return trainer, losses
+
+    return fork, {}
+
+
+class _Replica:
+    """The replica control of one seed: the twin trained a second time from the same start. It
+    runs in two stretches — through the twin's first recorded step after s, right after the twin
+    (a non-deterministic kernel is caught in minutes, before any other arm), then to the end — and
+    its weights must hash as the twin's at every recorded step, or a one-line error stops the design.
+    Writes only its record (``replica/manifest.json``) and done marker."""
+
+    def __init__(self, d: Design, seed: int, start):
+        self.d, self.seed, self.start = d, seed, start
+        self.where = d.folder.replica(seed)
+        self.trainer: Trainer | None = None
+        self.twin: Manifest = {}
+        self.compared: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        """It finished before an interruption."""
+        return self.where.finished
+
+    def check(self, twin: Manifest, *, through_first: bool = False) -> dict:
+        """Train the replica through the twin's first recorded step after s (``through_first``)
+        or to the end, comparing on the way; returns the steps compared in this stretch."""
+        d, label = self.d, f"seed {self.seed}: replica control"
+        if self.trainer is None:
+            self.twin = twin
+            self.trainer, _ = self.start(f"seed {self.seed} replica control")
+        s, end = d.cfg.injection_step, d.cfg.end
+        d.observer.run(f"seed {self.seed} replica control", end - s, self.trainer.step - s)
+        after = sorted(int(t) for t in twin if int(t) > self.trainer.step)
+        stop = after[0] if through_first and after else end
+        todo = {t: h for t, h in twin.items() if (self.trainer.step == s and int(t) == s) or self.trainer.step < int(t) <= stop}
+        steps = replica_control(self.trainer, todo, stop, what=f"seed {self.seed}: the replica control",
+                                repeats="the twin", on_step=lambda: d.observer.step(label), world=d.world)
+        self.compared += steps
+        return {"bitwise_equal_to_twin": True, "steps_compared": steps}
+
+    def finish(self) -> dict:
+        """The rest of the replica, to the end; returns its record (read back when it finished before)."""
+        if self.done:
+            self.d.observer.skip(self.d.cfg.end - (0 if self.d.independent else self.d.cfg.injection_step))
+            return self.where.read_manifest()["record"]
+        self.check(self.twin)
+        record = {"bitwise_equal_to_twin": True, "steps_compared": self.compared}
+        if self.d.world.main:
+            write_json(self.where.manifest, {"record": record})
+            self.where.mark_finished(self.d.cfg.end)
+        return record
+
+
+def _total(d: Design) -> int:
+    """Updates the whole design trains: every seed's prefix (or, independent, each arm's own), its
+    arms and its replica control."""
+    cfg, s = d.cfg, d.cfg.injection_step
+    total = 0
+    for seed in cfg.seeds:
+        runs = len(d.arms(seed)) + (seed in cfg.replica_seeds)
+        total += (0 if d.independent else s) + runs * (cfg.end - (0 if d.independent else s))
+    return total

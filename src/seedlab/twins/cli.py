@@ -1,0 +1,113 @@
+"""``seedlab twins``: the twins study's commands. Each imports what it runs, so that
+``seedlab --help`` stays fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+#: the study's presets: ``seedlab presets`` lists them; every CONFIG argument takes one's name
+PRESETS = "twins"
+
+app = typer.Typer(no_args_is_help=True)  # its line in `seedlab --help` is its entry in seedlab.cli.STUDIES
+
+
+@app.command("run")
+def twins_run(
+    config: Annotated[str, typer.Argument(help="twins config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
+    out: Annotated[Path, typer.Option(help="run folder: seed-<k>/<condition>/step-<t>.safetensors")],
+    independent: Annotated[bool, typer.Option(help="audit: train every condition's prefix from scratch and compare hashes")] = False,
+    set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set steps=50")] = [],  # noqa: B006
+    force: Annotated[bool, typer.Option(help="overwrite an existing run")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    allow_env_change: Annotated[bool, typer.Option(help="resume under another environment (torch, device, threads...) than the run started in; recorded in environment.json")] = False,
+) -> None:
+    """Train the twins design: per seed a shared prefix, then every condition forked at the injection step.
+
+    Under torchrun (e.g. torchrun --nproc-per-node 2 -m seedlab twins run ...) the ranks split every batch."""
+    from seedlab.config import load_config
+    from seedlab.lm.distributed import init_world
+    from seedlab.twins.config import TwinsConfig
+    from seedlab.twins.rundir import RunDir, run_record
+    from seedlab.twins.train import run_twins
+
+    cfg, base = load_config(TwinsConfig, PRESETS, config, set_)
+    world = init_world()
+    record = run_record(cfg, independent=independent, world=world)
+    RunDir(out).claim(record, force=force, world=world)  # another run refused; the same one resumes
+    df = run_twins(cfg, out, base=base, independent=independent, progress=progress, world=world,
+                   allow_env_change=allow_env_change)
+    if world.main:
+        how = ("checked: every tensor's SHA-256 equal across conditions" if independent else
+               "by construction: every condition forked from one copy of the shared prefix")
+        reps = ", ".join(f"seed {k}" for k in cfg.replica_seeds)
+        typer.echo(f"{df.groupby(['seed', 'condition']).ngroups} runs -> {out}\n"
+                   f"identical at step {cfg.injection_step}: {how}\n"
+                   f"deterministic after it: the replica control ({reps}: the twin trained again) is bitwise equal at every checkpoint")
+
+
+@app.command("measure")
+def twins_measure(
+    run: Annotated[Path, typer.Argument(help="a twins run folder (seedlab twins run --out)")],
+    corpus: Annotated[Path | None, typer.Option(help="the prepared corpus, if it moved since the run")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Barrier, held-out CE, distance, CKA and passage CE of every condition against its twin, and between seeds."""
+    from seedlab.twins.measure import measure
+    from seedlab.twins.rundir import RunDir
+
+    out = measure(run, corpus=corpus, device=device, progress=progress)
+    m = out["measures"]
+    where = RunDir(run).measure_table("measures")
+    typer.echo(f"{(m.kind == 'injected').sum()} condition-vs-twin and {(m.kind == 'seed').sum()} seed-vs-seed comparisons -> {where}")
+
+
+@app.command("gradmatch")
+def twins_gradmatch(
+    run: Annotated[Path, typer.Argument(help="a twins run folder (its twins' checkpoints at the injection step)")],
+    fabricated: Annotated[list[Path], typer.Option(help="a candidate fabricated-subject passage file (repeatable)")] = [],  # noqa: B006
+    attested: Annotated[list[Path], typer.Option(help="a candidate attested-subject passage file (repeatable)")] = [],  # noqa: B006
+    seed: Annotated[int | None, typer.Option(help="one of the run's seeds (default: every seed, and their mean)")] = None,
+    corpus: Annotated[Path | None, typer.Option(help="the prepared corpus, if it moved since the run")] = None,
+) -> None:
+    """Full-batch gradient deltas of candidate passages at the injection step, and the best-matched
+    fabricated x attested pair (smallest relative norm difference). Writes RUN/gradmatch.parquet.
+
+    A side with no candidates given is the run's own passage, as it was trained."""
+    from seedlab.twins.gradmatch import match
+
+    cands = {k: v for k, v in {"fluent-fabricated": fabricated, "fluent-attested": attested}.items() if v}
+    res = match(run, cands, seed=seed, corpus=corpus)
+    for _, r in res.mean.iterrows():
+        typer.echo(f"{r.fabricated} vs {r.attested}: |Δ| {r.norm_fabricated:.4g} vs {r.norm_attested:.4g}, "
+                   f"differ by {r.rel_norm_diff:.2%} (vectors {r.rel_vec_diff:.2%}, cosine {r.cosine:.4f})")
+    b = res.best
+    n = res.pairs["seed"].dropna().nunique()
+    typer.echo(f"best: {b.fabricated} vs {b.attested}, differ by {b.rel_norm_diff:.2%} (mean of {n} seed(s)) -> {res.path}")
+
+
+@app.command("export")
+def twins_export(
+    run: Annotated[Path, typer.Argument(help="a twins run folder")],
+    out: Annotated[Path, typer.Option(help="folder for config.json + model.safetensors (GPT2LMHeadModel)")],
+    seed: Annotated[int, typer.Option(help="which seed")],
+    condition: Annotated[str, typer.Option(help="twin | fluent-fabricated | fluent-attested | random-chars")] = "twin",
+    step: Annotated[int | None, typer.Option(help="updates completed (a saved checkpoint); default: the final step")] = None,
+    force: Annotated[bool, typer.Option(help="overwrite an existing folder")] = False,
+) -> None:
+    """Export one checkpoint (hash-checked) as a Hugging Face transformers GPT2LMHeadModel folder."""
+    from seedlab.twins.export import export_checkpoint
+
+    step = export_checkpoint(run, out, seed=seed, condition=condition, step=step, force=force)
+    typer.echo(f"{out}: GPT2LMHeadModel.from_pretrained({str(out)!r}) (seed {seed}, {condition}, step {step})")
+
+
+@app.command("report")
+def twins_report(run: Annotated[Path, typer.Argument(help="a measured twins run folder")]) -> None:
+    """Write report.md and PNG figures: the paper's numbers beside this run's, paired statistics, time course."""
+    from seedlab.twins.report import write_report
+
+    typer.echo(f"report: {write_report(run)}")
