@@ -90,6 +90,23 @@ def test_without_a_kept_prefix_the_update_columns_are_empty(run, tmp_path):
     assert res.pairs.row_cosine.notna().all()
 
 
+def test_the_process_is_settled_before_the_first_gradient(run, tmp_path, monkeypatch):
+    """gradmatch settles the process once (lm/determinism.py: the config's threads and, on CUDA, the
+    cuBLAS workspace and deterministic kernels), before any gradient is computed."""
+    from seedlab.twins import gradmatch
+
+    _, run_dir, _ = run
+    copy = _copy(run_dir, tmp_path / "run")
+    cfg = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps(cfg | {"threads": 1}))
+    calls = []
+    gradients = gradmatch.BatchGradients
+    monkeypatch.setattr(gradmatch, "settle", lambda device, threads: calls.append(("settle", device.type, threads)))
+    monkeypatch.setattr(gradmatch, "BatchGradients", lambda *a, **kw: calls.append(("gradients",)) or gradients(*a, **kw))
+    match(copy)
+    assert calls == [("settle", "cpu", 1), ("gradients",), ("gradients",)]
+
+
 def test_the_best_pair_is_the_closest(run):
     _, run_dir, files = run
     fab = [str(files["other"]), str(files["fab"])]

@@ -159,8 +159,8 @@ def test_measure_memory_does_not_grow_with_seeds(four_seeds, tmp_path, monkeypat
     is tracked by a weak reference; at each of those calls and at every held-out evaluation the
     bytes still alive are summed. The peak is the same whether 2 or 4 seeds are measured: measure
     keeps no seed's weights or residuals while it goes on (the seed-vs-seed baselines read the
-    twins' final weights again). Keeping each seed's final twin and residuals, as measure once did,
-    adds at least one weight set per seed."""
+    twins' final weights again). Keeping each seed's final twin and residuals instead would
+    add at least one weight set per seed."""
     from seedlab.twins import measure as measure_mod
     from seedlab.twins.rundir import Run
 

@@ -1,18 +1,14 @@
 """The twins report's figures, one function per figure: each draws from the measured files
-(``report.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
+(``twins.measure.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
 (title, file, caption), or a Fig without a file saying what it needs when the data are not there.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
-
-if TYPE_CHECKING:
-    from seedlab.twins.report import Measured
+from seedlab.twins.measure import Measured
 
 COLORS = {"fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green", "seed": "0.4"}
 

@@ -37,23 +37,22 @@ import numpy as np
 import pandas as pd
 import torch
 
+from seedlab.corpus import Corpus
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import check_passage, get_batch
+from seedlab.lm.determinism import settle
 from seedlab.lm.distributed import World
 from seedlab.lm.gradients import AdamStep, BatchGradients, pair_stats
 from seedlab.lm.model import GPT
 from seedlab.lm.trainer import Trainer
 from seedlab.store import write_parquet
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.rundir import open_run
+from seedlab.twins.rundir import Run, open_run
 
 #: candidate conditions, in the order pairs are formed (fabricated x attested)
 SIDES = ("fluent-fabricated", "fluent-attested")
 #: what gradmatch.parquet compares for each pair (the module docstring says what each is)
 PAIR_COLUMNS = ("rel_norm_diff", "rel_vec_diff", "cosine", "row_rel_norm_diff", "row_cosine", "adam_rel_norm_diff", "adam_cosine")
-
-
-# --------------------------------------------------------------------------- a run folder
 
 
 @dataclass
@@ -90,76 +89,123 @@ def match(
     ``loss_check``: compare the ordinary batch's loss with the twin's recorded loss at the
     injection step (a batch that is not the run's).
 
-    Everything is checked (files, passage lengths, checkpoints) before any gradient is
+    Everything is checked (files, passage lengths, seeds, checkpoints) before any gradient is
     computed. Writes ``DIR/gradmatch.parquet`` (the pairs table) atomically."""
     run = open_run(run_dir, corpus)
-    cfg, corp, gcfg = run.cfg, run.corpus, run.gcfg
-    s, row = cfg.injection_step, cfg.injection_row
-    # --- candidates: files, or the run's own passage
-    given = dict(candidates or {})
-    unknown = [c for c in given if c not in SIDES]
-    if unknown:
-        raise SeedlabError(f"candidates: conditions are {', '.join(SIDES)}, got {unknown[0]!r}")
-    texts: dict[str, list[int]] = {}  # label -> token ids
-    names: dict[str, list[str]] = {}  # condition -> labels, in input order
-    for c in SIDES:
-        if c in given:
-            if not given[c]:
-                raise SeedlabError(f"passages.{c}: give at least one candidate passage file")
-            names[c] = [str(p) for p in given[c]]
-            twice = [lab for i, lab in enumerate(names[c]) if lab in names[c][:i]]
-            if twice:
-                raise SeedlabError(f"passages.{c}: {twice[0]!r} is given twice")
-            for p in given[c]:
-                if not Path(p).is_file():
-                    raise SeedlabError(f"passages.{c}: no such file {str(p)!r}")
-                texts.setdefault(str(p), corp.encode(Path(p).read_text().strip()))
-        elif c in run.passages:
-            names[c] = [f"inputs.json:{c}"]
-            texts[names[c][0]] = [int(i) for i in run.passages[c]]
-        else:
-            raise SeedlabError(f"passages.{c}: the run has no passage for it; give candidates")
-        for label in names[c]:
-            check_passage(len(texts[label]), gcfg.block_size, f"passages.{c} {label}")
-    labels = [(c, lab) for c in SIDES for lab in names[c]]
-    # --- seeds, and every seed's state at the injection step (verified against the manifest)
-    if seed is not None and seed not in cfg.seeds:
-        raise SeedlabError(f"seed: the run's seeds are {cfg.seeds}, got {seed!r}")
-    seeds = list(cfg.seeds) if seed is None else [seed]
-    states = {k: run.weights(k, "twin", s) for k in seeds}
-    # --- gradients
-    dev = World().device(device or cfg.device)
+    cands = Candidates.of(run, candidates)
+    seeds = _seeds(run.cfg, seed)
+    # every seed's twin at the injection step, verified against its manifest before any gradient
+    states = {k: run.weights(k, "twin", run.cfg.injection_step) for k in seeds}
+    dev = World().device(device or run.cfg.device)
+    settle(dev, run.cfg.threads)  # before the first matrix multiply
     norm_rows, pair_rows = [], []
     for k in seeds:
-        model, adam = _model_at_injection(run, k, states.pop(k), dev)
-        x, y = get_batch(corp.train, k, s, cfg.batch_size, gcfg.block_size)
-        bg = BatchGradients(model, x, y, row, micro_batch=cfg.micro_batch)
-        if loss_check:
-            _check_loss(run.dir.condition(k, "twin").losses, cfg, k, bg.loss)
-        deltas = {key: bg.delta(ids, corp.eot_id) for key, ids in texts.items()}
-        updates = {key: adam.delta(bg.grad + d.vec, bg.grad) for key, d in deltas.items()} if adam else {}
-        for c, key in labels:
-            d = deltas[key]
-            norm_rows.append({"seed": k, "condition": c, "passage": key, "tokens": len(texts[key]), "norm": d.norm,
-                              "row_norm": d.row_norm, "adam_norm": _norm(updates.get(key)), "grad_norm": d.grad_norm,
-                              "base_grad_norm": d.base_grad_norm, "base_loss": bg.loss})
-        for fa in names[SIDES[0]]:
-            for at in names[SIDES[1]]:
-                a, b = deltas[fa], deltas[at]
-                pair_rows.append({"seed": k, "fabricated": fa, "attested": at, "norm_fabricated": a.norm,
-                                  "norm_attested": b.norm, **pair_stats(a, b), **_update_stats(updates.get(fa), updates.get(at))})
-        del deltas, updates, bg, model
-    per_seed = pd.DataFrame(pair_rows)
-    cols = ["norm_fabricated", "norm_attested", *PAIR_COLUMNS]
-    mean = per_seed.groupby(["fabricated", "attested"], sort=False, as_index=False)[cols].mean()
-    pairs = pd.concat([per_seed, mean.assign(seed=None)], ignore_index=True)[["seed", "fabricated", "attested", *cols]]
-    pairs["seed"] = pairs["seed"].astype("Int64")
-    best = mean.loc[int(np.argmin(mean["rel_norm_diff"].fillna(np.inf).to_numpy()))]  # first of ties, in input order
+        seed_norms, seed_pairs = _seed_rows(run, k, states.pop(k), cands, dev, loss_check)
+        norm_rows += seed_norms
+        pair_rows += seed_pairs
+    pairs, best = _pairs_table(pd.DataFrame(pair_rows))
     out = write_parquet(run.dir.gradmatch, pairs)
     return GradMatch(norms=pd.DataFrame(norm_rows), pairs=pairs, best=best, path=out)
 
 
-def _model_at_injection(run, seed: int, twin_state: dict, dev) -> tuple[GPT, AdamStep | None]:
+# --------------------------------------------------------------------------- the inputs, checked
+
+
+@dataclass
+class Candidates:
+    """The passages to compare: each side's labels in input order, and every label's token ids."""
+
+    labels: dict[str, list[str]]  # condition -> labels (file paths as given, or inputs.json:<condition>)
+    tokens: dict[str, list[int]]  # label -> token ids
+
+    @classmethod
+    def of(cls, run: Run, candidates: Mapping[str, Sequence[str | Path]] | None) -> Candidates:
+        """Candidate files for a side, or the run's own passage; every one checked to fit a row."""
+        given = dict(candidates or {})
+        unknown = [c for c in given if c not in SIDES]
+        if unknown:
+            raise SeedlabError(f"candidates: conditions are {', '.join(SIDES)}, got {unknown[0]!r}")
+        cands = cls({}, {})
+        for c in SIDES:
+            if c in given:
+                cands._add_files(c, given[c], run.corpus)
+            elif c in run.passages:
+                cands.labels[c] = [f"inputs.json:{c}"]
+                cands.tokens[cands.labels[c][0]] = [int(i) for i in run.passages[c]]
+            else:
+                raise SeedlabError(f"passages.{c}: the run has no passage for it; give candidates")
+            for label in cands.labels[c]:
+                check_passage(len(cands.tokens[label]), run.gcfg.block_size, f"passages.{c} {label}")
+        return cands
+
+    def _add_files(self, c: str, files: Sequence[str | Path], corp: Corpus) -> None:
+        """Side ``c``'s candidate files: at least one, none twice, each there; read and encoded once."""
+        if not files:
+            raise SeedlabError(f"passages.{c}: give at least one candidate passage file")
+        self.labels[c] = [str(p) for p in files]
+        twice = [lab for i, lab in enumerate(self.labels[c]) if lab in self.labels[c][:i]]
+        if twice:
+            raise SeedlabError(f"passages.{c}: {twice[0]!r} is given twice")
+        for p in files:
+            if not Path(p).is_file():
+                raise SeedlabError(f"passages.{c}: no such file {str(p)!r}")
+            self.tokens.setdefault(str(p), corp.encode(Path(p).read_text().strip()))
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(condition, label) of every candidate, fabricated first."""
+        return [(c, lab) for c in SIDES for lab in self.labels[c]]
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(fabricated, attested) labels of every pair, in input order."""
+        return [(fa, at) for fa in self.labels[SIDES[0]] for at in self.labels[SIDES[1]]]
+
+
+def _seeds(cfg: TwinsConfig, seed: int | None) -> list[int]:
+    """The seeds to compute: ``seed`` when given (one of the run's), else all of them."""
+    if seed is not None and seed not in cfg.seeds:
+        raise SeedlabError(f"seed: the run's seeds are {cfg.seeds}, got {seed!r}")
+    return list(cfg.seeds) if seed is None else [seed]
+
+
+# --------------------------------------------------------------------------- the gradients
+
+
+def _seed_rows(run: Run, seed: int, twin_state: dict, cands: Candidates, dev: torch.device,
+               loss_check: bool) -> tuple[list[dict], list[dict]]:
+    """One seed's rows: each candidate's norms, and each fabricated x attested pair's statistics."""
+    cfg, corp = run.cfg, run.corpus
+    model, adam = _model_at_injection(run, seed, twin_state, dev)
+    x, y = get_batch(corp.train, seed, cfg.injection_step, cfg.batch_size, run.gcfg.block_size)
+    bg = BatchGradients(model, x, y, cfg.injection_row, micro_batch=cfg.micro_batch)
+    if loss_check:
+        _check_loss(run.dir.condition(seed, "twin").losses, cfg, seed, bg.loss)
+    deltas = {key: bg.delta(ids, corp.eot_id) for key, ids in cands.tokens.items()}
+    updates = {key: adam.delta(bg.grad + d.vec, bg.grad) for key, d in deltas.items()} if adam else {}
+    norms, pairs = [], []
+    for c, key in cands.rows():
+        d = deltas[key]
+        norms.append({"seed": seed, "condition": c, "passage": key, "tokens": len(cands.tokens[key]), "norm": d.norm,
+                      "row_norm": d.row_norm, "adam_norm": _norm(updates.get(key)), "grad_norm": d.grad_norm,
+                      "base_grad_norm": d.base_grad_norm, "base_loss": bg.loss})
+    for fa, at in cands.pairs():
+        a, b = deltas[fa], deltas[at]
+        pairs.append({"seed": seed, "fabricated": fa, "attested": at, "norm_fabricated": a.norm, "norm_attested": b.norm,
+                      **pair_stats(a, b), **_update_stats(updates.get(fa), updates.get(at))})
+    return norms, pairs
+
+
+def _pairs_table(per_seed: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The per-seed pairs and their seed means (``seed`` null) in one table, and the mean row with the
+    smallest ``rel_norm_diff`` (the first of ties, in input order)."""
+    cols = ["norm_fabricated", "norm_attested", *PAIR_COLUMNS]
+    mean = per_seed.groupby(["fabricated", "attested"], sort=False, as_index=False)[cols].mean()
+    pairs = pd.concat([per_seed, mean.assign(seed=None)], ignore_index=True)[["seed", "fabricated", "attested", *cols]]
+    pairs["seed"] = pairs["seed"].astype("Int64")
+    best = mean.loc[int(np.argmin(mean["rel_norm_diff"].fillna(np.inf).to_numpy()))]
+    return pairs, best
+
+
+def _model_at_injection(run: Run, seed: int, twin_state: dict, dev: torch.device) -> tuple[GPT, AdamStep | None]:
     """The GPT at the injection step (the twin's verified checkpoint) and, when the seed's shared
     prefix was kept, the AdamW step the trainer took there (its weights checked against the same hashes)."""
     cfg, s = run.cfg, run.cfg.injection_step

@@ -24,14 +24,16 @@ models' held-out CEs, already measured), per pair and per checkpoint after the i
 Files (all written only when measuring succeeds; where: twins/rundir.py): measures.parquet (one row
 per seed × condition plus the seed-vs-seed rows, the table the report and other tools read),
 checkpoints.parquet, timecourse.parquet, paths.parquet, measures.json (settings, what was missing,
-the outcomes used).
+the outcomes used). :class:`Measured` reads them back (the report and its figures).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +46,9 @@ from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
+from seedlab.twins.config import MeasureConfig, TwinsConfig
 from seedlab.twins.metrics import barrier_curve, identical, linear_cka, loss_path, weight_distance
-from seedlab.twins.rundir import Run, open_run
+from seedlab.twins.rundir import MEASURE_TABLES, Run, RunDir, open_run
 
 
 class Evaluator:
@@ -105,119 +108,194 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
     (verified reads) instead of keeping every seed's."""
     t0 = time.perf_counter()
     run = open_run(root, corpus)
-    cfg, s = run.cfg, run.cfg.injection_step
-    final, s50 = cfg.steps, min(s + 50, cfg.steps)
-    seeds = [k for k in cfg.seeds if (k, "twin") in run.finished]
-    pairs = [(k, c) for k in seeds for c in cfg.conditions if c != "twin" and (k, c) in run.finished]
-    seed_pairs = list(itertools.combinations(seeds, 2))
-    if not pairs and not seed_pairs:
-        raise SeedlabError(f"{run.root}: nothing to measure (finished runs: {sorted(run.finished) or 'none'}; "
-                           "a condition needs its seed's twin, a baseline two seeds' twins)")
+    plan = Plan.of(run)
     for what in run.missing:
         print(f"warning: missing {what} (not finished); measuring the rest", file=sys.stderr)
-
     ev = Evaluator(run, World().device(device))
-    alphas = cfg.measure.alphas
-    inner = sum(0.0 < a < 1.0 for a in alphas)  # evaluations per path: its end losses are known
-    ckpt_steps = [t for t in cfg.checkpoint_steps() if t >= s]
-    rows, ckpt_rows, path_rows = [], [], []
-    work = len(seeds) * len(ckpt_steps) + (len(pairs) * sum(t > s for t in ckpt_steps) + len(seed_pairs)) * inner
-    twin_final_ce: dict[int, float] = {}  # seed -> its twin's final held-out CE (a number per seed, no weights)
-    with Bar("measure", work, "evals", enabled=progress) as bar:
-        for k in seeds:
-            conds = [c for kk, c in pairs if kk == k]
-            for t in ckpt_steps:
-                twin = run.weights(k, "twin", t)
-                ev.load(twin, f"seed {k} twin step {t}")
-                twin_ce = ev.heldout_ce()
-                twin_pce = {c: ev.passage_ce(run.passages[c]) for c in conds}
-                twin_res = ev.residuals() if t == final and conds else None
-                if t == final:
-                    twin_final_ce[k] = twin_ce
-                for c in conds:
-                    state = run.weights(k, c, t)
-                    ev.load(state, f"seed {k} {c} step {t}")
-                    ce, pce = ev.heldout_ce(), ev.passage_ce(run.passages[c])
-                    if t == final:  # the full comparison; its path gives the checkpoint's barrier too
-                        row = _compare(ev, state, twin, ce, twin_ce, twin_res, alphas, path_rows, bar,
-                                       kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)
-                        rows.append(row)
-                        barrier_t, rise_t, dist = row["barrier"], row["rise_mid"], row["distance"]
-                    else:
-                        barrier_t, rise_t = _barrier(ev, state, twin, ce, twin_ce, alphas, bar)
-                        dist = weight_distance(state, twin)["all"]
-                    ckpt_rows.append({
-                        "seed": k, "condition": c, "step": t, "distance": dist, "heldout_ce": ce, "twin_heldout_ce": twin_ce,
-                        "passage_ce": pce, "twin_passage_ce": twin_pce[c], "barrier": barrier_t, "rise_mid": rise_t,
-                    })
-                    del state
-                del twin, twin_res
-                bar.update(note=f"seed {k}: step {t}")
-                bar.advance()
-        held = (None, None)  # (seed, its twin's final weights): the first of a pair, kept while it repeats
-        for a, b in seed_pairs:
-            sb = run.weights(b, "twin", final)
-            ev.load(sb, f"seed {b} twin")
-            res_b = ev.residuals()
-            if held[0] != a:
-                held = (None, None)
-                held = (a, run.weights(a, "twin", final))
-            ev.load(held[1], f"seed {a} twin")
-            rows.append(_compare(ev, held[1], sb, twin_final_ce[a], twin_final_ce[b], res_b, alphas, path_rows, bar,
-                                 kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=final))
-            del sb, res_b
-        del held
-
-    measures = pd.DataFrame(rows)
-    checkpoints = pd.DataFrame(ckpt_rows)
-    if len(checkpoints):  # passage CE at s + 50 and at the end, beside each pair's row
-        for tag, t in (("s50", s50), ("final", final)):
-            at = checkpoints[checkpoints.step == t].set_index(["seed", "condition"])
-            key = pd.MultiIndex.from_frame(measures[["seed", "condition"]])
-            measures[f"passage_ce_{tag}"] = at["passage_ce"].reindex(key).to_numpy()
-            measures[f"twin_passage_ce_{tag}"] = at["twin_passage_ce"].reindex(key).to_numpy()
+    with Bar("measure", plan.evaluations(_path_evals(run.cfg.measure.alphas)), "evals", enabled=progress) as bar:
+        found = Comparisons(run, ev, bar)
+        twin_final_ce = {k: found.seed(k, plan.conditions(k), plan.steps) for k in plan.seeds}
+        found.seed_pairs(plan.seed_pairs, twin_final_ce)
+    checkpoints = pd.DataFrame(found.checkpoints)
     out = {
-        "measures": measures,
+        "measures": _with_passage_ce(pd.DataFrame(found.measures), checkpoints, named_steps(run.cfg)),
         "checkpoints": checkpoints,
-        "timecourse": _timecourse(run, pairs),
-        "paths": pd.DataFrame(path_rows),
+        "timecourse": _timecourse(run, plan.pairs),
+        "paths": pd.DataFrame(found.paths),
     }
     for name, df in out.items():
         write_parquet(run.dir.measure_table(name), df)
     write_json(run.dir.measures_json, {
-        "missing": run.missing, "measured_pairs": len(pairs), "seed_pairs": len(seed_pairs),
-        "preregistration": cfg.preregistration(), "device": str(ev.device), "seconds": round(time.perf_counter() - t0, 1),
-        "steps": {"injection": s, "s50": s50, "mid": cfg.mid, "final": final},
+        "missing": run.missing, "measured_pairs": len(plan.pairs), "seed_pairs": len(plan.seed_pairs),
+        "preregistration": run.cfg.preregistration(), "device": str(ev.device), "seconds": round(time.perf_counter() - t0, 1),
+        "steps": named_steps(run.cfg),
     })
     return out
 
 
-def _barrier(ev: Evaluator, a: dict, b: dict, ce_a: float, ce_b: float, alphas: list[float], bar: Bar) -> tuple[float, float]:
-    """(barrier, rise at α = 0.5) between ``a`` and ``b`` on the held-out rows, their own CEs as the path's ends.
-    Bitwise-identical weights (every pair at the injection step) are not evaluated: their path is
-    one point, so both are 0 exactly."""
-    if identical(a, b):
-        return 0.0, 0.0
-    rise = barrier_curve(alphas, ev.path(a, b, alphas, ends=(ce_a, ce_b)))
-    bar.advance(sum(0.0 < al < 1.0 for al in alphas))
-    return float(rise.max()), float(np.interp(0.5, alphas, rise))
+def named_steps(cfg: TwinsConfig) -> dict[str, int]:
+    """The steps the measures are named by: the injection s, s + 50 (or the end, if sooner), the mid-point, the end."""
+    return {"injection": cfg.injection_step, "s50": min(cfg.injection_step + 50, cfg.steps), "mid": cfg.mid, "final": cfg.steps}
 
 
-def _compare(ev: Evaluator, a: dict, b: dict, ce_a: float, ce_b: float, res_b: list[torch.Tensor],
-             alphas: list[float], path_rows: list, bar: Bar, **key) -> dict:
-    """Barrier, held-out CE, distance and CKA of ``a`` (loaded in ``ev``) against ``b``."""
-    res_a = ev.residuals()
-    losses = ev.path(a, b, alphas, ends=(ce_a, ce_b))
-    rise = barrier_curve(alphas, losses)
-    path_rows += [{**key, "alpha": al, "loss": lo, "rise": r} for al, lo, r in zip(alphas, losses, rise)]
-    bar.advance(sum(0.0 < al < 1.0 for al in alphas))
-    dist = weight_distance(a, b)
-    return {
-        **key, "barrier": float(rise.max()), "rise_mid": float(np.interp(0.5, alphas, rise)),
-        "heldout_ce": ce_a, "heldout_ce_b": ce_b, "heldout_ce_diff": ce_a - ce_b,
-        "distance": dist.pop("all"), **{f"dist.{g}": v for g, v in dist.items()},
-        **{f"cka.blocks.{i}": linear_cka(x, y) for i, (x, y) in enumerate(zip(res_a, res_b))},
-    }
+def _path_evals(alphas: list[float]) -> int:
+    """Held-out evaluations of one interpolation path: its end losses are the two models' own, already measured."""
+    return sum(0.0 < a < 1.0 for a in alphas)
+
+
+@dataclass
+class Plan:
+    """What the finished runs of a folder allow to compare: a condition needs its seed's twin, a
+    baseline two seeds' twins."""
+
+    seeds: list[int]  # seeds whose twin finished
+    pairs: list[tuple[int, str]]  # (seed, injected condition): finished, and so is the seed's twin
+    seed_pairs: list[tuple[int, int]]  # every two of those seeds, in combinations order
+    steps: list[int]  # the saved steps from the injection on; the last is the end
+
+    @classmethod
+    def of(cls, run: Run) -> Plan:
+        cfg = run.cfg
+        seeds = [k for k in cfg.seeds if (k, "twin") in run.finished]
+        pairs = [(k, c) for k in seeds for c in cfg.conditions if c != "twin" and (k, c) in run.finished]
+        seed_pairs = list(itertools.combinations(seeds, 2))
+        if not pairs and not seed_pairs:
+            raise SeedlabError(f"{run.root}: nothing to measure (finished runs: {sorted(run.finished) or 'none'}; "
+                               "a condition needs its seed's twin, a baseline two seeds' twins)")
+        return cls(seeds, pairs, seed_pairs, [t for t in cfg.checkpoint_steps() if t >= cfg.injection_step])
+
+    def conditions(self, seed: int) -> list[str]:
+        """The injected conditions measured against ``seed``'s twin."""
+        return [c for k, c in self.pairs if k == seed]
+
+    def evaluations(self, per_path: int) -> int:
+        """The progress bar's total: a twin's held-out CE per seed and step, and each path's inner points
+        (a condition's path at every step after the injection, and one per seed pair)."""
+        after = len(self.steps) - 1  # the first is the injection step, where the weights are identical
+        return len(self.seeds) * len(self.steps) + (len(self.pairs) * after + len(self.seed_pairs)) * per_path
+
+
+@dataclass
+class Twin:
+    """A seed's twin at one step, as each condition is compared with it."""
+
+    state: dict[str, torch.Tensor]
+    heldout_ce: float
+    passage_ce: dict[str, float]  # condition -> the CE of that condition's passage under the twin
+    residuals: list[torch.Tensor] | None  # the probe batch's residual streams (at the end, for CKA)
+
+
+class Comparisons:
+    """The rows of measures, checkpoints and paths, in the order they are measured: per seed, per
+    checkpoint, per condition; then the seed pairs. Each method measures one of those levels."""
+
+    def __init__(self, run: Run, ev: Evaluator, bar: Bar):
+        self.run, self.ev, self.bar = run, ev, bar
+        self.alphas, self.final = run.cfg.measure.alphas, run.cfg.steps
+        self.measures: list[dict] = []
+        self.checkpoints: list[dict] = []
+        self.paths: list[dict] = []
+
+    def seed(self, k: int, conds: list[str], steps: list[int]) -> float:
+        """Every condition of seed ``k`` against its twin at each of ``steps``; returns the twin's final held-out CE."""
+        for t in steps:
+            twin_ce = self.checkpoint(k, t, conds)
+            self.bar.step(f"seed {k}: step {t}")
+        return twin_ce  # the last step is the end
+
+    def checkpoint(self, k: int, t: int, conds: list[str]) -> float:
+        """Every condition of seed ``k`` against its twin at step ``t``; returns the twin's held-out CE
+        (the weights read here are let go on return)."""
+        twin = self.twin(k, t, conds)
+        for c in conds:
+            self.condition(k, c, t, twin)
+        return twin.heldout_ce
+
+    def twin(self, k: int, t: int, conds: list[str]) -> Twin:
+        """Seed ``k``'s twin at step ``t``: its weights, its held-out CE, the CE of each condition's passage
+        and, at the end, its residual streams."""
+        state = self.run.weights(k, "twin", t)
+        self.ev.load(state, f"seed {k} twin step {t}")
+        ce = self.ev.heldout_ce()
+        passage_ce = {c: self.ev.passage_ce(self.run.passages[c]) for c in conds}
+        return Twin(state, ce, passage_ce, self.ev.residuals() if t == self.final and conds else None)
+
+    def condition(self, k: int, c: str, t: int, twin: Twin) -> None:
+        """Condition ``c`` of seed ``k`` against its twin at step ``t``: its checkpoints row and, at the end,
+        its measures row, whose path gives the checkpoint's barrier too."""
+        state = self.run.weights(k, c, t)
+        self.ev.load(state, f"seed {k} {c} step {t}")
+        ce, passage_ce = self.ev.heldout_ce(), self.ev.passage_ce(self.run.passages[c])
+        if t == self.final:
+            row = self.compare(state, twin.state, ce, twin.heldout_ce, twin.residuals,
+                               kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)
+            self.measures.append(row)
+            barrier, rise, dist = row["barrier"], row["rise_mid"], row["distance"]
+        else:
+            barrier, rise = self.barrier(state, twin.state, ce, twin.heldout_ce)
+            dist = weight_distance(state, twin.state)["all"]
+        self.checkpoints.append({
+            "seed": k, "condition": c, "step": t, "distance": dist, "heldout_ce": ce, "twin_heldout_ce": twin.heldout_ce,
+            "passage_ce": passage_ce, "twin_passage_ce": twin.passage_ce[c], "barrier": barrier, "rise_mid": rise,
+        })
+
+    def seed_pairs(self, pairs: list[tuple[int, int]], twin_final_ce: dict[int, float]) -> None:
+        """The twins of every two seeds at the end (``kind = "seed"``). Pairs in combinations order share
+        their first seed in runs: its weights are read once per run, the other seed's once per pair."""
+        first, state = None, None
+        for a, b in pairs:
+            if first != a:
+                state = None  # let the last first seed's weights go before reading the next
+                first, state = a, self.run.weights(a, "twin", self.final)
+            self.seed_pair(a, state, b, twin_final_ce)
+
+    def seed_pair(self, a: int, state_a: dict[str, torch.Tensor], b: int, twin_final_ce: dict[int, float]) -> None:
+        """The twin of seed ``a`` (weights ``state_a``) against the twin of seed ``b`` at the end."""
+        state_b = self.run.weights(b, "twin", self.final)
+        self.ev.load(state_b, f"seed {b} twin")
+        res_b = self.ev.residuals()
+        self.ev.load(state_a, f"seed {a} twin")
+        self.measures.append(self.compare(state_a, state_b, twin_final_ce[a], twin_final_ce[b], res_b,
+                                          kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=self.final))
+
+    def barrier(self, a: dict, b: dict, ce_a: float, ce_b: float) -> tuple[float, float]:
+        """(barrier, rise at α = 0.5) between ``a`` and ``b`` on the held-out rows, their own CEs as the path's ends.
+        Bitwise-identical weights (every pair at the injection step) are not evaluated: their path is
+        one point, so both are 0 exactly."""
+        if identical(a, b):
+            return 0.0, 0.0
+        rise = barrier_curve(self.alphas, self.ev.path(a, b, self.alphas, ends=(ce_a, ce_b)))
+        self.bar.advance(_path_evals(self.alphas))
+        return float(rise.max()), float(np.interp(0.5, self.alphas, rise))
+
+    def compare(self, a: dict, b: dict, ce_a: float, ce_b: float, res_b: list[torch.Tensor], **key) -> dict:
+        """Barrier, held-out CE, distance and CKA of ``a`` (loaded in the evaluator) against ``b``; the path's
+        points go to ``paths``."""
+        alphas = self.alphas
+        res_a = self.ev.residuals()
+        losses = self.ev.path(a, b, alphas, ends=(ce_a, ce_b))
+        rise = barrier_curve(alphas, losses)
+        self.paths += [{**key, "alpha": al, "loss": lo, "rise": r} for al, lo, r in zip(alphas, losses, rise)]
+        self.bar.advance(_path_evals(alphas))
+        dist = weight_distance(a, b)
+        return {
+            **key, "barrier": float(rise.max()), "rise_mid": float(np.interp(0.5, alphas, rise)),
+            "heldout_ce": ce_a, "heldout_ce_b": ce_b, "heldout_ce_diff": ce_a - ce_b,
+            "distance": dist.pop("all"), **{f"dist.{g}": v for g, v in dist.items()},
+            **{f"cka.blocks.{i}": linear_cka(x, y) for i, (x, y) in enumerate(zip(res_a, res_b))},
+        }
+
+
+def _with_passage_ce(measures: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict[str, int]) -> pd.DataFrame:
+    """The passage CEs at s + 50 and at the end (checkpoints rows) beside each condition's measures row."""
+    if not len(checkpoints):
+        return measures
+    key = pd.MultiIndex.from_frame(measures[["seed", "condition"]])
+    for tag in ("s50", "final"):
+        at = checkpoints[checkpoints.step == steps[tag]].set_index(["seed", "condition"])
+        measures[f"passage_ce_{tag}"] = at["passage_ce"].reindex(key).to_numpy()
+        measures[f"twin_passage_ce_{tag}"] = at["twin_passage_ce"].reindex(key).to_numpy()
+    return measures
 
 
 def _timecourse(run: Run, pairs: list[tuple[int, str]]) -> pd.DataFrame:
@@ -230,3 +308,39 @@ def _timecourse(run: Run, pairs: list[tuple[int, str]]) -> pd.DataFrame:
         frames.append(df.assign(seed=k, condition=c, diff=df.loss - df.loss_twin))
     cols = ["seed", "condition", "step", "loss", "loss_twin", "diff"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
+
+
+# --------------------------------------------------------------------------- reading the files back
+
+
+@dataclass
+class Measured:
+    """What :func:`measure` wrote into a run folder, and the run's config.json (what the report reads)."""
+
+    dir: RunDir
+    measures: pd.DataFrame
+    checkpoints: pd.DataFrame
+    timecourse: pd.DataFrame
+    paths: pd.DataFrame
+    meta: dict  # measures.json
+    config: dict
+
+    @classmethod
+    def read(cls, root: str | Path) -> Measured:
+        rd = RunDir(Path(root))
+        tables = [rd.measure_table(name) for name in MEASURE_TABLES]
+        missing = [p.name for p in [*tables, rd.measures_json] if not p.is_file()]
+        if missing:
+            raise SeedlabError(f"{rd.root}: no {missing[0]} (run `seedlab twins measure {rd.root}` first)")
+        frames = [pd.read_parquet(p) for p in tables]
+        return cls(rd, *frames, json.loads(rd.measures_json.read_text()), json.loads(rd.config.read_text()))
+
+    @property
+    def steps(self) -> dict[str, int]:
+        """The named steps (:func:`named_steps`) of the measured run."""
+        return self.meta["steps"]
+
+    @property
+    def settings(self) -> MeasureConfig:
+        """The measurement settings the files were made with (their defaults: MeasureConfig's)."""
+        return MeasureConfig.model_validate(self.meta["preregistration"]["measure"])

@@ -1,28 +1,26 @@
 """``seedlab twins report DIR``: ``DIR/report.md`` plus PNG figures beside it.
 
-Read top to bottom, the module follows the report: load what ``twins measure`` wrote, the
-design and its pre-registration, the headline (the paper's numbers beside ours), the paired
-statistics, the normalized effects and the time course; the figures are twins/figures.py,
-one function each. Every number is computed from the measured files; only the paper's own
+Read top to bottom, the module follows the report: what ``twins measure`` wrote (read back as a
+``twins.measure.Measured``), the design and its pre-registration, the headline (the paper's
+numbers beside ours), the paired statistics, the normalized effects and the time course; the
+figures are twins/figures.py, one function each. Every number is computed from the measured files; only the paper's own
 numbers are constants.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from seedlab.config import with_new_defaults
-from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text
 from seedlab.store import write_text
 from seedlab.twins import figures, stats
 from seedlab.twins.config import INJECTED, MeasureConfig
-from seedlab.twins.rundir import MEASURE_TABLES, RunDir
+from seedlab.twins.measure import Measured
 
 # "Learned, Then Lost" (shared/spec/single-example-counterfactual.md)
 PAPER = {
@@ -36,41 +34,9 @@ PAPER = {
 }
 
 
-@dataclass
-class Measured:
-    """What ``seedlab twins measure`` wrote into a run folder, and the run's config.json."""
-
-    dir: RunDir
-    measures: pd.DataFrame
-    checkpoints: pd.DataFrame
-    timecourse: pd.DataFrame
-    paths: pd.DataFrame
-    meta: dict
-    config: dict
-
-    @property
-    def steps(self) -> dict[str, int]:
-        return self.meta["steps"]
-
-    @property
-    def settings(self) -> MeasureConfig:
-        """The measurement settings the files were made with (their defaults: MeasureConfig's)."""
-        return MeasureConfig.model_validate(self.meta["preregistration"]["measure"])
-
-
-def load(root: str | Path) -> Measured:
-    rd = RunDir(Path(root))
-    tables = [rd.measure_table(name) for name in MEASURE_TABLES]
-    missing = [p.name for p in [*tables, rd.measures_json] if not p.is_file()]
-    if missing:
-        raise SeedlabError(f"{rd.root}: no {missing[0]} (run `seedlab twins measure {rd.root}` first)")
-    frames = [pd.read_parquet(p) for p in tables]
-    return Measured(rd, *frames, json.loads(rd.measures_json.read_text()), json.loads(rd.config.read_text()))
-
-
 def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
-    d = load(root)
+    d = Measured.read(root)
     outcomes = d.meta["preregistration"]["outcomes"]
     comp = stats.comparisons(d.measures, outcomes, margin_frac=margin_frac(d))
     norm = stats.normalized(d.measures)
