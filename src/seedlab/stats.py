@@ -11,6 +11,10 @@ Proportions (a 0/1 outcome per trained model, e.g. "generalized"):
   (0% / 77% / 0%) -- Firth's bias-reduced logistic regression with profile penalized-likelihood
   inference instead.
 
+Per-seed values of one measure:
+
+- ``mean_ci``    -- their mean with the two-sided t interval of the mean (NaNs left out).
+
 For paired per-seed values (model A and model B trained from the same seeds):
 
 - ``paired``     -- mean difference with the paired t-test and its t interval (as scipy ``ttest_rel``)
@@ -204,6 +208,25 @@ def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int) -> dict:
         est, p, method = fit.params[j], fit.pvalues[j], "mle-wald"
     return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "method": method,
             "separated": bool(separated)}
+
+
+# ---------------------------------------------------------------- per-seed values
+
+
+def mean_ci(values, alpha: float = 0.05) -> tuple[float, float, float, int]:
+    """``(mean, low, high, n)`` of the non-NaN ``values``: their mean and its two-sided (1 - alpha)
+    t interval, ``mean ± t_{1-alpha/2, n-1} · sd / √n`` (sd with ddof=1). One value: no interval
+    (low, high NaN); none: all NaN and n = 0."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    n = len(v)
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    m = float(v.mean())
+    if n == 1:
+        return m, math.nan, math.nan, 1
+    half = float(stats.t.ppf(1 - alpha / 2, n - 1)) * float(v.std(ddof=1)) / math.sqrt(n)
+    return m, m - half, m + half, n
 
 
 # ---------------------------------------------------------------- paired per-seed comparisons

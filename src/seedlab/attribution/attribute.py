@@ -4,11 +4,11 @@ Per seed, from the twin's own files (attribution/bank.py; the registry: attribut
 
 - ``sgd``, ``adam``, ``cosine`` — at θ_s, the kept prefix: its weights, and (``adam``) the AdamW
   state *before* the injected update (moments and step counts: the preconditioner actually used);
-  ``lr = lr_at(s)``, the trainer's gradient clip. A one-step prediction: the same number is set
-  beside the measured effect of every horizon (its agreement at later horizons asks how much of
-  the first step's effect survives).
+  ``lr`` the rate of step s (lm/schedule.py ``lr_of``), the trainer's gradient clip. A one-step
+  prediction: the same number is set beside the measured effect of every horizon (its agreement
+  at later horizons asks how much of the first step's effect survives).
 - ``tracin`` — TracIn-CP over the twin's saved checkpoints: at horizon h the sum over the saved
-  steps t with s ≤ t < h of the registry's one-checkpoint term at θ_t with ``lr_at(t)``
+  steps t with s ≤ t < h of the registry's one-checkpoint term at θ_t with the rate of step t
   (Pruthi et al.: each checkpoint weighted by its learning rate). At h = s + 1 that is the
   unclipped one-step SGD estimate.
 - ``ekfac``, ``kfac`` — influence functions with kronfluence's curvature, fitted on the ordinary
@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import Case
@@ -45,8 +44,9 @@ from seedlab.attribution.registry import ESTIMATORS, INSTALL_HINT, available, ge
 from seedlab.attribution.rundir import Bank, open_bank
 from seedlab.attribution.texts import SELF
 from seedlab.errors import SeedlabError
+from seedlab.lm.determinism import nondeterminism_is_an_error, settle
 from seedlab.lm.distributed import World
-from seedlab.lm.schedule import lr_at
+from seedlab.lm.schedule import lr_of
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
@@ -81,16 +81,16 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
     """Run the estimators on every seed of a bank and write attribution.parquet beside it (module doc)."""
     bank = open_bank(root)
     names = choose_estimators(bank.cfg, estimators)  # before any work: bad names write nothing
+    dev = World().device(device)
+    settle(dev, bank.cfg.threads)  # threads; on CUDA the cuBLAS workspace before the first matmul (lm/determinism.py)
     measured = collect(bank)
     seeds = sorted(int(k) for k in measured.seed.unique())
-    dev = World().device(device)
-    if bank.cfg.threads:
-        torch.set_num_threads(bank.cfg.threads)
     seconds: dict[str, dict[str, float]] = {n: {} for n in names}
     frames = []
     gc.freeze()  # kronfluence runs gc.collect() a dozen times per analysis: what lives now need not be walked each time
     try:
-        with Bar("attribute", len(seeds) * len(names), "estimators", enabled=progress) as bar:
+        with Bar("attribute", len(seeds) * len(names), "estimators", enabled=progress) as bar, \
+                nondeterminism_is_an_error():
             for seed in seeds:
                 frames.append(estimates_of_seed(bank, seed, names, dev, seconds, bar))
     finally:
@@ -111,11 +111,6 @@ def tracin_steps(cfg: AttributionConfig) -> list[int]:
     """The twin checkpoints TracIn sums over (before the last horizon)."""
     last = max(cfg.horizon_steps())
     return [t for t in cfg.twin_steps() if t < last]
-
-
-def lr_of(cfg: AttributionConfig, step: int) -> float:
-    """The rate of the update that starts at ``step`` (lm/schedule.py)."""
-    return lr_at(step, peak_lr=cfg.peak_lr, warmup=cfg.warmup_steps, total=cfg.steps, min_lr=cfg.min_lr)
 
 
 def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: dict, bar: Bar) -> pd.DataFrame:

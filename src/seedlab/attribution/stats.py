@@ -16,9 +16,9 @@ row: measured 0 by construction) are left out.
   candidate. An estimator computed from one seed's own state may exceed it (it then tracks that
   seed's effects better than another seed's measurement does).
 - :func:`summary` — the per-seed values averaged over seeds, with a 95% t interval over seeds
-  (:func:`mean_ci`; clipped to the measure's range; none for the ceiling of two seeds, whose
-  per-seed values are one pair's), and each estimator's correlation as a fraction of the
-  ceiling's (only where the ceiling is positive).
+  (the generic ``seedlab.stats.mean_ci``; clipped to the measure's range; none for the ceiling
+  of two seeds, whose per-seed values are one pair's), and each estimator's correlation as a
+  fraction of the ceiling's (only where the ceiling is positive).
 - :func:`effects` — the size of the measured effects per horizon (mean |Δ| and the fraction that
   are negative), to read the correlations beside.
 """
@@ -30,26 +30,12 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
+
+from seedlab.stats import mean_ci
 
 ALPHA = 0.05
 METHODS = ("spearman", "pearson")
 CEILING = "ceiling"  # the estimator name of the noise ceiling's rows in summary()
-
-
-def mean_ci(values, alpha: float = ALPHA) -> tuple[float, float, float, int]:
-    """(mean, low, high, n) of the non-NaN values: the two-sided (1 − alpha) t interval of the
-    mean over seeds; with one value the interval is that value's, with none all NaN."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[~np.isnan(v)]
-    n = len(v)
-    if n == 0:
-        return math.nan, math.nan, math.nan, 0
-    m = float(v.mean())
-    if n == 1:
-        return m, math.nan, math.nan, 1
-    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * float(v.std(ddof=1)) / math.sqrt(n)
-    return m, m - half, m + half, n
 
 
 def _corr(a: pd.Series, b: pd.Series, method: str) -> float:
@@ -119,7 +105,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         row = {"estimator": est, "horizon": h, "query_kind": kind, "seeds": int(g.seed.nunique()),
                "candidates": int(g.candidates.max()), "queries": int(g.queries.max())}
         for k in (*METHODS, "sign"):
-            m, lo, hi, _ = mean_ci(g[k])
+            m, lo, hi, _ = mean_ci(g[k], ALPHA)
             if est == CEILING and row["seeds"] < 3:  # 2 seeds: one pair, its two per-seed values are the same number
                 lo = hi = math.nan
             bounds = (0.0, 1.0) if k == "sign" else (-1.0, 1.0)
