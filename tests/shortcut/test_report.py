@@ -217,7 +217,7 @@ def test_rate_against_the_adversarial_split_size(tmp_path):
 
 
 def test_split_sizes_are_powers_of_two_then_n_adv():
-    from seedlab.shortcut.report import split_sizes
+    from seedlab.shortcut.stats import split_sizes
 
     assert split_sizes(2048) == [16, 32, 64, 128, 256, 512, 1024, 2048]
     assert split_sizes(300) == [16, 32, 64, 128, 256, 300] and split_sizes(16) == [16] and split_sizes(10) == [10]
@@ -233,7 +233,7 @@ def test_split_size_section_of_an_old_run_asks_for_a_rerun(tmp_path):
 def test_shortcut_head_rule():
     """The head with the highest shortcut fingerprint averaged over checkpoints: QK rho with token value for max
     tasks, attention on position 0 for first tasks; MLP rows (head -1) never count."""
-    from seedlab.shortcut.report import shortcut_heads
+    from seedlab.shortcut.stats import shortcut_heads
 
     summary = pd.DataFrame({"member": [0, 1, 2], "task": ["sum2-max", "sum3-first", "sum2-max"]})
     rows = []

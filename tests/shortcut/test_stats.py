@@ -16,7 +16,7 @@ from seedlab.stats import fisher
 members = summary_of_cells  # (layers, ratio, k, n) cells -> a summary frame
 
 
-# the separated sweep of the brief: 1L 4/10 at chance, 0/10 far from it; 2L 0/10 at chance, 8/10 far
+# a separated sweep: 1L 4/10 at chance, 0/10 far from it; 2L 0/10 at chance, 8/10 far
 SEPARATED = [(1, 0.5, 4, 10), (1, 0.9, 0, 10), (2, 0.5, 0, 10), (2, 0.9, 8, 10)]
 
 
@@ -34,7 +34,7 @@ def test_ratio_contrasts_pairs_within_cells():
     df = pd.concat([members([(2, 0.5, 0, 10), (2, 0.75, 3, 10), (2, 0.9, 8, 10)]),
                     members([(1, 0.5, 4, 10), (1, 0.9, 0, 10)])])
     c = ratio_contrasts(df)
-    assert list(c.columns) == ["task", "layers", "heads", "weight_decay", "ratio_a", "ratio_b",
+    assert list(c.columns) == ["task", "weight_decay", "layers", "heads", "ratio_a", "ratio_b",
                                "rate_a", "rate_b", "odds_ratio", "p"]
     assert len(c) == 1 + 3  # 1L: one pair; 2L: three pairs; never across capacities
     row = c[(c.layers == 2) & (c.ratio_a == 0.5) & (c.ratio_b == 0.9)].iloc[0]

@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.forks.arms import Arm, check_arms
+from seedlab.forks.arms import TWIN, Arm, check_arms
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, replica_control
@@ -41,7 +41,7 @@ Manifest = dict[str, dict[str, str]]  # {str(step): {tensor: SHA-256}}
 class Recording:
     """What every run of a design keeps on disk (besides losses.parquet and done.json)."""
 
-    hashed: Mapping[str, frozenset[int]]  # arm name -> steps whose weight hashes manifest.json holds (the replica checks the twin's)
+    hashed: Mapping[str, frozenset[int]]  # arm name -> steps whose weight hashes manifest.json holds (and s; the replica checks the twin's)
     saved: Mapping[str, frozenset[int]] = field(default_factory=dict)  # arm name -> steps whose weights are written
     resume: bool = False  # the complete state at every saved step: an interrupted run resumes there (else: from the prefix)
     losses_from: int = 0  # the first step losses.parquet holds (0: the prefix's losses too)
@@ -156,8 +156,10 @@ def run_design(d: Design) -> tuple[dict, pd.DataFrame]:
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in GPT(d.gcfg).state_dict().items()}
     for seed in cfg.seeds:  # bad arms are refused before anything is written
-        check_arms(d.arms(seed), fork=s, end=cfg.end, batch_size=cfg.batch_size, block_size=d.gcfg.block_size,
-                   shapes=shapes)
+        arms = d.arms(seed)
+        check_arms(arms, fork=s, end=cfg.end, batch_size=cfg.batch_size, block_size=d.gcfg.block_size, shapes=shapes)
+        if not arms or arms[0] != TWIN:
+            raise SeedlabError("arms: the first arm must be the twin (forks.arms.TWIN): the replica control's reference")
     if d.world.main:
         d.start()
     d.world.barrier()
@@ -210,7 +212,8 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         if d.world.main:
             where.clear()  # what an interruption left before the first resume point
         trainer, losses = start(label)
-    hashed, saved = rec.hashed.get(arm.name, frozenset()), rec.saved.get(arm.name, frozenset())
+    hashed = rec.hashed.get(arm.name, frozenset()) | {cfg.injection_step}  # every run is compared at the fork
+    saved = rec.saved.get(arm.name, frozenset())
     watched, before = d.observer.stops(seed, arm), set(manifest)  # recorded before an interruption
 
     def visit(tr: Trainer) -> None:

@@ -24,8 +24,10 @@ import numpy as np
 import pandas as pd
 
 from seedlab.reporting import fmt_num, md_table, pct
+from seedlab.shortcut import stats
 from seedlab.shortcut.figures import cap_label, fmt_ratio
 from seedlab.shortcut.interventions import MIN_GAP
+from seedlab.shortcut.stats import GROUP
 
 PAIR_NOTE = """\
 **Activation patching on matched counterfactual pairs.** Each pair is a shortcut-consistent (clean) and an
@@ -56,8 +58,6 @@ where the two disagree half the time (chance ≈ 1/2 binary, 1/3 ternary); it fi
 MLP reads.
 """
 
-CELL = ["task", "weight_decay", "layers", "heads", "ratio"]
-
 
 def circuits_section(summary: pd.DataFrame, circuits: pd.DataFrame | None, patching: pd.DataFrame | None) -> str:
     """The whole section (``### Circuits at the last checkpoint``) with its three tables; a note for each missing file."""
@@ -72,81 +72,65 @@ def circuits_section(summary: pd.DataFrame, circuits: pd.DataFrame | None, patch
     return "\n\n".join(parts)
 
 
-def last_checkpoint(summary: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """The rows of each member's last checkpoint, with its cell (task, wd, capacity, ratio) and component name."""
-    cells = summary[["member", *CELL]].rename(columns={"layers": "n_layers", "heads": "n_heads"})
-    t = table[table["epoch"] == table.groupby("member")["epoch"].transform("max")].merge(cells, on="member")
-    name = np.where(t["head"] >= 0, "L" + t["layer"].astype(str) + "H" + t["head"].astype(str), "L" + t["layer"].astype(str) + "MLP")
-    return t.assign(component=name)
+def _prose(note: str) -> str:
+    """A note as one markdown paragraph (the constants above are wrapped for the source)."""
+    return " ".join(note.split())
 
 
-def _groups(t: pd.DataFrame) -> tuple[list[str], list[tuple[list[str], pd.DataFrame]]]:
-    """(header, [(row labels, rows of the group)]) for every (cell, component), 2L before 1L as the paper's table."""
-    many = [c for c in ("task", "weight_decay") if t[c].nunique() > 1]
-    header = [{"task": "task", "weight_decay": "wd"}[c] for c in many] + ["model", "r", "component"]
-    groups = []
-    for key, d in t.groupby([*many, "n_layers", "n_heads", "ratio", "component"]):
-        *extra, layers, heads, r, comp = key
-        label = [*(e if isinstance(e, str) else f"{e:g}" for e in extra), cap_label(layers, heads), fmt_ratio(r), comp]
-        groups.append(((*extra, -layers, heads, r, comp), label, d))
-    return header, [(label, d) for _, label, d in sorted(groups, key=lambda g: g[0])]
+def _table(groups: pd.DataFrame, note: str, columns: list[tuple[str, Callable]]) -> str:
+    """``note`` and one row per (cell, component) of ``groups`` (from :func:`seedlab.shortcut.stats.per_component`):
+    its cell (task and weight decay only where the table has several), component, seeds, then ``fn(row)`` per column."""
+    many = [c for c in GROUP if groups[c].nunique() > 1]
+    header = [{"task": "task", "weight_decay": "wd"}[c] for c in many] + ["model", "r", "component", "seeds"]
+    rows = [[*(g.task if c == "task" else f"{g.weight_decay:g}" for c in many), cap_label(g.layers, g.heads),
+             fmt_ratio(g.ratio), g.component, str(g.seeds), *(fn(g) for _, fn in columns)]
+            for g in groups.itertuples(index=False)]
+    return note + "\n\n" + md_table([*header, *(name for name, _ in columns)], rows)
 
 
-def _med_iqr(d: pd.DataFrame, prefix: str) -> str:
+def _quartiles(g, direction: str) -> str:
     """'median [q25, q75]' of a per-pair distribution: the median over seeds of each seed's quantiles."""
-    q = [d[f"{prefix}_q{p}"].median() for p in ("50", "25", "75")]
+    q = [getattr(g, f"{direction}_q{p}") for p in ("50", "25", "75")]
     if any(np.isnan(q)):
         return "—"
     return f"{q[0]:.2f} [{q[1]:.2f}, {q[2]:.2f}]"
 
 
 def pair_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
-    fwd = lambda d: d[d["direction"] == "clean_to_corrupt"]
-    back = lambda d: d[d["direction"] == "corrupt_to_clean"]
     cols = [
-        ("pairs", lambda d: str(int(fwd(d)["n_pairs"].median()))),
-        ("flagged", lambda d: pct(float((fwd(d)["n_small_gap"] / fwd(d)["n_pairs"]).mean()))),
-        ("median gap", lambda d: fmt_num(float(fwd(d)["gap_q50"].median()))),
-        ("clean→corrupt fraction", lambda d: _med_iqr(fwd(d), "frac")),
-        ("corrupt→clean fraction", lambda d: _med_iqr(back(d), "frac")),
-        ("Δld clean→corrupt", lambda d: fmt_num(float(fwd(d)["dld_q50"].median()))),
-        ("Δld corrupt→clean", lambda d: fmt_num(float(back(d)["dld_q50"].median()))),
+        ("pairs", lambda g: str(int(g.pairs))),
+        ("flagged", lambda g: pct(g.flagged)),
+        ("median gap", lambda g: fmt_num(g.gap)),
+        ("clean→corrupt fraction", lambda g: _quartiles(g, "forward")),
+        ("corrupt→clean fraction", lambda g: _quartiles(g, "backward")),
+        ("Δld clean→corrupt", lambda g: fmt_num(g.dld_forward)),
+        ("Δld corrupt→clean", lambda g: fmt_num(g.dld_backward)),
     ]
-    return _table(summary, patching, _prose(PAIR_NOTE).format(min_gap=f"{MIN_GAP:g}"), cols)
+    note = _prose(PAIR_NOTE).format(min_gap=f"{MIN_GAP:g}")
+    return _table(stats.patching_medians(summary, patching), note, cols)
 
 
-def _prose(note: str) -> str:
-    """A note as one markdown paragraph (the constants above are wrapped for the source)."""
-    return " ".join(note.split())
-
-
-def _table(summary: pd.DataFrame, table: pd.DataFrame, note: str, columns: list[tuple[str, Callable]]) -> str:
-    """``note`` and one row per (cell, component) at the last checkpoint: seeds, then ``fn(rows)`` per column."""
-    header, groups = _groups(last_checkpoint(summary, table))
-    rows = [[*label, str(d["member"].nunique()), *(fn(d) for _, fn in columns)] for label, d in groups]
-    return note + "\n\n" + md_table([*header, "seeds", *(name for name, _ in columns)], rows)
-
-
-PATH_KINDS = [("qk_uniform", "QK→uniform"), ("qk_mean", "QK→mean"), ("ov_mean", "OV→mean")]
+PATH_NAMES = {"qk_uniform": "QK→uniform", "qk_mean": "QK→mean", "ov_mean": "OV→mean"}
 
 
 def path_ablation_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
-    points = lambda c: lambda d: f"{100 * d[c].mean():+.0f}"
-    cols = [(f"{name} {s}", points(f"{k}_ablation_{s}")) for k, name in PATH_KINDS for s in ("val", "adv")]
-    return _table(summary, circuits[circuits["head"] >= 0], _prose(PATH_NOTE), cols)
+    points = lambda c: lambda g: f"{100 * getattr(g, c):+.0f}"
+    cols = [(f"{PATH_NAMES[k]} {s}", points(f"{k}_ablation_{s}")) for k in stats.PATH_ABLATIONS for s in ("val", "adv")]
+    return _table(stats.ablation_means(summary, circuits), _prose(PATH_NOTE), cols)
 
 
-FINGERPRINTS = [
-    ("qk_rho_value", "QK ρ value (act.)"),
-    ("qk_w_rho_value", "QK ρ value (weights)"),
-    ("attn_pos0", "attn pos 0 (act.)"),
-    ("qk_w_pos0", "attn pos 0 (weights)"),
-    ("ov_rho_residue", "OV ρ residue (direct)"),
-    ("probe_sum", "probe: sum"),
-    ("probe_shortcut", "probe: shortcut"),
-]
+FINGERPRINTS = {
+    "qk_rho_value": "QK ρ value (act.)",
+    "qk_w_rho_value": "QK ρ value (weights)",
+    "attn_pos0": "attn pos 0 (act.)",
+    "qk_w_pos0": "attn pos 0 (weights)",
+    "ov_rho_residue": "OV ρ residue (direct)",
+    "probe_sum": "probe: sum",
+    "probe_shortcut": "probe: shortcut",
+}
 
 
 def fingerprint_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
-    median = lambda c: lambda d: fmt_num(float(d[c].median())) if d[c].notna().any() else "—"
-    return _table(summary, circuits, _prose(FINGERPRINT_NOTE), [(name, median(c)) for c, name in FINGERPRINTS])
+    median = lambda c: lambda g: "—" if np.isnan(getattr(g, c)) else fmt_num(float(getattr(g, c)))
+    groups = stats.fingerprint_medians(summary, circuits, list(FINGERPRINTS))
+    return _table(groups, _prose(FINGERPRINT_NOTE), [(name, median(c)) for c, name in FINGERPRINTS.items()])

@@ -72,6 +72,10 @@ class OptimConfig(Strict):
     eps: PosFloat = 1e-8  # (not stated; torch default)
     weight_decay: NonNeg = 0.1  # decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)
 
+    def for_member(self, weight_decay: float | None, lr: float | None) -> tuple[float, float]:
+        """The (weight decay, lr) a member trains with: the values it names, this optimizer's for those left null."""
+        return (self.weight_decay if weight_decay is None else weight_decay, self.lr if lr is None else lr)
+
 
 class GradientsConfig(Strict):
     """Gradient dynamics measured during training (-> gradients.parquet); see shortcut/gradients.py."""
@@ -213,19 +217,13 @@ class EnsembleConfig(Strict):
         return self
 
     def expand(self) -> list[Member]:
+        """The members, in order: a list's as listed, a grid's as every combination (seeds innermost)."""
         o, g = self.optim, self.members
         if isinstance(g, list):
-            return [Member(m.task, m.ratio, m.seed, _or(m.weight_decay, o.weight_decay), _or(m.lr, o.lr)) for m in g]
-        wds = g.weight_decay or [o.weight_decay]
-        lrs = g.lr or [o.lr]
-        return [
-            Member(t, r, s, wd, lr)
-            for t, r, wd, lr, s in itertools.product(g.task, g.ratio, wds, lrs, g.seed)
-        ]
-
-
-def _or(v: float | None, default: float) -> float:
-    return default if v is None else v
+            return [Member(m.task, m.ratio, m.seed, *o.for_member(m.weight_decay, m.lr)) for m in g]
+        # an axis left null is one value left null: the optimizer's
+        axes = itertools.product(g.task, g.ratio, g.weight_decay or [None], g.lr or [None], g.seed)
+        return [Member(t, r, s, *o.for_member(wd, lr)) for t, r, wd, lr, s in axes]
 
 
 class SweepGrid(Strict):

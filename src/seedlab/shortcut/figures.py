@@ -4,7 +4,7 @@ Each takes the per-member summary and the folder (a run or sweep folder, see
 :mod:`seedlab.shortcut.rundir`), draws one PNG beside the report and returns a
 :class:`~seedlab.reporting.Fig` (its title, path and caption); a figure whose data are
 missing returns a Fig without a path that says why. The labels both the text and the
-figures use (capacities, ratios, the paper's row order) are here too.
+figures use (capacities, ratios) are here too.
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import pandas as pd
 
 from seedlab.reporting import Fig, new_figure, save_figure
 from seedlab.shortcut.rundir import RunDir, SweepDir
-from seedlab.shortcut.stats import chance
+from seedlab.shortcut.stats import CAPACITY, chance, in_group, paper_order
 
 Folder = RunDir | SweepDir
-CAPACITY = ["layers", "heads"]
 MAX_SEEDS_DRAWN = 12  # per panel of curves.png
 SPLIT_COLORS = {"val": "tab:blue", "adv": "tab:orange"}
 SPLIT_NOTES = {"val": "r = 1, shortcut holds", "adv": "r = 0, shortcut misleads"}
@@ -30,11 +29,6 @@ SPLIT_NOTES = {"val": "r = 1, shortcut holds", "adv": "r = 0, shortcut misleads"
 
 def cap_label(layers: int, heads: int) -> str:
     return f"{int(layers)}L/{int(heads)}H"
-
-
-def paper_order(cell: tuple) -> tuple:
-    """Sort key for (layers, heads[, ratio]): 2L before 1L, as the paper's table."""
-    return (-cell[0], *cell[1:])
 
 
 def fmt_ratio(r: float) -> str:
@@ -96,7 +90,7 @@ def curves_figure(summary: pd.DataFrame, folder: Folder, task: str, wd: float) -
     path = folder.curves_path
     if not path.is_file():
         return Fig(title, None, "no curves.parquet in the sweep folder.")
-    sub = summary[(summary["task"] == task) & np.isclose(summary["weight_decay"], wd)]
+    sub = in_group(summary, task, wd)
     panels = [(key, pick_members(d)) for key, d in sub.groupby([*CAPACITY, "ratio"], sort=True)]
     wanted = pd.concat([p for _, p in panels])
     has_job = "job" in wanted and "job" in pq.read_schema(path).names

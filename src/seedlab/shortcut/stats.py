@@ -1,30 +1,217 @@
-"""The shortcut study's statistics on a per-member ``summary`` frame (one row per trained model:
-task, ratio, layers, heads, weight_decay, lr, seed, generalized, ...).
+"""Everything the shortcut report says, computed: rates, tests, verdicts, counts and medians.
 
-- ``chance``            -- chance accuracy of a task: 1/2 for ``sum2-*``, 1/3 for ``sum3-*``.
-- ``ratio_contrasts``   -- Fisher's test between every pair of ratios within each capacity cell.
-- ``interaction_logit`` -- logistic regression ``generalized ~ dist * cap`` (dist = |ratio - chance|,
-  cap = 1 for 2 layers): the dist:cap coefficient tests the paper's claim that distance from chance
-  helps a 2-layer model and not a 1-layer one (:func:`seedlab.stats.logit_coefficient`: MLE, or
-  Firth's regression when the data are separated).
-- ``simple_slopes``     -- the paper's claim is a *flip*: distance from chance lowers a 1-layer model's
-  odds (slope < 0) and raises a 2-layer model's (slope > 0). Both simple slopes of the same model
-  with 95% intervals and one-sided p-values, and the intersection-union test of the flip
-  (``p_flip`` = the larger of the two one-sided p-values: the flip is shown at level α only when
-  both slopes are, each at α).
+The report (:mod:`seedlab.shortcut.report`, :mod:`seedlab.shortcut.circuits_report`) only
+formats what the functions here return. Most take the per-member ``summary`` frame: one row
+per trained model (task, ratio, layers, heads, weight_decay, lr, seed, generalized, ...). A
+*cell* is the members that share :data:`CELL`: everything but the seed.
 
-Capacity is coded from ``layers`` and only 1- and 2-layer models are compared: a frame holding any
-other depth is refused (a 3-layer model is not a 1-layer one).
+- cells            -- :data:`CELL`, the report's order of cells (2L before 1L, as the paper's
+  table), the generalization rate per cell, the paper's own numbers.
+- the question     -- :func:`flip_answer`: how each depth's rate moves from a balanced to an
+  imbalanced ratio, and whether the flip (1L falls, 2L rises) is shown.
+- statistics       -- ``chance``, ``ratio_contrasts`` (Fisher's test between every pair of ratios
+  within each task, weight decay and capacity), ``interaction_logit`` (logistic regression ``generalized ~ dist * cap``,
+  dist = |ratio - chance|, cap = 1 for 2 layers: the dist:cap coefficient tests whether distance
+  from chance helps a 2-layer model more than a 1-layer one; :func:`seedlab.stats.logit_coefficient`:
+  MLE, or Firth's regression when the data are separated), ``simple_slopes`` (the paper's claim
+  is a *flip*: distance from chance lowers a 1-layer model's odds (slope < 0) and raises a 2-layer
+  model's (slope > 0); both slopes with 95% intervals and one-sided p-values, and the
+  intersection-union test of the flip: ``p_flip`` = the larger one-sided p, so the flip is shown at
+  level α only when both slopes are, each at α).
+- criteria         -- the rate had "generalized" meant a lower accuracy cut-off, or a smaller
+  adversarial split.
+- transience, phases, gradient conflict and amplification, the shortcut head.
+- circuits         -- each member's last checkpoint, summarized per cell and component.
+
+The logistic fits code capacity from ``layers`` and compare only 1- and 2-layer models: they refuse a
+frame holding any other depth (a 3-layer model is not a 1-layer one).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from seedlab.stats import fisher, logit_coefficient, rate_table
+from seedlab.shortcut.tasks import get_task
+from seedlab.stats import fisher, logit_coefficient, rate_table, wilson
+
+# ---------------------------------------------------------------- cells
+
+CAPACITY = ["layers", "heads"]  # a model's capacity
+GROUP = ["task", "weight_decay"]  # one headline table per group; the answer speaks about one group
+CELL = [*GROUP, *CAPACITY, "ratio"]  # the columns that identify a cell: members that differ only in their seed
+
+
+def paper_order(capacity: tuple) -> tuple:
+    """Sort key for (layers, heads[, ...]): 2L before 1L, as the paper's table."""
+    return (-capacity[0], *capacity[1:])
+
+
+def cell_order(key: tuple) -> tuple:
+    """Sort key for a :data:`CELL` key (and any columns after it): task, weight decay, capacity in
+    :func:`paper_order`, ratio, the rest."""
+    return (key[:2], paper_order(key[2:4]), key[4:])
+
+
+def by_cell(df: pd.DataFrame, *more: str) -> list[tuple[tuple, pd.DataFrame]]:
+    """``df.groupby([*CELL, *more])`` as a list of (key, rows), in :func:`cell_order`."""
+    return sorted(df.groupby([*CELL, *more]), key=lambda kv: cell_order(kv[0]))
+
+
+def in_group(df: pd.DataFrame, task: str, wd: float) -> pd.DataFrame:
+    """The rows of ``df`` of one (task, weight decay) group."""
+    return df[(df["task"] == task) & np.isclose(df["weight_decay"], wd)]
+
+
+def rate_cells(summary: pd.DataFrame) -> pd.DataFrame:
+    """The generalization rate of every cell: columns ``*CELL, n, k, rate, lo, hi`` (95% Wilson interval)."""
+    return rate_table(summary, by=CELL)
+
+
+def overview(summary: pd.DataFrame) -> dict:
+    """What a summary holds: ``tasks``, ``capacities`` ((layers, heads) pairs), ``ratios`` and
+    ``weight_decays`` (each sorted), ``members``, ``generalized`` (how many) and ``jobs`` (1 for a
+    run folder's summary, which has no ``job`` column)."""
+    return {
+        "tasks": sorted(summary["task"].unique()),
+        "capacities": sorted(summary[CAPACITY].drop_duplicates().itertuples(index=False, name=None)),
+        "ratios": sorted(summary["ratio"].unique()),
+        "weight_decays": sorted(summary["weight_decay"].unique()),
+        "members": len(summary),
+        "generalized": int(summary["generalized"].sum()),
+        "jobs": summary["job"].nunique() if "job" in summary else 1,
+    }
+
+
+# ---------------------------------------------------------------- the paper's numbers
+
+# The paper's headline (task sum2-max, weight decay 0.1): (layers, ratio) -> % of seeds that generalize.
+PAPER_TASK, PAPER_WD = "sum2-max", 0.1
+PAPER = {(2, 0.5): 0, (2, 0.9): 77, (1, 0.5): 33, (1, 0.9): 0}
+
+
+def paper_pct(task: str, wd: float, layers: int, ratio: float) -> int | None:
+    """The paper's rate (%) for this cell, or None when it reports none."""
+    if task != PAPER_TASK or not np.isclose(wd, PAPER_WD):
+        return None
+    for (lay, r), v in PAPER.items():
+        if lay == layers and np.isclose(r, ratio):
+            return v
+    return None
+
+
+# ---------------------------------------------------------------- the question: does imbalance help 2L and hurt 1L?
+
+
+def answer_group(summary: pd.DataFrame) -> tuple[str, float]:
+    """The (task, weight decay) the answer speaks about: the paper's when present, else the first."""
+    groups = sorted(summary[GROUP].drop_duplicates().itertuples(index=False, name=None))
+    for task, wd in groups:
+        if task == PAPER_TASK and np.isclose(wd, PAPER_WD):
+            return task, wd
+    return groups[0]
+
+
+def contrast_ratios(task: str, ratios: list[float]) -> tuple[float, float] | None:
+    """(balanced, imbalanced): the paper's 0.5 / 0.9 for binary tasks when present, else the
+    ratio nearest chance and the one farthest from it. None when they coincide."""
+    c = chance(task)
+    if np.isclose(c, 0.5) and any(np.isclose(r, 0.5) for r in ratios) and any(np.isclose(r, 0.9) for r in ratios):
+        return 0.5, 0.9
+    if len(ratios) < 2:
+        return None
+    bal = min(ratios, key=lambda r: abs(r - c))
+    imb = max(ratios, key=lambda r: abs(r - c))
+    return None if np.isclose(abs(bal - c), abs(imb - c)) else (bal, imb)
+
+
+def generalized_of(d: pd.DataFrame) -> tuple[int, int]:
+    """(members that generalized, members) of ``d``."""
+    return int(d["generalized"].sum()), len(d)
+
+
+def kept_to_end(d: pd.DataFrame) -> tuple[int, int]:
+    """(members that generalized, of them still at 100% adversarial accuracy at the end) of ``d``."""
+    return int(d["generalized"].sum()), int((d["generalized"] & d["retained"].astype(bool)).sum())
+
+
+@dataclass(frozen=True)
+class Move:
+    """How one depth's generalization rate moves from the balanced ratio to the imbalanced one."""
+
+    direction: str  # "rises", "falls" or "stays"
+    balanced: float  # the rate at the balanced ratio
+    imbalanced: float  # the rate at the imbalanced ratio
+    p: float  # Fisher's exact test between the two
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The numbers behind the answer to "does imbalance help a 2-layer model and hurt a 1-layer one?"."""
+
+    task: str  # the group the answer speaks about (:func:`answer_group`)
+    weight_decay: float
+    ratios: tuple[float, float] | None = None  # (balanced, imbalanced); None: no such pair, or not both 1L and 2L
+    empty: tuple[int, float] | None = None  # (layers, ratio) without members: not determinable either
+    moves: dict[int, Move] | None = None  # 2L and 1L
+    slopes: dict | None = None  # :func:`simple_slopes` of the group's 1L and 2L members; None when not estimable
+    verdict: str = ""  # "yes" (the flip is shown), "direction" (in direction only), "partly" or "no"
+    kept: tuple[int, int] = (0, 0)  # :func:`kept_to_end` of the group
+
+    @property
+    def determinable(self) -> bool:
+        """Whether the group has 1L and 2L members at both ratios (else ``ratios`` or ``empty`` says what is missing)."""
+        return self.moves is not None
+
+    @property
+    def transient(self) -> bool:
+        """Whether most of the group's generalizing members lost the rule again by the end."""
+        k, kept = self.kept
+        return k > 0 and kept * 2 < k
+
+
+def flip_verdict(moves: dict[int, Move], slopes: dict | None) -> str:
+    """"yes" when the intersection-union test shows the flip; "direction" when 2L rises and 1L falls without it;
+    "partly" when one of the two moves the paper's way; "no" otherwise."""
+    if slopes is not None and slopes["flip"]:
+        return "yes"
+    v2, v1 = moves[2].direction, moves[1].direction
+    if (v2, v1) == ("rises", "falls"):
+        return "direction"
+    return "partly" if v2 == "rises" or v1 == "falls" else "no"
+
+
+def flip_answer(summary: pd.DataFrame) -> Answer:
+    """The answer in the group of :func:`answer_group`, from the data: each depth's move between the balanced and
+    the imbalanced ratio (:func:`contrast_ratios`), the simple slopes, the verdict and the group's transience."""
+    task, wd = answer_group(summary)
+    sub = in_group(summary, task, wd)
+    pair = contrast_ratios(task, sorted(sub["ratio"].unique()))
+    if pair is None or not {1, 2} <= set(sub["layers"].unique()):
+        return Answer(task, wd)
+    bal, imb = pair
+    moves = {}
+    for layers in (2, 1):
+        d = sub[sub["layers"] == layers]
+        kb, nb = generalized_of(d[np.isclose(d["ratio"], bal)])
+        ki, ni = generalized_of(d[np.isclose(d["ratio"], imb)])
+        if nb == 0 or ni == 0:
+            return Answer(task, wd, pair, empty=(layers, bal if nb == 0 else imb))
+        rb, ri = kb / nb, ki / ni
+        _, p = fisher(ki, ni, kb, nb)
+        moves[layers] = Move("rises" if ri > rb else "falls" if ri < rb else "stays", rb, ri, p)
+    try:
+        slopes = simple_slopes(sub[sub["layers"].isin([1, 2])])
+    except ValueError:
+        slopes = None
+    return Answer(task, wd, pair, None, moves, slopes, flip_verdict(moves, slopes), kept_to_end(sub))
+
+
+# ---------------------------------------------------------------- statistics
 
 #: columns of the design matrix of ``interaction_logit``; the tested coefficient is dist:cap
 TERMS = ("Intercept", "dist", "cap", "dist:cap")
@@ -41,22 +228,20 @@ def chance(task: str) -> float:
 
 
 def ratio_contrasts(df: pd.DataFrame) -> pd.DataFrame:
-    """Fisher's test between every pair of ratios within each (task, layers, heads, weight_decay) cell.
+    """Fisher's test between every pair of ratios within each cell but its ratio (task, weight decay, capacity).
 
-    Columns: task, layers, heads, weight_decay, ratio_a, ratio_b (ratio_a < ratio_b), rate_a, rate_b,
+    Columns: task, weight_decay, layers, heads, ratio_a, ratio_b (ratio_a < ratio_b), rate_a, rate_b,
     odds_ratio (odds of generalizing at ratio_a over ratio_b), p (two-sided, not adjusted for the
-    number of pairs).
+    number of pairs); rows sorted by the first four.
     """
-    cell = ["task", "layers", "heads", "weight_decay"]
-    counts = rate_table(df, [*cell, "ratio"])
+    within = [c for c in CELL if c != "ratio"]
     rows = []
-    for key, grp in counts.groupby(cell, sort=True):
+    for key, grp in rate_cells(df).groupby(within, sort=True):
         grp = grp.sort_values("ratio")
         for a, b in itertools.combinations(grp.itertuples(index=False), 2):
             odds, p = fisher(a.k, a.n, b.k, b.n)
             rows.append((*key, a.ratio, b.ratio, a.rate, b.rate, odds, p))
-    cols = [*cell, "ratio_a", "ratio_b", "rate_a", "rate_b", "odds_ratio", "p"]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=[*within, "ratio_a", "ratio_b", "rate_a", "rate_b", "odds_ratio", "p"])
 
 
 def _design(df: pd.DataFrame, reference: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -126,3 +311,308 @@ def simple_slopes(df: pd.DataFrame) -> dict:
         out[f"{layers}L"] = res
     p_flip = max(out["1L"]["p_one_sided"], out["2L"]["p_one_sided"])
     return out | {"p_flip": float(p_flip), "flip": bool(p_flip < 0.05)}
+
+
+def depths_left_out(summary: pd.DataFrame) -> list[int]:
+    """The depths other than 1 and 2 layers in the summary (the logistic fits leave them out), sorted."""
+    return sorted(set(summary["layers"].unique().tolist()) - {1, 2})
+
+
+def interaction_fits(summary: pd.DataFrame) -> list[dict]:
+    """:func:`interaction_logit` and :func:`simple_slopes` of the 1- and 2-layer members of every task, weight decay and
+    head count, in that order: dicts with ``task, weight_decay, heads`` and either ``fit`` and ``slopes`` or
+    ``error`` (why they are not estimable)."""
+    fits = []
+    pairs = summary[summary["layers"].isin([1, 2])]
+    for (task, wd, heads), sub in pairs.groupby([*GROUP, "heads"], sort=True):
+        where = {"task": task, "weight_decay": wd, "heads": heads}
+        try:
+            fits.append(where | {"fit": interaction_logit(sub), "slopes": simple_slopes(sub)})
+        except ValueError as e:
+            fits.append(where | {"error": str(e)})
+    return fits
+
+
+# ---------------------------------------------------------------- the rate under other criteria
+
+CUTOFFS = [0.90, 0.95, 0.98, 0.99, 1.0]  # peak adversarial accuracies the rate is shown at
+SPLIT_SIZE_MIN = 16  # the smallest adversarial split the rate is shown at
+
+
+def cutoff_criteria(summary: pd.DataFrame) -> dict[float, pd.Series]:
+    """Per cut-off t of :data:`CUTOFFS`, whether each member would count as generalized had "generalized" meant a
+    peak adversarial accuracy >= t."""
+    return {t: summary["peak_adv_acc"] >= t - 1e-12 for t in CUTOFFS}
+
+
+def split_sizes(n_adv: int) -> list[int]:
+    """The adversarial split sizes the rate is shown at: powers of two from ``SPLIT_SIZE_MIN`` below n_adv, then n_adv."""
+    sizes, m = [], SPLIT_SIZE_MIN
+    while m < n_adv:
+        sizes.append(m)
+        m *= 2
+    return [*sizes, n_adv]
+
+
+def split_size_criteria(summary: pd.DataFrame, n_adv: int) -> dict[int, pd.Series]:
+    """Per split size m of :func:`split_sizes`, whether each member would have generalized on an adversarial split of
+    its first m rows: its longest all-correct prefix of the split (``adv_prefix_max``) reached m."""
+    return {m: summary["adv_prefix_max"] >= m for m in split_sizes(n_adv)}
+
+
+def criterion_rates(summary: pd.DataFrame, criteria: dict) -> list[tuple[tuple, list[tuple[float, float, float]]]]:
+    """Per cell (in :func:`cell_order`), the share of its members that meet each criterion (a boolean per member) with
+    its 95% Wilson interval: ``[(cell key, [(rate, lo, hi) per criterion])]``."""
+    out = []
+    for key, d in by_cell(summary):
+        rates = []
+        for met in criteria.values():
+            k, n = int(met[d.index].sum()), len(d)
+            rates.append((k / n, *wilson(k, n)))
+        out.append((key, rates))
+    return out
+
+
+# ---------------------------------------------------------------- transience and phases
+
+
+def transience(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (in :func:`cell_order`): ``*CELL, members, generalized`` (at some evaluation), ``retained`` (of those,
+    still at 100% adversarial accuracy at the end) and ``lost`` (the rest: transient generalization)."""
+    rows = []
+    for key, d in by_cell(summary):
+        k, kept = kept_to_end(d)
+        rows.append((*key, len(d), k, kept, k - kept))
+    return pd.DataFrame(rows, columns=[*CELL, "members", "generalized", "retained", "lost"])
+
+
+PHASES = ["shortcut_epoch", "phase2_epoch", "gen_epoch"]  # the columns of :mod:`seedlab.shortcut.phases`
+
+
+def phase_medians(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per capacity and ratio (tasks and weight decays pooled; 2L first): ``layers, heads, ratio, seeds`` and the
+    median over seeds of each of :data:`PHASES` (NaN where no seed reached that phase)."""
+    rows = []
+    for key, d in sorted(summary.groupby([*CAPACITY, "ratio"]), key=lambda kv: paper_order(kv[0])):
+        medians = [float(d[c].dropna().median()) if d[c].notna().any() else np.nan for c in PHASES]
+        rows.append((*key, len(d), *medians))
+    return pd.DataFrame(rows, columns=[*CAPACITY, "ratio", "seeds", *PHASES])
+
+
+# ---------------------------------------------------------------- gradient conflict and amplification
+
+#: the conflict measures within the shortcut head's parameters, per measure over all parameters
+HEAD_CONFLICT = {"cosine": "head_cosine", "pair_cosine": "head_pair_cosine"}
+#: the columns of :func:`conflict_medians`: both measures over all parameters, then within the shortcut head
+CONFLICT = [*HEAD_CONFLICT, *HEAD_CONFLICT.values()]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A median conflict series over epochs, as the paper describes it: ``lowest`` (its most negative value),
+    ``last`` (its last value) and ``resolves`` (:func:`resolves_toward_zero`)."""
+
+    lowest: float
+    last: float
+    resolves: bool
+
+
+def resolves_toward_zero(series: pd.Series) -> bool:
+    """The paper's description of one median series over epochs: it goes negative (the conflict appears once
+    the shortcut is learned; at epoch 0 the weights are random, so not at the first measurement) and at the last
+    measurement it is within half the size of its most negative value of 0 (an overshoot to +0.9 is not "toward 0")."""
+    s = series.dropna()
+    return bool(len(s) > 1 and s.min() < 0 and s.idxmin() != s.index[-1] and abs(s.iloc[-1]) <= abs(s.min()) / 2)
+
+
+def conflict_shape(series: pd.Series) -> Shape | None:
+    """The :class:`Shape` of a median series over epochs (missing values dropped); None when nothing is left."""
+    s = series.dropna()
+    if s.empty:
+        return None
+    return Shape(float(s.min()), float(s.iloc[-1]), resolves_toward_zero(s))
+
+
+@dataclass(frozen=True)
+class OutcomeConflict:
+    """The conflict of one depth's members at the highest ratio that did (not) generalize."""
+
+    ratio: float  # the highest ratio of the gradients' members
+    layers: int
+    generalized: bool
+    members: int
+    shapes: dict[str, Shape | None]  # per conflict measure measured: its median over members per epoch
+
+
+def conflict_by_outcome(summary: pd.DataFrame, grads: pd.DataFrame) -> list[OutcomeConflict]:
+    """Members at the highest ratio split by depth (2L first) and outcome (generalized first): the shape of each
+    conflict measure's median over members at each measured epoch (gradients.parquet)."""
+    g = grads.merge(summary[["member", "layers", "ratio", "generalized"]], on="member")
+    measures = [c for c in HEAD_CONFLICT if c in g and g[c].notna().any()]
+    top = g[np.isclose(g["ratio"], g["ratio"].max())]
+    out = []
+    for (layers, gen), d in sorted(top.groupby(["layers", "generalized"]), key=lambda kv: (-kv[0][0], not kv[0][1])):
+        med = d.groupby("epoch")[measures].median().sort_index()
+        shapes = {c: conflict_shape(med[c]) for c in measures}
+        out.append(OutcomeConflict(float(top["ratio"].max()), int(layers), bool(gen), d["member"].nunique(), shapes))
+    return out
+
+
+def amplification(summary: pd.DataFrame, grads: pd.DataFrame) -> pd.DataFrame:
+    """Per task, capacity and ratio (weight decays pooled; :func:`paper_order` within a task): ``members``, the
+    quartiles ``q25, q50, q75`` over members of each member's median anti/consistent per-example gradient-norm ratio
+    while the shortcut is saturated (from its shortcut epoch to its generalization epoch, or the end), and
+    ``expected``, a calibrated model's ratio. Empty when gradients.parquet has no per-example ratios."""
+    columns = ["task", *CAPACITY, "ratio", "members", "q25", "q50", "q75", "expected"]
+    if "per_example_ratio" not in grads:
+        return pd.DataFrame(columns=columns)
+    keys = ["task", *CAPACITY, "ratio"]
+    g = grads.merge(summary[["member", *keys, "shortcut_epoch", "gen_epoch"]], on="member")
+    start = g["shortcut_epoch"].astype("float64")
+    end = g["gen_epoch"].astype("float64").fillna(np.inf)
+    sat = g[start.notna() & (g["epoch"] >= start.fillna(0)) & (g["epoch"] <= end)]
+    per_member = sat.groupby(["member", *keys], as_index=False).agg(
+        ratio_med=("per_example_ratio", "median"), expected=("expected_ratio", "first"))
+    rows = []
+    for key, d in sorted(per_member.groupby(keys), key=lambda kv: (kv[0][0], paper_order(kv[0][1:3]), kv[0][3])):
+        q = d["ratio_med"].quantile([0.25, 0.5, 0.75])
+        rows.append((*key, len(d), q[0.25], q[0.5], q[0.75], float(d["expected"].iloc[0])))
+    return pd.DataFrame(rows, columns=columns)
+
+
+# ---------------------------------------------------------------- the shortcut head, and the conflict within it
+
+# the circuits.parquet fingerprint that marks a shortcut head, per shortcut feature (the paper's QK fingerprints)
+SHORTCUT_FINGERPRINT = {"max": "qk_rho_value", "first": "attn_pos0"}
+
+
+def shortcut_heads(summary: pd.DataFrame, circuits: pd.DataFrame | None) -> pd.DataFrame:
+    """Each member's shortcut head: ``member, layer, head``, one row per member that circuits.parquet covers.
+
+    The rule: the attention head with the highest shortcut fingerprint, averaged over the member's
+    checkpoints: the activation-based QK rho with token value (``qk_rho_value``: attends to the max) for
+    ``*-max`` tasks, the readout's attention on position 0 (``attn_pos0``) for ``*-first`` tasks.
+    """
+    if circuits is None or circuits.empty:
+        return pd.DataFrame({"member": [], "layer": [], "head": []}, dtype="int64")
+    c = circuits[circuits["head"] >= 0].merge(summary[["member", "task"]], on="member")
+    first = c["task"].map(lambda t: get_task(t).shortcut == "first")
+    c = c.assign(score=np.where(first, c[SHORTCUT_FINGERPRINT["first"]], c[SHORTCUT_FINGERPRINT["max"]]))
+    mean = c.groupby(["member", "layer", "head"], as_index=False)["score"].mean().dropna(subset=["score"])
+    return mean.loc[mean.groupby("member")["score"].idxmax(), ["member", "layer", "head"]].reset_index(drop=True)
+
+
+def without_shortcut_head(per_head: pd.DataFrame, chosen: pd.DataFrame) -> int:
+    """How many members of the per-head gradients have no shortcut head in ``chosen`` (they use every head)."""
+    return len(set(per_head["member"]) - set(chosen["member"]))
+
+
+def conflict_medians(summary: pd.DataFrame, grads: pd.DataFrame, heads: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
+    """Median over members per cell and epoch of both conflict measures over all parameters and within each
+    member's shortcut head (``chosen``; members it lacks contribute all their heads, one observation each):
+    columns ``*CELL, epoch, members`` and :data:`CONFLICT`."""
+    keys = ["member", "layer", "head"]
+    rest = heads[~heads["member"].isin(chosen["member"])]
+    own = pd.concat([heads.merge(chosen, on=keys), rest]).rename(columns=HEAD_CONFLICT)
+    cell = summary[["member", *CELL]]
+    by = [*CELL, "epoch"]
+    full = grads.merge(cell, on="member").groupby(by)
+    head = own.merge(cell, on="member").groupby(by)[list(HEAD_CONFLICT.values())].median()
+    members = full["member"].nunique().rename("members")
+    return pd.concat([members, full[list(HEAD_CONFLICT)].median(), head], axis=1).reset_index()
+
+
+def evenly_spaced(d: pd.DataFrame, k: int) -> pd.DataFrame:
+    """At most ``k`` rows of ``d`` sorted by epoch, evenly spaced, the first and the last included."""
+    d = d.sort_values("epoch")
+    return d.iloc[np.unique(np.linspace(0, len(d) - 1, k).round().astype(int))]
+
+
+@dataclass(frozen=True)
+class ConflictCheck:
+    """One conflict measure against the paper's description, in every 2L cell at the highest ratio."""
+
+    column: str  # a column of :data:`CONFLICT`
+    shapes: dict[tuple[int, int], Shape | None]  # per 2L capacity (layers, heads)
+
+    @property
+    def matches(self) -> bool:
+        """Whether the measure starts negative and resolves toward 0 in every one of the cells."""
+        return all(s is not None and s.resolves for s in self.shapes.values())
+
+
+def conflict_checks(med: pd.DataFrame) -> tuple[float, list[ConflictCheck]] | None:
+    """The highest ratio and a :class:`ConflictCheck` per measure of :data:`CONFLICT` with values there, from
+    :func:`conflict_medians` (one task and weight decay); None without a 2L cell at that ratio."""
+    cells = med[(med["layers"] == 2) & np.isclose(med["ratio"], med["ratio"].max())]
+    if cells.empty:
+        return None
+    checks = []
+    for col in CONFLICT:
+        shapes = {cap: conflict_shape(d.sort_values("epoch")[col]) for cap, d in cells.groupby(CAPACITY)}
+        if any(s is not None for s in shapes.values()):
+            checks.append(ConflictCheck(col, shapes))
+    return float(cells["ratio"].max()), checks
+
+
+# ---------------------------------------------------------------- circuits at the last checkpoint
+
+
+def last_checkpoint(summary: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of circuits.parquet or patching.parquet (``table``) at each member's last checkpoint, with the
+    member's cell (:data:`CELL`) and the row's component (``L0H1``, ``L1MLP``)."""
+    t = table[table["epoch"] == table.groupby("member")["epoch"].transform("max")].merge(summary[["member", *CELL]], on="member")
+    layer = "L" + t["layer"].astype(str)
+    return t.assign(component=np.where(t["head"] >= 0, layer + "H" + t["head"].astype(str), layer + "MLP"))
+
+
+def per_component(summary: pd.DataFrame, table: pd.DataFrame, values: Callable[[pd.DataFrame], dict]) -> pd.DataFrame:
+    """One row per cell and component at the last checkpoint (in :func:`cell_order`): ``*CELL, component, seeds``
+    and the dict ``values(rows)`` returns for the group's rows."""
+    rows = [{**dict(zip([*CELL, "component"], key)), "seeds": d["member"].nunique(), **values(d)}
+            for key, d in by_cell(last_checkpoint(summary, table), "component")]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=[*CELL, "component", "seeds"])
+
+
+def _quartile_medians(d: pd.DataFrame, prefix: str) -> dict[str, float]:
+    """The median over seeds of each seed's median and quartiles of a per-pair distribution (``{prefix}_q50`` ...)."""
+    return {f"{prefix}_q{p}": float(d[f"{prefix}_q{p}"].median()) for p in ("50", "25", "75")}
+
+
+def patching_medians(summary: pd.DataFrame, patching: pd.DataFrame) -> pd.DataFrame:
+    """Activation patching on matched pairs per cell and component at the last checkpoint: ``pairs`` (median per
+    seed), ``flagged`` (the mean share of pairs with a gap too small for a fraction), ``gap`` (the median of the
+    seeds' median gaps), the fractions' median and quartiles per direction (``forward_q50, forward_q25,
+    forward_q75``: clean→corrupt; ``backward_*``: corrupt→clean; the median over seeds of each) and ``dld_forward``,
+    ``dld_backward`` (the median over seeds of the median unnormalized change, logits)."""
+
+    def values(d: pd.DataFrame) -> dict[str, float]:
+        fwd, back = d[d["direction"] == "clean_to_corrupt"], d[d["direction"] == "corrupt_to_clean"]
+        return {
+            "pairs": float(fwd["n_pairs"].median()),
+            "flagged": float((fwd["n_small_gap"] / fwd["n_pairs"]).mean()),
+            "gap": float(fwd["gap_q50"].median()),
+            **{k.replace("frac", "forward"): v for k, v in _quartile_medians(fwd, "frac").items()},
+            **{k.replace("frac", "backward"): v for k, v in _quartile_medians(back, "frac").items()},
+            "dld_forward": float(fwd["dld_q50"].median()),
+            "dld_backward": float(back["dld_q50"].median()),
+        }
+
+    return per_component(summary, patching, values)
+
+
+PATH_ABLATIONS = ["qk_uniform", "qk_mean", "ov_mean"]  # the path ablations of circuits.parquet, per head
+
+
+def ablation_means(summary: pd.DataFrame, circuits: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and head at the last checkpoint, the mean over seeds of each path ablation's accuracy change on each
+    split (``{kind}_ablation_{split}`` of circuits.parquet, kinds :data:`PATH_ABLATIONS`, splits val and adv)."""
+    columns = [f"{k}_ablation_{s}" for k in PATH_ABLATIONS for s in ("val", "adv")]
+    return per_component(summary, circuits[circuits["head"] >= 0], lambda d: {c: d[c].mean() for c in columns})
+
+
+def fingerprint_medians(summary: pd.DataFrame, circuits: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """Per cell and component at the last checkpoint, the median over seeds of each fingerprint in ``columns``
+    (NaN where no seed has one)."""
+    return per_component(summary, circuits, lambda d: {c: float(d[c].median()) if d[c].notna().any() else np.nan
+                                                       for c in columns})

@@ -43,14 +43,14 @@ def plan(cfg: SweepConfig) -> list[Job]:
     seen: set[tuple] = set()
     jobs = []
     for g in grids:
-        wds = g.weight_decay or [cfg.optim.weight_decay]
-        lrs = g.lr or [cfg.optim.lr]
         for layers, heads in itertools.product(g.layers, g.heads):
             model = parse(ModelConfig, cfg.model.model_dump() | {"layers": layers, "heads": heads}, prefix="grid")
             for k in sorted({TASKS[t].n_classes for t in g.task}):
                 tasks = [t for t in g.task if TASKS[t].n_classes == k]
                 members = []
-                for s, t, r, wd, lr in itertools.product(g.seeds, tasks, g.ratio, wds, lrs):
+                # an axis left null is one value left null: the optimizer's
+                for s, t, r, wd, lr in itertools.product(g.seeds, tasks, g.ratio, g.weight_decay or [None], g.lr or [None]):
+                    wd, lr = cfg.optim.for_member(wd, lr)
                     if (key := (layers, heads, t, r, s, wd, lr)) not in seen:  # grids may overlap
                         seen.add(key)
                         members.append({"task": t, "ratio": r, "seed": s, "weight_decay": wd, "lr": lr})

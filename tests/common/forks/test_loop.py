@@ -83,6 +83,7 @@ def test_a_perturbation_is_the_twin_at_s_and_differs_after(corpus, tmp_path):
     ([TWIN, injection("long", list(range(40)), S, 0)], r"^arm long \(step 4, row 0\): 40 tokens do not fit"),
     ([TWIN, Arm("bad", perturbation=Perturbation(S, {"wte": torch.zeros(1)}))], r"^arm bad: a delta for 'wte' of shape"),
     ([TWIN, injection("a/b", TEXT, S, 0)], r"^arm name: letters, digits"),
+    ([injection("a", TEXT, S, 0), TWIN], r"^arms: the first arm must be the twin"),
 ])
 def test_bad_arms_are_refused_before_anything_is_written(corpus, tmp_path, arms, error):
     with pytest.raises(SeedlabError, match=error) as err:
