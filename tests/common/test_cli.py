@@ -153,7 +153,7 @@ def test_every_registered_study_and_its_commands_are_reachable():
             assert runner.invoke(app, [name, command, "--help"]).exit_code == 0
     assert _commands("shortcut") == ["data", "train", "sweep", "analyze", "report"]
     assert _commands("corpus") == ["prepare", "verify", "count"]
-    assert _commands("twins") == ["run", "measure", "gradmatch", "export", "report"]
+    assert _commands("twins") == ["run", "measure", "gradmatch", "match", "export", "report"]
     assert _commands("attribution") == ["bank", "attribute", "report"]
 
 

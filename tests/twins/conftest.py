@@ -18,8 +18,9 @@ def twins_design(tmp_path_factory, twins_inputs):
     (base / "corpus").symlink_to(corpus)
     cfg = {
         "corpus": str(base / "corpus"), "model": "mini", "block_size": 128, "seeds": [0, 1], "steps": 16, "batch_size": 4,
-        "injection_step": 6, "peak_lr": 3e-3, "conditions": ["twin", "fluent-fabricated", "fluent-attested"],
-        "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4,
+        "injection_step": 6, "peak_lr": 3e-3,
+        "conditions": ["twin", "fluent-fabricated", "fluent-attested", "ordinary-row", "nudge", "matched-noise"],
+        "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4, "threads": 1,
         "subjects": {"fluent-fabricated": "Gizmo Harrington", "fluent-attested": "Fredrik Lundh"},
         "measure": {"alphas": [0, 0.25, 0.5, 0.75, 1], "heldout_rows": 8, "probe_rows": 4, "eval_rows": 4},
     }

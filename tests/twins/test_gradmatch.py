@@ -212,3 +212,7 @@ def test_gradmatch_command(twins_design, tmp_path, seedlab_cli):
     assert pd.read_parquet(run / "gradmatch.parquet").seed.dropna().tolist() == [1]
     rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(tmp_path / "nope.txt"))
     assert rc == 2 and err.startswith("error: passages.fluent-attested: no such file")
+    other = tmp_path / "other.txt"
+    other.write_text(FAB)  # about the fabricated subject, not the attested one
+    rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(other))
+    assert rc == 2 and err.startswith(f"error: passages.fluent-attested: '{other}' does not mention its subject 'Fredrik Lundh'")

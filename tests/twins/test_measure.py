@@ -18,6 +18,8 @@ from seedlab.lm.model import GPT, PRESETS
 from seedlab.twins import metrics
 
 S, T = 6, 16  # injection step, steps of the twins_design fixture
+CONDS = ("fluent-fabricated", "fluent-attested", "ordinary-row", "nudge", "matched-noise")  # the fixture's, beside the twin
+TEXTED = ("fluent-fabricated", "fluent-attested", "ordinary-row")  # those with a text in the injected row
 
 
 
@@ -25,7 +27,7 @@ S, T = 6, 16  # injection step, steps of the twins_design fixture
 def test_measures_table_shape_and_invariants(design):
     m = pd.read_parquet(design / "run" / "measures.parquet")
     inj, seed = m[m.kind == "injected"], m[m.kind == "seed"]
-    assert sorted(zip(inj.seed, inj.condition)) == [(k, c) for k in (0, 1) for c in ("fluent-attested", "fluent-fabricated")]
+    assert sorted(zip(inj.seed, inj.condition)) == [(k, c) for k in (0, 1) for c in sorted(CONDS)]
     assert len(seed) == 1 and (seed.seed.iloc[0], seed.seed_b.iloc[0]) == (0, 1)
     assert (m.barrier >= 0).all() and (m.step == T).all()
     assert {"distance", "dist.blocks.0", "dist.wte", "cka.blocks.0", "cka.blocks.1", "heldout_ce_diff",
@@ -34,7 +36,9 @@ def test_measures_table_shape_and_invariants(design):
     c = pd.read_parquet(design / "run" / "checkpoints.parquet")
     at_s = c[c.step == S]  # identical weights at the injection step: every measure says so
     assert (at_s.distance == 0).all() and (at_s.heldout_ce == at_s.twin_heldout_ce).all()
-    assert (at_s.passage_ce == at_s.twin_passage_ce).all()
+    texted = at_s[at_s.condition.isin(TEXTED)]
+    assert (texted.passage_ce == texted.twin_passage_ce).all() and len(texted) == 2 * len(TEXTED)
+    assert at_s[~at_s.condition.isin(TEXTED)].passage_ce.isna().all()  # nudge, matched-noise: no passage of their own
     assert (c[c.step > S].distance > 0).all()
     assert (at_s.barrier == 0).all() and (at_s.rise_mid == 0).all()  # identical weights: not evaluated, 0 exactly
     assert sorted(set(c.step)) == [S, 8, 11, 12, T] and (c.barrier >= 0).all() and c.barrier.notna().all()
@@ -44,7 +48,22 @@ def test_measures_table_shape_and_invariants(design):
     p = pd.read_parquet(design / "run" / "paths.parquet")
     assert np.allclose(p[p.alpha.isin([0, 1])].rise, 0, atol=1e-12)
     tc = pd.read_parquet(design / "run" / "timecourse.parquet")
-    assert (tc[tc.step < S]["diff"] == 0).all() and (tc[tc.step == S]["diff"] != 0).all()
+    assert (tc[tc.step < S]["diff"] == 0).all() and (tc[(tc.step == S) & tc.condition.isin(TEXTED)]["diff"] != 0).all()
+    assert (tc[(tc.step == S) & (tc.condition == "matched-noise")]["diff"] != 0).all()  # the weights moved before step s's loss
+
+
+def test_the_cross_passage_matrix(design):
+    """Every condition's CE on every passage at every saved step from s, beside its twin's: 0 apart at s
+    (identical weights); its own passage's entry is the checkpoints table's passage_ce."""
+    x = pd.read_parquet(design / "run" / "passages.parquet")
+    assert list(x.columns) == ["seed", "condition", "step", "text", "ce", "twin_ce", "diff"]
+    assert set(x.text) == set(TEXTED) and set(x.condition) == set(CONDS)
+    assert len(x) == 2 * len(CONDS) * len(TEXTED) * len([S, 8, 11, 12, T])  # seeds x conditions x texts x steps
+    assert (x[x.step == S]["diff"] == 0).all() and (x["diff"] == x.ce - x.twin_ce).all()
+    c = pd.read_parquet(design / "run" / "checkpoints.parquet").set_index(["seed", "condition", "step"])
+    own = x[x.text == x.condition].set_index(["seed", "condition", "step"])
+    assert (own.ce == c.passage_ce.reindex(own.index)).all() and (own.twin_ce == c.twin_passage_ce.reindex(own.index)).all()
+    assert (x[x.step > S].groupby("condition")["diff"].apply(lambda d: (d != 0).any())).all()  # every arm moved
 
 
 def test_measures_match_independent_computation(design):
@@ -88,6 +107,24 @@ def test_measures_match_independent_computation(design):
     assert row.passage_ce_final == pytest.approx(pce, abs=1e-5)
 
 
+def test_seed_rows_have_the_aligned_distance(design):
+    """distance_aligned: on the seed-vs-seed rows only, finite, no larger than the raw distance, and the same
+    weight_distance of seed 0's twin and seed 1's twin permuted to it (lm/align.py), recomputed from the files."""
+    from safetensors.torch import load_file
+
+    from seedlab.lm.align import aligned
+
+    run = design / "run"
+    m = pd.read_parquet(run / "measures.parquet")
+    seed, inj = m[m.kind == "seed"], m[m.kind == "injected"]
+    assert len(seed) == 1 and np.isfinite(seed.distance_aligned).all() and inj.distance_aligned.isna().all()
+    assert (seed.distance_aligned <= seed.distance).all() and (seed.distance_aligned > 0).all()
+    a = load_file(run / "seed-0" / "twin" / f"step-{T}.safetensors")
+    b = load_file(run / "seed-1" / "twin" / f"step-{T}.safetensors")
+    gcfg = PRESETS["mini"].model_copy(update={"vocab_size": a["wte.weight"].shape[0], "block_size": 128})
+    assert seed.distance_aligned.iloc[0] == metrics.weight_distance(a, aligned(a, b, gcfg))["all"]
+
+
 def test_missing_runs_are_measured_around(design, tmp_path, seedlab_cli):
     run = copy_run(design, tmp_path)
     (run / "seed-1" / "fluent-attested" / "done.json").unlink()
@@ -95,7 +132,7 @@ def test_missing_runs_are_measured_around(design, tmp_path, seedlab_cli):
     assert rc == 0, err
     assert "warning: missing seed 1 fluent-attested" in err
     m = pd.read_parquet(run / "measures.parquet")
-    assert len(m[m.kind == "injected"]) == 3 and json.loads((run / "measures.json").read_text())["missing"] == ["seed 1 fluent-attested"]
+    assert len(m[m.kind == "injected"]) == 2 * len(CONDS) - 1 and json.loads((run / "measures.json").read_text())["missing"] == ["seed 1 fluent-attested"]
 
 
 def test_nothing_measurable_is_exit_2_and_writes_nothing(design, tmp_path, seedlab_cli):

@@ -16,17 +16,33 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
                     "## Normalized effects", "## Barrier and distance over training", "## Time course", "44.1%",
                     "unchanged since", "**Is it lost?**", "| trough step |", "peak / smoothed trough"):
         assert section in text, section
-    # every p names its test; the end-of-run rows carry the MDE and an equivalence test, not p alone
+    # every p names its test; the end-of-run rows carry the MDE and the per-seed "lost" test, not p alone
     assert "| p (paired t) | p (exact sign-flip; its floor) | MDE (80%, paired t) |" in text
     assert "(paired t), " in text and "(sign-flip)" in text and "p < 1e-4 (test not stated)" in text
-    assert "| 90% CI (t) | p (TOST) | verdict |" in text and "TOST p = " in text
+    assert ("| end − 0.5 × s + 50 (mean d) | 95% upper bound of mean d | p (one-sided paired t) "
+            "| p (one-sided exact sign-flip; its floor) | MDE (80%, one-sided t) | verdict |") in text
+    assert "; end − 0.5 × s + 50 effect, per seed: mean " in text and "(sign-flip; ≥ 0.25): **" in text  # 2 seeds: floor 1/4
+    assert "TOST" not in text and "vs margin ±" not in text  # the old equivalence test is gone from the report
+    assert "not that it is zero" in text and "H1: mean d < 0" in text
+    # the time course: the peak / trough ratio under both windows, in the headline and its own table
+    assert "~100× (smoothing not stated)" in text and "× (25-step window), " in text and "× (5-step window) |" in text
+    assert "**The ratio under two smoothings.**" in text
+    assert "| condition | window (steps) | peak step | peak | trough step | trough | peak / trough |" in text
+    for cond in ("fluent-attested", "fluent-fabricated"):
+        assert f"| {cond} | 25 | " in text and f"| {cond} | 5 | " in text
     # how identity and determinism were shown (integrity.json), and each seed's exposure to the subjects (inputs.json)
     assert "## One row and nothing else: integrity and exposure" in text and "Mode `fork`" in text
     assert "by construction" in text and "bitwise equal to the twin at steps" in text
     inputs = json.loads((run / "inputs.json").read_text())
     att = inputs["attestation"]
     for cond, a in att.items():
-        assert f"{cond}: {a['subject']} ({a['occurrences']} in the corpus)" in text
+        assert f"{cond}: {a['subject']} ({a['occurrences']} in the training split)" in text
+    # the subjects' counts beside the paper's: "Jimmie Nicol", 4 occurrences; "Gizmo Harrington", absent
+    assert att["fluent-fabricated"]["occurrences"] == 0
+    assert (f"| attested subject: whole-word occurrences in the training split | 4 (\"Jimmie Nicol\", \"present in the corpus\") "
+            f"| {att['fluent-attested']['occurrences']} (\"Fredrik Lundh\") |") in text
+    assert ("| fabricated subject: whole-word occurrences in the training split | 0 (\"Gizmo Harrington\", \"absent from the "
+            "corpus\") | 0 (\"Gizmo Harrington\") |") in text
     for i, e in enumerate(att[min(att)]["exposure"]):  # one row per seed, a cell per condition (sorted)
         cells = " | ".join(f"{x['before']} / {x['at_injection']} / {x['after']}" for x in (att[c]["exposure"][i] for c in sorted(att)))
         assert f"| {e['seed']} | {cells} |" in text

@@ -131,3 +131,25 @@ def test_inputs_are_written_once_and_checked_on_resume(tmp_path):
         rd.check_inputs(inputs | {"passages": edited})
     with pytest.raises(SeedlabError, match=r"^passages\.fluent-fabricated: the passage is new since"):
         rd.check_inputs(inputs | {"passages": inputs["passages"] | {"fluent-fabricated": {"text": "z", "tokens": [4]}}})
+
+
+def test_a_resume_under_another_environment_is_refused(setup, tmp_path, seedlab_cli):
+    """environment.json records what the bits depend on; a resume elsewhere is one line, exit 2, nothing
+    written, unless --allow-env-change (then the change is recorded)."""
+    base, cfg = setup
+    path = base / "env.yaml"
+    path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "threads": 1}))
+    out = tmp_path / "o"
+    assert seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    env = json.loads((out / "environment.json").read_text())
+    assert env["changes"] == [] and env["environment"]["threads"] == 1 and env["environment"]["device"] == "cpu"
+    elsewhere = env | {"environment": env["environment"] | {"torch": "0.0.0"}}
+    (out / "environment.json").write_text(json.dumps(elsewhere))
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: environment: {out} was started with torch = '0.0.0', now ")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before  # nothing written
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--allow-env-change")
+    assert rc == 0, err
+    assert json.loads((out / "environment.json").read_text())["changes"] == [env["environment"]]

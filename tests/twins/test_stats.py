@@ -1,5 +1,6 @@
-"""twins.stats on hand-made tables: the time course's peak and trough, the equivalence columns of
-the "lost" rows, the verdicts, and which test gives each p."""
+"""twins.stats on hand-made tables: the time course's peak and trough (under two windows), the
+per-seed "lost" test of the end rows (end − frac × s + 50 effect), the verdicts, and which test
+gives each p."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+
+from scipy import stats as sps
+from statsmodels.stats.power import TTestPower
 
 from seedlab.stats import sign_flip_floor, tost_paired
 from seedlab.twins import stats
@@ -69,12 +73,35 @@ def test_time_course_barrier_over_checkpoints():
     assert course.set_index("step").loc[20, ["n", "distance", "barrier", "rise_mid"]].tolist() == pytest.approx([2, 0.6, 0.003, 0.0015])
 
 
-def _measures(gain_s50, gain_final, seed_noise) -> pd.DataFrame:
-    """Injected rows of one condition: twin's passage CE 3.0, the injected run's lower by the gains."""
+def test_peak_over_trough_under_two_windows():
+    """The same curve under two window widths: the wide window averages the dip away and flattens the
+    peak, the narrow one keeps more of both, so the ratio depends on the width and each is reported."""
+    curve = {S: 5.0} | {t: 1.0 for t in range(S + 1, S + 100)} | {S + 4: 0.01, S + 5: 0.01} | {S + 40: 100.0}
+    tc = _timecourse(curve)
+    w = stats.peak_trough_windows(tc, S, [25, 1, 25]).set_index("window")
+    assert list(w.index) == [25, 1] and (w.condition == "c").all()  # in the order given, repeats dropped
+    raw = w.loc[1]  # window 1: the unsmoothed curve itself
+    assert (raw.peak_step, raw.peak, raw.trough_step, raw.trough) == (S + 40, 100.0, S + 4, 0.01)
+    assert raw.peak_over_trough == pytest.approx(1e4)
+    wide = w.loc[25]
+    assert wide.peak == pytest.approx((24 + 100) / 25) and wide.peak_step == S + 28  # the first step whose window holds it
+    assert S < wide.trough_step < wide.peak_step and wide.trough > 0.5  # the two-step dip alone would be 0.01
+    assert wide.peak_over_trough == pytest.approx(wide.peak / wide.trough) and wide.peak_over_trough < 10
+    # time_course's own columns are the same computation at its window
+    r = stats.time_course(tc, _checkpoints(), {"injection": S, "mid": 20, "final": 40}, smooth=25, just_after=2).iloc[0]
+    assert (r.peak_step, r.peak, r.trough_step, r.trough, r.peak_over_trough) == tuple(wide[["peak_step", "peak", "trough_step", "trough", "peak_over_trough"]])
+    curves = stats.abs_diff_curves(tc, S)
+    assert list(curves) == ["c"] and curves["c"].index.min() == S + 1  # the injected batch's own step is left out
+    assert stats.peak_trough_windows(tc.iloc[:0], S, [25, 5]).empty
+
+
+def _measures(gain_s50, gain_final, seed_noise, s50_noise=None) -> pd.DataFrame:
+    """Injected rows of one condition: twin's passage CE 3.0, the injected run's lower by the gains
+    (each seed off by ``seed_noise``, at s + 50 by ``s50_noise`` when given)."""
     n = len(seed_noise)
     return pd.DataFrame({
         "kind": "injected", "seed": range(n), "condition": "fluent-fabricated",
-        "passage_ce_s50": 3.0 - gain_s50 + seed_noise, "twin_passage_ce_s50": 3.0,
+        "passage_ce_s50": 3.0 - gain_s50 + (seed_noise if s50_noise is None else s50_noise), "twin_passage_ce_s50": 3.0,
         "passage_ce_final": 3.0 - gain_final + seed_noise, "twin_passage_ce_final": 3.0,
         "heldout_ce": 4.0 + seed_noise, "heldout_ce_b": 4.0,
     })
@@ -83,33 +110,90 @@ def _measures(gain_s50, gain_final, seed_noise) -> pd.DataFrame:
 NOISE = np.array([0.004, -0.004, 0.002, -0.002, 0.003, -0.003, 0.001, -0.001])
 
 
+def _reference_lost(end_effect, s50_effect, frac):
+    """The "lost" test computed independently: d = end − frac × s50 per seed; scipy's one-sided one-sample
+    t-test and exact sign-flip permutation test (H1: mean d < 0); statsmodels' one-sided MDE × sd(d)."""
+    d = np.asarray(end_effect) - frac * np.asarray(s50_effect)
+    t = sps.ttest_1samp(d, 0.0, alternative="less")
+    perm = sps.permutation_test((d,), np.mean, permutation_type="samples", alternative="less", n_resamples=np.inf)
+    mde = TTestPower().solve_power(nobs=len(d), alpha=0.05, power=0.8, alternative="larger") * d.std(ddof=1)
+    upper = d.mean() + sps.t.ppf(0.95, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return d, t, perm.pvalue, float(mde), upper
+
+
 @pytest.mark.parametrize(("gain_final", "verdict"), [
-    (0.0, "lost (equivalent to 0 within the margin)"),
-    (0.01, "smaller than the margin, but not zero"),
-    (0.04, "kept (not shown below the margin)"),
+    (0.0, "lost (less than 0.5 × the s + 50 effect left)"),
+    (0.01, "lost below 0.5 × the s + 50 effect, but not zero"),
+    (0.04, "kept (not shown below 0.5 × the s + 50 effect)"),
+    (-0.01, "lost and reversed (the twin predicts the passage better at the end)"),
 ])
-def test_end_rows_carry_tost_against_a_fraction_of_the_s50_effect(gain_final, verdict):
+def test_end_rows_test_end_minus_a_fraction_of_the_s50_effect_seed_by_seed(gain_final, verdict):
     comp = stats.comparisons(_measures(0.04, gain_final, NOISE), {"passage_ce": "exploratory"})
     end = comp[comp.measure == "passage_ce_final"].iloc[0]
     s50 = comp[comp.measure == "passage_ce_s50"].iloc[0]
-    assert end.margin == pytest.approx(stats.DEFAULT_MARGIN_FRAC * abs(s50["diff"])) == pytest.approx(0.02)
-    ref = tost_paired(3.0 - gain_final + NOISE, np.full(8, 3.0), end.margin)
-    assert (end.p_tost, end.ci90_low, end.ci90_high, end.equivalent) == (ref["p"], ref["ci_low"], ref["ci_high"], ref["equivalent"])
-    assert end.mde > 0 and stats.verdict(end) == verdict
-    assert pd.isna(s50.margin) and pd.isna(s50.p_tost)  # the s + 50 row is an effect, not an equivalence claim
-    # the margin is a setting: a tenth of the s + 50 effect makes "lost" harder to show
-    tight = stats.comparisons(_measures(0.04, gain_final, NOISE), {}, margin_frac=0.1)
-    assert tight[tight.measure == "passage_ce_final"].margin.iloc[0] == pytest.approx(0.004)
+    assert end.lost_frac == stats.DEFAULT_LOST_FRAC == 0.5
+    assert (end.lost_n, end.lost_s50, end.lost_end) == (8, pytest.approx(0.04), pytest.approx(gain_final))
+    d, t, p_perm, mde, upper = _reference_lost(gain_final - NOISE, 0.04 - NOISE, 0.5)
+    assert end.lost_d == pytest.approx(d.mean()) and end.lost_sd == pytest.approx(d.std(ddof=1))
+    assert (end.lost_t, end.lost_df, end.lost_p_t) == (pytest.approx(t.statistic), 7, pytest.approx(t.pvalue))
+    assert end.lost_p_perm == pytest.approx(p_perm) and end.lost_perm_exact and end.lost_p_perm_min == 1 / 2**8
+    assert end.lost_mde == pytest.approx(mde) and end.lost_mde > 0 and end.lost_ci_high == pytest.approx(upper)
+    assert end.lost == (t.pvalue < 0.05) and stats.verdict(end) == verdict
+    assert end.mde > 0  # the two-sided row keeps its own MDE
+    assert pd.isna(s50.lost_p_t) and pd.isna(s50.lost)  # the s + 50 row is an effect, not a "lost" claim
+    # the fraction is a setting: a tenth of the s + 50 effect makes "lost" harder to show
+    tight = stats.comparisons(_measures(0.04, gain_final, NOISE), {}, lost_frac=0.1)
+    t_end = tight[tight.measure == "passage_ce_final"].iloc[0]
+    assert t_end.lost_frac == 0.1 and t_end.lost_d == pytest.approx(gain_final - 0.004)
+    assert t_end.lost_p_t == pytest.approx(_reference_lost(gain_final - NOISE, 0.04 - NOISE, 0.1)[1].pvalue)
+    if gain_final == 0.01:  # 0.01 is below half of 0.04, not below a tenth of it
+        assert stats.verdict(t_end) == "kept (not shown below 0.1 × the s + 50 effect)"
+
+
+def test_the_s50_effects_own_uncertainty_enters_the_lost_test():
+    """The end effect is small and precise, the s + 50 effect as large on average but noisy from seed to seed.
+    A margin of half the MEAN s + 50 effect, taken as known, would call it lost (the old TOST); per seed,
+    end − 0.5 × s50 carries the s + 50 noise and the test cannot tell."""
+    s50_noise = 20 * np.array([0.003, -0.004, -0.001, 0.004, 0.002, -0.003, -0.002, 0.001])
+    comp = stats.comparisons(_measures(0.04, 0.01, NOISE / 4, s50_noise=s50_noise), {})
+    end = comp[comp.measure == "passage_ce_final"].iloc[0]
+    assert end.lost_end == pytest.approx(0.01) and end.lost_s50 == pytest.approx(0.04)  # 0.01 < 0.5 × 0.04 on average
+    old = tost_paired(3.0 - 0.01 + NOISE / 4, np.full(8, 3.0), 0.5 * end.lost_s50)
+    assert old["equivalent"]  # the old claim: the end effect is inside ±0.02
+    d, t, p_perm, mde, _ = _reference_lost(0.01 - NOISE / 4, 0.04 - s50_noise, 0.5)
+    assert end.lost_p_t == pytest.approx(t.pvalue) and end.lost_p_t > 0.05 and not end.lost
+    assert end.lost_sd == pytest.approx(d.std(ddof=1)) and end.lost_sd > 5 * (NOISE / 4).std(ddof=1)
+    assert end.lost_mde == pytest.approx(mde) and end.lost_mde > abs(end.lost_d)  # and the MDE says why
+    assert end.p_t < 0.05 and stats.verdict(end) == "kept (not shown below 0.5 × the s + 50 effect)"
 
 
 def test_not_significant_is_not_lost_when_the_design_cannot_tell():
-    # a noisy end effect of half the s + 50 one: p_t > 0.05, but the interval reaches past the margin
+    # a noisy end effect of half the s + 50 one: p_t > 0.05, and not shown below half of it either
     noise = 10 * NOISE
     comp = stats.comparisons(_measures(0.04, 0.02, noise), {})
     end = comp[comp.measure == "passage_ce_final"].iloc[0]
-    assert end.p_t > 0.05 and not end.equivalent
-    assert stats.verdict(end) == "inconclusive (neither an effect nor equivalence shown)"
-    assert end.mde > abs(end["diff"])  # and the MDE says why
+    assert end.p_t > 0.05 and end.lost_p_t > 0.05 and not end.lost
+    assert stats.verdict(end) == "inconclusive (neither an effect nor a loss below 0.5 × the s + 50 effect shown)"
+    assert end.mde > abs(end["diff"]) and end.lost_mde > abs(end.lost_d)  # and the MDEs say why
+
+
+def test_lost_test_edges():
+    # one-sided: an end effect above frac × s50 is never "lost", however precise
+    r = stats.lost_test([0.03, 0.031, 0.029], [0.04, 0.041, 0.039], 0.5)
+    assert r["lost_d"] > 0 and r["lost_p_t"] > 0.99 and r["lost_p_perm"] == 1.0 and r["lost"] is False
+    # with 4 seeds the exact sign-flip test cannot reach 0.05 (floor 1/16): the t-test alone decides
+    r = stats.lost_test([0.0, 0.002, -0.001, 0.0005], [0.04, 0.041, 0.038, 0.042], 0.5)
+    assert r["lost"] and r["lost_p_t"] < 1e-4 and r["lost_p_perm"] == r["lost_p_perm_min"] == 1 / 16
+    # every d_i equal: the t-test is undefined (nan), "lost" says whether that d is below 0
+    r = stats.lost_test([0.0, 0.001, -0.001], [0.04, 0.042, 0.038], 0.5)
+    assert r["lost_d"] == pytest.approx(-0.02) and math.isnan(r["lost_p_t"]) and r["lost"] is True
+    # NaN seeds are dropped; fewer than 2 left: no test
+    r = stats.lost_test([0.0, np.nan, 0.001], [0.04, 0.04, np.nan], 0.5)
+    assert r["lost_n"] == 1 and r["lost"] is None and math.isnan(r["lost_p_t"])
+    assert stats.verdict(pd.Series(r | {"p_t": np.nan, "diff": 0.0})).startswith("no test")
+    # nothing learned at s + 50: nothing to lose, whatever the test says
+    r = stats.lost_test([0.0, 0.001, -0.001], [-0.01, -0.012, -0.011], 0.5)
+    assert stats.verdict(pd.Series(r | {"p_t": 0.5, "diff": 0.0})) == "not learned at s + 50 (nothing to lose)"
 
 
 def test_every_row_names_the_floor_of_its_sign_flip_p():

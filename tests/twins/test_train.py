@@ -11,6 +11,7 @@ import yaml
 
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
+from seedlab.lm.distributed import World
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.train import run_twins
 
@@ -33,7 +34,7 @@ def test_identical_before_injection_and_different_after(setup, tmp_path):
     base, cfg = setup
     losses = run_twins(parse(TwinsConfig, cfg), tmp_path, base=base, progress=False)
     twin = _manifest(tmp_path, 3, "twin")
-    for cond in ("fluent-fabricated", "fluent-attested", "random-chars"):
+    for cond in ("fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-noise"):
         m = _manifest(tmp_path, 3, cond)
         assert m["8"] == twin["8"]  # every tensor's SHA-256 equal at the injection step
         assert m["12"] != twin["12"] and m["24"] != twin["24"]  # the injected row changed the run
@@ -43,6 +44,46 @@ def test_identical_before_injection_and_different_after(setup, tmp_path):
     assert (l.loc[:7].nunique(axis=1) == 1).all()  # the same prefix losses
     assert l.loc[8, "fluent-fabricated"] != l.loc[8, "twin"]  # the injected batch differs
     assert list(pd.read_parquet(tmp_path / "seed-3" / "twin" / "losses.parquet").columns) == ["step", "loss"]
+
+
+def test_the_null_arms_are_what_they_say(setup, tmp_path):
+    """ordinary-row: a held-out stretch as long as the fabricated passage, in the injected row only;
+    nudge: one element one ulp up at s (bitwise the twin at s, different after); matched-noise: the
+    weights moved at s by the norm of the fabricated passage's own update difference from this θ_s."""
+    import random
+
+    from seedlab.corpus import load
+    from seedlab.forks.prefix import SharedPrefix
+    from seedlab.lm.trainer import Trainer
+    from seedlab.twins.train import conditions, load_inputs
+
+    base, raw = setup
+    cfg = parse(TwinsConfig, raw | {"steps": 12, "keep": ["prefix"],
+                                    "conditions": ["twin", "fluent-fabricated", "ordinary-row", "nudge", "matched-noise"]})
+    run_twins(cfg, tmp_path, base=base, progress=False)
+    corpus, gcfg, passages, _ = load_inputs(cfg, base, World())
+    held, n = load(cfg.corpus).heldout, len(passages["fluent-fabricated"])
+    start = random.Random(cfg.nulls.ordinary_row_seed).randrange(len(held) - n)
+    assert passages["ordinary-row"] == held[start : start + n].tolist()  # an ordinary row of the held-out text
+    arms = {a.name: a for a in conditions(cfg, passages, corpus.eot_id)}
+    assert arms["ordinary-row"].injections == {(8, 0): passages["ordinary-row"]}  # the injected row, at s, only
+    twin, integrity = _manifest(tmp_path, 3, "twin"), json.loads((tmp_path / "integrity.json").read_text())
+    done = integrity["seeds"]["3"]["perturbations"]
+    for null in ("nudge", "matched-noise"):
+        m = _manifest(tmp_path, 3, null)
+        assert m["8"] == twin["8"] and m["12"] != twin["12"]  # the twin at s (before the update), different after
+        assert done[null] == json.loads((tmp_path / "seed-3" / null / "perturbation.json").read_text())
+    prefix, _ = SharedPrefix(tmp_path / "seed-3" / "prefix.safetensors", lambda: Trainer(cfg, gcfg, 3, corpus.train), 8).kept()
+    w = prefix.weights()["blocks.0.ln_1.weight"].reshape(-1)[0]
+    ulp = float(torch.nextafter(w, torch.tensor(float("inf"))) - w)
+    assert done["nudge"]["moved"] == done["nudge"]["norm"] == ulp > 0
+    a, b = prefix.fork(), prefix.fork()  # Trainer.fork: copies at s
+    a.advance({0: passages["fluent-fabricated"]}, pad_id=corpus.eot_id)
+    b.advance()
+    pairs = zip(a.model.parameters(), b.model.parameters())
+    size = float(torch.sqrt(sum(((x.detach() - y.detach()).double() ** 2).sum() for x, y in pairs)))
+    assert done["matched-noise"]["norm"] == pytest.approx(size, rel=1e-6)  # the fabricated update difference's norm
+    assert done["matched-noise"]["moved"] == pytest.approx(size, rel=1e-4)  # what the float32 weights actually moved
 
 
 def test_independent_audit_reproduces_the_forked_runs_bitwise(setup, tmp_path):

@@ -142,6 +142,7 @@ def prepare(
     max_bytes: int | None = None,
     cache_dir: str | None = None,
     progress: bool | None = None,
+    allow_partial: bool = False,
 ) -> dict[str, Any]:
     """Tokenize ``source`` into ``out_dir/{train,heldout}.bin`` + ``meta.json``; returns the metadata.
 
@@ -149,7 +150,9 @@ def prepare(
     Hugging Face datasets cache for Hub sources. The source is read in one streamed pass
     (two with ``bpe``: its training reads the training documents first), so memory does not
     grow with the number of documents. ``progress``: a progress bar (default: when stdout is
-    a terminal).
+    a terminal). A partial parquet conversion (the Hub's ``partial-*`` folders: only the first
+    ~5 GB of OpenWebText) is a one-line error before anything is written, unless
+    ``allow_partial``: then meta.json's ``source`` says ``"partial": true``.
     """
     if tokenizer not in TOKENIZERS:
         raise SeedlabError(f"tokenizer: one of {', '.join(TOKENIZERS)}, got {tokenizer!r}")
@@ -160,7 +163,8 @@ def prepare(
     if max_bytes is not None and max_bytes <= 0:
         raise SeedlabError(f"max_bytes: must be positive, got {max_bytes!r}")
     out = Path(out_dir)
-    texts, info = load_texts(source, text_field=text_field, max_bytes=max_bytes, cache_dir=cache_dir)
+    texts, info = load_texts(source, text_field=text_field, max_bytes=max_bytes, cache_dir=cache_dir,
+                             allow_partial=allow_partial)
     n = len(texts)
     if n < 2 and heldout_fraction > 0:
         raise SeedlabError(f"source: {source!s} has {n} document(s); a held-out split needs at least 2")

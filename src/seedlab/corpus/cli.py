@@ -21,13 +21,16 @@ def corpus_prepare(
     seed: Annotated[int, typer.Option(help="seed of the held-out split")] = 0,
     text_field: Annotated[str, typer.Option(help="text field of JSONL/Parquet/HF rows")] = "text",
     max_bytes: Annotated[int | None, typer.Option(help="cap on the source text (embedded corpus)")] = None,
+    allow_partial: Annotated[bool, typer.Option(
+        "--allow-partial", help="prepare a partial parquet conversion (the Hub's partial-*/ folders); meta.json says so")] = False,
 ) -> None:
     """Tokenize text into memory-mapped token arrays with a SHA-256 manifest."""
     from seedlab.corpus import prepare
 
     meta = prepare(source, out, tokenizer=tokenizer, heldout_fraction=heldout_fraction, vocab_size=vocab_size,
-                   seed=seed, text_field=text_field, max_bytes=max_bytes)
-    typer.echo(f"{out}: " + ", ".join(f"{k} {v['tokens']} tokens / {v['documents']} documents" for k, v in meta["splits"].items()))
+                   seed=seed, text_field=text_field, max_bytes=max_bytes, allow_partial=allow_partial)
+    typer.echo(f"{out}: " + ", ".join(f"{k} {v['tokens']} tokens / {v['documents']} documents" for k, v in meta["splits"].items())
+               + ("; a PARTIAL parquet conversion (meta.json: source.partial)" if meta["source"].get("partial") else ""))
 
 
 @app.command("verify")

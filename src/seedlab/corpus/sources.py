@@ -13,7 +13,6 @@ import json
 import os
 import re
 import sysconfig
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -324,7 +323,12 @@ def _docstring_nodes(tree: ast.AST) -> Iterator[ast.AST]:
 
 
 def load_texts(
-    source: str | Path, *, text_field: str = "text", max_bytes: int | None = None, cache_dir: str | None = None
+    source: str | Path,
+    *,
+    text_field: str = "text",
+    max_bytes: int | None = None,
+    cache_dir: str | None = None,
+    allow_partial: bool = False,
 ) -> tuple[Texts, dict[str, Any]]:
     """Documents of ``source`` in a fixed order, and a description of where they came from.
 
@@ -332,6 +336,10 @@ def load_texts(
     sorted path order, e.g. the ``.parquet`` shards of a Hub dataset's parquet conversion);
     ``openwebtext`` (= ``hf:Skylion007/openwebtext@refs/convert/parquet``); or ``hf:NAME[@REVISION]``,
     a Hugging Face dataset's ``train`` split. Files and parquet datasets are streamed, not loaded.
+
+    A partial parquet conversion (:func:`partial_files`: the Hub converted only the first ~5 GB of
+    the dataset, OpenWebText included) is refused, from the Hub or downloaded to a folder, unless
+    ``allow_partial``; then the description says ``partial: true``.
     """
     s = str(source)
     info: dict[str, Any] = {"source": s}
@@ -347,15 +355,12 @@ def load_texts(
         texts = load_hf_texts(name, "train", text_field, cache_dir=cache_dir, revision=revision)
         if isinstance(texts, FileTexts):
             info["files"] = [str(f) for f in texts.files]
-            if any("/partial-" in str(f) for f in texts.files):  # the Hub converted only the first ~5 GB
-                info["partial"] = True
-                warnings.warn(
-                    f"source: {name}'s parquet conversion is partial (its files lie under partial-*/)", stacklevel=2
-                )
+            _check_partial(f"dataset {name!r}", texts.files, info, allow_partial)
         return texts, info
     p = Path(s)
     if p.is_file():
         info.update(kind="file")
+        _check_partial(f"file {s!r}", [p], info, allow_partial)
         return FileTexts([p], text_field), info
     if p.is_dir():
         files = sorted(
@@ -365,8 +370,37 @@ def load_texts(
         if not files:
             raise SeedlabError(f"source: folder {s!r} holds no .txt, .jsonl or .parquet files")
         info.update(kind="folder", files=[f.relative_to(p).as_posix() for f in files])
+        _check_partial(f"folder {s!r}", files, info, allow_partial)
         return FileTexts(files, text_field), info
     raise SeedlabError(f"source: {s!r} is neither a file, a folder, 'embedded', 'openwebtext' nor 'hf:<dataset>'")
+
+
+def partial_files(files: list[str] | list[Path] | list[str | Path]) -> list[str]:
+    """The files of ``files`` that belong to a partial parquet conversion: ``.parquet`` files in a folder
+    named ``partial-*`` (``plain_text/partial-train/0000.parquet``), the Hub's layout when it converted
+    only the first ~5 GB of a dataset. A local path is judged by its absolute path, so the folder of
+    the shards itself counts."""
+    out = []
+    for f in files:
+        path = Path(str(f).split("?")[0]) if _is_url(str(f)) else Path(f).absolute()
+        if path.suffix == ".parquet" and path.parent.name.startswith("partial-"):
+            out.append(str(f))
+    return out
+
+
+def _check_partial(what: str, files: list[str] | list[Path] | list[str | Path], info: dict[str, Any], allow: bool) -> None:
+    """Refuse a partial parquet conversion (one line, before anything is written) unless ``allow``;
+    when allowed, ``info`` (the corpus's meta.json ``source``) records ``partial: true``."""
+    partial = partial_files(files)
+    if not partial:
+        return
+    if not allow:
+        raise SeedlabError(
+            f"source: {what} is a partial parquet conversion ({len(partial)} of {len(files)} files lie under "
+            f"{Path(partial[0].split('?')[0]).parent.name}/: the Hub converted only the first ~5 GB of the dataset); "
+            "prepare it anyway with --allow-partial (prepare(..., allow_partial=True)), recorded as partial in meta.json"
+        )
+    info["partial"] = True
 
 
 def _hf_name(s: str) -> tuple[str, str | None]:

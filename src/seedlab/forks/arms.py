@@ -7,8 +7,9 @@ A fork design trains, per seed, a shared prefix to the fork step s and then one 
   (``injections={(t, r): tokens}``). One text in one row at s is a twins condition or an
   attribution candidate; the same text at s, s + 10 and s + 20, or two texts in two rows of one
   batch, are a few more entries;
-- a **perturbation** arm: at step s the weights move by a given delta (``{tensor: delta}``) just
-  before that step's update, after its record (so the arm is bitwise the twin up to and at s).
+- a **perturbation** arm: at step s the weights move by a given delta (``{tensor: delta}``, or a
+  function of the run's trainer then) just before that step's update, after its record (so the
+  arm is bitwise the twin up to and at s).
 
 :func:`check_arms` refuses, in one line, an arm that cannot run: a name that is not a folder name
 or is used twice, an injection before the fork or after the end or into a row the batch does not
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -32,19 +33,18 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 @dataclass(frozen=True)
 class Perturbation:
-    """The weights moved by ``delta`` ({state_dict key: tensor of the same shape}) at ``step``,
-    just before that step's update. ``what`` says what it is, for the records."""
+    """The weights moved by ``delta`` ({state_dict key: tensor of the same shape}) at ``step``, just
+    before that step's update. ``delta`` may also be a function of the run's trainer at that step
+    (``trainer -> {key: tensor}``: a nudge of one ulp, noise scaled to a measured norm), computed when
+    it is due. ``what`` says what it is, for the records."""
 
     step: int
-    delta: Mapping[str, torch.Tensor]
+    delta: Mapping[str, torch.Tensor] | Callable[..., Mapping[str, torch.Tensor]]
     what: str = "perturbation"
 
-    def record(self) -> dict:
-        """JSON: the step, what it is, and each delta's norm and SHA-256 (the tensors themselves are not kept)."""
-        from seedlab.store import tensor_hashes
 
-        return {"step": self.step, "what": self.what, "sha256": tensor_hashes(self.delta),
-                "norm": float(torch.sqrt(sum((d.double() ** 2).sum() for d in self.delta.values())))}
+def _norm(tensors) -> float:
+    return float(torch.sqrt(sum((t.double() ** 2).sum() for t in tensors)))
 
 
 @dataclass(frozen=True)
@@ -65,22 +65,33 @@ class Arm:
         rows = {r: tokens for (t, r), tokens in self.injections.items() if t == step}
         return rows or None
 
-    def perturb(self, model: torch.nn.Module, step: int) -> None:
-        """Apply the perturbation if it is due at ``step`` (in place, exactly: ``w += delta``)."""
+    def perturb(self, trainer, step: int) -> dict | None:
+        """Apply the perturbation if it is due at ``step`` to ``trainer``'s model (in place, exactly:
+        ``w += delta``); returns what was done (None: nothing due): the delta's norm, how far the
+        weights actually moved (float32 rounding), and the SHA-256 of every delta tensor."""
+        from seedlab.store import tensor_hashes
+
         p = self.perturbation
         if p is None or p.step != step:
-            return
-        state = model.state_dict()
+            return None
+        delta = p.delta(trainer) if callable(p.delta) else p.delta
+        state = trainer.model.state_dict()
+        bad = [k for k, d in delta.items() if k not in state or tuple(state[k].shape) != tuple(d.shape)]
+        if bad:
+            raise SeedlabError(f"arm {self.name}: a delta for {bad[0]!r} that the model has no tensor of that shape for")
+        before = {k: state[k].detach().clone() for k in delta}
         with torch.no_grad():
-            for name, d in p.delta.items():
+            for name, d in delta.items():
                 state[name].add_(d.to(state[name].device, state[name].dtype))
+        return {"step": step, "what": p.what, "norm": _norm(delta.values()),
+                "moved": _norm(state[k].detach() - before[k] for k in delta), "sha256": tensor_hashes(delta)}
 
     def record(self) -> dict:
         """JSON: what differs (each injection's step, row, length and the SHA-256 of its tokens)."""
         inj = [{"step": t, "row": r, "tokens": len(ids), "sha256": hashlib.sha256(str(list(ids)).encode()).hexdigest()}
                for (t, r), ids in sorted(self.injections.items())]
-        return {"name": self.name, "injections": inj,
-                "perturbation": None if self.perturbation is None else self.perturbation.record()}
+        p = self.perturbation
+        return {"name": self.name, "injections": inj, "perturbation": None if p is None else {"step": p.step, "what": p.what}}
 
 
 #: the run every other arm is compared with
@@ -90,6 +101,41 @@ TWIN = Arm("twin")
 def injection(name: str, tokens: Sequence[int], step: int, row: int) -> Arm:
     """The usual arm: ``tokens`` in row ``row`` of the batch of ``step``."""
     return Arm(name, {(step, row): list(tokens)})
+
+
+def nudge(name: str, step: int, tensor: str, index: int) -> Arm:
+    """The smallest possible difference: at ``step`` one weight element (``tensor``, flat ``index``)
+    moves by one unit in the last place, toward +inf."""
+
+    def delta(trainer) -> dict[str, torch.Tensor]:
+        state = trainer.model.state_dict()
+        if tensor not in state or not 0 <= index < state[tensor].numel():
+            raise SeedlabError(f"nudge: the model has no element {index} in a tensor {tensor!r}")
+        w = state[tensor].detach().reshape(-1)[index]
+        d = torch.zeros_like(state[tensor])
+        d.reshape(-1)[index] = torch.nextafter(w, torch.tensor(float("inf"), dtype=w.dtype, device=w.device)) - w
+        return {tensor: d}  # w + (next - w) is next exactly: the difference of adjacent floats is exact
+
+    return Arm(name, perturbation=Perturbation(step, delta, f"one ulp of {tensor}[{index}]"))
+
+
+def matched_noise(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> Arm:
+    """Same size, no content: at ``step`` the weights move in a random direction (normal in every
+    parameter, from ``seed`` and the run's training seed) by exactly the norm of ``like``'s own update
+    difference there — ‖θ_{s+1}(like) − θ_{s+1}(twin)‖, both updates taken from this run's θ_s."""
+
+    def delta(trainer) -> dict[str, torch.Tensor]:
+        a, b = trainer.fork(), trainer.fork()
+        a.advance(like.rows_at(step), pad_id=pad_id)
+        b.advance(None, pad_id=pad_id)
+        pa, pb = dict(a.model.named_parameters()), dict(b.model.named_parameters())
+        size = _norm(pa[k].detach() - pb[k].detach() for k in pa)
+        g = torch.Generator().manual_seed(seed * 1_000_003 + trainer.seed)
+        direction = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in pa.items()}
+        scale = size / _norm(direction.values())
+        return {k: (d * scale).to(pa[k].dtype) for k, d in direction.items()}
+
+    return Arm(name, perturbation=Perturbation(step, delta, f"random direction, the norm of {like.name}'s update difference"))
 
 
 def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, block_size: int,
@@ -117,7 +163,7 @@ def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, blo
         if p is not None:
             if not fork <= p.step < end:
                 raise SeedlabError(f"arm {arm.name}: perturbs at step {p.step}, outside the forked run ({fork} .. {end - 1})")
-            for name, d in p.delta.items():
+            for name, d in ({} if callable(p.delta) else p.delta).items():  # a computed delta: checked when due
                 if shapes is not None and tuple(shapes.get(name, ())) != tuple(d.shape):
                     why = "the model has no such tensor" if name not in shapes else f"its shape is {tuple(shapes[name])}"
                     raise SeedlabError(f"arm {arm.name}: a delta for {name!r} of shape {tuple(d.shape)} ({why})")

@@ -45,6 +45,7 @@ class RunFolder:
         step-<t>.safetensors   weights after t updates (state_dict keys)
         manifest.json          {t: {tensor: SHA-256}} of every saved or hashed step
         losses.parquet         (step, loss) of every update
+        perturbation.json      what a perturbation arm's delta was (norm, weights moved, SHA-256)
         state.safetensors      the complete training state at the last checkpoint (resume; removed at the end)
         final.safetensors      the complete state at the end (kept only when the design asks)
         done.json              written last: the run finished
@@ -63,6 +64,11 @@ class RunFolder:
     @property
     def losses(self) -> Path:
         return self.path / "losses.parquet"
+
+    @property
+    def perturbation(self) -> Path:
+        """What the arm's weight perturbation did (its norm, how far the weights moved), when it has one."""
+        return self.path / "perturbation.json"
 
     @property
     def state(self) -> Path:

@@ -16,6 +16,7 @@ Every file goes through the design's folder (forks/folders.py) and store.py. Und
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -175,11 +176,13 @@ def run_design(d: Design) -> tuple[dict, pd.DataFrame]:
             record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s"
                             if d.independent else f"by construction: every {w} forked from one copy of the prefix"}
             replica = _Replica(d, seed, start) if seed in cfg.replica_seeds else None
+            record["arms"] = {a.name: a.record() for a in arms[1:]}  # what each differs from the twin in
             for i, arm in enumerate(arms):
                 manifest, losses, extra = run_arm(d, seed, arm, start)
                 at_s[arm.name] = manifest[str(s)]
                 frames.append(losses.assign(seed=seed, arm=arm.name))
-                record |= extra or {}
+                for key, value in (extra or {}).items():  # several arms' perturbations merge
+                    record[key] = record.get(key, {}) | value if key == "perturbations" else value
                 if i == 0 and replica is not None:
                     record |= {"replica_early": replica.check(manifest, through_first=True)} if not replica.done else {}
             check_identical(at_s, f"seed {seed}", s)
@@ -203,7 +206,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
     d.world.barrier()  # every rank has looked at the folder before rank 0 writes to it
     if finished:  # before an interruption
         d.observer.skip(cfg.end - cfg.injection_step)
-        return manifest, pd.read_parquet(where.losses), d.observer.finished(seed, arm, where, manifest)
+        return manifest, pd.read_parquet(where.losses), _extra(d, seed, arm, where, manifest)
     if resumable:
         trainer = Trainer(cfg, d.gcfg, seed, d.tokens, d.world)
         losses = trainer.load_state(where.state, manifest)
@@ -227,10 +230,14 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         if t in watched:
             d.observer.visit(seed, arm, tr)
 
+    def perturbed(record: dict) -> None:
+        if d.world.main:
+            write_json(where.perturbation, record)
+
     advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=hashed | saved | watched, visit=visit,
-               on_step=lambda: d.observer.step(label), losses=losses)
+               on_step=lambda: d.observer.step(label), losses=losses, perturbed=perturbed)
     frame = pd.DataFrame({"step": range(rec.losses_from, len(losses)), "loss": losses[rec.losses_from:]})
-    extra = d.observer.finished(seed, arm, where, manifest)
+    extra = _extra(d, seed, arm, where, manifest)
     if d.world.main:
         write_parquet(where.losses, frame)
         write_json(where.manifest, manifest)
@@ -239,6 +246,14 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         where.mark_finished(cfg.end)
         where.state.unlink(missing_ok=True)
     return manifest, frame, extra
+
+
+def _extra(d: Design, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
+    """What a finished run adds to its seed's integrity record: the observer's, and what its perturbation did."""
+    extra = d.observer.finished(seed, arm, where, manifest) or {}
+    if arm.perturbation is not None and where.perturbation.is_file():
+        extra["perturbations"] = {arm.name: json.loads(where.perturbation.read_text())}
+    return extra or None
 
 
 def _save(d: Design, where: RunFolder, tr: Trainer, losses: list[float], manifest: Manifest) -> None:

@@ -72,7 +72,7 @@ class SharedPrefix:
 
 def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, stops: Collection[int] = (),
                visit: Callable[[Trainer], None] | None = None, on_step: Callable[[], None] | None = None,
-               losses: list[float] | None = None) -> list[float]:
+               losses: list[float] | None = None, perturbed: Callable[[dict], None] | None = None) -> list[float]:
     """Advance ``trainer`` until ``end`` updates are completed; returns the losses (appended to
     ``losses`` when given).
 
@@ -80,14 +80,16 @@ def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, 
     the ordinary one; ``arm``'s perturbation moves the weights just before the update of its step.
     ``visit(trainer)`` is called whenever ``trainer.step`` is in ``stops`` — at the start too,
     before any update (and before a perturbation at that step) — with the weights after that many
-    updates; ``on_step()`` after every update."""
+    updates; ``on_step()`` after every update; ``perturbed(record)`` after the arm's perturbation."""
     losses = [] if losses is None else losses
     while True:
         if visit is not None and trainer.step in stops:
             visit(trainer)
         if trainer.step >= end:
             return losses
-        arm.perturb(trainer.model, trainer.step)
+        done = arm.perturb(trainer, trainer.step)
+        if done is not None and perturbed is not None:
+            perturbed(done)
         losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id))
         if on_step is not None:
             on_step()

@@ -89,6 +89,66 @@ def twins_gradmatch(
     typer.echo(f"best: {b.fabricated} vs {b.attested}, differ by {b.rel_norm_diff:.2%} (mean of {n} seed(s)) -> {res.path}")
 
 
+@app.command("match")
+def twins_match(
+    config: Annotated[str, typer.Argument(help="twins config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
+    out: Annotated[Path, typer.Option(help="folder for each seed's prefix at s (seed-<k>/prefix.safetensors, kept and read back) and match.parquet")],
+    fabricated: Annotated[list[Path], typer.Option(help="a variant of the fluent-fabricated passage (repeatable); none: the config's")] = [],  # noqa: B006
+    attested: Annotated[list[Path], typer.Option(help="a variant of the fluent-attested passage (repeatable); none: the config's")] = [],  # noqa: B006
+    tolerance: Annotated[float, typer.Option(help="the largest relative difference a matched pair may have (0.0014: the paper's 0.14%)")] = 0.0014,
+    by: Annotated[str, typer.Option(help="closest in: update (the AdamW update differences' sizes at s), delta (the full-batch "
+                                         "gradient deltas' sizes, what the paper reports), both (the larger of the two)")] = "update",
+    set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set threads=1")] = [],  # noqa: B006
+    force: Annotated[bool, typer.Option(help="start the folder over (another design's prefixes in it are removed)")] = False,
+    allow_env_change: Annotated[bool, typer.Option(help="read back prefixes trained in another environment (torch, device, threads...)")] = False,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Match the fluent passages before training: every fabricated x attested variant pair measured at
+    the injection step, from each seed's shared prefix (trained as `twins run` trains it, kept in OUT),
+    and the closest pair, against the tolerance.
+
+    Closest (--by update, the default) = the smallest relative difference of the sizes of the two
+    AdamW update differences u(g + Δ) − u(g) at s: the update size the paper's matching is about.
+    The paper reports its 0.14% for the full-batch gradient deltas Δ (--by delta); both are printed.
+    Differences are |a − b| / mean(a, b) per seed, averaged over the design's seeds. No pair within
+    the tolerance: exit 2 naming the best (an existing OUT/match.parquet is left as it was).
+    A pair is matched on the seeds it is measured on (each has its own batch and prefix at s): use
+    the seeds the runs will use."""
+    from seedlab.config import load_config
+    from seedlab.errors import SeedlabError
+    from seedlab.twins.config import TwinsConfig
+    from seedlab.twins.match import MEASURE_WORDS, match_passages, percent
+
+    cfg, base = load_config(TwinsConfig, PRESETS, config, set_)
+    given = {k: v for k, v in {"fluent-fabricated": fabricated, "fluent-attested": attested}.items() if v}
+    res = match_passages(cfg, out, given, base=base, tolerance=tolerance, by=by, force=force,
+                         allow_env_change=allow_env_change, progress=progress)
+    for side, label in res.defaults.items():
+        typer.echo(f"{side}: no variants given: the config's passage ({label})")
+    n = len(cfg.seeds)
+    typer.echo(f"variants at step {cfg.injection_step}, mean of {n} seed(s): |Δ| the gradient delta, |u| the AdamW update "
+               "difference, |G|/N the passage row's own gradient")
+    norms = res.norms.groupby(["condition", "passage"], sort=False)[["tokens", "norm", "adam_norm", "row_norm"]].mean()
+    for (side, label), r in norms.iterrows():
+        typer.echo(f"  {side:<17} {label}: {int(r.tokens)} tokens, |Δ| {r.norm:.5g}, |u| {r.adam_norm:.5g}, |G|/N {r.row_norm:.5g}")
+    mean = res.mean
+    shown = mean.head(10)
+    typer.echo(f"pairs, closest first in {MEASURE_WORDS[by]} ({len(shown)} of {len(mean)}; every pair, every seed: {res.table}):")
+    for _, r in shown.iterrows():
+        typer.echo(f"  {r.fabricated} vs {r.attested}: update sizes {percent(r.adam_rel_norm_diff)}, gradient deltas "
+                   f"{percent(r.rel_norm_diff)}, row gradients {percent(r.row_rel_norm_diff)}; cosine of the deltas "
+                   f"{r.cosine:.3f}, of the updates {r.adam_cosine:.3f}")
+    b = res.best
+    seeds = res.per_seed(b.fabricated, b.attested)["diff"]
+    close = (f"{MEASURE_WORDS[by]} differ by {percent(b['diff'])} (mean of {n} seed(s); "
+             f"{percent(seeds.min())} to {percent(seeds.max())} by seed)")
+    if not res.met:
+        where = (f"every pair: {res.path}" if res.path is not None
+                 else f"{res.table}, from an earlier match, left as it was")
+        raise SeedlabError(f"no pair within {percent(tolerance)}: the best is {b.fabricated} vs {b.attested}, whose {close} ({where})")
+    typer.echo(f"best: {b.fabricated} vs {b.attested}: {close}, within {percent(tolerance)} -> {res.path}")
+
+
 @app.command("export")
 def twins_export(
     run: Annotated[Path, typer.Argument(help="a twins run folder")],

@@ -15,8 +15,12 @@ from seedlab.config import Strict
 from seedlab.forks.design import ForkDesign, Pos
 from seedlab.store import content_hash
 
-CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars")
+#: the twin, the passage conditions, and the null arms (what a difference looks like without the passage)
+CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-noise")
 INJECTED = CONDITIONS[1:]
+PASSAGES = ("fluent-fabricated", "fluent-attested", "random-chars")  # a text in the injected row
+NULLS = ("ordinary-row", "nudge", "matched-noise")  # an ordinary row in its place; a one-ulp nudge; noise of the same size
+FLUENT = ("fluent-fabricated", "fluent-attested")
 Label = Literal["primary", "secondary", "exploratory"]
 
 #: the paper's pre-registration: barrier primary, held-out CE secondary, the rest exploratory
@@ -38,8 +42,10 @@ class MeasureConfig(Strict):
     eval_rows: Pos = 16  # rows per forward pass while evaluating (memory, not results)
     seed: int = 0  # which held-out rows are drawn (the same rows for every model)
     smooth_steps: Pos = 25  # rolling mean of |loss − twin's loss| before finding its peak (steps)
+    smooth_steps_alt: Pos = 5  # (not stated) a second, narrower window: the peak / trough ratio under both
     just_after_steps: Pos = 5  # the steps after the injected batch that define "just after the injection"
-    # "lost" at the end: the TOST margin as a fraction of the same condition's mean passage effect at s + 50
+    # (not stated) "lost" at the end: per seed, the end effect is tested against this fraction of the s + 50 effect
+    # (one-sided paired tests of end − frac × s50 < 0, twins.stats.lost_test); the name is kept from the TOST it replaced
     equivalence_frac: float = Field(0.5, gt=0, le=1)
 
     @model_validator(mode="after")
@@ -48,6 +54,16 @@ class MeasureConfig(Strict):
         if len(a) < 3 or a[0] != 0 or a[-1] != 1 or any(x >= y for x, y in zip(a, a[1:])):
             raise ValueError(f"alphas: must rise strictly from 0 to 1 with at least one point between, got {a}")
         return self
+
+
+class NullsConfig(Strict):
+    """The null arms: how each is drawn (none of it stated; the paper has no such controls)."""
+
+    ordinary_row_seed: int = 0  # which held-out row replaces the injected row (as long as the fabricated passage)
+    nudge_tensor: str = "blocks.0.ln_1.weight"  # the one weight element that moves by one unit in the last place, at s (a gain: every row of every batch passes through it)
+    nudge_index: int = 0  # ... its flat index in that tensor (moved toward +inf: torch.nextafter)
+    noise_seed: int = 0  # the random direction of matched-noise (with the training seed)
+    noise_like: Literal["fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row"] = "fluent-fabricated"  # whose update difference at s the noise's norm equals
 
 
 class TwinsConfig(ForkDesign):
@@ -60,6 +76,7 @@ class TwinsConfig(ForkDesign):
     random_chars_tokens: Pos | None = None  # null: the fabricated (else attested) passage's token length
     random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
     checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
+    nulls: NullsConfig = NullsConfig()
     keep: list[Literal["prefix", "final"]] = ["prefix"]  # complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update difference, forks), each condition's end
     outcomes: dict[str, Label] = dict(OUTCOMES)  # measure -> label, pre-registered when the run starts
     measure: MeasureConfig = MeasureConfig()
@@ -71,6 +88,9 @@ class TwinsConfig(ForkDesign):
             raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
         if "twin" not in self.conditions:
             raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
+        if "matched-noise" in self.conditions and self.nulls.noise_like not in self.conditions:
+            raise ValueError(f"nulls.noise_like: matched-noise takes its size from {self.nulls.noise_like!r}, "
+                             "which must be one of the conditions")
         unknown = [k for k in self.outcomes if k not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
+from seedlab.twins import stats
 from seedlab.twins.measure import Measured
 
 COLORS = {"fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green", "seed": "0.4"}
@@ -47,17 +48,29 @@ def loss_diff_figure(d: Measured) -> Fig:
     tc = d.timecourse
     if not len(tc):
         return Fig(title, None, "no injected condition measured")
-    s = d.steps["injection"]
-    fig, (ax,) = new_figure(1, 1, w=6.4, h=3.6)
-    for cond, g in tc[tc.step > s].groupby("condition"):
-        curve = g.assign(a=g["diff"].abs()).groupby("step").a.mean()
-        ax.plot(curve.index, curve.rolling(d.settings.smooth_steps, min_periods=1, center=True).mean(), color=COLORS.get(cond), label=cond)
-    ax.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)")
-    ax.axvline(s, color="k", lw=0.5, ls=":")
-    ax.legend(fontsize=7)
+    s, m = d.steps["injection"], d.settings
+    fig, (raw, sm) = new_figure(1, 2, w=5.2, h=3.6)
+    zeros = 0
+    for cond, curve in stats.abs_diff_curves(tc, s).items():
+        color = COLORS.get(cond)
+        shown = curve[curve > 0]  # a log axis cannot show an exact 0 (a step where every seed's losses are equal)
+        zeros += len(curve) - len(shown)
+        raw.plot(shown.index, shown, color=color, lw=0.6, label=cond)
+        sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps), color=color, label=f"{cond}, {m.smooth_steps} steps")
+        if m.smooth_steps_alt != m.smooth_steps:
+            sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps_alt), color=color, lw=0.8, ls="--",
+                    label=f"{cond}, {m.smooth_steps_alt} steps")
+    raw.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats)", title="unsmoothed")
+    sm.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)", title="centred rolling mean")
+    for ax in (raw, sm):
+        ax.axvline(s, color="k", lw=0.5, ls=":")
+        _legend(ax)
     return Fig(title, save_figure(fig, d.dir.figure("loss_difference.png")),
-               f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), rolling mean over "
-               f"{d.settings.smooth_steps} steps; the paper's curve peaks ~100 steps after the injection and then decays slowly.")
+               f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), both panels on a log "
+               f"axis: left unsmoothed, right a centred rolling mean over {m.smooth_steps} steps (solid) and "
+               f"{m.smooth_steps_alt} steps (dashed), from which the report's peak / trough ratios come; the paper's curve "
+               "peaks ~100 steps after the injection and then decays slowly."
+               + (f" {zeros} step(s) where the difference is exactly 0 are not drawn on the left." if zeros else ""))
 
 
 def distance_barrier_figure(d: Measured) -> Fig:

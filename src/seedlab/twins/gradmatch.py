@@ -25,11 +25,16 @@ computes, for every fabricated x attested candidate pair and seed:
 It averages over seeds and picks the pair with the smallest mean ``rel_norm_diff``;
 ``DIR/gradmatch.parquet`` holds the pairs (one row per seed and pair, plus the seed mean with
 ``seed`` null). The per-passage norms (``‖Δ‖``, ``‖G_p‖/N``, ``‖u delta‖``) are in ``GradMatch.norms``.
+A candidate file must mention its condition's subject (the run's ``subjects``, a whole word) and fit a row.
+
+Before training, ``seedlab twins match`` (twins/match.py) computes the same numbers with the same
+functions (:class:`Candidates`, :func:`seed_rows`, :func:`pairs_table`) from each seed's shared
+prefix, trained for it as ``twins run`` trains it, instead of a finished run's checkpoints.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,13 +42,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from seedlab.corpus import Corpus
+from seedlab.corpus import Corpus, whole_word
 from seedlab.errors import SeedlabError
+from seedlab.forks.design import ForkDesign
 from seedlab.lm.batches import check_passage, get_batch
 from seedlab.lm.determinism import settle
 from seedlab.lm.distributed import World
 from seedlab.lm.gradients import AdamStep, BatchGradients, pair_stats
-from seedlab.lm.model import GPT
+from seedlab.lm.model import GPT, GPTConfig
 from seedlab.lm.trainer import Trainer
 from seedlab.store import write_parquet
 from seedlab.twins.config import TwinsConfig
@@ -60,7 +66,7 @@ class GradMatch:
     """What :func:`match` computed: per-candidate norms, per-pair statistics, the best pair."""
 
     norms: pd.DataFrame  # seed, condition, passage, tokens, norm, row_norm, adam_norm, grad_norm, base_grad_norm, base_loss
-    pairs: pd.DataFrame  # seed (null: mean over seeds), fabricated, attested, norm_*, and the PAIR_COLUMNS
+    pairs: pd.DataFrame  # seed (null: mean over seeds), fabricated, attested, norm_*, adam_norm_*, and the PAIR_COLUMNS
     best: pd.Series  # the mean row with the smallest rel_norm_diff
     path: Path  # where the pairs table was written (DIR/gradmatch.parquet)
 
@@ -103,7 +109,7 @@ def match(
         seed_norms, seed_pairs = _seed_rows(run, k, states.pop(k), cands, dev, loss_check)
         norm_rows += seed_norms
         pair_rows += seed_pairs
-    pairs, best = _pairs_table(pd.DataFrame(pair_rows))
+    pairs, best = pairs_table(pd.DataFrame(pair_rows))
     out = write_parquet(run.dir.gradmatch, pairs)
     return GradMatch(norms=pd.DataFrame(norm_rows), pairs=pairs, best=best, path=out)
 
@@ -121,6 +127,18 @@ class Candidates:
     @classmethod
     def of(cls, run: Run, candidates: Mapping[str, Sequence[str | Path]] | None) -> Candidates:
         """Candidate files for a side, or the run's own passage; every one checked to fit a row."""
+        own = {c: (f"inputs.json:{c}", [int(i) for i in run.passages[c]]) for c in SIDES if c in run.passages}
+        return cls.build(candidates, own, run.corpus, run.gcfg.block_size, run.cfg.subjects,
+                         missing="the run has no passage for it; give candidates")
+
+    @classmethod
+    def build(cls, candidates: Mapping[str, Sequence[str | Path]] | None, own: Mapping[str, tuple[str, list[int]]],
+              corp: Corpus, block_size: int, subjects: Mapping[str, str] | None = None, *,
+              missing: str = "no passage for it; give candidates") -> Candidates:
+        """Each side's candidate files (``candidates[side]``), else its own passage ``own[side]``
+        (label, token ids); every file read and encoded once, every candidate checked to mention
+        its subject (``subjects[side]``, a whole word: candidate files only) and to fit a row of
+        ``block_size + 1`` tokens. A one-line :class:`SeedlabError` names the first bad one."""
         given = dict(candidates or {})
         unknown = [c for c in given if c not in SIDES]
         if unknown:
@@ -128,18 +146,20 @@ class Candidates:
         cands = cls({}, {})
         for c in SIDES:
             if c in given:
-                cands._add_files(c, given[c], run.corpus)
-            elif c in run.passages:
-                cands.labels[c] = [f"inputs.json:{c}"]
-                cands.tokens[cands.labels[c][0]] = [int(i) for i in run.passages[c]]
+                cands._add_files(c, given[c], corp, (subjects or {}).get(c))
+            elif c in own:
+                label, ids = own[c]
+                cands.labels[c] = [label]
+                cands.tokens[label] = list(ids)
             else:
-                raise SeedlabError(f"passages.{c}: the run has no passage for it; give candidates")
+                raise SeedlabError(f"passages.{c}: {missing}")
             for label in cands.labels[c]:
-                check_passage(len(cands.tokens[label]), run.gcfg.block_size, f"passages.{c} {label}")
+                check_passage(len(cands.tokens[label]), block_size, f"passages.{c} {label}")
         return cands
 
-    def _add_files(self, c: str, files: Sequence[str | Path], corp: Corpus) -> None:
-        """Side ``c``'s candidate files: at least one, none twice, each there; read and encoded once."""
+    def _add_files(self, c: str, files: Sequence[str | Path], corp: Corpus, subject: str | None) -> None:
+        """Side ``c``'s candidate files: at least one, none twice, each there and mentioning
+        ``subject`` (when given); read and encoded once."""
         if not files:
             raise SeedlabError(f"passages.{c}: give at least one candidate passage file")
         self.labels[c] = [str(p) for p in files]
@@ -149,7 +169,10 @@ class Candidates:
         for p in files:
             if not Path(p).is_file():
                 raise SeedlabError(f"passages.{c}: no such file {str(p)!r}")
-            self.tokens.setdefault(str(p), corp.encode(Path(p).read_text().strip()))
+            text = Path(p).read_text().strip()
+            if subject and not whole_word(subject).search(text):
+                raise SeedlabError(f"passages.{c}: {str(p)!r} does not mention its subject {subject!r} (subjects.{c})")
+            self.tokens.setdefault(str(p), corp.encode(text))
 
     def rows(self) -> list[tuple[str, str]]:
         """(condition, label) of every candidate, fabricated first."""
@@ -172,13 +195,24 @@ def _seeds(cfg: TwinsConfig, seed: int | None) -> list[int]:
 
 def _seed_rows(run: Run, seed: int, twin_state: dict, cands: Candidates, dev: torch.device,
                loss_check: bool) -> tuple[list[dict], list[dict]]:
-    """One seed's rows: each candidate's norms, and each fabricated x attested pair's statistics."""
-    cfg, corp = run.cfg, run.corpus
+    """One seed's rows of a run: the twin's weights at s and the kept prefix's AdamW step (:func:`seed_rows`)."""
     model, adam = _model_at_injection(run, seed, twin_state, dev)
-    x, y = get_batch(corp.train, seed, cfg.injection_step, cfg.batch_size, run.gcfg.block_size)
+    check = (lambda loss: _check_loss(run.dir.condition(seed, "twin").losses, run.cfg, seed, loss)) if loss_check else None
+    return seed_rows(run.cfg, run.gcfg, run.corpus, seed, model, adam, cands, check)
+
+
+def seed_rows(cfg: ForkDesign, gcfg: GPTConfig, corp: Corpus, seed: int, model: GPT, adam: AdamStep | None,
+              cands: Candidates, check_loss: Callable[[float], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """One seed's rows: each candidate's norms, and each fabricated x attested pair's statistics.
+
+    ``model``: the GPT at the injection step (float32, eval: :func:`model_at`); ``adam``: the AdamW
+    step the trainer takes there (None: the update columns are nan); the batch is the seed's batch
+    of step s, the candidate in row ``injection_row``. ``check_loss(loss)``: given the ordinary
+    batch's loss, raises when it is not what the run recorded."""
+    x, y = get_batch(corp.train, seed, cfg.injection_step, cfg.batch_size, gcfg.block_size)
     bg = BatchGradients(model, x, y, cfg.injection_row, micro_batch=cfg.micro_batch)
-    if loss_check:
-        _check_loss(run.dir.condition(seed, "twin").losses, cfg, seed, bg.loss)
+    if check_loss is not None:
+        check_loss(bg.loss)
     deltas = {key: bg.delta(ids, corp.eot_id) for key, ids in cands.tokens.items()}
     updates = {key: adam.delta(bg.grad + d.vec, bg.grad) for key, d in deltas.items()} if adam else {}
     norms, pairs = [], []
@@ -190,31 +224,38 @@ def _seed_rows(run: Run, seed: int, twin_state: dict, cands: Candidates, dev: to
     for fa, at in cands.pairs():
         a, b = deltas[fa], deltas[at]
         pairs.append({"seed": seed, "fabricated": fa, "attested": at, "norm_fabricated": a.norm, "norm_attested": b.norm,
+                      "adam_norm_fabricated": _norm(updates.get(fa)), "adam_norm_attested": _norm(updates.get(at)),
                       **pair_stats(a, b), **_update_stats(updates.get(fa), updates.get(at))})
     return norms, pairs
 
 
-def _pairs_table(per_seed: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+def pairs_table(per_seed: pd.DataFrame, by: str = "rel_norm_diff") -> tuple[pd.DataFrame, pd.Series]:
     """The per-seed pairs and their seed means (``seed`` null) in one table, and the mean row with the
-    smallest ``rel_norm_diff`` (the first of ties, in input order)."""
-    cols = ["norm_fabricated", "norm_attested", *PAIR_COLUMNS]
+    smallest ``by`` (a column of the table; the first of ties, in input order)."""
+    cols = ["norm_fabricated", "norm_attested", "adam_norm_fabricated", "adam_norm_attested", *PAIR_COLUMNS]
     mean = per_seed.groupby(["fabricated", "attested"], sort=False, as_index=False)[cols].mean()
     pairs = pd.concat([per_seed, mean.assign(seed=None)], ignore_index=True)[["seed", "fabricated", "attested", *cols]]
     pairs["seed"] = pairs["seed"].astype("Int64")
-    best = mean.loc[int(np.argmin(mean["rel_norm_diff"].fillna(np.inf).to_numpy()))]
+    best = mean.loc[int(np.argmin(mean[by].fillna(np.inf).to_numpy()))]
     return pairs, best
+
+
+def model_at(gcfg: GPTConfig, state: Mapping[str, torch.Tensor], dev: torch.device, what: str) -> GPT:
+    """A GPT holding ``state`` (weights), in float32 and eval mode on ``dev``, as gradients are
+    compared; ``what`` names the weights in the error when they do not fit the model."""
+    model = GPT(gcfg)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise SeedlabError(f"{what}: does not fit the model ({str(err).splitlines()[0]})") from None
+    return model.float().to(dev).eval()
 
 
 def _model_at_injection(run: Run, seed: int, twin_state: dict, dev: torch.device) -> tuple[GPT, AdamStep | None]:
     """The GPT at the injection step (the twin's verified checkpoint) and, when the seed's shared
     prefix was kept, the AdamW step the trainer took there (its weights checked against the same hashes)."""
     cfg, s = run.cfg, run.cfg.injection_step
-    model = GPT(run.gcfg)
-    try:
-        model.load_state_dict(twin_state, strict=True)
-    except RuntimeError as err:
-        raise SeedlabError(f"seed {seed} twin step {s}: does not fit the run's model ({str(err).splitlines()[0]})") from None
-    model = model.float().to(dev).eval()
+    model = model_at(run.gcfg, twin_state, dev, f"seed {seed} twin step {s}")
     prefix = run.dir.prefix(seed)
     if not prefix.is_file():
         return model, None

@@ -8,7 +8,12 @@ For each seed k and injected condition c (against the twin of the same seed) at 
 - **heldout_ce**   held-out cross-entropy of c, of the twin, and the difference c − twin (nats/token);
 - **distance**     Euclidean distance of the weights, overall and per layer (``dist.<group>``);
 - **cka**          linear CKA per layer (``cka.blocks.<l>``: the residual stream after block l) on a probe batch;
-- **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end.
+- **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end
+                   (NaN for the nulls without a text: nudge, matched-noise).
+
+``passages.parquet`` is the cross-passage matrix: at every saved step, every condition's and its
+twin's CE on every passage (both fluent passages, the random characters, the ordinary row), so
+"learned" can be read as *this* passage (the own-passage drop beside the drop on the other passages).
 
 The same barrier / distance / CKA / held-out CE between the twins of every pair of seeds are the
 baselines (``kind = "seed"``). At every saved step t >= s ``checkpoints.parquet`` also has, for c
@@ -17,6 +22,10 @@ and ``rise_mid`` on the same held-out rows and α grid (the time course; at the 
 weights are bitwise identical and both are 0 without evaluating; at the final step they are the
 values of measures.parquet). ``timecourse.parquet`` has the per-step training-loss difference
 c − twin, and ``paths.parquet`` the loss along each final interpolation.
+
+The seed-vs-seed rows also have ``distance_aligned``: the same distance after the second seed's twin
+is permuted to the first's (MLP neurons and heads per layer, lm/align.py), the part of the gauge
+freedom that permutations remove; NaN on the other rows.
 
 Cost: a path of K grid points costs K − 2 held-out evaluations (its end losses are the two
 models' held-out CEs, already measured), per pair and per checkpoint after the injection.
@@ -41,6 +50,7 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.align import aligned
 from seedlab.lm.batches import get_batch
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT
@@ -49,6 +59,9 @@ from seedlab.store import write_json, write_parquet
 from seedlab.twins.config import MeasureConfig, TwinsConfig
 from seedlab.twins.metrics import barrier_curve, identical, linear_cka, loss_path, weight_distance
 from seedlab.twins.rundir import MEASURE_TABLES, Run, RunDir, open_run
+
+#: passages.parquet: condition c's and its twin's CE on every passage (text) at every saved step t >= s
+PASSAGE_COLUMNS = ["seed", "condition", "step", "text", "ce", "twin_ce", "diff"]
 
 
 class Evaluator:
@@ -122,6 +135,7 @@ def measure(root: str | Path, *, corpus: str | Path | None = None, device: str =
         "checkpoints": checkpoints,
         "timecourse": _timecourse(run, plan.pairs),
         "paths": pd.DataFrame(found.paths),
+        "passages": pd.DataFrame(found.passages, columns=PASSAGE_COLUMNS),
     }
     for name, df in out.items():
         write_parquet(run.dir.measure_table(name), df)
@@ -181,7 +195,7 @@ class Twin:
 
     state: dict[str, torch.Tensor]
     heldout_ce: float
-    passage_ce: dict[str, float]  # condition -> the CE of that condition's passage under the twin
+    passage_ce: dict[str, float]  # text (a passage condition's, or the ordinary row) -> its CE under the twin
     residuals: list[torch.Tensor] | None  # the probe batch's residual streams (at the end, for CKA)
 
 
@@ -194,6 +208,7 @@ class Comparisons:
         self.alphas, self.final = run.cfg.measure.alphas, run.cfg.steps
         self.measures: list[dict] = []
         self.checkpoints: list[dict] = []
+        self.passages: list[dict] = []  # the cross-passage matrix: every condition's CE on every passage, every step
         self.paths: list[dict] = []
 
     def seed(self, k: int, conds: list[str], steps: list[int]) -> float:
@@ -212,20 +227,26 @@ class Comparisons:
         return twin.heldout_ce
 
     def twin(self, k: int, t: int, conds: list[str]) -> Twin:
-        """Seed ``k``'s twin at step ``t``: its weights, its held-out CE, the CE of each condition's passage
-        and, at the end, its residual streams."""
+        """Seed ``k``'s twin at step ``t``: its weights, its held-out CE, the CE of every passage and,
+        at the end, its residual streams."""
         state = self.run.weights(k, "twin", t)
         self.ev.load(state, f"seed {k} twin step {t}")
         ce = self.ev.heldout_ce()
-        passage_ce = {c: self.ev.passage_ce(self.run.passages[c]) for c in conds}
-        return Twin(state, ce, passage_ce, self.ev.residuals() if t == self.final and conds else None)
+        return Twin(state, ce, self.texts_ce(), self.ev.residuals() if t == self.final and conds else None)
+
+    def texts_ce(self) -> dict[str, float]:
+        """The CE of every passage (the run's passage conditions' texts and the ordinary row) under the loaded model."""
+        return {name: self.ev.passage_ce(ids) for name, ids in self.run.passages.items()}
 
     def condition(self, k: int, c: str, t: int, twin: Twin) -> None:
         """Condition ``c`` of seed ``k`` against its twin at step ``t``: its checkpoints row and, at the end,
         its measures row, whose path gives the checkpoint's barrier too."""
         state = self.run.weights(k, c, t)
         self.ev.load(state, f"seed {k} {c} step {t}")
-        ce, passage_ce = self.ev.heldout_ce(), self.ev.passage_ce(self.run.passages[c])
+        ce, texts = self.ev.heldout_ce(), self.texts_ce()
+        self.passages += [{"seed": k, "condition": c, "step": t, "text": name, "ce": v, "twin_ce": twin.passage_ce[name],
+                           "diff": v - twin.passage_ce[name]} for name, v in texts.items()]
+        own = texts.get(c, np.nan)  # the nulls nudge and matched-noise have no passage of their own
         if t == self.final:
             row = self.compare(state, twin.state, ce, twin.heldout_ce, twin.residuals,
                                kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)
@@ -236,7 +257,7 @@ class Comparisons:
             dist = weight_distance(state, twin.state)["all"]
         self.checkpoints.append({
             "seed": k, "condition": c, "step": t, "distance": dist, "heldout_ce": ce, "twin_heldout_ce": twin.heldout_ce,
-            "passage_ce": passage_ce, "twin_passage_ce": twin.passage_ce[c], "barrier": barrier, "rise_mid": rise,
+            "passage_ce": own, "twin_passage_ce": twin.passage_ce.get(c, np.nan), "barrier": barrier, "rise_mid": rise,
         })
 
     def seed_pairs(self, pairs: list[tuple[int, int]], twin_final_ce: dict[int, float]) -> None:
@@ -250,13 +271,16 @@ class Comparisons:
             self.seed_pair(a, state, b, twin_final_ce)
 
     def seed_pair(self, a: int, state_a: dict[str, torch.Tensor], b: int, twin_final_ce: dict[int, float]) -> None:
-        """The twin of seed ``a`` (weights ``state_a``) against the twin of seed ``b`` at the end."""
+        """The twin of seed ``a`` (weights ``state_a``) against the twin of seed ``b`` at the end; also the
+        distance to ``b``'s twin aligned to ``a``'s (``distance_aligned``, the same ``weight_distance``)."""
         state_b = self.run.weights(b, "twin", self.final)
         self.ev.load(state_b, f"seed {b} twin")
         res_b = self.ev.residuals()
         self.ev.load(state_a, f"seed {a} twin")
-        self.measures.append(self.compare(state_a, state_b, twin_final_ce[a], twin_final_ce[b], res_b,
-                                          kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=self.final))
+        row = self.compare(state_a, state_b, twin_final_ce[a], twin_final_ce[b], res_b,
+                           kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=self.final)
+        row["distance_aligned"] = weight_distance(state_a, aligned(state_a, state_b, self.run.gcfg))["all"]
+        self.measures.append(row)
 
     def barrier(self, a: dict, b: dict, ce_a: float, ce_b: float) -> tuple[float, float]:
         """(barrier, rise at α = 0.5) between ``a`` and ``b`` on the held-out rows, their own CEs as the path's ends.
@@ -322,6 +346,7 @@ class Measured:
     checkpoints: pd.DataFrame
     timecourse: pd.DataFrame
     paths: pd.DataFrame
+    passages: pd.DataFrame  # the cross-passage matrix (empty when measured by an older seedlab)
     meta: dict  # measures.json
     config: dict
 
@@ -329,10 +354,11 @@ class Measured:
     def read(cls, root: str | Path) -> Measured:
         rd = RunDir(Path(root))
         tables = [rd.measure_table(name) for name in MEASURE_TABLES]
-        missing = [p.name for p in [*tables, rd.measures_json] if not p.is_file()]
+        optional = {rd.measure_table("passages")}  # measured by an older seedlab: the report says so
+        missing = [p.name for p in [*tables, rd.measures_json] if not p.is_file() and p not in optional]
         if missing:
             raise SeedlabError(f"{rd.root}: no {missing[0]} (run `seedlab twins measure {rd.root}` first)")
-        frames = [pd.read_parquet(p) for p in tables]
+        frames = [pd.read_parquet(p) if p.is_file() else pd.DataFrame(columns=PASSAGE_COLUMNS) for p in tables]
         return cls(rd, *frames, json.loads(rd.measures_json.read_text()), json.loads(rd.config.read_text()))
 
     @property

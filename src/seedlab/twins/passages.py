@@ -4,6 +4,7 @@
   (``passages``, relative to the config file), encoded with the corpus's tokenizer.
 - ``random-chars`` is random keyboard text (``random.Random(random_chars_seed)``) grown until
   it has ``random_chars_tokens`` tokens (default: as many as the fabricated, else the attested, passage).
+- ``ordinary-row`` (a null) is a stretch of the held-out split as long as the fabricated passage.
 - Each fluent passage must mention its subject (``subjects``), as a whole word. A fabricated
   subject must not occur in the training split; an attested one should (whole-word token spans,
   corpus.occurrences). ``attestation`` reports, per subject, its occurrences and each seed's
@@ -55,7 +56,24 @@ def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
             text += rng.choice(keys)
             ids = corpus.encode(text)
         out["random-chars"] = ids[:n]
+    if "ordinary-row" in cfg.conditions or cfg.nulls.noise_like == "ordinary-row":
+        out["ordinary-row"] = ordinary_row(cfg, corpus, out)
     return out
+
+
+def ordinary_row(cfg: TwinsConfig, corpus, passages: dict[str, list[int]]) -> list[int]:
+    """The ``ordinary-row`` null: a stretch of the held-out split (never trained on) as long as the
+    fabricated (else attested, else random-chars) passage, from ``random.Random(nulls.ordinary_row_seed)``:
+    an ordinary row of the corpus's own text in place of the passage."""
+    like = next((passages[c] for c in ("fluent-fabricated", "fluent-attested", "random-chars") if c in passages), None)
+    n = len(like) if like else cfg.random_chars_tokens
+    if n is None:
+        raise SeedlabError("random_chars_tokens: set the passage length when the design has no passage (ordinary-row)")
+    held = corpus.heldout
+    if len(held) <= n:
+        raise SeedlabError(f"corpus: its held-out split has {len(held)} tokens, too few for an ordinary row of {n}")
+    start = random.Random(cfg.nulls.ordinary_row_seed).randrange(len(held) - n)
+    return [int(t) for t in held[start : start + n]]
 
 
 def attestation(cfg: TwinsConfig, corpus, block_size: int, warn: bool = True) -> dict[str, dict]:

@@ -31,6 +31,8 @@ PAPER = {
     "distance_pct": 44.1,
     "distance_mid_frac": 0.92,
     "peak_after": 100,  # steps after the injection where the loss difference peaks (step ~300, s = 200)
+    # the subjects: attested "present in the corpus ("Jimmie Nicol", 4 occurrences)", fabricated "absent from the corpus"
+    "subjects": {"fluent-attested": ("Jimmie Nicol", 4), "fluent-fabricated": ("Gizmo Harrington", 0)},
 }
 
 
@@ -38,7 +40,7 @@ def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
     d = Measured.read(root)
     outcomes = d.meta["preregistration"]["outcomes"]
-    comp = stats.comparisons(d.measures, outcomes, margin_frac=margin_frac(d))
+    comp = stats.comparisons(d.measures, outcomes, lost_frac=lost_frac(d))
     norm = stats.normalized(d.measures)
     m = d.settings
     course = stats.time_course(d.timecourse, d.checkpoints, d.steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
@@ -47,8 +49,11 @@ def write_report(root: str | Path) -> Path:
     rep.add("# Twins: a measured single-example counterfactual", intro(d))
     rep.add("## Pre-registration", preregistration(d))
     rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d))
+    nulls = stats.null_contrasts(d.measures, d.checkpoints, d.timecourse, outcomes, d.steps["injection"])
+    rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(nulls), nulls_table(nulls, d))
     rep.add("## Headline: the paper's numbers beside this run's", headline(d, comp, norm, course))
     rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(comp, d))
+    rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, outcomes))
     rep.add("## Fabricated vs attested, every measure", fab_vs_att(comp))
     rep.add("## Normalized effects: one example vs a different seed", normalized_table(norm))
     rep.add("## Barrier and distance over training", over_training_table(ckpt, norm, d))
@@ -60,9 +65,10 @@ def write_report(root: str | Path) -> Path:
     return write_text(d.dir.report, rep.text())
 
 
-def margin_frac(d: Measured) -> float:
-    """The equivalence margin of a "lost" claim as a fraction of the s + 50 effect: the pre-registered
-    ``measure.equivalence_frac`` (files measured before it existed: its default)."""
+def lost_frac(d: Measured) -> float:
+    """The fraction of each seed's s + 50 effect that a "lost" claim shows the end effect below
+    (twins.stats.lost_test): the pre-registered ``measure.equivalence_frac`` (files measured before it
+    existed: its default; before this test it set a TOST margin, with the same value)."""
     return d.settings.equivalence_frac
 
 
@@ -136,10 +142,31 @@ def integrity(d: Measured) -> str:
             + md_table(["seed", "identical at the injection step", "replica control"], rows))
 
 
+def _attestation(d: Measured) -> dict | None:
+    """inputs.json's ``attestation`` (twins.passages.attestation), None when the run did not record it."""
+    path = d.dir.inputs
+    return (json.loads(path.read_text()).get("attestation") or None) if path.is_file() else None
+
+
+def attestation_rows(d: Measured) -> list[list[str]]:
+    """Headline rows: each fluent subject's whole-word occurrences in this run's training split beside the
+    paper's ("Jimmie Nicol", 4 occurrences; "Gizmo Harrington", absent)."""
+    att = _attestation(d)
+    rows = []
+    for cond, what, paper in (("fluent-attested", "attested", "4 (\"Jimmie Nicol\", \"present in the corpus\")"),
+                              ("fluent-fabricated", "fabricated", "0 (\"Gizmo Harrington\", \"absent from the corpus\")")):
+        name = f"{what} subject: whole-word occurrences in the training split"
+        if att is None:
+            if cond in d.config.get("subjects", {}):
+                rows.append([name, paper, "not recorded (inputs.json predates it)"])
+        elif cond in att:
+            rows.append([name, paper, f"{att[cond]['occurrences']} (\"{att[cond]['subject']}\")"])
+    return rows
+
+
 def exposure(d: Measured) -> str:
     """Per attested passage: how often each seed's batches contained the passage's subject (inputs.json)."""
-    path = d.dir.inputs
-    att = json.loads(path.read_text()).get("attestation") if path.is_file() else None
+    att = _attestation(d)
     if not att:
         return "*No attestation in inputs.json (trained by an older seedlab): per-seed exposure was not recorded.*"
     s = d.steps["injection"]
@@ -148,13 +175,16 @@ def exposure(d: Measured) -> str:
     seeds = sorted({k for c in conds for k in by_seed[c]})
     cell = lambda e: "–" if e is None else f"{e['before']} / {e['at_injection']} / {e['after']}"
     rows = [[str(k), *(cell(by_seed[c].get(k)) for c in conds)] for k in seeds]
-    head = [f"{c}: {att[c]['subject']} ({att[c]['occurrences']} in the corpus)" for c in conds]
+    head = [f"{c}: {att[c]['subject']} ({att[c]['occurrences']} in the training split)" for c in conds]
+    paper = {c: PAPER["subjects"][c] for c in conds if c in PAPER["subjects"]}
     return ("**Exposure.** Whole-word occurrences of each passage's subject in the training split, and how many times "
             f"each seed's batches held one whole: before the injection step (steps 0 .. {s - 1}) / in the ordinary batch "
             f"of step {s} (every row, the one an injected passage replaces included) / after it. The twin and every "
             "injected run see the same rows except that one. An attested subject seen before the injection is prior "
-            "knowledge the passage can reinforce; seen after it, a later reminder.\n\n"
-            + md_table(["seed", *head], rows))
+            "knowledge the passage can reinforce; seen after it, a later reminder."
+            + ("" if not paper else " The paper's subjects: " + "; ".join(
+                f"{c}: {n} ({f'{k} occurrences in' if k else 'absent from'} its corpus)" for c, (n, k) in paper.items()) + ".")
+            + "\n\n" + md_table(["seed", *head], rows))
 
 
 def _get(comp: pd.DataFrame, comparison: str, measure: str) -> pd.Series | None:
@@ -176,11 +206,8 @@ def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.Dat
                          f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4 (test not stated)", f"{-res['diff']:.4f} nats, {_p_both(res)}"])
         res = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
         if res is not None:
-            eq = ("" if pd.isna(res["margin"]) else
-                  f"; 90% CI [{fmt_num(-res['ci90_high'])}, {fmt_num(-res['ci90_low'])}] vs margin ±{fmt_num(res['margin'])}: "
-                  f"TOST p = {fmt_p(res['p_tost'])}, **{stats.verdict(res)}**")
-            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]} (not significant; no equivalence test or MDE stated)",
-                         f"{-res['diff']:.4f} nats, {_p_both(res)}; MDE {fmt_num(res['mde'])}{eq}"])
+            rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]} (not significant; no test of a loss or MDE stated)",
+                         f"{-res['diff']:.4f} nats, {_p_both(res)}; MDE {fmt_num(res['mde'])}{lost_text(res)}"])
     res = _get(comp, "fabricated vs attested", "barrier")
     if res is not None:
         diff, p, mde = PAPER["barrier_fab_att"]
@@ -190,14 +217,18 @@ def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.Dat
     if len(inj):
         rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(inj.barrier.mean(), inj.seed_barrier.iloc[0])])
         rows.append(["distance, % of inter-seed distance", f"{PAPER['distance_pct']}%", _pct(inj.distance.mean(), inj.seed_distance.iloc[0])])
+        rows.append(["distance, % of inter-seed distance after weight matching (lm/align.py)",
+                     "not measured (the 44.1% is \"a lower bound\")", _pct_aligned(inj.distance.mean(), inj)])
     fl = course[course.condition.isin(INJECTED[:2])]
     if len(fl):
         rows.append(["distance at mid-point / at the end", f"{100 * PAPER['distance_mid_frac']:.0f}%", f"{100 * fl.distance_mid_frac.mean():.0f}%"])
         if len(inj) and fl.barrier_max.notna().any():
             rows.append(["barrier to the twin at any checkpoint, % of inter-seed barrier at the end", "stays small",
                          f"at most {_pct(fl.barrier_max.max(), inj.seed_barrier.iloc[0])}"])
-        rows.append(["loss difference peaks, steps after injection; peak / smoothed trough just after", f"~{PAPER['peak_after']}; ~100×",
-                     f"{fl.peak_step.mean() - d.steps['injection']:.0f}; {fmt_num(fl.peak_over_trough.mean())}×"])
+        rows.append(["loss difference peaks, steps after injection; peak / smoothed trough just after",
+                     f"~{PAPER['peak_after']}; ~100× (smoothing not stated)",
+                     f"{fl.peak_step.mean() - d.steps['injection']:.0f}; " + peak_ratios(d, list(fl.condition))])
+    rows += attestation_rows(d)
     n = int(comp.n.max()) if len(comp) else 0
     note = ("Fluent conditions pooled where the paper pools them; the CPU scale changes the absolute numbers "
             "(model, corpus and steps are far smaller), so compare directions and orders of magnitude. "
@@ -205,8 +236,8 @@ def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.Dat
             "permutation test (MC: Monte Carlo)"
             + (f", which cannot go below 2/2^{n} = {stats.sign_flip_floor(n):.2g} with {n} seeds, so the paper's "
                "p < 1e-4 with 8 seeds can only come from a parametric test such as the t-test" if n else "")
-            + ". \"Not significant\" is not \"lost\": an end effect counts as lost only when its 90% interval lies "
-            "inside the equivalence margin (TOST), see below.")
+            + f". \"Not significant\" is not \"lost\": an end effect counts as lost only when, seed by seed, it is shown "
+            f"smaller than {lost_frac(d):g} × the same seed's effect at s + 50 (one-sided paired t-test), see below.")
     return md_table(["", "paper", "this run"], rows) + "\n\n" + note
 
 
@@ -231,39 +262,137 @@ TESTS = ("p (paired t): two-sided paired t-test over seeds. p (exact sign-flip):
          "its floor 2/2ⁿ, so a smaller p can only be the t-test's.")
 
 
+#: the null arms, in the order the answer names them, and what each would produce without the passage
+NULL_WHAT = {"ordinary-row": "an ordinary row (any row's effect)", "matched-noise": "noise of the same size (a perturbation's size)",
+             "nudge": "a one-ulp nudge (chaos alone)"}
+#: measures.parquet columns the nulls are compared on, as the report names them
+NULL_NAMES = {"barrier": "barrier", "rise_mid": "rise at α = 0.5", "heldout_ce_diff": "held-out CE − twin's",
+              "distance": "distance to the twin", "cka_mean": "CKA with the twin", "tc_mean_absdiff": "mean |Δ training loss|"}
+
+
+def nulls_answer(nulls: pd.DataFrame) -> str:
+    """The first answer: does each passage condition differ from an ordinary row, from noise of the same
+    size and from a nudge — on how many of the end measures (two-sided paired t, α = 0.05), and which."""
+    if not len(nulls):
+        return "*No passage condition and null arm measured on the same seeds (add `ordinary-row`, `matched-noise`, `nudge` to `conditions`).*"
+    end = nulls[nulls.step == nulls.step.max()]
+    lines = []
+    for p, g in end.groupby("passage", sort=False):
+        parts = []
+        for n in NULL_WHAT:
+            h = g[g.null == n]
+            if not len(h):
+                continue
+            sig = h[h.p_t < stats.ALPHA]
+            which = ", ".join(f"{NULL_NAMES[r.measure]} {r['diff']:+.3g} ({p_text(r.p_t)})" for _, r in sig.iterrows())
+            parts.append(f"from {NULL_WHAT[n]}: {'differs on ' + str(len(sig)) + ' of ' + str(len(h)) + ' measures — ' + which if len(sig) else 'no difference shown on any of ' + str(len(h)) + ' measures'}")
+        lines.append(f"- **{p}** " + "; ".join(parts) + ".")
+    n = int(end.n.max())
+    return ("At the end of the run, each passage condition against each null, seed by seed (passage − null, each "
+            f"against its own seed's twin; {n} seeds; two-sided paired t-tests, not corrected for the "
+            f"{len(end)} tests, so read them as exploratory unless pre-registered):\n\n" + "\n".join(lines)
+            + "\n\nA difference that a null shows as well is not the passage's: an effect the ordinary row has is any "
+            "row's; one the matched noise has is a perturbation of that size's; one the nudge has is chaos.")
+
+
+def nulls_table(nulls: pd.DataFrame, d: Measured) -> str:
+    """Every passage − null comparison: every measure at the end, and the barrier and distance at every checkpoint."""
+    if not len(nulls):
+        return ""
+    final = nulls.step.max()
+    rows = nulls.sort_values(["passage", "null", "step"], kind="stable")
+    name = lambda r: f"{r['comparison']}: {NULL_NAMES.get(r['measure'], r['measure'])}" + ("" if r["step"] == final else f" at step {r['step']}")
+    return ("a = the passage condition, b = the null (each a difference from its own seed's twin, except the CKA "
+            "with it); " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(rows, name)))
+
+
+def passage_matrix(d: Measured, outcomes: dict[str, str]) -> str:
+    """The cross-passage matrix (mean drop of each text's CE, twin − condition, per condition) at s + 50 and
+    at the end; the specificity tests; the attested effect against each seed's exposure to its subject."""
+    x = d.passages
+    if not len(x):
+        return "*Measured by an older seedlab: no passages.parquet (run `seedlab twins measure` again).*"
+    steps = [d.steps["s50"], d.steps["final"]]
+    mat = stats.passage_matrix(x, steps)
+    texts = list(dict.fromkeys(x.text))
+    out = ["Mean drop of each passage's CE (twin − condition, nats/token; positive: the run predicts the text "
+           "better than its twin) — rows: the condition trained, columns: the text read."]
+    for t in steps:
+        at = mat[mat.step == t].pivot_table(index="condition", columns="text", values="drop")
+        rows = [[c, *(f"{at.loc[c, tx]:+.4f}" if tx in at.columns and pd.notna(at.loc[c, tx]) else "n/a" for tx in texts)]
+                for c in at.index]
+        out.append(f"**At step {t}** ({'s + 50' if t == d.steps['s50'] else 'the end'}):\n\n" + md_table(["condition", *texts], rows))
+    spec = stats.specificity(x, d.steps, outcomes)
+    if len(spec):
+        out.append("Paired over seeds: the own-passage drop against 0; against the drop on the other fluent "
+                   "passage (**specificity**: what is learned of this text beyond what carries over to a text of the "
+                   "same kind); against the ordinary-row arm's drop on the same passage (what injecting this text "
+                   "adds over injecting any row). " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(spec, lambda r: r["comparison"])))
+    att = _attestation(d)
+    ex = stats.exposure_effect(x, att or {}, d.steps["s50"])
+    if len(ex):
+        rows = [[str(int(r.seed)), fmt_num(r.exposure_before), f"{r['drop']:+.4f}"] for _, r in ex.iterrows()]
+        rho = ex.rho.iloc[0]
+        out.append("The attested passage's own drop at s + 50 against each seed's exposure to its subject before s "
+                   "(whole occurrences in the seed's batches): " + (f"Spearman ρ = {rho:+.2f} ({p_text(ex.p.iloc[0])}, "
+                   f"{len(ex)} seeds)." if pd.notna(rho) else "no correlation computed (fewer than 3 seeds, or no "
+                   "variation in exposure or effect).") + "\n\n" + md_table(["seed", "exposure before s", "own drop at s + 50"], rows))
+    return "\n\n".join(out)
+
+
 def learned_then_lost(comp: pd.DataFrame, d: Measured) -> str:
     rows = comp[comp.measure.isin(["passage_ce_s50", "passage_ce_final"])]
     if not len(rows):
         return "*No injected condition measured.*"
     text = ("a = the injected run's CE on its own passage, b = its twin's CE on the same passage (nats/token); "
             "negative a − b: the passage was learned. " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(rows, lambda r: r["comparison"])))
-    return text + "\n\n" + lost_table(rows, margin_frac(d))
+    return text + "\n\n" + lost_table(rows, lost_frac(d))
+
+
+def _has_lost_test(r) -> bool:
+    return r.get("lost_p_t") is not None and not (r.get("lost") is None or (isinstance(r.get("lost"), float) and np.isnan(r["lost"])))
+
+
+def lost_text(r) -> str:
+    """The headline's words for the "lost" test of an end-of-run row: the mean of end − frac × s + 50
+    effect over seeds, both one-sided p's and the verdict ("" without the test)."""
+    if not _has_lost_test(r):
+        return ""
+    return (f"; end − {r['lost_frac']:g} × s + 50 effect, per seed: mean {r['lost_d']:+.4f}, one-sided "
+            f"{p_text(r['lost_p_t'])} (paired t), {fmt_p(r['lost_p_perm'])} (sign-flip{'' if r['lost_perm_exact'] else ', MC'}; "
+            f"≥ {r['lost_p_perm_min']:.2g}): **{stats.verdict(r)}**")
 
 
 def lost_table(rows: pd.DataFrame, frac: float) -> str:
-    """Per condition, at the end: the effect, its MDE, the TOST against the margin, and what that allows one to say."""
+    """Per condition, at the end: the per-seed test of end − frac × s + 50 effect (twins.stats.lost_test),
+    its MDE, and what it allows one to say."""
     end = rows[rows.measure == "passage_ce_final"]
     if not len(end):
         return ""
-    learned = {r["comparison"].removesuffix(" at s + 50"): -r["diff"] for _, r in rows[rows.measure == "passage_ce_s50"].iterrows()}
     cells = []
     for _, r in end.iterrows():
         cond = r["comparison"].split(" vs twin")[0]
-        s50 = learned.get(r["comparison"].removesuffix(" at end"), np.nan)
-        cells.append([cond, f"{-r['diff']:+.4f}", fmt_p(r["p_t"]), fmt_num(r["mde"]),
-                      fmt_num(r["mde"] / abs(s50)) if np.isfinite(s50) and s50 != 0 else "n/a",
-                      f"±{fmt_num(r['margin'])}", f"[{fmt_num(-r['ci90_high'])}, {fmt_num(-r['ci90_low'])}]",
-                      fmt_p(r["p_tost"]), stats.verdict(r)])
-    return ("**Is it lost?** At the end, effect = twin − injected CE on the passage (positive: still learned). "
-            "A non-significant p alone does not say the effect is gone; the table gives the minimum detectable "
-            "effect (MDE, 80% power, two-sided paired t, α = 0.05), also as a fraction of the effect at s + 50, "
-            f"and an equivalence test (TOST: two one-sided paired t-tests at α = 0.05) against a margin of ±{frac:g} × "
-            "the same condition's mean effect at s + 50 (measure.equivalence_frac, default "
-            f"{stats.DEFAULT_MARGIN_FRAC:g}): the effect counts as lost only "
-            "when its 90% t interval lies inside the margin. The margin is scaled by the s + 50 effect of the same "
-            "seeds, whose own uncertainty the test does not carry.\n\n"
-            + md_table(["condition", "effect at end (nats)", "p (paired t)", "MDE", "MDE / effect at s + 50", "margin",
-                        "90% CI (t)", "p (TOST)", "verdict"], cells))
+        if not _has_lost_test(r):
+            cells.append([cond, "n/a", f"{-r['diff']:+.4f}", "n/a", "n/a", "n/a", "n/a", "n/a", stats.verdict(r)])
+            continue
+        cells.append([cond, f"{r['lost_s50']:+.4f}", f"{r['lost_end']:+.4f}", f"{r['lost_d']:+.4f}", fmt_num(r["lost_ci_high"]),
+                      fmt_p(r["lost_p_t"]),
+                      fmt_p(r["lost_p_perm"]) + ("" if r["lost_perm_exact"] else " (MC)") + f" (≥ {r['lost_p_perm_min']:.2g})",
+                      fmt_num(r["lost_mde"]), stats.verdict(r)])
+    return ("**Is it lost?** Effect = twin − injected CE on the passage (nats/token, positive: learned). Here \"lost\" "
+            f"means that the end effect is smaller than {frac:g} × the s + 50 effect (measure.equivalence_frac, default "
+            f"{stats.DEFAULT_LOST_FRAC:g}), not that it is zero: per seed d = end effect − {frac:g} × s + 50 effect, "
+            "and a one-sided test over seeds of H0: mean d ≥ 0 (at least that fraction is left) against H1: mean d < 0 "
+            "(less is left). Both effects are measured on every seed, so the uncertainty of both enters d. Tests: the "
+            "one-sided paired t-test, which decides the verdict (α = 0.05), and the exact one-sided sign-flip test, "
+            "the distribution-free check, which cannot go below its floor 1/2ⁿ (0.0625 with 4 seeds: with fewer than 5 "
+            "it cannot reach 0.05). Whether anything is left at all is the end row's two-sided paired t-test above "
+            "(\"but not zero\"). A non-significant end effect alone does not say it is gone, and \"inconclusive\" is "
+            "the answer when neither test shows anything; the MDE (80% power, one-sided paired t, α = 0.05) is the "
+            "smallest shortfall of mean d below 0 the design detects.\n\n"
+            + md_table(["condition", "effect at s + 50", "effect at end", f"end − {frac:g} × s + 50 (mean d)",
+                        "95% upper bound of mean d", "p (one-sided paired t)", "p (one-sided exact sign-flip; its floor)",
+                        "MDE (80%, one-sided t)", "verdict"], cells))
 
 
 def fab_vs_att(comp: pd.DataFrame) -> str:
@@ -279,11 +408,35 @@ def normalized_table(norm: pd.DataFrame) -> str:
     if not len(norm):
         return "*No injected condition measured.*"
     rows = [[r.condition, str(r.n), f"{r.barrier:.4g}", f"{r.rise_mid:+.3g}", fmt_num(r.seed_barrier), _pct(r.barrier, r.seed_barrier),
-             f"{r.distance:.4g}", fmt_num(r.seed_distance), _pct(r.distance, r.seed_distance)] for r in norm.itertuples()]
+             f"{r.distance:.4g}", fmt_num(r.seed_distance), _pct(r.distance, r.seed_distance),
+             fmt_num(r.seed_distance_aligned), _pct_aligned(r.distance, norm)] for r in norm.itertuples()]
     return ("Barrier and distance to the twin (mean over seeds), and the same between twins of different seeds. "
             "The inter-seed distance is inflated by gauge freedom (rotated bases computing the same function), "
-            "so the distance ratio is a lower bound, as in the paper.\n\n"
-            + md_table(["condition", "seeds", "barrier", "rise at α=0.5", "seed barrier", "barrier %", "distance", "seed distance", "distance %"], rows))
+            "so the distance ratio is a lower bound, as in the paper. " + gauge_sentence(norm) + "\n\n"
+            + md_table(["condition", "seeds", "barrier", "rise at α=0.5", "seed barrier", "barrier %", "distance", "seed distance",
+                        "distance %", "seed distance, aligned", "distance %, aligned"], rows))
+
+
+def _pct_aligned(x: float, norm: pd.DataFrame) -> str:
+    """x as a percentage of the aligned inter-seed distance; says so when measures.parquet predates it."""
+    if len(norm) and np.isfinite(norm.seed_distance.iloc[0]) and not np.isfinite(norm.seed_distance_aligned.iloc[0]):
+        return "n/a (not measured: run `seedlab twins measure` again)"
+    return _pct(x, norm.seed_distance_aligned.iloc[0] if len(norm) else np.nan)
+
+
+def gauge_sentence(norm: pd.DataFrame) -> str:
+    """Both inter-seed distances, raw and after weight matching, and what the matching removes."""
+    raw, al = (norm.seed_distance.iloc[0], norm.seed_distance_aligned.iloc[0]) if len(norm) else (np.nan, np.nan)
+    if not np.isfinite(raw):
+        return ""
+    if not np.isfinite(al):
+        return ("The aligned inter-seed distance was not measured (measures.parquet predates it): run "
+                "`seedlab twins measure` again.")
+    return (f"Measured: the inter-seed distance is {fmt_num(raw)} raw and {fmt_num(al)} ({_pct(al, raw)} of it) after "
+            "weight matching: the second seed's twin permuted to the first's, per layer, MLP neurons and attention heads "
+            "by linear assignment as in Git Re-Basin (the residual basis is fixed, so every layer is matched in one "
+            "pass). Matching removes the permutation part of the gauge freedom, not rotations within a head, so the "
+            "ratio against the aligned distance is still a lower bound, a tighter one.")
 
 
 def over_training_table(ckpt: pd.DataFrame | None, norm: pd.DataFrame, d: Measured) -> str:
@@ -309,6 +462,15 @@ def over_training_table(ckpt: pd.DataFrame | None, norm: pd.DataFrame, d: Measur
             + md_table(["step", *conds], rows))
 
 
+def peak_ratios(d: Measured, conditions: list[str]) -> str:
+    """The peak / smoothed trough ratio of ``conditions`` (mean over them) under each window width,
+    measure.smooth_steps first, then measure.smooth_steps_alt."""
+    m = d.settings
+    tc = d.timecourse[d.timecourse.condition.isin(conditions)]
+    w = stats.peak_trough_windows(tc, d.steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
+    return ", ".join(f"{fmt_num(g.peak_over_trough.mean())}× ({k}-step window)" for k, g in w.groupby("window", sort=False))
+
+
 def time_course_table(course: pd.DataFrame, d: Measured) -> str:
     if not len(course):
         return "*No injected condition measured.*"
@@ -321,4 +483,21 @@ def time_course_table(course: pd.DataFrame, d: Measured) -> str:
             f"between step s + 1 and the peak (the paper's 'value just after injection'); 'first {d.settings.just_after_steps} "
             "steps': the unsmoothed mean of the steps right after the injected batch, for comparison.\n\n"
             + md_table(["condition", "peak step", "peak", "trough step", "trough", "peak / trough",
-                        f"first {d.settings.just_after_steps} steps", "peak / first steps", "at the end", "distance at mid / end"], rows))
+                        f"first {d.settings.just_after_steps} steps", "peak / first steps", "at the end", "distance at mid / end"], rows)
+            + "\n\n" + window_table(d))
+
+
+def window_table(d: Measured) -> str:
+    """The peak / trough ratio under both window widths (measure.smooth_steps, measure.smooth_steps_alt)."""
+    m = d.settings
+    w = stats.peak_trough_windows(d.timecourse, d.steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
+    if not len(w):
+        return ""
+    rows = [[r.condition, str(r.window), str(r.peak_step), f"{r.peak:.3g}", str(r.trough_step), f"{r.trough:.3g}",
+             fmt_num(r.peak_over_trough)] for r in w.itertuples()]
+    return (f"**The ratio under two smoothings.** The paper does not state how (or whether) it smoothed the curve, and "
+            f"the ratio depends on it: a narrower window keeps more of the step-to-step noise, which tends to lower the "
+            f"trough and raise the peak. Below, the same peak and trough under a {m.smooth_steps}-step and a {m.smooth_steps_alt}-step "
+            "window (measure.smooth_steps, measure.smooth_steps_alt); the figure `loss_difference.png` shows the "
+            "unsmoothed curve beside both.\n\n"
+            + md_table(["condition", "window (steps)", "peak step", "peak", "trough step", "trough", "peak / trough"], rows))

@@ -16,9 +16,13 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/seed-<k>/<condition>/done.json             written last: this seed x condition finished
     DIR/seed-<k>/replica/{manifest,done}.json      the replica control: the twin trained again, hashes only
     DIR/integrity.json                             how the runs were shown identical before s, deterministic after
-    DIR/{measures,checkpoints,timecourse,paths}.parquet, DIR/measures.json   seedlab twins measure
+    DIR/{measures,checkpoints,timecourse,paths,passages}.parquet, DIR/measures.json   seedlab twins measure
     DIR/gradmatch.parquet                          seedlab twins gradmatch
     DIR/report.md, DIR/*.png                       seedlab twins report
+
+A match folder (``seedlab twins match CONFIG --out DIR``, :class:`MatchDir`): ``config.json`` (what the
+prefixes depend on), ``inputs.json``, ``environment.json``, ``seed-<k>/prefix.safetensors`` and
+``match.parquet`` (every fabricated x attested pair of passage variants, per seed and their mean).
 
 The folder policy of ``seedlab twins run`` (forks/folders.py ``DesignFolder.claim``): an absent or
 empty folder starts a run; a folder holding the same run (its config.json, with the fields added
@@ -44,12 +48,13 @@ from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
+from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
 from seedlab.store import read_verified, write_json
 from seedlab.twins.config import TwinsConfig
 
 #: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
-MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths")
+MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths", "passages")
 
 
 class RunDir(DesignFolder):
@@ -142,6 +147,45 @@ class RunDir(DesignFolder):
         super().start(record, inputs, env)
         if not self.preregistration.is_file():
             write_json(self.preregistration, preregistration)
+
+
+# --------------------------------------------------------------------------- a match folder (seedlab twins match)
+
+#: the fields of the fork design (forks/design.py) that steps 0 .. s-1 do not depend on; every other
+#: one (corpus, model, schedule, batches, device, precision, threads...) is in a match folder's config.json
+NOT_PREFIX = frozenset({"seeds", "replicas", "midpoint", "injection_row"})
+KIND = "twins match"
+
+
+class MatchDir(DesignFolder):
+    """A match folder: ``config.json`` (:func:`prefix_record`), ``inputs.json`` (the corpus),
+    ``environment.json``, ``seed-<k>/prefix.safetensors`` (each seed's prefix at s, kept) and
+    ``match.parquet``."""
+
+    study, noun = "twins", "match"
+
+    @property
+    def table(self) -> Path:
+        return self.root / "match.parquet"
+
+    def upgrade(self, old: dict) -> dict:
+        """A config.json written by an older seedlab: the prefix fields TwinsConfig has gained since, at their defaults."""
+        full = with_new_defaults(TwinsConfig, {k: v for k, v in old.items() if k != "kind"})
+        return {"kind": old.get("kind"), **{k: full.get(k) for k in _prefix_fields()}}
+
+
+def prefix_record(cfg: TwinsConfig) -> dict:
+    """What a match folder's prefixes depend on: the fork design's fields (forks/design.py
+    ``ForkDesign``: what the trainer reads) but :data:`NOT_PREFIX`, and the optimizer when the
+    config names one. A study's own fields (conditions, passages, nulls, measures) are left out."""
+    dump = cfg.model_dump(mode="json")
+    return {"kind": KIND, **{k: dump.get(k) for k in _prefix_fields()}}
+
+
+def _prefix_fields() -> list[str]:
+    extra = ["optimizer"] if "optimizer" in TwinsConfig.model_fields else []  # Trainer: adamw when absent
+    return [k for k in ForkDesign.model_fields if k not in NOT_PREFIX] + extra
+
 
 
 def _size(n: int) -> str:

@@ -9,17 +9,19 @@
                    a p below it can only be the t-test's); the 95% t interval; the minimum
                    detectable effect at 80% power (two-sided paired t, α = 0.05) for this many
                    seeds (seedlab.stats.paired / mde_paired). The end-of-run passage rows (the
-                   "lost" claim) also carry an equivalence test: TOST (two one-sided paired t-tests,
-                   seedlab.stats.tost_paired) against ±``margin``, the margin being ``margin_frac``
-                   × |the same condition's mean effect at s + 50| (see ``DEFAULT_MARGIN_FRAC``),
-                   its p (``p_tost``), the 90% t interval it is equivalent to and ``equivalent``.
-- ``verdict``      what an end-of-run row allows one to say: lost, kept, smaller than the margin but
-                   not zero, or inconclusive.
+                   "lost" claim) also carry the ``lost_*`` columns of :func:`lost_test`: per seed,
+                   d = end effect − ``lost_frac`` × s + 50 effect (see ``DEFAULT_LOST_FRAC``), tested
+                   one-sided (H1: mean d < 0) by a paired t-test and the exact sign-flip test, with
+                   its MDE; both effects are per-seed measurements, so both uncertainties enter.
+- ``verdict``      what an end-of-run row allows one to say: lost (less than ``lost_frac`` × the
+                   s + 50 effect left; also whether something is left), kept, or inconclusive.
 - ``normalized``   per condition: barrier and distance to the twin as a percentage of the same measure
-                   between twins of different seeds (the paper's 3.0% and 44.1%).
+                   between twins of different seeds (the paper's 3.0% and 44.1%); the distance also
+                   against the inter-seed distance after weight matching (lm/align.py).
 - ``time_course``  per condition: where the smoothed training-loss difference |c − twin| peaks, its
                    smoothed trough between the injection and the peak, the peak / trough ratio (the
-                   paper's "two orders of magnitude above its value just after injection"), the mean
+                   paper's "two orders of magnitude above its value just after injection";
+                   ``peak_trough_windows``: the same under several window widths), the mean
                    of the raw first steps after the injection, the value at the end; the distance at
                    the mid-point as a fraction of its final value (the paper's 92%), and the barrier
                    to the twin at the mid-point and its largest value over the checkpoints.
@@ -28,17 +30,21 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
+from statsmodels.stats.power import TTestPower
 
-from seedlab.stats import mde_paired, paired, sign_flip_floor, tost_paired
+from seedlab.stats import mde_paired, paired, sign_flip_floor
 from seedlab.twins.config import MeasureConfig
 
 FAB, ATT = "fluent-fabricated", "fluent-attested"
-#: the equivalence margin of a "lost" claim, as a fraction of the same condition's mean passage
-#: effect at s + 50: "lost" means that with 90% confidence less than half of what was learned
-#: 50 steps after the injection is left at the end (MeasureConfig.equivalence_frac when set)
-DEFAULT_MARGIN_FRAC = MeasureConfig.model_fields["equivalence_frac"].default
+#: the fraction of the s + 50 passage effect a "lost" claim tests the end effect against, seed by
+#: seed: "lost" means the end effect is shown (one-sided, α = 0.05) to be smaller than half of what
+#: was learned 50 steps after the injection (MeasureConfig.equivalence_frac when set)
+DEFAULT_LOST_FRAC = MeasureConfig.model_fields["equivalence_frac"].default
 ALPHA = 0.05
 #: measures.parquet column -> (outcome it belongs to, what it is)
 MEASURES = {
@@ -71,26 +77,96 @@ def _row(name: str, measure: str, outcome: str, label: str, a, b) -> dict:
             "mde": mde, "diff_over_mde": res["diff"] / mde if mde and np.isfinite(mde) and mde > 0 else np.nan}
 
 
-def _equivalence(a, b, margin: float) -> dict:
-    """The TOST columns of a row: margin, p_tost, ci90_low/high, equivalent (nan / None without a margin)."""
-    if not (np.isfinite(margin) and margin > 0):
-        return {"margin": np.nan, "p_tost": np.nan, "ci90_low": np.nan, "ci90_high": np.nan, "equivalent": None}
-    t = tost_paired(a, b, margin, alpha=ALPHA)
-    return {"margin": margin, "p_tost": t["p"], "ci90_low": t["ci_low"], "ci90_high": t["ci_high"], "equivalent": t["equivalent"]}
+def _one_sided_sign_flip(d: np.ndarray, exact_limit: int = 20, n_resamples: int = 100_000, seed: int = 0) -> tuple[float, bool, float]:
+    """One-sided (H1: mean < 0) sign-flip permutation p of mean(d), counted as scipy's ``permutation_test``
+    (``alternative="less"``): the share of sign patterns s ∈ {-1, +1}ⁿ whose mean of s·d is <= the observed
+    one, null values within γ = 100·eps·|obs| counting as ties. Exact (all 2ⁿ patterns) for n <= exact_limit,
+    else ``n_resamples`` seeded patterns plus the observed one. Returns (p, exact, the smallest p possible:
+    1/2ⁿ exact, else 1/(n_resamples + 1))."""
+    n, obs = len(d), float(np.mean(d))
+    if n <= exact_limit:
+        sums = np.zeros(1)
+        for v in d:
+            sums = np.concatenate([sums + v, sums - v])
+        null, extra, exact, floor = sums / n, 0, True, 1 / 2**n
+    else:
+        signs = np.random.default_rng(seed).integers(0, 2, size=(n_resamples, n), dtype=np.int8) * 2 - 1
+        null, extra, exact, floor = signs @ d / n, 1, False, 1 / (n_resamples + 1)
+    gamma = abs(obs) * np.finfo(np.float64).eps * 100
+    return float((np.count_nonzero(null <= obs + gamma) + extra) / (len(null) + extra)), exact, floor
+
+
+def lost_test(end, s50, frac: float, *, alpha: float = ALPHA, power: float = 0.8) -> dict:
+    """Is the passage effect lost by the end? A paired per-seed test of d_i = end_i − frac · s50_i.
+
+    ``end``, ``s50``: per seed (aligned; a seed with a NaN in either is dropped), the passage effect
+    = twin's CE − injected run's CE on the passage (nats/token, positive: learned) at the end and at
+    s + 50. Hypotheses on the mean of d over seeds:
+
+    - H0: mean(d) >= 0, at least ``frac`` of the s + 50 effect is left at the end (not lost);
+    - H1: mean(d) < 0, the end effect is smaller than ``frac`` × the s + 50 effect ("lost").
+
+    Both effects are measured on the same seeds, so the uncertainty of both enters sd(d) (a margin of
+    frac × the mean s + 50 effect, treated as known, leaves the s + 50 effect's own out). Tests:
+    one-sided paired t-test (t = mean(d) / (sd(d)/√n), p = P(T_{n−1} <= t), as scipy ``ttest_1samp``
+    with ``alternative="less"``) and the one-sided sign-flip permutation test (exact for n <= 20, its
+    floor 1/2ⁿ: 0.0039 for 8 seeds, 0.0625 for 4, so with fewer than 5 seeds it cannot reach 0.05).
+    MDE: the smallest true shortfall −mean(d) the one-sided t-test detects with ``power`` at ``alpha``
+    (statsmodels ``TTestPower``, × sd(d)).
+
+    Returns ``lost_n, lost_frac, lost_end, lost_s50`` (mean effects), ``lost_d`` (mean d), ``lost_sd``,
+    ``lost_t, lost_df, lost_p_t``, ``lost_ci_high`` (one-sided 1 − alpha upper bound of mean d),
+    ``lost_p_perm, lost_perm_exact, lost_p_perm_min``, ``lost_mde`` and ``lost`` = p_t < alpha (None
+    with fewer than 2 seeds; when every d_i is equal the t-test is undefined, p_t is nan and ``lost``
+    says whether that d is below 0)."""
+    e, f = np.asarray(end, dtype=np.float64).ravel(), np.asarray(s50, dtype=np.float64).ravel()
+    if e.shape != f.shape:
+        raise ValueError(f"lost_test: end and s50 need the same length, got {len(e)} and {len(f)}")
+    keep = np.isfinite(e) & np.isfinite(f)
+    e, f = e[keep], f[keep]
+    n = len(e)
+    out = {"lost_n": n, "lost_frac": float(frac), "lost_end": float(e.mean()) if n else np.nan,
+           "lost_s50": float(f.mean()) if n else np.nan}
+    nan = dict.fromkeys(("lost_d", "lost_sd", "lost_t", "lost_df", "lost_p_t", "lost_ci_high", "lost_p_perm",
+                         "lost_perm_exact", "lost_p_perm_min", "lost_mde"), np.nan)
+    if n < 2:
+        return out | nan | {"lost": None}
+    d = e - frac * f
+    mean, sd, df = float(d.mean()), float(d.std(ddof=1)), n - 1
+    se = sd / math.sqrt(n)
+    if np.all(d == d[0]):
+        t = p_t = math.nan
+        lost = bool(mean < 0)
+    else:
+        t = mean / se
+        p_t = float(sps.t.cdf(t, df))
+        lost = bool(p_t < alpha)
+    p_perm, exact, floor = _one_sided_sign_flip(d)
+    effect = float(np.squeeze(TTestPower().solve_power(nobs=n, alpha=alpha, power=power, alternative="larger")))
+    return out | {"lost_d": mean, "lost_sd": sd, "lost_t": t, "lost_df": df, "lost_p_t": p_t,
+                  "lost_ci_high": mean + float(sps.t.ppf(1 - alpha, df)) * se, "lost_p_perm": p_perm,
+                  "lost_perm_exact": exact, "lost_p_perm_min": floor, "lost_mde": effect * sd, "lost": lost}
 
 
 def verdict(r) -> str:
-    """What the end-of-run row ``r`` (of ``comparisons``) allows one to say about the passage effect,
-    from the paired t-test (p_t < 0.05: an effect is left) and the TOST against ±margin."""
-    if r.get("equivalent") is None or (isinstance(r.get("equivalent"), float) and np.isnan(r["equivalent"])):
-        return "no margin (needs the s + 50 effect)"
-    sig, eq = bool(r["p_t"] < ALPHA), bool(r["equivalent"])
-    if eq:
-        return "smaller than the margin, but not zero" if sig else "lost (equivalent to 0 within the margin)"
-    return "kept (not shown below the margin)" if sig else "inconclusive (neither an effect nor equivalence shown)"
+    """What the end-of-run row ``r`` (of ``comparisons``) allows one to say about the passage effect: "lost"
+    from :func:`lost_test` (the end effect shown below ``lost_frac`` × the s + 50 effect, one-sided paired
+    t, α = 0.05), and whether an effect is still there from the row's two-sided paired t-test (p_t)."""
+    lost = r.get("lost")
+    if lost is None or (isinstance(lost, float) and np.isnan(lost)):
+        return "no test (needs both effects, at s + 50 and at the end, on at least 2 seeds)"
+    if not r["lost_s50"] > 0:
+        return "not learned at s + 50 (nothing to lose)"
+    frac = f"{r['lost_frac']:g} × the s + 50 effect"
+    sig = bool(r["p_t"] < ALPHA)  # an end effect is there (two-sided); diff = injected − twin, so effect = −diff
+    if lost:
+        if sig and r["diff"] > 0:
+            return "lost and reversed (the twin predicts the passage better at the end)"
+        return f"lost below {frac}, but not zero" if sig else f"lost (less than {frac} left)"
+    return f"kept (not shown below {frac})" if sig else f"inconclusive (neither an effect nor a loss below {frac} shown)"
 
 
-def comparisons(measures: pd.DataFrame, outcomes: dict[str, str], *, margin_frac: float = DEFAULT_MARGIN_FRAC) -> pd.DataFrame:
+def comparisons(measures: pd.DataFrame, outcomes: dict[str, str], *, lost_frac: float = DEFAULT_LOST_FRAC) -> pd.DataFrame:
     """One row per paired comparison (seeds are the pairs); see the module docstring."""
     m = with_derived(measures[measures.kind == "injected"])
     rows = []
@@ -102,16 +178,13 @@ def comparisons(measures: pd.DataFrame, outcomes: dict[str, str], *, margin_frac
                 rows.append(_row("fabricated vs attested", col, outcome, outcomes.get(outcome, "exploratory"),
                                  by[FAB].loc[seeds, col], by[ATT].loc[seeds, col]))
     for cond, g in by.items():
-        learned = np.nan  # |mean effect at s + 50|: the scale of the equivalence margin at the end
         for tag, when in (("s50", "s + 50"), ("final", "end")):
-            if f"passage_ce_{tag}" in g:
-                a, b = g[f"passage_ce_{tag}"], g[f"twin_passage_ce_{tag}"]
+            if f"passage_ce_{tag}" in g and (g[f"passage_ce_{tag}"].notna() & g[f"twin_passage_ce_{tag}"].notna()).sum() >= 2:
+                a, b = g[f"passage_ce_{tag}"], g[f"twin_passage_ce_{tag}"]  # (a condition without a passage has none)
                 row = _row(f"{cond} vs twin, own passage at {when}", f"passage_ce_{tag}", "passage_ce",
                            outcomes.get("passage_ce", "exploratory"), a, b)
-                if tag == "s50":
-                    learned = abs(row["diff"])
-                else:
-                    row |= _equivalence(a, b, margin_frac * learned)
+                if tag == "final" and "passage_gain_s50" in g:  # "lost": end − frac × s + 50, seed by seed
+                    row |= lost_test(g["passage_gain_final"], g["passage_gain_s50"], lost_frac)
                 rows.append(row)
         rows.append(_row(f"{cond} vs twin, held-out", "heldout_ce", "heldout_ce", outcomes.get("heldout_ce", "exploratory"),
                          g["heldout_ce"], g["heldout_ce_b"]))
@@ -119,7 +192,9 @@ def comparisons(measures: pd.DataFrame, outcomes: dict[str, str], *, margin_frac
 
 
 def normalized(measures: pd.DataFrame) -> pd.DataFrame:
-    """Per condition: mean barrier / distance to the twin, and as % of the inter-seed mean."""
+    """Per condition: mean barrier / distance to the twin, and as % of the inter-seed mean; the distance
+    also as % of the inter-seed distance after weight matching (``seed_distance_aligned``,
+    ``distance_aligned_pct``: nan without a ``distance_aligned`` column)."""
     inj, seed = measures[measures.kind == "injected"], measures[measures.kind == "seed"]
     sb, sd = (seed.barrier.mean(), seed.distance.mean()) if len(seed) else (np.nan, np.nan)
     g = inj.groupby("condition").agg(n=("seed", "size"), barrier=("barrier", "mean"), rise_mid=("rise_mid", "mean"),
@@ -127,7 +202,49 @@ def normalized(measures: pd.DataFrame) -> pd.DataFrame:
     g["seed_barrier"], g["seed_distance"] = sb, sd
     g["barrier_pct"] = 100 * g.barrier / sb if sb and sb > 0 else np.nan
     g["distance_pct"] = 100 * g.distance / sd if sd and sd > 0 else np.nan
+    # the inter-seed distance after weight matching (measure's distance_aligned; nan in older files)
+    sda = seed.distance_aligned.mean() if len(seed) and "distance_aligned" in seed else np.nan
+    g["seed_distance_aligned"] = sda
+    g["distance_aligned_pct"] = 100 * g.distance / sda if sda and sda > 0 else np.nan
     return g.reset_index()
+
+
+def abs_diff_curves(timecourse: pd.DataFrame, injection: int) -> dict[str, pd.Series]:
+    """Per condition, the unsmoothed time course: the mean over seeds of |training loss − twin's| at each
+    step after the injected batch (step s itself is left out: its loss is on different batches, not a
+    difference of models), indexed by step."""
+    out = {}
+    for cond, g in timecourse.groupby("condition"):
+        curve = g.assign(absdiff=g["diff"].abs()).groupby("step").absdiff.mean()
+        out[cond] = curve[curve.index > injection]
+    return out
+
+
+def smoothed(curve: pd.Series, window: int) -> pd.Series:
+    """A centred rolling mean over ``window`` steps, truncated at the ends (measure.smooth_steps)."""
+    return curve.rolling(window, min_periods=1, center=True).mean()
+
+
+def peak_trough(curve: pd.Series, window: int) -> dict:
+    """Of ``curve`` (one condition's :func:`abs_diff_curves`) smoothed over ``window`` steps: the peak (the
+    largest smoothed value), the trough (the smallest smoothed value between s + 1 and the peak) and
+    peak / trough (nan when the trough is 0)."""
+    sm = smoothed(curve, window)
+    peak_step, peak = int(sm.idxmax()), float(sm.max())
+    rising = sm.loc[:peak_step]
+    trough_step, trough = int(rising.idxmin()), float(rising.min())
+    return {"window": int(window), "peak_step": peak_step, "peak": peak, "trough_step": trough_step, "trough": trough,
+            "peak_over_trough": peak / trough if trough > 0 else np.nan}
+
+
+def peak_trough_windows(timecourse: pd.DataFrame, injection: int, windows: list[int]) -> pd.DataFrame:
+    """One row per condition and window width (in the order given, repeats dropped): :func:`peak_trough`,
+    so the paper's peak / trough ratio can be read under more than one smoothing (measure.smooth_steps,
+    measure.smooth_steps_alt): a narrower window lowers the trough and raises the peak."""
+    rows = [{"condition": cond, **peak_trough(curve, w)}
+            for cond, curve in abs_diff_curves(timecourse, injection).items() for w in dict.fromkeys(windows)]
+    cols = ["condition", "window", "peak_step", "peak", "trough_step", "trough", "peak_over_trough"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def time_course(timecourse: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict[str, int], *,
@@ -152,13 +269,9 @@ def time_course(timecourse: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict
     Config: measure.smooth_steps, measure.just_after_steps."""
     s, mid, final = steps["injection"], steps["mid"], steps["final"]
     rows = []
-    for cond, g in timecourse.groupby("condition"):
-        curve = g.assign(absdiff=g["diff"].abs()).groupby("step").absdiff.mean()
-        after = curve[curve.index > s]  # the injected batch's own loss (step s) is not a difference of models
-        smoothed = after.rolling(smooth, min_periods=1, center=True).mean()
-        peak_step, peak = int(smoothed.idxmax()), float(smoothed.max())
-        rising = smoothed.loc[:peak_step]
-        trough_step, trough = int(rising.idxmin()), float(rising.min())
+    for cond, after in abs_diff_curves(timecourse, s).items():
+        pt = peak_trough(after, smooth)
+        peak_step, peak, trough_step, trough = pt["peak_step"], pt["peak"], pt["trough_step"], pt["trough"]
         just = float(after.iloc[:just_after].mean())
         ck = checkpoints[checkpoints.condition == cond]
         c = ck.pivot_table(index="seed", columns="step", values="distance")
@@ -166,9 +279,9 @@ def time_course(timecourse: pd.DataFrame, checkpoints: pd.DataFrame, steps: dict
         barrier = ck.groupby("step").barrier.mean() if "barrier" in ck else pd.Series(dtype=float)
         rows.append({
             "condition": cond, "peak_step": peak_step, "peak": peak,
-            "trough_step": trough_step, "trough": trough, "peak_over_trough": peak / trough if trough > 0 else np.nan,
+            "trough_step": trough_step, "trough": trough, "peak_over_trough": pt["peak_over_trough"],
             "just_after": just, "peak_over_just_after": peak / just if just > 0 else np.nan,
-            "final": float(smoothed.iloc[-1]), "distance_mid_frac": float(frac),
+            "final": float(smoothed(after, smooth).iloc[-1]), "distance_mid_frac": float(frac),
             "barrier_mid": float(barrier.get(mid, np.nan)),
             "barrier_max": float(barrier.max()) if len(barrier) else np.nan,
             "barrier_max_step": int(barrier.idxmax()) if barrier.notna().any() else np.nan,
@@ -186,3 +299,121 @@ def checkpoint_course(checkpoints: pd.DataFrame) -> pd.DataFrame:
     g = c.groupby(["condition", "step"]).agg(n=("seed", "size"), distance=("distance", "mean"),
                                              barrier=("barrier", "mean"), rise_mid=("rise_mid", "mean"))
     return g.reset_index()
+
+
+# --------------------------------------------------------------------------- is it the passage? (the nulls)
+
+#: the passage conditions and the null arms each is compared with (twins/config.py)
+PASSAGE_CONDITIONS = ("fluent-fabricated", "fluent-attested", "random-chars")
+NULL_CONDITIONS = ("ordinary-row", "matched-noise", "nudge")
+#: the measures every passage condition is compared with every null on (measures.parquet columns, and
+#: the time course's per-seed summary)
+NULL_MEASURES = ("barrier", "rise_mid", "heldout_ce_diff", "distance", "cka_mean", "tc_mean_absdiff")
+
+
+def time_course_per_seed(timecourse: pd.DataFrame, injection: int) -> pd.DataFrame:
+    """Per seed and condition, ``tc_mean_absdiff``: the mean of |training loss − twin's| over the steps
+    after the injected batch (the whole time course as one number per seed, to pair across seeds)."""
+    after = timecourse[timecourse.step > injection]
+    g = after.assign(a=after["diff"].abs()).groupby(["seed", "condition"]).a.mean()
+    return g.rename("tc_mean_absdiff").reset_index()
+
+
+def null_contrasts(measures: pd.DataFrame, checkpoints: pd.DataFrame, timecourse: pd.DataFrame,
+                   outcomes: dict[str, str], injection: int) -> pd.DataFrame:
+    """Every passage condition P against every null N, paired over seeds (P − N per seed, each against
+    its own seed's twin): on every measure of :data:`NULL_MEASURES` at the end, and on the barrier and
+    the distance at every checkpoint after s. Rows as :func:`comparisons` (``comparison`` = "P vs N"),
+    plus ``passage``, ``null``, ``step``."""
+    m = with_derived(measures[measures.kind == "injected"])
+    m = m.merge(time_course_per_seed(timecourse, injection), on=["seed", "condition"], how="left")
+    final = int(m.step.max()) if len(m) else 0
+    rows = []
+    for p, n, a, b in _null_pairs(m):
+        for col in NULL_MEASURES:
+            if col in a and a[col].notna().sum() >= 2 and b[col].notna().sum() >= 2:
+                rows.append(_row(f"{p} vs {n}", col, MEASURES.get(col, ("time_course",))[0],
+                                 outcomes.get(MEASURES.get(col, ("exploratory",))[0], "exploratory"), a[col], b[col])
+                            | {"passage": p, "null": n, "step": final})
+    c = checkpoints[(checkpoints.step > injection) & (checkpoints.step < final)]
+    for t, ck in c.groupby("step"):
+        for p, n, a, b in _null_pairs(ck):
+            for col in ("barrier", "distance"):
+                if col in a and a[col].notna().sum() >= 2:
+                    rows.append(_row(f"{p} vs {n}", col, col, outcomes.get(col, "exploratory"), a[col], b[col])
+                                | {"passage": p, "null": n, "step": int(t)})
+    return pd.DataFrame(rows)
+
+
+def _null_pairs(frame: pd.DataFrame):
+    """(passage, null, its rows, the null's rows) on their common seeds, for every pair present with >= 2 seeds."""
+    by = {c: g.set_index("seed") for c, g in frame.groupby("condition")}
+    for p in PASSAGE_CONDITIONS:
+        for n in NULL_CONDITIONS:
+            if p in by and n in by:
+                seeds = by[p].index.intersection(by[n].index)
+                if len(seeds) >= 2:
+                    yield p, n, by[p].loc[seeds], by[n].loc[seeds]
+
+
+def passage_matrix(passages: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
+    """The cross-passage matrix at each of ``steps``: per condition and text, the mean over seeds of the
+    drop in that text's CE (twin − condition: positive = the run predicts the text better than its twin)."""
+    x = passages[passages.step.isin(steps)]
+    g = x.assign(drop=-x["diff"]).groupby(["step", "condition", "text"]).drop.mean()
+    return g.reset_index()
+
+
+def specificity(passages: pd.DataFrame, steps: dict[str, int], outcomes: dict[str, str]) -> pd.DataFrame:
+    """"Learned" as *this* passage, paired over seeds, at s + 50 and at the end. For each fluent condition c:
+
+    - ``own``          c's drop on its own passage (twin − c, CE) against 0;
+    - ``specificity``  c's drop on its own passage against its drop on the other fluent passage (own − other:
+                       what is learned of this text beyond what transfers to a text of the same kind);
+    - ``vs ordinary-row``  c's drop on its own passage against the ordinary-row arm's drop on that same
+                       passage (what injecting *this* text adds over injecting any row).
+    Rows as :func:`comparisons`, plus ``condition``, ``what``, ``step``."""
+    label = outcomes.get("passage_ce", "exploratory")
+    drop = passages.assign(drop=-passages["diff"]).pivot_table(index=["step", "seed", "text"], columns="condition",
+                                                              values="drop")
+    rows = []
+    for tag, when in (("s50", "s + 50"), ("final", "end")):
+        t = steps[tag]
+        if t not in drop.index.get_level_values("step"):
+            continue
+        at = drop.xs(t, level="step")
+        for c, other in ((FAB, ATT), (ATT, FAB)):
+            if c not in at.columns or c not in at.index.get_level_values("text"):
+                continue
+            own = at[c].xs(c, level="text")
+            checks = [("own", f"{c}: own passage at {when}, drop vs 0", own, own * 0.0)]
+            if other in at.index.get_level_values("text"):
+                checks.append(("specificity", f"{c}: own passage vs {other}'s at {when}", own, at[c].xs(other, level="text")))
+            if "ordinary-row" in at.columns:
+                checks.append(("vs ordinary-row", f"{c}: own passage, {c} vs ordinary-row at {when}", own,
+                               at["ordinary-row"].xs(c, level="text")))
+            for what, name, a, b in checks:
+                a, b = a.align(b, join="inner")
+                if a.notna().sum() >= 2:
+                    rows.append(_row(name, f"passage_drop_{tag}", "passage_ce", label, a, b)
+                                | {"condition": c, "what": what, "step": t})
+    return pd.DataFrame(rows)
+
+
+def exposure_effect(passages: pd.DataFrame, attestation: dict, step: int) -> pd.DataFrame:
+    """Per seed: the attested passage's own drop at ``step`` beside the seed's exposure to the attested
+    subject before the injection (inputs.json), and their Spearman correlation over seeds (``rho``, ``p``;
+    nan with fewer than 3 seeds or no variation): does a seed that saw the subject more learn the passage
+    more (or less)?"""
+    att = attestation.get(ATT) if attestation else None
+    x = passages[(passages.condition == ATT) & (passages.text == ATT) & (passages.step == step)]
+    if att is None or not len(x):
+        return pd.DataFrame(columns=["seed", "exposure_before", "drop", "rho", "p"])
+    before = {int(e["seed"]): e["before"] for e in att.get("exposure", [])}
+    df = pd.DataFrame({"seed": x.seed.astype(int), "drop": -x["diff"].to_numpy()})
+    df["exposure_before"] = df.seed.map(before)
+    ok = df.dropna()
+    rho = p = np.nan
+    if len(ok) >= 3 and ok.exposure_before.nunique() > 1 and ok["drop"].nunique() > 1:
+        rho, p = (float(v) for v in sps.spearmanr(ok.exposure_before, ok["drop"]))
+    return df.assign(rho=rho, p=p)[["seed", "exposure_before", "drop", "rho", "p"]]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from seedlab.forks.arms import TWIN, Arm, injection
+from seedlab.forks.arms import TWIN, Arm, injection, matched_noise, nudge
 from seedlab.forks.folders import environment
 from seedlab.forks.loop import Design, ProgressBar, Recording, run_design
 from seedlab.lm.batches import check_passage
@@ -62,7 +62,7 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     disk = rd.check_disk(rd.disk_plan(cfg, gcfg, independent=independent))  # refused when it cannot fit
     if world.main and progress:
         print(disk, file=sys.stderr)
-    arms = conditions(cfg, passages)
+    arms = conditions(cfg, passages, corpus.eot_id)
     first_files = lambda: rd.start(config_record(cfg, independent=independent, world=world), inputs, env,
                                    cfg.preregistration())
     with Bar("twins", 0, "steps", enabled=progress and world.main) as bar:
@@ -71,11 +71,16 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     return losses.rename(columns={"arm": "condition"})
 
 
-def conditions(cfg: TwinsConfig, passages: dict[str, list[int]]) -> list[Arm]:
-    """Every condition as an arm: the twin first (the replica control's reference), then each
-    injected condition's passage in row ``injection_row`` of the batch of s, in the config's order."""
-    s, row = cfg.injection_step, cfg.injection_row
-    return [TWIN, *(injection(c, passages[c], s, row) for c in cfg.conditions if c != "twin")]
+def conditions(cfg: TwinsConfig, passages: dict[str, list[int]], pad_id: int) -> list[Arm]:
+    """Every condition as an arm, the twin first (the replica control's reference), then in the
+    config's order: each passage (and the ordinary row) in row ``injection_row`` of the batch of s;
+    the nudge (one ulp of one weight at s); matched noise (a random direction at s, as long as
+    ``nulls.noise_like``'s own update difference)."""
+    s, row, n = cfg.injection_step, cfg.injection_row, cfg.nulls
+    made = {c: injection(c, ids, s, row) for c, ids in passages.items()}
+    made["nudge"] = nudge("nudge", s, n.nudge_tensor, n.nudge_index)
+    made["matched-noise"] = matched_noise("matched-noise", made.get(n.noise_like, TWIN), s, n.noise_seed, pad_id)
+    return [TWIN, *(made[c] for c in cfg.conditions if c != "twin")]
 
 
 def recording(cfg: TwinsConfig, arms: list[Arm]) -> Recording:

@@ -44,14 +44,15 @@ def _write(folder: Path, kind: str, docs: list[str]) -> Path:
     return p
 
 
-def _write_shards(folder: Path, docs: list[str], shards: int = 3, rows_per_group: int = 16) -> Path:
+def _write_shards(folder: Path, docs: list[str], shards: int = 3, rows_per_group: int = 16, split: str = "train") -> Path:
     """``docs`` as the Hub's parquet conversion lays a dataset out: ``plain_text/train/0000.parquet``, ...
     (a ``text`` column, documents in order across the shards, several row groups per shard); returns
-    the folder of the shards."""
+    the folder of the shards. ``split="partial-train"``: a partial conversion's layout (the Hub converted
+    only the first ~5 GB)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = folder / "plain_text" / "train"
+    out = folder / "plain_text" / split
     out.mkdir(parents=True, exist_ok=True)
     bounds = np.linspace(0, len(docs), shards + 1).astype(int)
     for k in range(shards):

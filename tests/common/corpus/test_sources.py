@@ -114,13 +114,23 @@ def test_openwebtext_reads_the_hubs_parquet_conversion(tmp_path, docs, monkeypat
         m_local = build.prepare(local, tmp_path / "local", progress=False)
         assert m_hub["splits"] == m_local["splits"]
         assert sources.load_texts("hf:someone/data@v1.0")[1]["revision"] == "v1.0"
-        # a partial conversion (the Hub converts only the first ~5 GB of some datasets) is said so
+        assert "partial" not in info and "partial" not in m_hub["source"]
+        # a partial conversion (the Hub converts only the first ~5 GB of some datasets) is refused unless asked for
         for f in local.iterdir():
             fs.pipe(f"/owt-test/plain_text/partial-train/{f.name}", f.read_bytes())
         urls[:] = [u.replace("/train/", "/partial-train/") for u in urls]
-        with pytest.warns(UserWarning, match=r"Skylion007/openwebtext's parquet conversion is partial"):
-            texts, info = sources.load_texts("openwebtext")
+        with pytest.raises(SeedlabError, match=r"^source: dataset 'Skylion007/openwebtext' is a partial parquet "
+                                               r"conversion \(3 of 3 files lie under partial-train/: .*--allow-partial") as e:
+            sources.load_texts("openwebtext")
+        assert "\n" not in str(e.value)
+        with pytest.raises(SeedlabError, match=r"--allow-partial"):
+            build.prepare("openwebtext", tmp_path / "refused", progress=False)
+        assert not (tmp_path / "refused").exists()  # nothing written
+        texts, info = sources.load_texts("openwebtext", allow_partial=True)
         assert info["partial"] is True and list(texts) == documents
+        m_partial = build.prepare("openwebtext", tmp_path / "partial", progress=False, allow_partial=True)
+        assert m_partial["source"]["partial"] is True and m_partial["splits"] == m_local["splits"]
+        assert corpus.load(tmp_path / "partial").meta["source"]["partial"] is True  # in meta.json
     finally:
         fs.rm("/owt-test", recursive=True)
 
@@ -180,3 +190,30 @@ def test_cli_without_the_hub_exits_2_with_one_line(seedlab_cli, tmp_path, monkey
     assert rc == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("error: source: cannot load dataset 'Skylion007/openwebtext'")
     assert not (tmp_path / "owt").exists()
+
+
+def test_partial_conversion_in_a_folder_is_refused_unless_allowed(tmp_path, docs, seedlab_cli):
+    """The Hub's partial conversion downloaded to a folder (``plain_text/partial-train/*.parquet``), named by
+    the folder above it or by the shards' own folder: exit 2 with one line and nothing written; with
+    ``--allow-partial`` prepared, and meta.json says it is partial."""
+    documents = docs.documents(45)
+    root = tmp_path / "owt"
+    shards = docs.shards(root, documents, split="partial-train")
+    assert sources.partial_files([shards / "0000.parquet", "hf://datasets/x@refs%2Fconvert%2Fparquet/a/partial-train/0.parquet",
+                                  root / "partial-notes.parquet", shards / "notes.txt"]) == [
+        str(shards / "0000.parquet"), "hf://datasets/x@refs%2Fconvert%2Fparquet/a/partial-train/0.parquet"]
+    for src in (root, shards):
+        rc, out, err = seedlab_cli("corpus", "prepare", str(src), "--out", str(tmp_path / "c"))
+        assert rc == 2 and "Traceback" not in err, err
+        assert err.strip().splitlines() == [err.strip().splitlines()[-1]]
+        assert err.strip().startswith("error: source: folder ") and "partial parquet conversion (3 of 3 files lie under partial-train/" in err
+        assert "--allow-partial" in err and not (tmp_path / "c").exists()
+    with pytest.raises(SeedlabError, match=r"^source: file '.*0000\.parquet' is a partial parquet conversion \(1 of 1 files"):
+        build.prepare(shards / "0000.parquet", tmp_path / "c")
+    rc, out, err = seedlab_cli("corpus", "prepare", str(root), "--out", str(tmp_path / "c"), "--allow-partial")
+    assert rc == 0, err
+    assert "PARTIAL parquet conversion" in out
+    meta = corpus.load(tmp_path / "c").meta
+    assert meta["source"]["partial"] is True and meta["source"]["documents"] == 45
+    whole = build.prepare(docs.shards(tmp_path / "whole", documents), tmp_path / "w", progress=False)
+    assert "partial" not in whole["source"] and whole["splits"] == meta["splits"]
