@@ -153,3 +153,27 @@ def test_a_resume_under_another_environment_is_refused(setup, tmp_path, seedlab_
     rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--allow-env-change")
     assert rc == 0, err
     assert json.loads((out / "environment.json").read_text())["changes"] == [env["environment"]]
+
+
+def test_a_preregistration_text_is_kept_before_the_first_step(setup, tmp_path, seedlab_cli):
+    """--preregistration FILE: the text and its SHA-256 kept at the start; another text, or one added to a
+    started run, refused in one line."""
+    import hashlib
+
+    base, cfg = setup
+    path, text = base / "prereg.yaml", "H1: the own passage drops more than the other.\n"
+    path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "threads": 1, "conditions": ["twin", "fluent-fabricated"]}))
+    (tmp_path / "h.md").write_text(text)
+    out = tmp_path / "o"
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
+    assert rc == 0, err
+    assert (out / "preregistration.md").read_text() == text
+    assert json.loads((out / "preregistration.json").read_text())["text_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    (tmp_path / "h.md").write_text(text + "H2: changed afterwards.\n")
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
+    assert rc == 2 and "was pre-registered with another text" in err and err.count("\n") == 1
+    assert (out / "preregistration.md").read_text() == text
+    other = tmp_path / "o2"
+    assert seedlab_cli("twins", "run", str(path), "--out", str(other), "--no-progress")[0] == 0
+    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(other), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
+    assert rc == 2 and "has started without one" in err

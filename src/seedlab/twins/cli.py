@@ -23,6 +23,7 @@ def twins_run(
     force: Annotated[bool, typer.Option(help="overwrite an existing run")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     allow_env_change: Annotated[bool, typer.Option(help="resume under another environment (torch, device, threads...) than the run started in; recorded in environment.json")] = False,
+    preregistration: Annotated[Path | None, typer.Option(help="a text file of hypotheses and decision rules, kept in OUT (with its SHA-256) before the first step; the report quotes it")] = None,
 ) -> None:
     """Train the twins design: per seed a shared prefix, then every condition forked at the injection step.
 
@@ -38,7 +39,7 @@ def twins_run(
     record = run_record(cfg, independent=independent, world=world)
     RunDir(out).claim(record, force=force, world=world)  # another run refused; the same one resumes
     df = run_twins(cfg, out, base=base, independent=independent, progress=progress, world=world,
-                   allow_env_change=allow_env_change)
+                   allow_env_change=allow_env_change, preregistration=preregistration)
     if world.main:
         how = ("checked: every tensor's SHA-256 equal across conditions" if independent else
                "by construction: every condition forked from one copy of the shared prefix")

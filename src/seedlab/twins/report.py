@@ -103,6 +103,11 @@ def preregistration(d: Measured) -> str:
     if not path.is_file():
         return table + "\n\n**No preregistration.json in the run folder: the outcomes were not fixed before training.**"
     before = json.loads(path.read_text())
+    text = d.dir.preregistration_text
+    if text.is_file():  # --preregistration: hypotheses and decision rules, quoted
+        quoted = "\n".join("> " + line for line in text.read_text().splitlines())
+        table = (f"Hypotheses and decision rules kept before the first step (preregistration.md, SHA-256 "
+                 f"`{before.get('text_sha256', '?')[:12]}…`):\n\n{quoted}\n\n" + table)
     if before["hash"] == used["hash"]:
         return table + f"\n\nFixed before training (preregistration.json, hash `{before['hash']}`); unchanged since."
     added = sorted(set(used["measure"]) - set(before["measure"]))

@@ -5,6 +5,7 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
 
     DIR/config.json               the resolved config (+ independent, world_size, injection_rank)
     DIR/preregistration.json      outcomes and measurement settings, hashed, before any training
+    DIR/preregistration.md        --preregistration FILE: its text (SHA-256 in preregistration.json), before any training
     DIR/inputs.json               the corpus (absolute path, hashes) and every passage's text and token ids
     DIR/environment.json          torch, CUDA, device, precision, threads, deterministic settings (checked on resume)
     DIR/seed-<k>/prefix.safetensors                the shared prefix's complete state at step s
@@ -38,6 +39,8 @@ against the run's ``manifest.json``.
 
 from __future__ import annotations
 
+import hashlib
+
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +53,7 @@ from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
-from seedlab.store import read_verified, write_json
+from seedlab.store import read_verified, write_json, write_text
 from seedlab.twins.config import TwinsConfig
 
 #: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
@@ -140,13 +143,33 @@ class RunDir(DesignFolder):
                 raise SeedlabError(f"passages.{cond}: the passage {what} since {self.root} was started "
                                    "(its text or token ids differ from inputs.json); restore it, or --force to start over")
 
-    def start(self, record: dict, inputs: dict, env: dict, preregistration: dict) -> None:
+    @property
+    def preregistration_text(self) -> Path:
+        """``--preregistration FILE``'s text: hypotheses and decision rules, kept before the first step."""
+        return self.root / "preregistration.md"
+
+    def check_preregistration(self, text: str | None) -> None:
+        """A run pre-registered with a text resumes only with the same text; a text cannot be added to a
+        run that has started without one (one line, nothing written)."""
+        kept = self.preregistration_text.read_text() if self.preregistration_text.is_file() else None
+        if text is not None and kept is not None and kept != text:
+            raise SeedlabError(f"--preregistration: {self.root} was pre-registered with another text "
+                               "(it cannot change after the first step)")
+        if text is not None and kept is None and self.config.is_file():
+            raise SeedlabError(f"--preregistration: {self.root} has started without one; a pre-registration is "
+                               "kept before the first step (start a new folder)")
+
+    def start(self, record: dict, inputs: dict, env: dict, preregistration: dict, text: str | None = None) -> None:
         """Rank 0, once every input is checked (:meth:`check_inputs` too) and before the first step:
         ``config.json``, ``inputs.json`` and ``environment.json`` (forks/folders.py), then
-        ``preregistration.json``, each written once (a resumed run leaves them untouched)."""
+        ``preregistration.json`` (and ``preregistration.md``, the text, with its SHA-256 in the json),
+        each written once (a resumed run leaves them untouched)."""
         super().start(record, inputs, env)
         if not self.preregistration.is_file():
-            write_json(self.preregistration, preregistration)
+            sha = {"text_sha256": hashlib.sha256(text.encode()).hexdigest()} if text is not None else {}
+            if text is not None:
+                write_text(self.preregistration_text, text)
+            write_json(self.preregistration, preregistration | sha)
 
 
 # --------------------------------------------------------------------------- a match folder (seedlab twins match)

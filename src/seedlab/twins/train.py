@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from seedlab.errors import SeedlabError
 from seedlab.forks.arms import TWIN, Arm, injection, matched_noise, nudge
 from seedlab.forks.folders import environment
 from seedlab.forks.loop import Design, ProgressBar, Recording, run_design
@@ -44,14 +45,16 @@ from seedlab.twins.rundir import RunDir, config_record, inputs_record
 
 
 def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), independent: bool = False,
-              progress: bool = True, world: World | None = None, allow_env_change: bool = False) -> pd.DataFrame:
+              progress: bool = True, world: World | None = None, allow_env_change: bool = False,
+              preregistration: str | Path | None = None) -> pd.DataFrame:
     """Train every seed x condition and the replica controls (resuming what an interrupted run
     left); returns all per-step losses (seed, condition, step, loss).
 
     ``config.json`` (the resolved config) is written once every input is validated, before
     any training: a folder is only created for a run that can start. ``base``: the config's
     folder (passage files are relative to it). A resumed run must be in the environment it was
-    started in (torch, device, threads...), unless ``allow_env_change``."""
+    started in (torch, device, threads...), unless ``allow_env_change``. ``preregistration``: a text
+    file of hypotheses and decision rules, kept in the folder before the first step (the report quotes it)."""
     world = world or World()
     corpus, gcfg, passages, attested = load_inputs(cfg, base, world)  # everything checked before the folder is touched
     device = world.device(cfg.device)
@@ -59,12 +62,14 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     rd, inputs, env = RunDir(Path(out)), inputs_record(corpus, passages, attested), environment(device, cfg.precision)
     rd.check_inputs(inputs)  # a resumed run: the same passages and corpus
     rd.check_environment(env, allow_change=allow_env_change)
+    text = _read_preregistration(preregistration)
+    rd.check_preregistration(text)
     disk = rd.check_disk(rd.disk_plan(cfg, gcfg, independent=independent))  # refused when it cannot fit
     if world.main and progress:
         print(disk, file=sys.stderr)
     arms = conditions(cfg, passages, corpus.eot_id)
     first_files = lambda: rd.start(config_record(cfg, independent=independent, world=world), inputs, env,
-                                   cfg.preregistration())
+                                   cfg.preregistration(), text)
     with Bar("twins", 0, "steps", enabled=progress and world.main) as bar:
         _, losses = run_design(Design(cfg, gcfg, corpus.train, corpus.eot_id, rd, lambda seed: arms,
                                       recording(cfg, arms), ProgressBar(bar), world, independent, first_files))
@@ -91,6 +96,14 @@ def recording(cfg: TwinsConfig, arms: list[Arm]) -> Recording:
     every = {a.name: steps for a in arms}
     return Recording(hashed=every, saved=every, resume=True, losses_from=0,
                      keep_final="final" in cfg.keep, keep_prefix="prefix" in cfg.keep)
+
+
+def _read_preregistration(path: str | Path | None) -> str | None:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise SeedlabError(f"--preregistration: no such file {str(path)!r}")
+    return Path(path).read_text()
 
 
 def load_inputs(cfg: TwinsConfig, base: Path, world: World):
