@@ -28,7 +28,7 @@ def shortcut_data(
     force: Annotated[bool, typer.Option(help="overwrite existing files")] = False,
 ) -> None:
     """Write the three fixed splits of one MPSP-family task."""
-    from seedlab.shortcut.tasks import write_splits
+    from seedlab.shortcut.rundir import write_splits
 
     splits = write_splits(out, task, ratio, n_train, n_val=n_val, n_adv=n_adv, length=length, vocab=vocab, seed=seed, force=force)
     c = int(splits["train"].consistent.sum())

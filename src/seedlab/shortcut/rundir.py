@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from seedlab.errors import SeedlabError
-from seedlab.shortcut.tasks import SPLITS
+from seedlab.config import parse
+from seedlab.shortcut.config import DataConfig
+from seedlab.shortcut.tasks import SPLITS, Split, make_splits
 from seedlab.store import (
     file_sha256,
     folder_lock,
@@ -230,3 +232,28 @@ def is_sweep(folder: str | Path) -> bool:
 def open_folder(folder: str | Path) -> RunDir | SweepDir:
     """A sweep folder when it holds ``sweep.yaml``, else an ensemble run folder."""
     return SweepDir(folder) if is_sweep(folder) else RunDir(folder)
+
+
+def write_splits(
+    out: str | Path,
+    task: str,
+    ratio: float,
+    n_train: int,
+    *,
+    n_val: int,
+    n_adv: int,
+    length: int,
+    vocab: int,
+    seed: int,
+    force: bool = False,
+) -> dict[str, Split]:
+    """``seedlab shortcut data``: validate the settings, make the three splits and write them to the
+    data folder ``out`` (``train.npz``, ``val.npz``, ``adv.npz``; existing files are refused unless
+    ``force``). Returns the splits written."""
+    d = parse(DataConfig, {"length": length, "vocab": vocab, "n_train": n_train, "n_val": n_val, "n_adv": n_adv, "data_seed": seed})
+    splits = make_splits(task, ratio, d.n_train, n_val=d.n_val, n_adv=d.n_adv, length=d.length, vocab=d.vocab, seed=d.data_seed)
+    files = data_files(out)
+    refuse_overwrite(list(files.values()), force)
+    for name, split in splits.items():
+        split.save(files[name])
+    return splits

@@ -223,32 +223,3 @@ def make_splits(
     train = train[rng.permutation(n_train)]
     return {"train": _split(task, train), "val": _split(task, xc[:n_val]), "adv": _split(task, xa[:n_adv])}
 
-
-def write_splits(
-    out: str | Path,
-    task: str,
-    ratio: float,
-    n_train: int,
-    *,
-    n_val: int,
-    n_adv: int,
-    length: int,
-    vocab: int,
-    seed: int,
-    force: bool = False,
-) -> dict[str, Split]:
-    """``seedlab shortcut data``: validate the settings, make the three splits and write them to the
-    data folder ``out`` (``train.npz``, ``val.npz``, ``adv.npz``; existing files are refused unless
-    ``force``). Returns the splits written."""
-    from seedlab.config import parse
-    from seedlab.shortcut.config import DataConfig
-    from seedlab.shortcut.rundir import data_files
-    from seedlab.store import refuse_overwrite
-
-    d = parse(DataConfig, {"length": length, "vocab": vocab, "n_train": n_train, "n_val": n_val, "n_adv": n_adv, "data_seed": seed})
-    splits = make_splits(task, ratio, d.n_train, n_val=d.n_val, n_adv=d.n_adv, length=d.length, vocab=d.vocab, seed=d.data_seed)
-    files = data_files(out)
-    refuse_overwrite(list(files.values()), force)
-    for name, split in splits.items():
-        split.save(files[name])
-    return splits
