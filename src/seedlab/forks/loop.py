@@ -153,14 +153,7 @@ def run_design(d: Design) -> tuple[dict, pd.DataFrame]:
     every run's losses with ``seed`` and ``arm`` columns). Every seed's arms are checked first
     (forks/arms.py ``check_arms``: a one-line error, nothing written), then ``d.start()`` writes
     the folder's first files (rank 0); integrity.json is written at the end."""
-    cfg, s = d.cfg, d.cfg.injection_step
-    with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in GPT(d.gcfg).state_dict().items()}
-    for seed in cfg.seeds:  # bad arms are refused before anything is written
-        arms = d.arms(seed)
-        check_arms(arms, fork=s, end=cfg.end, batch_size=cfg.batch_size, block_size=d.gcfg.block_size, shapes=shapes)
-        if not arms or arms[0] != TWIN:
-            raise SeedlabError("arms: the first arm must be the twin (forks.arms.TWIN): the replica control's reference")
+    _check(d)
     if d.world.main:
         d.start()
     d.world.barrier()
@@ -168,33 +161,51 @@ def run_design(d: Design) -> tuple[dict, pd.DataFrame]:
     frames = []
     d.observer.started(_total(d))
     with nondeterminism_is_an_error():
-        for seed in cfg.seeds:
-            arms = list(d.arms(seed))
-            new_trainer = lambda seed=seed: Trainer(cfg, d.gcfg, seed, d.tokens, d.world)  # at the seed's init
-            start, at_s = _starts(d, seed, arms, new_trainer)
-            w = d.folder.arm_word
-            record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s"
-                            if d.independent else f"by construction: every {w} forked from one copy of the prefix"}
-            replica = _Replica(d, seed, start) if seed in cfg.replica_seeds else None
-            record["arms"] = {a.name: a.record() for a in arms[1:]}  # what each differs from the twin in
-            for i, arm in enumerate(arms):
-                manifest, losses, extra = run_arm(d, seed, arm, start)
-                at_s[arm.name] = manifest[str(s)]
-                frames.append(losses.assign(seed=seed, arm=arm.name))
-                for key, value in (extra or {}).items():  # several arms' perturbations merge
-                    record[key] = record.get(key, {}) | value if key == "perturbations" else value
-                if i == 0 and replica is not None:
-                    record |= {"replica_early": replica.check(manifest, through_first=True)} if not replica.done else {}
-            check_identical(at_s, f"seed {seed}", s)
-            if replica is not None:
-                record["replica"] = replica.finish()
-            integrity["seeds"][str(seed)] = record
-            if not (d.independent or d.recording.keep_prefix) and d.world.main:
-                d.folder.prefix(seed).unlink(missing_ok=True)  # every fork of it is done
+        for seed in d.cfg.seeds:
+            integrity["seeds"][str(seed)], losses = run_seed(d, seed)
+            frames += losses
     if d.world.main:
         write_json(d.folder.integrity, integrity)
     d.world.barrier()
     return integrity, pd.concat(frames, ignore_index=True)
+
+
+def run_seed(d: Design, seed: int) -> tuple[dict, list[pd.DataFrame]]:
+    """One seed: the prefix (or each arm's own, independent), the twin, the replica's first stretch,
+    every other arm, the rest of the replica. Returns the seed's integrity record and its runs' losses."""
+    s, arms, w = d.cfg.injection_step, list(d.arms(seed)), d.folder.arm_word
+    start, at_s = _starts(d, seed, arms, lambda: Trainer(d.cfg, d.gcfg, seed, d.tokens, d.world))
+    record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s" if d.independent
+                    else f"by construction: every {w} forked from one copy of the prefix",
+                    "arms": {a.name: a.record() for a in arms[1:]}}  # what each differs from the twin in
+    replica = _Replica(d, seed, start) if seed in d.cfg.replica_seeds else None
+    frames = []
+    for i, arm in enumerate(arms):
+        manifest, losses, extra = run_arm(d, seed, arm, start)
+        at_s[arm.name] = manifest[str(s)]
+        frames.append(losses.assign(seed=seed, arm=arm.name))
+        for key, value in (extra or {}).items():  # several arms' perturbations merge
+            record[key] = record.get(key, {}) | value if key == "perturbations" else value
+        if i == 0 and replica is not None and not replica.done:  # the twin is done: fail fast
+            record["replica_early"] = replica.check(manifest, through_first=True)
+    check_identical(at_s, f"seed {seed}", s)
+    if replica is not None:
+        record["replica"] = replica.finish()
+    if not (d.independent or d.recording.keep_prefix) and d.world.main:
+        d.folder.prefix(seed).unlink(missing_ok=True)  # every fork of it is done
+    return record, frames
+
+
+def _check(d: Design) -> None:
+    """Every seed's arms can run (forks/arms.py ``check_arms``) and start with the twin; else a one-line error."""
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in GPT(d.gcfg).state_dict().items()}
+    for seed in d.cfg.seeds:
+        arms = d.arms(seed)
+        check_arms(arms, fork=d.cfg.injection_step, end=d.cfg.end, batch_size=d.cfg.batch_size,
+                   block_size=d.gcfg.block_size, shapes=shapes)
+        if not arms or arms[0] != TWIN:
+            raise SeedlabError("arms: the first arm must be the twin (forks.arms.TWIN): the replica control's reference")
 
 
 def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer, list[float]]]):
