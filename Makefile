@@ -18,12 +18,14 @@ $(VENV)/.installed: pyproject.toml
 # Both studies end to end in under 10 minutes on 2 cores: each preset made smaller, so the
 # demo's numbers are a preview, not the ones docs/results.md reports (those commands are there):
 #   shortcut: the preset quick with 8 seeds per cell (quick: 16) and gradients every 50 epochs (25)
-#   twins:    the preset mini ended at step 200 (mini: 300): the injection at 100, the end at s + 100
+#   twins:    the preset mini ended at step 200 (mini: 300): the injection at 100, the end at s + 100; 3 seeds (mini: 4);
+#             the fluent passages and the three nulls (mini also has random-chars)
 demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/seedlab shortcut sweep quick --out runs/demo-shortcut --set grid.seed=8 --set train.gradients.every=50
 	$(BIN)/seedlab shortcut analyze runs/demo-shortcut --n 64   # rows per member and split: the analyses cost ~linear in it
 	$(BIN)/seedlab shortcut report runs/demo-shortcut
-	$(BIN)/seedlab twins run mini --out runs/demo-twins --set steps=200
+	$(BIN)/seedlab twins run mini --out runs/demo-twins --set steps=200 --set "seeds=[0,1,2]" \
+	    --set "conditions=[twin,fluent-fabricated,fluent-attested,ordinary-row,nudge,matched-noise]"
 	$(BIN)/seedlab twins measure runs/demo-twins
 	$(BIN)/seedlab twins report runs/demo-twins
 	@echo "shortcut demo report: runs/demo-shortcut/report.md"
