@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -30,7 +31,7 @@ from seedlab.forks.folders import DesignFolder, RunFolder
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, replica_control
 from seedlab.lm.determinism import nondeterminism_is_an_error
 from seedlab.lm.distributed import World
-from seedlab.lm.model import GPT
+from seedlab.lm.model import GPT, GPTConfig
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
 from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
@@ -136,8 +137,8 @@ class Design:
     (``folder``), its arms per seed (the twin first), what it records, and who watches."""
 
     cfg: ForkDesign
-    gcfg: object  # seedlab.lm.model.GPTConfig
-    tokens: object  # the corpus's training tokens
+    gcfg: GPTConfig
+    tokens: np.ndarray  # the corpus's training tokens
     pad_id: int
     folder: DesignFolder
     arms: Callable[[int], Sequence[Arm]]  # seed -> its arms (the twin first)
