@@ -92,6 +92,20 @@ def presets_copy(
     typer.echo(f"{written[0]} ({len(written) - 1} more file(s) beside it)")
 
 
+@app.command("doctor")
+def doctor(
+    size: Annotated[int, typer.Option(help="n of the n x n matmul timed in each precision")] = 2048,
+) -> None:
+    """What this machine offers: cores, threads, CPU flags (AVX-512, AMX), CUDA devices, and the fp32 and
+    bf16 matmul throughput measured here, with the precision it suggests."""
+    from seedlab.doctor import examine, lines
+
+    if size < 16:
+        raise SeedlabError(f"--size: at least 16, got {size}")
+    for line in lines(examine(n=size)):
+        typer.echo(line)
+
+
 def main() -> None:
     # click handles usage errors itself (exit 2); our own bad-input errors are caught here
     try:

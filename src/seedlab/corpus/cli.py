@@ -46,9 +46,12 @@ def corpus_verify(corpus: Annotated[Path, typer.Argument(help="corpus folder")])
 def corpus_count(
     corpus: Annotated[Path, typer.Argument(help="corpus folder")],
     subject: Annotated[str, typer.Argument(help="e.g. 'Jimmie Nicol'")],
+    record: Annotated[bool, typer.Option(help="keep the count in the corpus folder's counts.json")] = False,
 ) -> None:
     """How often a subject occurs in the training split, as text and as a token sequence."""
     from seedlab.corpus import count
+    from seedlab.corpus.corpus import record_count
 
     n = count(corpus, subject)
-    typer.echo(f"{subject!r}: text={n['text']} tokens={n['tokens']}")
+    where = f" -> {record_count(corpus, n)}" if record else ""
+    typer.echo(f"{subject!r}: text={n['text']} tokens={n['tokens']}{where}")

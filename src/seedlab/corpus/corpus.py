@@ -16,7 +16,7 @@ import numpy as np
 
 from seedlab.corpus.tokenizers import tokenizer_for
 from seedlab.errors import SeedlabError
-from seedlab.store import file_sha256
+from seedlab.store import file_sha256, write_json
 
 _CHUNK = 1 << 23  # tokens read per chunk when scanning a split
 
@@ -179,3 +179,19 @@ def count(corpus_dir: str | Path | Corpus, subject: str, *, verify: bool = False
         if ids and all(v["ids"] != ids for v in variants):
             variants.append({"text": c.decode(ids), "ids": ids, "count": int(find_sequence(c.train, ids).size)})
     return {"subject": subject, "text": int(text_n), "tokens": len(occurrences(c, subject)), "variants": variants}
+
+
+#: the file in a corpus folder that records subjects' counts (``seedlab corpus count --record``)
+COUNTS = "counts.json"
+
+
+def record_count(corpus_dir: str | Path, result: dict[str, Any]) -> Path:
+    """Keep :func:`count`'s ``result`` in ``corpus_dir/counts.json`` (one entry per subject, beside the
+    training split's SHA-256 it was counted on; a subject counted again is replaced). meta.json is left
+    as it is: a corpus's identity does not depend on which subjects were looked up in it."""
+    c = load(corpus_dir, verify=False)
+    path = Path(corpus_dir) / COUNTS
+    counts = json.loads(path.read_text()) if path.is_file() else {}
+    counts[result["subject"]] = {"text": result["text"], "tokens": result["tokens"],
+                                 "train_sha256": c.meta["splits"]["train"]["sha256"]}
+    return write_json(path, counts)

@@ -76,3 +76,18 @@ def test_count_is_whole_words(tmp_path, docs, tokenizer):
     c = corpus.load(tmp_path / "c")
     spans = corpus.occurrences(c, "Nicol")
     assert [c.decode(c.train[a:b].tolist()).strip() for a, b in spans] == ["Nicol"] * 15
+
+
+def test_a_count_is_recorded_beside_the_corpus(tmp_path, docs):
+    """record_count keeps each subject's count with the training split's SHA-256 in counts.json; meta.json is untouched."""
+    import json
+
+    src = docs.write(tmp_path, "txt", docs.documents())
+    build.prepare(src, tmp_path / "c", heldout_fraction=0.0)
+    meta = (tmp_path / "c" / "meta.json").read_bytes()
+    corpus.record_count(tmp_path / "c", corpus.count(tmp_path / "c", docs.SUBJECT))
+    corpus.record_count(tmp_path / "c", corpus.count(tmp_path / "c", docs.ABSENT))
+    got = json.loads((tmp_path / "c" / "counts.json").read_text())
+    sha = json.loads(meta)["splits"]["train"]["sha256"]
+    assert got == {docs.SUBJECT: {"text": 4, "tokens": 4, "train_sha256": sha}, docs.ABSENT: {"text": 0, "tokens": 0, "train_sha256": sha}}
+    assert (tmp_path / "c" / "meta.json").read_bytes() == meta
