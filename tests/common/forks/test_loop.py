@@ -48,9 +48,12 @@ def test_a_passage_repeated_at_three_steps_differs_from_the_twin_exactly_there(c
             Arm("twice", {(S, 1): TEXT, (S + 10, 1): TEXT}),
             Arm("thrice", {(S, 1): TEXT, (S + 10, 1): TEXT, (S + 20, 1): TEXT})]
     injected: dict[int, list[int]] = {}
+    alive: list[Trainer] = []  # kept, so that no trainer's id is reused by a later one
     advance = Trainer.advance
 
     def spy(self, rows=None, **kw):
+        if id(self) not in injected:
+            alive.append(self)
         injected.setdefault(id(self), []).extend([self.step] if rows else [])
         return advance(self, rows, **kw)
 
