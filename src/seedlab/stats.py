@@ -232,6 +232,20 @@ def mean_ci(values, alpha: float = 0.05) -> tuple[float, float, float, int]:
 # ---------------------------------------------------------------- paired per-seed comparisons
 
 
+def sign_flip_null(d: np.ndarray, exact_limit: int, n_resamples: int, seed: int) -> tuple[np.ndarray, int, bool]:
+    """The sign-flip null distribution of mean(d): the means of s·d over all 2ⁿ sign patterns when
+    n <= ``exact_limit`` (exact), else over ``n_resamples`` seeded random ones. Returns (null means,
+    ``extra`` = 1 when Monte Carlo (the observed pattern is added to numerator and denominator), exact)."""
+    n = len(d)
+    if n <= exact_limit:
+        sums = np.zeros(1)
+        for v in d:  # all 2^n signed sums, doubling once per observation
+            sums = np.concatenate([sums + v, sums - v])
+        return sums / n, 0, True
+    signs = np.random.default_rng(seed).integers(0, 2, size=(n_resamples, n), dtype=np.int8) * 2 - 1
+    return signs @ d / n, 1, False
+
+
 def _sign_flip_p(d: np.ndarray, exact_limit: int, n_resamples: int, seed: int) -> tuple[float, bool]:
     """Two-sided sign-flip permutation p-value of mean(d), counted as scipy's ``permutation_test``.
 
@@ -239,15 +253,8 @@ def _sign_flip_p(d: np.ndarray, exact_limit: int, n_resamples: int, seed: int) -
     ``p = min(2·min(P(null <= obs + γ), P(null >= obs - γ)), 1)`` with ``γ = 100·eps·|obs|``
     (null values within γ of obs count as ties, i.e. as extreme). Exact enumeration divides by 2ⁿ;
     Monte Carlo adds the observed pattern: ``(count + 1) / (n_resamples + 1)`` per side."""
-    n, obs = len(d), float(np.mean(d))
-    if n <= exact_limit:
-        sums = np.zeros(1)
-        for v in d:  # all 2^n signed sums, doubling once per observation
-            sums = np.concatenate([sums + v, sums - v])
-        null, extra, exact = sums / n, 0, True
-    else:
-        signs = np.random.default_rng(seed).integers(0, 2, size=(n_resamples, n), dtype=np.int8) * 2 - 1
-        null, extra, exact = signs @ d / n, 1, False
+    obs = float(np.mean(d))
+    null, extra, exact = sign_flip_null(d, exact_limit, n_resamples, seed)
     gamma = abs(obs) * np.finfo(np.float64).eps * 100
     lo = (np.count_nonzero(null <= obs + gamma) + extra) / (len(null) + extra)
     hi = (np.count_nonzero(null >= obs - gamma) + extra) / (len(null) + extra)

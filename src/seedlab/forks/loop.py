@@ -229,12 +229,13 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         trainer, losses = start(label)
     hashed = rec.hashed.get(arm.name, frozenset()) | {cfg.injection_step}  # every run is compared at the fork
     saved = rec.saved.get(arm.name, frozenset())
+    recorded = hashed | saved
     watched, before = d.observer.stops(seed, arm), set(manifest)  # recorded before an interruption
 
     def visit(tr: Trainer) -> None:
         t = tr.step
         if str(t) not in before:
-            if t in hashed | saved:
+            if t in recorded:
                 manifest[str(t)] = tensor_hashes(tr.weights())
                 d.world.check_same(manifest[str(t)], f"seed {seed}, {arm.name}, step {t}")
             if t in saved:
@@ -246,7 +247,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         if d.world.main:
             write_json(where.perturbation, record)
 
-    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=hashed | saved | watched, visit=visit,
+    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched, visit=visit,
                on_step=lambda: d.observer.step(label), losses=losses, perturbed=perturbed)
     frame = pd.DataFrame({"step": range(rec.losses_from, len(losses)), "loss": losses[rec.losses_from:]})
     extra = _extra(d, seed, arm, where, manifest)

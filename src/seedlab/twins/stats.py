@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
-from seedlab.stats import mde_paired, paired, sign_flip_floor
+from seedlab.stats import mde_paired, paired, sign_flip_floor, sign_flip_null
 from seedlab.twins.config import MeasureConfig
 
 FAB, ATT = "fluent-fabricated", "fluent-attested"
@@ -83,15 +83,9 @@ def _one_sided_sign_flip(d: np.ndarray, exact_limit: int = 20, n_resamples: int 
     one, null values within γ = 100·eps·|obs| counting as ties. Exact (all 2ⁿ patterns) for n <= exact_limit,
     else ``n_resamples`` seeded patterns plus the observed one. Returns (p, exact, the smallest p possible:
     1/2ⁿ exact, else 1/(n_resamples + 1))."""
-    n, obs = len(d), float(np.mean(d))
-    if n <= exact_limit:
-        sums = np.zeros(1)
-        for v in d:
-            sums = np.concatenate([sums + v, sums - v])
-        null, extra, exact, floor = sums / n, 0, True, 1 / 2**n
-    else:
-        signs = np.random.default_rng(seed).integers(0, 2, size=(n_resamples, n), dtype=np.int8) * 2 - 1
-        null, extra, exact, floor = signs @ d / n, 1, False, 1 / (n_resamples + 1)
+    obs = float(np.mean(d))
+    null, extra, exact = sign_flip_null(d, exact_limit, n_resamples, seed)
+    floor = 1 / 2 ** len(d) if exact else 1 / (n_resamples + 1)
     gamma = abs(obs) * np.finfo(np.float64).eps * 100
     return float((np.count_nonzero(null <= obs + gamma) + extra) / (len(null) + extra)), exact, floor
 
