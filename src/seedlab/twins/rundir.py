@@ -53,7 +53,7 @@ from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
-from seedlab.store import read_verified, write_json, write_text
+from seedlab.store import write_json, write_text
 from seedlab.twins.config import TwinsConfig
 
 #: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
@@ -265,12 +265,7 @@ class Run:
     def weights(self, seed: int, cond: str, step: int) -> dict[str, torch.Tensor]:
         """Weights after ``step`` updates, every tensor's SHA-256 checked against manifest.json
         (the run need not have finished: an interrupted one has its checkpoints so far)."""
-        where = self.dir.condition(seed, cond)
-        expected = where.read_manifest().get(str(step))  # an absent or unreadable manifest is empty
-        if expected is None:
-            raise SeedlabError(f"{where.path}: no checkpoint at step {step} in manifest.json (seed {seed} {cond} has not reached it)")
-        state, _ = read_verified(where.checkpoint(step), expected)
-        return state
+        return self.dir.condition(seed, cond).weights(step)  # forks.folders.RunFolder.weights
 
 
 def open_run(root: str | Path, corpus: str | Path | None = None) -> Run:
