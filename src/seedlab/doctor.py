@@ -10,12 +10,16 @@ a CPU without native support is emulated and slower). fp32 stays every preset's 
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+from seedlab.errors import SeedlabError
 
 #: /proc/cpuinfo flags that decide how fast a CPU multiplies (x86)
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -77,3 +81,37 @@ def lines(report: dict) -> list[str]:
                    f"GFLOP/s ({ratio:.2f}x): suggests precision {d['suggest']}"
                    + ("" if d["suggest"] == "fp32" else " (twins/attribution: --set precision=bf16; presets stay fp32)"))
     return out
+
+
+#: bf16 measured this many times slower than fp32 (or worse): warn before a bf16 run
+SLOW_BF16 = 1.0
+
+
+def check_precision(precision: str, device: str) -> str | None:
+    """Refuse bf16 where it cannot run (a CUDA device without bf16), and return a one-line warning
+    where it runs slower than fp32 (a CPU without native bf16 emulates it), naming the hardware and the
+    slowdown measured here (a 1024² matmul in each precision, about a second); None when fine."""
+    if precision != "bf16":
+        return None
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return None  # the run fails on the device itself, with torch's own message
+        if not torch.cuda.is_bf16_supported():
+            raise SeedlabError(f"precision bf16: {torch.cuda.get_device_name(dev)} has no bfloat16 support; use fp32")
+        return None
+    fp32, bf16 = (matmul_gflops(dt, dev, 1024, 3) for dt in (torch.float32, torch.bfloat16))
+    if bf16 * SLOW_BF16 >= fp32:
+        return None
+    c = cpu()
+    native = [f for f in ("avx512_bf16", "amx_bf16") if f in c["flags"]]
+    return (f"warning: precision bf16 on this CPU ({c['model']}; {'has ' + ', '.join(native) if native else 'no AVX-512 BF16 or AMX'}) "
+            f"multiplies {fp32 / bf16:.1f}x slower than fp32 (measured {bf16:.0f} vs {fp32:.0f} GFLOP/s): "
+            "bf16 is emulated here; precision fp32 is faster")
+
+
+@functools.cache
+def warn_precision(precision: str, device: str) -> None:
+    """:func:`check_precision`, its warning printed to stderr (once per process)."""
+    if (msg := check_precision(precision, device)) is not None:
+        print(msg, file=sys.stderr)

@@ -70,7 +70,7 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
     rd.claim(record, force=force)  # another design refused (one line); the same one resumes
     rd.check_inputs(inputs.record())
     device = World().device(cfg.device)
-    settle(device, cfg.threads)
+    settle(device, cfg.threads, cfg.precision)
     env = environment(device, cfg.precision)
     rd.check_environment(env, allow_change=allow_env_change)
     with folder_lock(rd.root, "{folder} is in use by another bank (pid {pid})"), \

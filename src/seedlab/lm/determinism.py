@@ -22,14 +22,18 @@ from collections.abc import Iterator
 
 import torch
 
+from seedlab.doctor import warn_precision
 from seedlab.errors import SeedlabError
 
 #: the fixed cuBLAS workspace deterministic cuBLAS needs (set before the first matmul)
 CUBLAS_WORKSPACE = ":4096:8"
 
 
-def settle(device: torch.device, threads: int | None = None) -> None:
-    """The process-wide settings of a bitwise-reproducible command on ``device`` (see the module docstring)."""
+def settle(device: torch.device, threads: int | None = None, precision: str = "fp32") -> None:
+    """The process-wide settings of a bitwise-reproducible command on ``device`` (see the module docstring);
+    a bf16 ``precision`` is refused where the device cannot run it and warned about where it is emulated
+    (:func:`seedlab.doctor.check_precision`)."""
+    warn_precision(precision, str(device))
     if threads:
         torch.set_num_threads(threads)
     if device.type != "cuda":

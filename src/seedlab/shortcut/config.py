@@ -85,6 +85,10 @@ class GradientsConfig(Strict):
     sample: Annotated[int, Field(ge=0)] = 64  # examples per group for per-example gradient norms (0: skip)
 
 
+#: fields added after sweeps were on record, with the value every older config meant: a job's folder is
+#: the hash of its config without these when they hold that value, so adding a field renames no job
+LATER_FIELDS: dict[tuple[str, str], object] = {("train", "precision"): "fp32"}
+
 CHUNK_CPU, CHUNK_CUDA = 8192, 262144  # member-rows per piece for chunk: "auto"
 
 
@@ -106,6 +110,11 @@ class TrainConfig(Strict):
     checkpoint_epochs: list[int] = []  # epochs at which all members' weights are saved
     device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
     threads: Pos | None = None  # torch intra-op threads on CPU; null = torch's default
+    # bf16: the training forward's matmuls in bfloat16 (torch.autocast), on CPU as on CUDA; master
+    # weights, AdamW state, the loss, every evaluation and the gradient measurements stay fp32.
+    # fp32 (every preset's default) is what docs/results.md was measured with; see docs/results.md
+    # "Does precision change the science?" before choosing bf16, and `seedlab doctor` for the speed.
+    precision: Literal["fp32", "bf16"] = "fp32"
     gradients: GradientsConfig = GradientsConfig()
 
     def chunk_rows(self) -> int | None:

@@ -240,8 +240,9 @@ class EnsembleTransformer(HookedModule):
         return ce.sum(1), correct.sum(1)
 
     def row_losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-row cross-entropy and whether the row is classified correctly: two [S, B] tensors."""
-        logits = self(x)
+        """Per-row cross-entropy and whether the row is classified correctly: two [S, B] tensors.
+        The loss is fp32 even when the forward runs in bf16 (autocast)."""
+        logits = self(x).float()
         S, B, C = logits.shape
         ce = F.cross_entropy(logits.reshape(S * B, C), y.reshape(S * B), reduction="none").view(S, B)
         return ce, logits.argmax(-1) == y

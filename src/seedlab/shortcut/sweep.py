@@ -25,7 +25,7 @@ import pandas as pd
 from seedlab.config import load_yaml, parse
 from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
-from seedlab.shortcut.config import EnsembleConfig, ModelConfig, SweepConfig
+from seedlab.shortcut.config import LATER_FIELDS, EnsembleConfig, ModelConfig, SweepConfig
 from seedlab.shortcut.rundir import MERGED, RunDir, SweepDir
 from seedlab.shortcut.tasks import TASKS
 from seedlab.store import content_hash, write_parquet, write_yaml
@@ -72,8 +72,19 @@ def _ensembles(cfg: SweepConfig, model: ModelConfig, members: list[dict]) -> lis
             }
         )
         data = ens.model_dump(mode="json")
-        jobs.append(Job(content_hash(data), data))
+        jobs.append(Job(job_key(data), data))
     return jobs
+
+
+def job_key(data: dict) -> str:
+    """A job's folder name: the hash of its resolved config, leaving out each of
+    :data:`~seedlab.shortcut.config.LATER_FIELDS` that holds the value older configs meant, so a
+    sweep started before a field existed resumes into the same folders."""
+    kept = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
+    for (section, name), default in LATER_FIELDS.items():
+        if kept.get(section, {}).get(name, default) == default:
+            kept.get(section, {}).pop(name, None)
+    return content_hash(kept)
 
 
 def run_job(spec: tuple[str, dict, int | None], on_eval: Callable[[int, dict], None] | None = None) -> str:

@@ -24,6 +24,7 @@ head's parameters, one row per member, measurement, layer and head): see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from seedlab.doctor import warn_precision
 from seedlab.progress import Bar
 from seedlab.shortcut.config import EnsembleConfig, GradientsConfig, Member
 from seedlab.shortcut.gradients import measure as measure_gradients
@@ -150,10 +152,13 @@ def train_epoch(
     batch_size: int,
     chunk: int,
     order: torch.Tensor | None = None,
+    precision: str = "fp32",
 ) -> None:
     """One pass over the training split: a step per batch, each batch in ``chunk``-row pieces.
 
     ``order`` ([S, n], each member's own shuffle) is needed for mini-batches; full batch ignores it.
+    ``precision`` "bf16": the forward's matmuls in bfloat16 (:func:`autocast`); the loss and the
+    gradients' accumulation into the fp32 weights stay fp32.
     """
     n = x.shape[1]
     for b0 in range(0, n, batch_size):
@@ -167,10 +172,18 @@ def train_epoch(
                 idx = order[:, c0:c1]
                 xb = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
                 yb = torch.gather(y, 1, idx)
-            loss, _ = model.losses(xb, yb)
+            with autocast(x.device, precision):
+                loss, _ = model.losses(xb, yb)
             # members' losses are independent: the sum's gradient is each member's own
             (loss.sum() / rows).backward()
         opt.step()
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` to bfloat16 on ``device`` for "bf16" (CPU as CUDA), nothing for "fp32"."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def init_ensemble(
@@ -207,6 +220,7 @@ def train_ensemble(
     tc, S = cfg.train, len(members)
     if tc.threads:
         torch.set_num_threads(tc.threads)
+    warn_precision(tc.precision, tc.device)  # bf16: refused where it cannot run, a warning where emulated
     dev = torch.device(tc.device)
     data = {s: tuple(t.to(dev) for t in xyc) for s, xyc in member_data(cfg, members).items()}
     model, opt = init_ensemble(cfg, members, dev)
@@ -228,7 +242,7 @@ def train_ensemble(
         for epoch in range(tc.epochs + 1):  # epoch 0: the initial weights, before any step
             if epoch > 0:
                 order = _batch_orders(members, n, epoch).to(dev) if bs < n else None
-                train_epoch(model, opt, xtr, ytr, batch_size=bs, chunk=chunk, order=order)
+                train_epoch(model, opt, xtr, ytr, batch_size=bs, chunk=chunk, order=order, precision=tc.precision)
             last = epoch == tc.epochs
             checked = evaluation.due(epoch, last)
             if checked:

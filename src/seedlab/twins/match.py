@@ -130,7 +130,7 @@ def match_passages(cfg: TwinsConfig, out: str | Path, variants: Mapping[str, Seq
     record = prefix_record(cfg)
     folder.claim(record, force=force)  # another design refused (or, --force, removed)
     device = world.device(cfg.device)
-    settle(device, cfg.threads)  # before the first matrix multiply
+    settle(device, cfg.threads, cfg.precision)  # before the first matrix multiply
     inputs = {"corpus": str(corpus.path.resolve()), "corpus_sha256": {k: v["sha256"] for k, v in corpus.meta["splits"].items()},
               "eot_id": corpus.eot_id}
     env = environment(device, cfg.precision)

@@ -58,7 +58,7 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     world = world or World()
     corpus, gcfg, passages, attested = load_inputs(cfg, base, world)  # everything checked before the folder is touched
     device = world.device(cfg.device)
-    settle(device, cfg.threads)
+    settle(device, cfg.threads, cfg.precision)
     rd, inputs, env = RunDir(Path(out)), inputs_record(corpus, passages, attested), environment(device, cfg.precision)
     rd.check_inputs(inputs)  # a resumed run: the same passages and corpus
     rd.check_environment(env, allow_change=allow_env_change)
