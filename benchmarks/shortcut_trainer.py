@@ -1,16 +1,37 @@
-"""seedlab's ensemble trainer vs a plain per-seed PyTorch loop, side by side in one run.
+"""seedlab's ensemble trainer vs what a user would write, in fp32 and bf16, side by side in one run.
 
-The paper model (2 layers, 2 heads, d_model 64, d_ff 128, sequence length 5),
-16,384 training samples, full batch, AdamW. Reports member-epochs per second for
-both, their ratio, and achieved GFLOP/s against this machine's measured fp32
-matmul rate. Usage:
+The paper model (2 layers, 2 heads, d_model 64, d_ff 128, sequence length 5, vocab 16),
+16,384 training rows, full batch, AdamW (lr 1e-3, weight decay 0.1). Trainers, each timed in
+every ``--precision`` asked for (bf16 = ``torch.autocast(device.type, dtype=torch.bfloat16)``
+around the forward and the loss, the one line a user adds; weights and AdamW stay fp32):
 
-    python benchmarks/shortcut_trainer.py [--members 8 16] [--epochs 3] [--device cpu]
+1. plain per-seed loop: benchmarks/plain_loop.py's ``PlainTransformer`` + ``torch.optim.AdamW``,
+   one seed after another (``--plain-members`` seeds; its rate is per seed);
+2. the same loop chunked: the full-batch gradient accumulated over 1,024-row pieces;
+3. vmap ensemble of S members, the variant a user would pick: ``torch.func.stack_module_state``
+   over S ``PlainTransformer`` copies, ``functional_call`` vmapped over the member axis, the
+   members' losses summed, ``.backward()`` on the stacked (leaf) params, one ``torch.optim.AdamW``
+   over them (elementwise, so per-member AdamW); unchunked (it holds every member's full-batch
+   activations: ~0.7 GB per member on CPU) and chunked (``--chunk // S`` rows per piece);
+4. seedlab's ensemble: ``seedlab.shortcut.train.train_epoch(..., precision=...)``, ``--chunk // S``
+   rows per member per piece.
+
+Each is warmed up for one epoch, then timed for ``--epochs``. Columns: member-epochs/s, the ratio
+to the plain loop of the same precision and to seedlab fp32 (same S; the first ``--members`` S for
+S = 1 rows), useful GFLOP/s (the plain model's matmul FLOPs per member-epoch, FlopCounterMode,
+so every trainer is scored on the same work) and its share of this machine's matmul peak in the
+precision used (``seedlab.doctor.matmul_gflops``, a 2048² product measured in the same run). The
+goals after the table are measured facts, not assertions. ``--profile`` adds a torch.profiler
+table of seedlab's S = 8 trainer (top 15 ops by self CPU time) per precision. Usage:
+
+    python benchmarks/shortcut_trainer.py [--precision fp32 bf16] [--members 8 16] [--plain-members 4]
+        [--epochs 3] [--chunk 8192] [--threads 2] [--device cpu] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -18,102 +39,188 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call, stack_module_state, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
 from plain_loop import PlainTransformer
-from timing import matmul_rate, sync
+from timing import sync
 
+from seedlab.doctor import cpu, matmul_gflops
 from seedlab.shortcut.config import ModelConfig
 from seedlab.shortcut.model import EnsembleTransformer
 from seedlab.shortcut.optim import EnsembleAdamW
 from seedlab.shortcut.train import train_epoch
 
-N, LENGTH, VOCAB = 16384, 5, 16
+N, LENGTH, VOCAB, CLASSES = 16384, 5, 16, 2
+LR, WD = 1e-3, 0.1
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PLAIN_CHUNK = 1024  # rows per piece of the chunked plain loop
+
+
+def autocast(dev: torch.device, precision: str):
+    """The one line a user adds for bf16 (a no-op in fp32)."""
+    return torch.autocast(dev.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def plain_model(seed: int, dev: torch.device) -> PlainTransformer:
+    torch.manual_seed(seed)
+    return PlainTransformer(VOCAB, LENGTH, CLASSES).to(dev)
 
 
 def plain_flops(x, y) -> int:
     """Matmul FLOPs of one full-batch forward+backward of one member (the useful work)."""
-    m = PlainTransformer(VOCAB, LENGTH, 2)
     with FlopCounterMode(display=False) as fc:
-        F.cross_entropy(m(x), y).backward()
+        F.cross_entropy(plain_model(0, x.device)(x), y).backward()
     return fc.get_total_flops()
 
 
-def bench_plain(members: int, epochs: int, x, y, dev, chunk: int | None = None) -> float:
-    """One nn.Module per seed, torch.optim.AdamW, full batch: member-epochs per second.
-
-    ``chunk`` (rows) accumulates the full-batch gradient in pieces, as seedlab does: it
-    separates what cache-sized pieces buy from what the member axis buys.
-    """
-    done, elapsed = 0, 0.0
-    for seed in range(members):
-        torch.manual_seed(seed)
-        model = PlainTransformer(VOCAB, LENGTH, 2).to(dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
-
-        def step(model=model, opt=opt) -> None:  # bound now: timed within this iteration
-            opt.zero_grad(set_to_none=True)
-            c = chunk or N
-            for i in range(0, N, c):
-                (F.cross_entropy(model(x[i : i + c]), y[i : i + c], reduction="sum") / N).backward()
-            opt.step()
-
-        step()  # warm-up, not timed
-        sync(dev)
-        t = time.perf_counter()
-        for _ in range(epochs):
-            step()
-        sync(dev)
-        elapsed += time.perf_counter() - t
-        done += epochs
-    return done / elapsed
-
-
-def bench_seedlab(members: int, epochs: int, x, y, dev, chunk: int | None) -> float:
-    S = members
-    model = EnsembleTransformer(ModelConfig(), S, VOCAB, LENGTH, 2)
-    model.init_members(list(range(S)))
-    model.to(dev)
-    opt = EnsembleAdamW(model.parameters(), lr=[1e-3] * S, weight_decay=[0.1] * S, beta1=[0.9] * S, beta2=[0.999] * S, eps=[1e-8] * S)
-    xs, ys = x.expand(S, -1, -1).contiguous(), y.expand(S, -1).contiguous()
-    run = lambda: train_epoch(model, opt, xs, ys, batch_size=N, chunk=max(1, chunk // S) if chunk else N)
-    run()  # warm-up
+def seconds(step, epochs: int, dev: torch.device) -> float:
+    """Wall time of ``epochs`` calls of ``step`` after one untimed warm-up call."""
+    step()
     sync(dev)
     t = time.perf_counter()
     for _ in range(epochs):
-        run()
+        step()
     sync(dev)
-    return S * epochs / (time.perf_counter() - t)
+    return time.perf_counter() - t
+
+
+def full_batch_step(loss_fn, opt, x, y, rows: int, precision: str):
+    """An optimizer step closure: the full-batch gradient of ``loss_fn(x, y)`` (a sum over rows)
+    accumulated over ``rows``-row pieces, the forward and loss under autocast."""
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        for i in range(0, N, rows):
+            with autocast(x.device, precision):
+                loss = loss_fn(x[i : i + rows], y[i : i + rows])
+            (loss / N).backward()
+        opt.step()
+    return step
+
+
+def bench_plain(members: int, epochs: int, x, y, precision: str, chunk: int = N) -> float:
+    """One nn.Module per seed, torch.optim.AdamW, one seed after another: member-epochs per second."""
+    elapsed = 0.0
+    for seed in range(members):
+        model = plain_model(seed, x.device)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
+        loss = lambda xb, yb, model=model: F.cross_entropy(model(xb), yb, reduction="sum")
+        elapsed += seconds(full_batch_step(loss, opt, x, y, chunk, precision), epochs, x.device)
+    return members * epochs / elapsed
+
+
+def bench_vmap(S: int, epochs: int, x, y, precision: str, chunk: int | None) -> float:
+    """S PlainTransformers stacked with torch.func, vmapped over the member axis, one AdamW."""
+    params, buffers = stack_module_state([plain_model(seed, x.device) for seed in range(S)])
+    params = {k: v.detach().requires_grad_() for k, v in params.items()}  # leaves that AdamW steps
+    base = plain_model(0, x.device).to("meta")
+    member = lambda p, b, xb, yb: F.cross_entropy(functional_call(base, (p, b), (xb,)), yb, reduction="sum")
+    losses = vmap(member, in_dims=(0, 0, None, None))  # every member sees the same rows
+    opt = torch.optim.AdamW(params.values(), lr=LR, weight_decay=WD)
+    loss = lambda xb, yb: losses(params, buffers, xb, yb).sum()
+    rows = max(1, chunk // S) if chunk else N
+    return S * epochs / seconds(full_batch_step(loss, opt, x, y, rows, precision), epochs, x.device)
+
+
+def seedlab_step(S: int, x, y, precision: str, chunk: int | None):
+    model = EnsembleTransformer(ModelConfig(), S, VOCAB, LENGTH, CLASSES)
+    model.init_members(list(range(S)))
+    model.to(x.device)
+    opt = EnsembleAdamW(model.parameters(), lr=[LR] * S, weight_decay=[WD] * S, beta1=[0.9] * S, beta2=[0.999] * S, eps=[1e-8] * S)
+    xs, ys = x.expand(S, -1, -1).contiguous(), y.expand(S, -1).contiguous()
+    return lambda: train_epoch(model, opt, xs, ys, batch_size=N, chunk=max(1, chunk // S) if chunk else N, precision=precision)
+
+
+def bench_seedlab(S: int, epochs: int, x, y, precision: str, chunk: int | None) -> float:
+    return S * epochs / seconds(seedlab_step(S, x, y, precision, chunk), epochs, x.device)
+
+
+def profile(S: int, x, y, precision: str, chunk: int, epochs: int = 2) -> None:
+    step = seedlab_step(S, x, y, precision, chunk)
+    step()  # warm-up, outside the profile
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if x.device.type == "cuda" else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(epochs):
+            step()
+        sync(x.device)
+    print(f"\n## profile: seedlab {precision}, S = {S}, {epochs} epochs (chunk {chunk})")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--precision", nargs="+", choices=list(DTYPES), default=list(DTYPES))
     ap.add_argument("--members", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--plain-members", type=int, default=4, help="seeds timed for the plain loop (its rate is per seed)")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=3, help="timed epochs, after one warm-up epoch")
     ap.add_argument("--chunk", type=int, default=8192, help="member-rows per piece (rows per member = chunk // S)")
+    ap.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--profile", action="store_true", help="torch.profiler table of seedlab at S = 8, per precision")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, VOCAB, (N, LENGTH), generator=g).to(dev)
     y = (x.sum(-1) % 2).to(dev)
+    precisions = [p for p in DTYPES if p in args.precision]
+    S8 = 8 if 8 in args.members else args.members[0]  # the goals' S
 
-    peak = matmul_rate(dev)
-    flops = plain_flops(x.cpu(), y.cpu())
-    print(f"# {time.strftime('%Y-%m-%d')} {platform.node()} {platform.processor() or platform.machine()} torch {torch.__version__} "
-          f"threads {torch.get_num_threads()} device {dev}")
-    print(f"fp32 matmul: {peak:.1f} GFLOP/s; plain model: {flops / 1e9:.2f} GFLOP per member-epoch (matmuls, fwd+bwd)")
-    plain = bench_plain(args.plain_members, args.epochs, x, y, dev)
-    print("| trainer | S | member-epochs/s | vs plain | GFLOP/s (useful) | % of matmul peak |")
-    print("|---|---|---|---|---|---|")
-    row = lambda name, S, r: print(f"| {name} | {S} | {r:.2f} | {r / plain:.2f}x | {r * flops / 1e9:.1f} | {100 * r * flops / 1e9 / peak:.0f}% |")
-    row("plain per-seed loop", 1, plain)
-    for S in args.members:
-        row(f"seedlab ensemble (chunk {args.chunk})", S, bench_seedlab(S, args.epochs, x, y, dev, args.chunk))
-    row("seedlab ensemble (no chunking)", args.members[0], bench_seedlab(args.members[0], args.epochs, x, y, dev, None))
-    row("plain loop, chunked like seedlab (1024 rows)", 1, bench_plain(args.plain_members, args.epochs, x, y, dev, chunk=1024))
+    c = cpu()
+    peak = {p: matmul_gflops(DTYPES[p], dev, 2048, 5) for p in precisions}
+    flops = plain_flops(x.cpu(), y.cpu()) / 1e9
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()} {c['model']} (flags: {', '.join(c['flags']) or 'none'}; "
+          f"kernels {c['capability']}) torch {torch.__version__} threads {torch.get_num_threads()} of {c['cores']} cores "
+          f"(load {os.getloadavg()[0]:.1f}) device {dev}")
+    print(f"matmul peak (2048², best of 5): {', '.join(f'{p} {peak[p]:.1f} GFLOP/s' for p in precisions)}; "
+          f"plain model: {flops:.2f} GFLOP per member-epoch (matmuls, fwd+bwd)")
+
+    names = {"plain": "plain per-seed loop", "plain-chunked": f"plain loop, chunked ({PLAIN_CHUNK} rows)",
+             "vmap": "vmap ensemble", "vmap-chunked": f"vmap ensemble, chunked ({args.chunk} member-rows)",
+             "seedlab": f"seedlab ensemble (chunk {args.chunk} member-rows)"}
+    rate = {}  # (trainer, precision, S) -> member-epochs/s, in the order timed
+    def run(key: str, p: str, S: int, bench, *a) -> None:
+        print(f"  timing {names[key]}, {p}, S = {S} ...", file=sys.stderr, flush=True)
+        rate[(key, p, S)] = bench(*a)
+    for p in precisions:
+        run("plain", p, 1, bench_plain, args.plain_members, args.epochs, x, y, p)
+        run("plain-chunked", p, 1, bench_plain, args.plain_members, args.epochs, x, y, p, PLAIN_CHUNK)
+        for S in args.members:
+            run("vmap", p, S, bench_vmap, S, args.epochs, x, y, p, None)
+            run("vmap-chunked", p, S, bench_vmap, S, args.epochs, x, y, p, args.chunk)
+            run("seedlab", p, S, bench_seedlab, S, args.epochs, x, y, p, args.chunk)
+
+    fmt = lambda v: f"{v:.2f}x" if v else "–"
+    print("\n| trainer | precision | S | member-epochs/s | vs plain (same precision) | vs seedlab fp32 | GFLOP/s (useful) | % of matmul peak |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (key, p, S), r in rate.items():
+        ref = rate.get(("seedlab", "fp32", S if S > 1 else args.members[0]))
+        print(f"| {names[key]} | {p} | {S} | {r:.2f} | {fmt(r / rate[('plain', p, 1)])} | {fmt(ref and r / ref)} | "
+              f"{r * flops:.1f} | {100 * r * flops / peak[p]:.0f}% |")
+
+    print(f"\nGoals (measured here, S = {S8}):")
+    verdict = lambda ok: "met" if ok else "missed"
+    sl = rate.get(("seedlab", "bf16", S8))
+    vm = max(((r, f"{names[k]}, {p}") for (k, p, S), r in rate.items() if k.startswith("vmap") and S == S8), default=None)
+    if sl is None:
+        print("- seedlab bf16 >= 2x the plain bf16 loop and >= 2x the best vmap variant: not measured (bf16 not asked for)")
+    else:
+        pl = rate[("plain", "bf16", 1)]
+        print(f"- seedlab bf16 >= 2x the plain bf16 loop: {verdict(sl >= 2 * pl)} ({sl:.2f} vs {pl:.2f} member-epochs/s, {sl / pl:.2f}x)")
+        print(f"- seedlab bf16 >= 2x the best vmap variant: {verdict(sl >= 2 * vm[0])} ({sl:.2f} vs {vm[0]:.2f} of {vm[1]}, {sl / vm[0]:.2f}x)")
+    s32 = rate.get(("seedlab", "fp32", S8))
+    if s32 is None:
+        print("- seedlab fp32 >= 60% of the fp32 matmul peak: not measured (fp32 not asked for)")
+    else:
+        share = 100 * s32 * flops / peak["fp32"]
+        print(f"- seedlab fp32 >= 60% of the fp32 matmul peak: {verdict(share >= 60)} "
+              f"({s32 * flops:.1f} of {peak['fp32']:.1f} GFLOP/s useful, {share:.0f}%)")
+
+    if args.profile:
+        for p in precisions:
+            profile(S8, x, y, p, args.chunk)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,48 @@
-"""The twins trainer vs a plain nanoGPT loop, side by side in one run, on the mini design.
+"""The twins trainer vs a plain nanoGPT loop, side by side in one run, in fp32 and in bf16.
 
 Model, block size, batch size, AdamW settings and lr schedule come from the twins config
-(default: the preset mini, GPT "mini" at block 256, batch 16). Four parts:
+(default: the preset mini, GPT "mini" at block 128, batch 16). ``--precision`` picks fp32, bf16
+or both (the default); the config's ``precision`` is set to each in turn. bf16 is
+``torch.autocast(device, dtype=torch.bfloat16)`` around the forward, weights, gradients and AdamW
+kept in fp32 (the master weights): in the plain loop it is the one line a user adds to nanoGPT
+around forward + loss, in seedlab's ``Trainer`` the config's ``precision: bf16``. The header gives
+the machine (date, host, CPU model and its matmul flags, torch, threads, device) and the matmul
+peak measured here in each precision (``seedlab.doctor.matmul_gflops``). Four parts:
 
-1. throughput: ``Trainer.advance`` vs the ordinary nanoGPT loop (benchmarks/plain_gpt_loop.py),
-   ``--steps`` timed steps after ``--warmup``, interleaved A, B, A, B ... best of ``--repeats``;
-   tokens/s, their ratio (target >= 0.9x) and GFLOP/s (nanoGPT's 6N + 12·L·d·T per token);
-2. determinism: a fresh ``Trainer`` repeats the timed run's steps; every weight's SHA-256 must agree;
+1. throughput, in each precision: the plain nanoGPT loop (benchmarks/plain_gpt_loop.py), the same
+   loop chunked (micro-batches of the config's ``micro_batch``, else of ``--micro`` rows, default a
+   quarter of the batch, with gradient accumulation as nanoGPT's ``gradient_accumulation_steps``)
+   and ``Trainer.advance``; ``--steps`` timed steps after ``--warmup``, all of them interleaved
+   (A, B, C, ... A, B, C, ...), best of ``--repeats``; tokens/s, the ratio to the plain loop of the
+   same precision (target >= 0.9x for the Trainer against the plain loop that splits the batch as it
+   does), the ratio to seedlab's fp32 Trainer, and GFLOP/s (nanoGPT's 6N + 12·L·d·T per token) with
+   their share of the matmul peak of the precision used;
+2. determinism, in each precision: a fresh ``Trainer`` repeats the timed run's steps; every weight's
+   SHA-256 must agree (bf16 autocast too: on one machine it is as reproducible as fp32);
 3. the shared prefix: ``run_twins`` for one seed forked vs ``independent=True`` (wall time; steps
    trained s + C·(T - s) vs C·T), and the forked and independent final weights compared;
 4. pieces: what ``advance`` does differently from the plain loop (batch, loss, AdamW, readout),
    each timed alone, interleaved, best of ``--repeats``.
 
-Usage (about 3 minutes with the defaults on this 2-core machine, part 3 being 2 of them; --fork-steps and
+Parts 3 and 4 run in one precision only, the first of ``--precision`` (fp32 by default): part 3 is
+the longest and what it measures (steps saved by the fork, forked == independent) does not depend
+on the precision; pass ``--precision bf16`` to run them in bf16.
+
+Why no ``torch.func`` (``vmap``) variant: vmap pays when one process trains many independent models
+of one shape at once (stacked weights, ``functional_call``). A twins run trains one model at a
+time: the C arms of a design are forks of one shared prefix, trained once up to the injection
+step s, and from there differ in one row of one batch, so until the fork there is nothing to
+batch. A possible future variant: vmap the C arms *after* the fork (stacked weights and AdamW
+moments, their batches identical but for the injected row), the C·(T - s) steps becoming T - s
+C-wide ones; it would have to stay bitwise equal to the arms trained one by one (part 3's check),
+which batched kernels, reducing in another order, need not.
+
+Usage (roughly 4 minutes with the defaults on this 2-core machine, part 3 being 2 of them; --fork-steps and
 --fork-injection scale part 3 down; on a busy machine --threads 1 keeps the timings far steadier):
 
-    python benchmarks/twins_trainer.py [--steps 60] [--repeats 3] [--fork-steps 300 --fork-injection 100]
-                                       [--corpus runs/corpus-embedded-bpe] [--threads 2] [--device cpu] [--skip-fork]
+    python benchmarks/twins_trainer.py [--steps 60] [--repeats 3] [--precision fp32 bf16] [--micro 4]
+                                       [--fork-steps 300 --fork-injection 100] [--skip-fork]
+                                       [--corpus runs/corpus-embedded-bpe] [--threads 2] [--device cpu]
 """
 
 from __future__ import annotations
@@ -28,8 +54,9 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -39,9 +66,10 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).parent))
 from plain_gpt_loop import PlainGPTLoop
 from plain_gpt_loop import get_batch as plain_batch
-from timing import matmul_rate, sync
+from timing import sync
 
 import seedlab.config
+from seedlab import doctor
 from seedlab.config import load_yaml, parse
 from seedlab.corpus import load, prepare
 from seedlab.lm.batches import get_batch
@@ -53,6 +81,10 @@ from seedlab.twins.config import TwinsConfig
 from seedlab.twins.train import run_twins
 
 ROOT = Path(__file__).resolve().parent.parent
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: part 1's loops in each precision, in the order they take turns and are printed
+LOOPS = ("plain", "chunked", "twins")
+K = TypeVar("K", bound=Hashable)
 
 
 def flops_per_token(gcfg) -> tuple[float, float]:
@@ -67,8 +99,8 @@ def flops_per_token(gcfg) -> tuple[float, float]:
 
 
 def interleaved(
-    fns: dict[str, Callable[[], None]], repeats: int, dev: torch.device, rounds: dict | None = None
-) -> dict[str, float]:
+    fns: dict[K, Callable[[], None]], repeats: int, dev: torch.device, rounds: dict | None = None
+) -> dict[K, float]:
     """Best wall time of each ``fn`` over ``repeats`` rounds, the fns taking turns within a round
     (``rounds``, if given, receives every round's time of each)."""
     rounds = {} if rounds is None else rounds
@@ -84,25 +116,32 @@ def interleaved(
     return {name: min(ts) for name, ts in rounds.items()}
 
 
-def throughput(cfg: TwinsConfig, gcfg, tokens: np.ndarray, args) -> tuple[dict, Trainer, int]:
-    run = Trainer(cfg, gcfg, args.seed, tokens)
-    plain = PlainGPTLoop(cfg, gcfg, args.seed, tokens, run.device)
+def throughput(cfgs: dict[str, TwinsConfig], gcfg, tokens: np.ndarray, micro: int, dev: torch.device, args):
+    """Part 1: every loop of ``LOOPS`` in every precision of ``cfgs``, all taking turns.
+
+    Returns (best wall time of ``args.steps`` steps, every round's wall times, both keyed by
+    (precision, loop); each precision's Trainer; the steps each Trainer has taken)."""
+    steps: dict[tuple[str, str], Callable[[], object]] = {}
+    runs: dict[str, Trainer] = {}
+    for p, cfg in cfgs.items():
+        runs[p] = Trainer(cfg, gcfg, args.seed, tokens)
+        steps[p, "plain"] = PlainGPTLoop(cfg, gcfg, args.seed, tokens, dev).step
+        steps[p, "chunked"] = PlainGPTLoop(cfg, gcfg, args.seed, tokens, dev, micro=micro).step
+        steps[p, "twins"] = runs[p].advance
     for _ in range(args.warmup):
-        run.advance()
-        plain.step()
+        for step in steps.values():
+            step()
 
-    def twins() -> None:
-        for _ in range(args.steps):
-            run.advance()
+    def timed(step: Callable[[], object]) -> Callable[[], None]:
+        def fn() -> None:
+            for _ in range(args.steps):
+                step()
 
-    def loop() -> None:
-        for _ in range(args.steps):
-            plain.step()
+        return fn
 
-    rounds: dict[str, list[float]] = {}
-    best = interleaved({"twins": twins, "plain": loop}, args.repeats, run.device, rounds)
-    best["ratios"] = [p / t for t, p in zip(rounds["twins"], rounds["plain"])]  # plain time / twins time
-    return best, run, args.warmup + args.repeats * args.steps
+    rounds: dict = {}
+    best = interleaved({k: timed(step) for k, step in steps.items()}, args.repeats, dev, rounds)
+    return best, rounds, runs, args.warmup + args.repeats * args.steps
 
 
 def determinism(cfg, gcfg, tokens, first: Trainer, steps: int, seed: int) -> tuple[bool, int]:
@@ -136,7 +175,8 @@ def fork_vs_independent(cfg: TwinsConfig, base: Path, repeats: int, dev: torch.d
 
 
 def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeats: int, calls: int) -> list[tuple]:
-    """(piece, twins way, plain way, twins µs/step, plain µs/step), each piece timed alone."""
+    """(piece, twins way, plain way, twins µs/step, plain µs/step), each piece timed alone (the
+    loss on logits of ``cfg.precision``'s dtype, as autocast leaves them)."""
     B, T, V = cfg.batch_size, gcfg.block_size, gcfg.vocab_size
     rows = []
 
@@ -160,7 +200,7 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
     rows.append(("batch", "get_batch(seed, step) + mask + .to", "randint get_batch", *times))
 
     # the loss: masked CE sum / n_targets (reduction="none", where, sum) vs F.cross_entropy mean, fwd + bwd
-    logits = torch.randn(B, T, V, device=dev, requires_grad=True)
+    logits = torch.randn(B, T, V, device=dev, dtype=DTYPES[cfg.precision], requires_grad=True)
     y = torch.randint(0, V, (B, T), device=dev)
     m = torch.ones(B, T, dtype=torch.bool, device=dev)
 
@@ -200,14 +240,34 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
     return rows
 
 
+def machine(dev: torch.device, precisions: list[str], n: int) -> dict[str, float]:
+    """Print the machine's header lines; return the matmul peak (GFLOP/s) in each precision."""
+    c = doctor.cpu()
+    flags = ", ".join(c["flags"]) or "none of " + ", ".join(doctor.FLAGS)
+    gpu = f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()}: {c['model']}, {c['cores']} cores, flags {flags}, "
+          f"torch's CPU kernels {c['capability']}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"device {dev}{gpu}")
+    peak = {p: doctor.matmul_gflops(DTYPES[p], dev, n, repeats=3) for p in precisions}
+    print(f"matmul peak ({n}x{n} @ {n}x{n}, best of 3): "
+          + ", ".join(f"{p} {g:,.1f} GFLOP/s" for p, g in peak.items())
+          + (f" (bf16/fp32 {peak['bf16'] / peak['fp32']:.2f}x)" if len(peak) == 2 else ""))
+    return peak
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="mini", help="a twins config file or preset name")
     ap.add_argument("--corpus", type=Path, help="a prepared corpus; default: 'embedded' with mini.yaml's 2,048-token BPE, prepared in a temp dir")
+    ap.add_argument("--precision", nargs="+", choices=list(DTYPES), default=list(DTYPES),
+                    help="the precisions of parts 1 and 2 (default: both); parts 3 and 4 run in the first")
+    ap.add_argument("--micro", type=int, help="rows per micro-batch of the chunked plain loop when the config "
+                    "sets no micro_batch; default: a quarter of the batch")
     ap.add_argument("--steps", type=int, default=60, help="timed steps per repeat (throughput)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (throughput)")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds, best taken")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peak-size", type=int, default=2048, help="n of the n x n matmul timed for the peak")
     ap.add_argument("--fork-steps", type=int, help="T for part 3; default: the config's steps")
     ap.add_argument("--fork-injection", type=int, help="s for part 3; default: the config's injection_step, scaled with T")
     ap.add_argument("--fork-repeats", type=int, default=1)
@@ -216,6 +276,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, help="torch CPU threads; default: torch's")
     ap.add_argument("--device", help="override the config's device (auto|cpu|cuda)")
     args = ap.parse_args()
+    precisions = list(dict.fromkeys(args.precision))  # as given, once each
     if args.threads:
         torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -231,47 +292,61 @@ def main() -> None:
             raw["device"] = args.device
         if args.threads:
             raw["threads"] = args.threads
-        cfg = parse(TwinsConfig, raw)
-        gcfg = cfg.gpt_config(corpus.vocab_size)
+        base = parse(TwinsConfig, raw)
+        cfgs = {p: base.model_copy(update={"precision": p}) for p in precisions}
+        cfg = cfgs[precisions[0]]  # parts 3 and 4
+        gcfg = base.gpt_config(corpus.vocab_size)
         tokens = corpus.train
-        B, T = cfg.batch_size, gcfg.block_size
+        B, T = base.batch_size, gcfg.block_size
+        micro = base.micro_batch or args.micro or max(1, B // 4)
+        if B % micro:
+            ap.error(f"--micro: must divide the batch of {B} rows, got {micro}")
         est, counted = flops_per_token(gcfg)
-        dev = World().device(cfg.device)
-        peak = matmul_rate(dev)
+        dev = World().device(base.device)
 
-        cpu = platform.processor() or platform.machine()
-        print(f"# {time.strftime('%Y-%m-%d')} {platform.node()} {cpu} torch {torch.__version__} "
-              f"threads {torch.get_num_threads()} device {dev}")
+        peak = machine(dev, precisions, args.peak_size)
         name = args.config
-        print(f"config {name}: model {cfg.model} (L={gcfg.n_layer}, d={gcfg.n_embd}, V={gcfg.vocab_size}), block {T}, "
-              f"batch {B} = {B * T} tokens/step, precision {cfg.precision}; corpus {len(tokens):,} train tokens")
+        split = f"micro-batches of {base.micro_batch}" if base.micro_batch else "the whole batch at once"
+        print(f"config {name}: model {base.model} (L={gcfg.n_layer}, d={gcfg.n_embd}, V={gcfg.vocab_size}), block {T}, "
+              f"batch {B} = {B * T} tokens/step ({split}); precisions {', '.join(precisions)}; "
+              f"corpus {len(tokens):,} train tokens")
         load1, cores = os.getloadavg()[0], os.cpu_count() or 1
         if load1 > cores - 0.5:
             hint = " (try --threads 1)" if torch.get_num_threads() > 1 else ""
             print(f"warning: load average {load1:.1f} on {cores} cores at the start: timings are contended{hint}")
         n_params = GPT(gcfg).num_params(non_embedding=True)
         print(f"FLOPs/token (fwd+bwd): {est / 1e6:.3f} M (6N + 12·L·d·T, N = {n_params:,} non-embedding); "
-              f"FlopCounterMode matmuls {counted / 1e6:.3f} M; fp32 matmul peak {peak:.1f} GFLOP/s")
+              f"FlopCounterMode matmuls {counted / 1e6:.3f} M")
 
         # 1. throughput
-        best, run, done = throughput(cfg, gcfg, tokens, args)
+        best, rounds, runs, done = throughput(cfgs, gcfg, tokens, micro, dev, args)
         n_tok = args.steps * B * T
-        print(f"\n## 1. throughput: {args.steps} steps x best of {args.repeats} (interleaved), "
+        ref = "chunked" if base.micro_batch else "plain"  # the plain loop that splits the batch as the Trainer does
+        labels = {"plain": "plain nanoGPT loop", "chunked": f"plain loop, {B // micro} micro-batches of {micro}",
+                  "twins": "seedlab `Trainer.advance`" + (f", micro-batches of {base.micro_batch}" if base.micro_batch else "")}
+        print(f"\n## 1. throughput: {args.steps} steps x best of {args.repeats} (all {len(best)} loops interleaved), "
               f"after {args.warmup} warm-up steps")
-        print("| trainer | ms/step | tokens/s | vs plain | GFLOP/s | % of matmul peak |")
-        print("|---|---|---|---|---|---|")
-        for name, key in (("twins `Trainer.advance`", "twins"), ("plain nanoGPT loop", "plain")):
-            rate = n_tok / best[key]
-            print(f"| {name} | {1e3 * best[key] / args.steps:.1f} | {rate:,.0f} | {best['plain'] / best[key]:.2f}x | "
-                  f"{rate * est / 1e9:.2f} | {100 * rate * est / 1e9 / peak:.0f}% |")
-        ratio, med = best["plain"] / best["twins"], float(np.median(best["ratios"]))
-        print(f"twins/plain: {ratio:.2f}x best of each, {med:.2f}x median of the rounds (target >= 0.9x: "
-              f"{'met' if min(ratio, med) >= 0.9 else 'NOT met'}); round by round: {', '.join(f'{r:.2f}x' for r in best['ratios'])}")
+        print("| precision | trainer | ms/step | tokens/s | vs plain, same precision | vs seedlab fp32 | GFLOP/s "
+              "| % of the precision's matmul peak |")
+        print("|---|---|---|---|---|---|---|---|")
+        for p in precisions:
+            for loop in LOOPS:
+                t, rate = best[p, loop], n_tok / best[p, loop]
+                vs_fp32 = f"{best['fp32', 'twins'] / t:.2f}x" if "fp32" in precisions else "-"
+                print(f"| {p} | {labels[loop]} | {1e3 * t / args.steps:.1f} | {rate:,.0f} | {best[p, 'plain'] / t:.2f}x | "
+                      f"{vs_fp32} | {rate * est / 1e9:.2f} | {100 * rate * est / 1e9 / peak[p]:.0f}% |")
+        for p in precisions:
+            per_round = [r / t for t, r in zip(rounds[p, "twins"], rounds[p, ref])]  # plain time / twins time
+            ratio, med = best[p, ref] / best[p, "twins"], float(np.median(per_round))
+            print(f"{p}: twins / {'plain' if ref == 'plain' else 'chunked plain'} {ratio:.2f}x best of each, {med:.2f}x median of the rounds (target >= 0.9x: "
+                  f"{'met' if min(ratio, med) >= 0.9 else 'NOT met'}); round by round: "
+                  f"{', '.join(f'{r:.2f}x' for r in per_round)}")
 
         # 2. determinism
-        same, n = determinism(cfg, gcfg, tokens, run, done, args.seed)
-        print(f"\n## 2. determinism: the timed twins run ({done} steps) repeated by a fresh Trainer")
-        print(f"deterministic: {'yes' if same else 'no'} ({n} tensors, SHA-256 of each)")
+        print(f"\n## 2. determinism: each precision's timed twins run ({done} steps) repeated by a fresh Trainer")
+        for p in precisions:
+            same, n = determinism(cfgs[p], gcfg, tokens, runs[p], done, args.seed)
+            print(f"{p}: deterministic: {'yes' if same else 'NO'} ({n} tensors, SHA-256 of each)")
 
         # 3. the shared prefix
         if not args.skip_fork:
@@ -283,7 +358,7 @@ def main() -> None:
             forked, indep = s + C * (Tf - s), C * Tf
             real = (Tf, s) == (cfg.steps, cfg.injection_step)
             scaled = "" if real else f" (scaled down from the config's T={cfg.steps}, s={cfg.injection_step})"
-            print(f"\n## 3. shared prefix: run_twins, one seed, T={Tf}, s={s}, C={C} conditions{scaled}")
+            print(f"\n## 3. shared prefix: run_twins, one seed, T={Tf}, s={s}, C={C} conditions{scaled}, {cfg.precision}")
             print(f"steps trained per seed: forked s + C·(T - s) = {s} + {C}·{Tf - s} = {forked:,}; "
                   f"independent C·T = {C}·{Tf} = {indep:,}; the fork saves (C - 1)·s = {indep - forked:,} "
                   f"({100 * (indep - forked) / indep:.0f}%)")
@@ -295,7 +370,7 @@ def main() -> None:
             print(f"forked/independent wall time: {walls['forked'] / walls['independent']:.2f} "
                   f"(steps alone: {forked / indep:.2f}); "
                   f"final weights forked == independent, every condition: {'yes' if agree else 'no'}")
-            step_ms = 1e3 * best["twins"] / args.steps
+            step_ms = 1e3 * best[cfg.precision, "twins"] / args.steps
             slow = [k for k, n in (("forked", forked), ("independent", indep)) if 1e3 * walls[k] / n > 1.25 * step_ms]
             if slow:
                 print(f"note: {' and '.join(slow)} ran > 1.25x part 1's {step_ms:.1f} ms/step: contended? "
@@ -303,9 +378,9 @@ def main() -> None:
 
         # 4. pieces
         rows = pieces(cfg, gcfg, tokens, dev, args.repeats, args.piece_calls)
-        step_us = 1e6 * best["twins"] / args.steps
+        step_us = 1e6 * best[cfg.precision, "twins"] / args.steps
         print(f"\n## 4. what advance() does differently, each piece alone: "
-              f"{args.piece_calls} calls x best of {args.repeats}")
+              f"{args.piece_calls} calls x best of {args.repeats}, {cfg.precision}")
         print("| piece | twins way | plain way | twins µs | plain µs | difference, % of a twins step |")
         print("|---|---|---|---|---|---|")
         for piece, tw, pw, t_us, p_us in rows:

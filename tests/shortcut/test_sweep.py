@@ -230,3 +230,15 @@ def test_a_preregistration_is_kept_before_the_first_member_and_quoted_by_the_rep
     assert seedlab_cli("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress")[0] == 0
     rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress", "--preregistration", str(pre))
     assert rc == 2 and "must come before the first one" in err and not SweepDir(plain).preregistration_record.exists()
+
+
+def test_a_field_added_later_renames_no_job_at_its_old_value():
+    from seedlab.shortcut.config import LATER_FIELDS
+    from seedlab.store import content_hash
+
+    fp32 = plan(parse(SweepConfig, SMALL))
+    for job in fp32:  # the key is the hash of the config as it was before the fields existed
+        before = {**job.config, "train": {k: v for k, v in job.config["train"].items() if ("train", k) not in LATER_FIELDS}}
+        assert job.key == content_hash(before)
+    bf16 = plan(parse(SweepConfig, SMALL | {"train": SMALL["train"] | {"precision": "bf16"}}))
+    assert not {j.key for j in bf16} & {j.key for j in fp32}  # another value: other jobs
