@@ -5,7 +5,11 @@ Proportions (a 0/1 outcome per trained model, e.g. "generalized"):
 
 - ``wilson``      -- Wilson score interval for a proportion k/n (statsmodels ``proportion_confint``).
 - ``rate_table``  -- the rate of a 0/1 column per group, with n, k and the Wilson 95% interval.
-- ``fisher``      -- two-sided Fisher exact test of k1/n1 against k2/n2 (scipy ``fisher_exact``).
+- ``fisher``      -- Fisher exact test of k1/n1 against k2/n2 (scipy ``fisher_exact``), two-sided or one-sided.
+- ``fisher_fragility`` -- how many single outcomes would have to change to reverse a two-sided Fisher
+  verdict at level alpha: the fragility index (Walsh et al. 2014) of a significant test, the reverse
+  fragility index (Khan et al. 2020) of a non-significant one; an exhaustive search over both groups and
+  both directions.
 - ``logit_coefficient`` -- one coefficient of a logistic regression of y on X: maximum likelihood
   with Wald inference when the MLE exists; under (quasi-)separation -- common in small sweeps
   (0% / 77% / 0%) -- Firth's bias-reduced logistic regression with profile penalized-likelihood
@@ -30,6 +34,7 @@ For paired per-seed values (model A and model B trained from the same seeds):
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -80,10 +85,63 @@ def rate_table(df: pd.DataFrame, by: list[str], outcome: str = "generalized") ->
     return t[[*by, "n", "k", "rate", "lo", "hi"]].sort_values(by, ignore_index=True) if by else t
 
 
-def fisher(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """Two-sided Fisher exact test on ``[[k1, n1-k1], [k2, n2-k2]]``: ``(sample odds ratio, p)``."""
-    res = stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided")
+def fisher(k1: int, n1: int, k2: int, n2: int, alternative: str = "two-sided") -> tuple[float, float]:
+    """Fisher exact test on ``[[k1, n1-k1], [k2, n2-k2]]``: ``(sample odds ratio, p)``.
+
+    ``alternative``: "two-sided" (default), "greater" (the rate k1/n1 is higher than k2/n2: the odds
+    ratio > 1) or "less" (lower); the one-sided p is a hypergeometric tail, as scipy ``fisher_exact``."""
+    res = stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative=alternative)
     return float(res.statistic), float(res.pvalue)
+
+
+@functools.lru_cache(maxsize=65536)
+def _fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """The two-sided p of :func:`fisher` (cached: a fragility search revisits tables)."""
+    return fisher(k1, n1, k2, n2)[1]
+
+
+def _l1_steps(d: int):
+    """The changes ``(d1, d2)`` with |d1| + |d2| = d, in a fixed order (changes in group 1 first)."""
+    for a in range(d, -1, -1):
+        for s1 in ((1, -1) if a else (0,)):
+            for s2 in ((1, -1) if d - a else (0,)):
+                yield s1 * a, s2 * (d - a)
+
+
+def fisher_fragility(k1: int, n1: int, k2: int, n2: int, alpha: float = 0.05) -> dict:
+    """How many members' outcomes would have to change to reverse the two-sided Fisher verdict on
+    k1/n1 against k2/n2 at level ``alpha`` (significant: p < alpha).
+
+    One change turns one member's outcome from 0 to 1 or from 1 to 0, in either group, so reaching the
+    table (k1', k2') takes |k1' − k1| + |k2' − k2| changes (no fewer; changing one member back and
+    forth is never shorter). The fragility is the fewest changes over *all* tables with
+    0 <= k1' <= n1, 0 <= k2' <= n2 and the other verdict -- searched exhaustively by distance, every
+    combination of changes in group 1 and group 2 in both directions:
+
+    - significant (p < alpha): the fragility index of Walsh et al. (2014, J Clin Epidemiol 67:622),
+      the fewest changes after which p >= alpha. Walsh's original index only adds events to the group
+      with fewer of them, one at a time; this minimum over every direction and both groups is never
+      larger.
+    - not significant: the reverse fragility index (Khan et al. 2020, JAMA Netw Open 3:e2016520),
+      the fewest changes after which p < alpha (in either direction of the difference).
+
+    Returns ``p`` (two-sided), ``significant``, ``fragility`` (an int >= 1, or None when no table of
+    these sizes has the other verdict, e.g. 1/1 against 0/1 can never be significant), ``table``
+    ((k1', k2'), one table at that distance -- the first in the order: larger change in group 1 first,
+    increases before decreases) and ``p_after`` (its p), both None with ``fragility``.
+    """
+    k1, n1, k2, n2 = int(k1), int(n1), int(k2), int(n2)
+    if not (0 <= k1 <= n1 and 0 <= k2 <= n2) or n1 == 0 or n2 == 0:
+        raise ValueError(f"fisher_fragility: need 0 <= k <= n and n > 0 in both groups, got {k1}/{n1} and {k2}/{n2}")
+    p = _fisher_p(k1, n1, k2, n2)
+    significant = p < alpha
+    for d in range(1, n1 + n2 + 1):
+        for d1, d2 in _l1_steps(d):
+            a, b = k1 + d1, k2 + d2
+            if 0 <= a <= n1 and 0 <= b <= n2 and (_fisher_p(a, n1, b, n2) < alpha) != significant:
+                return {"p": p, "significant": significant, "fragility": d, "table": (a, b),
+                        "p_after": _fisher_p(a, n1, b, n2)}
+    return {"p": p, "significant": significant, "fragility": None, "table": None, "p_after": None}
 
 
 # ---------------------------------------------------------------- logistic regression: MLE, or Firth under separation
@@ -99,6 +157,12 @@ def _separated(X: np.ndarray, y: np.ndarray) -> bool:
     scale = np.abs(A).max()
     res = optimize.linprog(-A.sum(0) / scale, A_ub=-A / scale, b_ub=np.zeros(len(A)), bounds=[(-1, 1)] * X.shape[1])
     return bool(res.status == 0 and -res.fun > 1e-7 * len(A))
+
+
+def separated(X: np.ndarray, y: np.ndarray) -> bool:
+    """Whether the 0/1 outcome ``y`` is (quasi-)separated on the design ``X`` (full column rank): the linear program
+    :func:`logit_coefficient` runs to choose between maximum likelihood and Firth's regression."""
+    return _separated(X, y)
 
 
 def _firth_parts(X, y, beta):
@@ -147,8 +211,9 @@ def _firth_fit(X, y, fix: tuple[int, float] | None = None, tol=1e-9, max_iter=20
     return beta, pll
 
 
-def _firth_inference(X, y, j, alpha=0.05):
-    """Firth estimate of coefficient ``j`` with penalized likelihood-ratio p-value and profile CI."""
+def _firth_inference(X, y, j, alpha=0.05, interval=True):
+    """Firth estimate of coefficient ``j`` with penalized likelihood-ratio p-value and profile CI
+    (``interval`` False: no CI, NaN bounds; the profile is most of the time)."""
     beta, pll = _firth_fit(X, y)
     est = float(beta[j])
     se = float(np.sqrt(np.linalg.inv(_firth_parts(X, y, beta)[2])[j, j]))
@@ -157,6 +222,8 @@ def _firth_inference(X, y, j, alpha=0.05):
         return 2 * (pll - _firth_fit(X, y, fix=(j, b), start=beta)[1])
 
     p = float(stats.chi2.sf(max(lr(0.0), 0.0), 1))
+    if not interval:
+        return est, math.nan, math.nan, p
     crit = stats.chi2.ppf(1 - alpha, 1)
 
     def bound(direction):
@@ -177,7 +244,7 @@ def _firth_inference(X, y, j, alpha=0.05):
     return est, bound(-1), bound(+1), p
 
 
-def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int) -> dict:
+def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int, interval: bool = True) -> dict:
     """Coefficient ``j`` of the logistic regression of the 0/1 outcome ``y`` on the design ``X``.
 
     Returns ``estimate, ci_low, ci_high`` (95%), ``p`` (two-sided), ``method`` and ``separated``.
@@ -187,7 +254,9 @@ def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int) -> dict:
     errors -- ``separated`` is True and Firth's bias-reduced logistic regression is used instead,
     with a penalized likelihood-ratio p-value and a profile penalized-likelihood 95% interval
     (``method="firth-profile-lr"``, as in R's logistf). ``X`` must have full column rank and
-    ``y`` must vary (the caller checks both, with its own words for what is missing).
+    ``y`` must vary (the caller checks both, with its own words for what is missing). ``interval``
+    False skips the 95% interval (``ci_low, ci_high`` NaN; the estimate and p are the same): for
+    searches that need only p, e.g. how many outcomes must change to move it across a level.
     """
     separated = _separated(X, y)
     if not separated:
@@ -201,10 +270,10 @@ def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int) -> dict:
                 ok = False
         separated = not ok
     if separated:
-        est, lo, hi, p = _firth_inference(X, y, j)
+        est, lo, hi, p = _firth_inference(X, y, j, interval=interval)
         method = "firth-profile-lr"
     else:
-        lo, hi = fit.conf_int(0.05)[j]
+        lo, hi = fit.conf_int(0.05)[j] if interval else (math.nan, math.nan)
         est, p, method = fit.params[j], fit.pvalues[j], "mle-wald"
     return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "method": method,
             "separated": bool(separated)}

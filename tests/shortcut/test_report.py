@@ -88,7 +88,7 @@ def test_headline_rates_and_paper_numbers(tmp_path):
     # the flip: both simple slopes and the intersection-union test
     assert "| task | wd | heads | 1L slope | 2L slope | p (flip) | flip |" in text
     flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
-    assert flip_row.endswith("| shown |")
+    assert "| shown |" in flip_row  # then its fragility (test_fragility.py)
     # the rate at lower cut-offs: 1L r=0.5 members peak at 1.0 (3) or 0.3 + 0.01·seed (never >= 90%)
     assert "### How the rate depends on the cut-off" in text
     row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 1L/2H | 0.5 |"))
@@ -100,7 +100,7 @@ def test_a_flip_in_direction_only_is_not_called_shown(tmp_path):
     text = write_report(tmp_path).read_text()
     assert "**Answer from this sweep:** In direction only: the flip is not shown (intersection-union test of the flip p = " in text
     flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
-    assert flip_row.endswith("| not shown |")
+    assert "| not shown |" in flip_row
 
 
 def test_every_referenced_figure_exists(tmp_path):
@@ -307,3 +307,49 @@ def test_transient_generalization_per_cell_and_in_the_answer(tmp_path):
     assert "| sum2-max | 0.1 | 2L/2H | 0.9 | 10 | 7 | 1 | 6 |" in transient_counts(lost)
     assert answer(lost).endswith("Most of this generalization is transient: 2 of the 10 members that reached 100% kept it "
                                  "to the end (per cell under \"Transient generalization\"), so the rates count passing hits.")
+
+
+def test_fragility_one_sided_fisher_and_cadence_in_the_report(tmp_path):
+    """Every verdict of the answer and the statistics carries its fragility (tests/shortcut/test_fragility.py checks
+    the numbers by brute force); the one-sided Fisher p per depth sits next to the flip's p; the cadence is stated."""
+    from scipy import stats as sps
+
+    from seedlab.reporting import fmt_p, p_text
+    from seedlab.shortcut.report import cadence_text, train_cadence
+    from seedlab.shortcut.rundir import open_folder
+    from seedlab.shortcut.stats import flip_fragility
+    from seedlab.stats import fisher_fragility
+
+    summary = make_sweep(tmp_path, PAPER_LIKE)
+    (tmp_path / "config.yaml").write_text("train:\n  eval_every: 10\n  adv_every: 5\n  precision: bf16\n")
+    text = write_report(tmp_path).read_text()
+    assert ("**Cadence:** evaluations every 10 epochs (`train.eval_every`), the adversarial split alone also every 5 "
+            "epochs (`train.adv_every`)") in text and "precision bf16 (`train.precision`)" in text
+    # the answer's Fisher verdicts: 0/10 -> 7/10 (2L) loses significance after 2 changes (1/10 vs 6/10), 3/10 -> 0/10
+    # (1L) gains it after 2 (5/10 vs 0/10)
+    assert fisher_fragility(7, 10, 0, 10)["fragility"] == 2 and fisher_fragility(0, 10, 3, 10)["fragility"] == 2
+    assert "2L rate rises from 0% at r=0.5 to 70% at r=0.9 (Fisher p = 0.0031, fragility 2)" in text
+    assert "1L rate falls from 30% to 0% (Fisher p = 0.21, reverse fragility 2)" in text
+    # next to the flip's p: the exact one-sided Fisher p of each depth's move the paper's way
+    p2 = sps.fisher_exact([[7, 3], [0, 10]], alternative="greater").pvalue  # 2L: higher at r = 0.9
+    p1 = sps.fisher_exact([[0, 10], [3, 7]], alternative="less").pvalue  # 1L: lower at r = 0.9
+    assert (f"intersection-union test p = 0.041; exact one-sided Fisher, each depth's move the paper's way: "
+            f"2L {p_text(p2)}, 1L {p_text(p1)}; ") in text
+    # the flip verdict's fragility: one fewer 1L member generalizing at r = 0.5 (3 -> 2 of 10) un-shows it
+    f = flip_fragility(summary)
+    assert f.shown and f.fragility == 1 and f.changes == ((1, (0.5,), -1),) and f.p_after >= 0.05
+    assert (f"fragility 1: changing 1 member's outcome (1L at r=0.5: 1 fewer generalized) moves p (flip) to "
+            f"{fmt_p(f.p_after)}, and the flip would not be shown") in text
+    # the statistics: a fragility column in the contrasts and in the flip table
+    assert "| p | fragility |" in text
+    assert "| sum2-max | 2L/2H | 0.1 | 0.5 vs 0.9 | 0% vs 70% | 0 | 0.0031 | 2 |" in text
+    assert "| sum2-max | 1L/2H | 0.1 | 0.5 vs 0.9 | 30% vs 0% | ∞ | 0.21 | 2 (reverse) |" in text
+    flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
+    assert flip_row.endswith("| shown | 1 |")
+    # a config from before adv_every and precision were set: only at the evaluations, fp32; no config: unknown
+    (tmp_path / "config.yaml").write_text("train:\n  eval_every: 20\n")
+    line = cadence_text(train_cadence(open_folder(tmp_path)))
+    assert "every 20 epochs (`train.eval_every`), the adversarial split only at those evaluations" in line
+    assert "precision fp32 (`train.precision`)" in line
+    (tmp_path / "config.yaml").unlink()
+    assert "unknown" in cadence_text(train_cadence(open_folder(tmp_path)))

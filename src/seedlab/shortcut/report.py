@@ -1,7 +1,8 @@
 """The report of a sweep (or one ensemble run): ``report.md`` plus PNG figures beside it.
 
 Read top to bottom, the module follows the report: load the summary, the opening
-paragraph (question and a data-derived answer), the headline tables laid out like
+paragraph (question, a data-derived answer with how robust its verdicts are, the evaluation
+cadence), the headline tables laid out like
 the paper's, the statistics (Fisher tests between ratios, the logistic
 capacity × ratio interaction, the rate against the accuracy cut-off and against the
 adversarial split's size), then the figures (:mod:`seedlab.shortcut.figures`) with the
@@ -23,7 +24,7 @@ from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text, pct
 from seedlab.shortcut import figures, stats
 from seedlab.shortcut.circuits_report import circuits_section
-from seedlab.shortcut.config import DataConfig
+from seedlab.shortcut.config import DataConfig, TrainConfig
 from seedlab.shortcut.figures import cap_label, fmt_ratio
 from seedlab.shortcut.rundir import RunDir, SweepDir, open_folder
 from seedlab.shortcut.stats import CAPACITY, GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, paper_order
@@ -37,7 +38,7 @@ def write_report(run_dir: str | Path) -> Path:
     rates = stats.rate_cells(summary)
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
-    rep.add(intro(summary, isinstance(folder, SweepDir)))
+    rep.add(intro(summary, isinstance(folder, SweepDir)), cadence_text(train_cadence(folder)))
     if isinstance(folder, SweepDir) and folder.preregistration_record.is_file():
         rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(folder))
     rep.add("## Headline: generalization rate", headline_note())
@@ -85,6 +86,18 @@ def adv_split_size(folder: RunDir | SweepDir) -> int | None:
     return DataConfig.model_validate(load_yaml(folder.config_path).get("data", {})).n_adv
 
 
+def train_cadence(folder: RunDir | SweepDir) -> dict | None:
+    """How often the run or sweep looked at its members, from the folder's config: ``eval_every`` (epochs between
+    evaluations), ``adv_every`` (epochs between checks of the adversarial split alone; None: only at the evaluations)
+    and ``precision`` ("fp32", the value of a config from before the field existed, or "bf16"); None without a
+    config."""
+    if not folder.config_path.is_file():
+        return None
+    train = load_yaml(folder.config_path).get("train") or {}
+    return {"eval_every": train.get("eval_every", TrainConfig.model_fields["eval_every"].default),
+            "adv_every": train.get("adv_every"), "precision": train.get("precision", "fp32")}
+
+
 # ---------------------------------------------------------------- formats
 
 
@@ -96,6 +109,41 @@ def rate_text(rate: float, lo: float, hi: float) -> str:
 def num_or_dash(x: float) -> str:
     """A number, or — where there is none (NaN)."""
     return "—" if pd.isna(x) else fmt_num(float(x))
+
+
+def fragility_text(f: dict) -> str:
+    """A Fisher verdict's :func:`seedlab.stats.fisher_fragility`: 'fragility 3' (p < 0.05), 'reverse fragility 2'
+    (p >= 0.05), or what no table of these sizes can do."""
+    if f["fragility"] is None:
+        return "no change can reverse it" if f["significant"] else "no change can make it significant"
+    return f"{'' if f['significant'] else 'reverse '}fragility {f['fragility']}"
+
+
+def changes_text(changes: tuple) -> str:
+    """'1L at r=0.9: 2 more generalized; 2L at r=0.5: 1 fewer': the changes of a :class:`stats.FlipFragility`."""
+    return "; ".join(f"{layers}L at r={'/'.join(fmt_ratio(r) for r in ratios)}: {abs(m)} {'more' if m > 0 else 'fewer'} "
+                     "generalized" for layers, ratios, m in changes)
+
+
+def flip_fragility_text(f: stats.FlipFragility) -> str:
+    """The flip verdict's fragility in words: how many changed outcomes reverse it, which, and p_flip after them."""
+    if not f.reached:
+        return f"fragility >{f.max_changes}: no {f.max_changes} or fewer changed outcomes reverse this verdict"
+    after = "leaves the slopes not estimable" if f.p_after is None else f"moves p (flip) to {fmt_p(f.p_after)}"
+    n = f.fragility
+    whose = "member's outcome" if n == 1 else "members' outcomes"
+    return (f"fragility {n}: changing {n} {whose} ({changes_text(f.changes)}) "
+            f"{after}, and the flip would {'not ' * f.shown}be shown")
+
+
+def cadence_text(cad: dict | None) -> str:
+    """The evaluation cadence and precision of the run or sweep (:func:`train_cadence`)."""
+    if cad is None:
+        return "**Cadence:** unknown — the folder has no config.yaml or sweep.yaml."
+    adv = (f"the adversarial split alone also every {cad['adv_every']} epochs (`train.adv_every`)"
+           if cad["adv_every"] else "the adversarial split only at those evaluations (`train.adv_every` null)")
+    return (f"**Cadence:** evaluations every {cad['eval_every']} epochs (`train.eval_every`), {adv}, so a member counts as "
+            f"generalized only if it is at 100% at one of those checks; precision {cad['precision']} (`train.precision`).")
 
 
 def cell_label(task: str, wd: float, layers: int, heads: int, ratio: float) -> list[str]:
@@ -147,13 +195,19 @@ def answer(summary: pd.DataFrame) -> str:
     if not a.determinable:
         return f"{where}: not determinable — it needs both 1L and 2L models at a balanced and an imbalanced ratio."
     bal, imb = a.ratios
+    one_sided = (f"exact one-sided Fisher, each depth's move the paper's way: 2L {p_text(a.moves[2].p_one_sided)}, "
+                 f"1L {p_text(a.moves[1].p_one_sided)}")
+    fragile = f"; {flip_fragility_text(a.flip_fragility)}" if a.flip_fragility else ""
     if a.verdict == "yes":
-        verdict = f"Yes: the flip is shown (1L slope < 0 and 2L slope > 0, intersection-union test {p_text(a.slopes['p_flip'])})"
+        verdict = (f"Yes: the flip is shown (1L slope < 0 and 2L slope > 0, intersection-union test {p_text(a.slopes['p_flip'])}; "
+                   f"{one_sided}{fragile})")
     elif a.verdict == "direction":
         how = f"intersection-union test of the flip {p_text(a.slopes['p_flip'])}" if a.slopes else "the slopes are not estimable"
-        verdict = f"In direction only: the flip is not shown ({how})"
+        verdict = f"In direction only: the flip is not shown ({how}; {one_sided}{fragile})"
     else:
-        verdict = {"partly": "Partly", "no": "No"}[a.verdict]
+        how = f"intersection-union test of the flip {p_text(a.slopes['p_flip'])}" if a.slopes else "the slopes are not estimable"
+        word = {"partly": "Partly", "no": "No"}[a.verdict]
+        verdict = f"{word} (the flip is not shown: {how}; {one_sided}{fragile})"
 
     def phrase(layers: int, first: bool) -> str:
         m = a.moves[layers]
@@ -163,9 +217,11 @@ def answer(summary: pd.DataFrame) -> str:
             move = f"stays at {pct(m.balanced)} at both ratios"
         else:
             move = f"{m.direction} from {pct(m.balanced)}{rs} to {pct(m.imbalanced)}{ri_s}"
-        return f"{layers}L rate {move} (Fisher {p_text(m.p)})"
+        return f"{layers}L rate {move} (Fisher {p_text(m.p)}, {fragility_text(m.fragility)})"
 
-    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}.{transience_note(a)}"
+    gloss = (" *Fragility*: how many members' outcomes (generalized or not) would have to change to reverse a verdict at "
+             "the 0.05 level; *reverse fragility*: to make a non-significant one significant.")
+    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}.{gloss}{transience_note(a)}"
 
 
 def transience_note(a: stats.Answer) -> str:
@@ -216,9 +272,14 @@ CONTRAST_ROWS = ["task", *CAPACITY, "weight_decay"]
 
 def ratio_contrasts_section(summary: pd.DataFrame) -> str:
     head = "### Between ratios, within each capacity (Fisher's exact test)"
-    con = stats.ratio_contrasts(summary)
+    con = stats.ratio_contrasts(summary, fragility=True)
     if con.empty:
         return f"{head}\n\nNo contrasts: every capacity was trained at a single ratio."
+    note = ("Two-sided p, not adjusted for the number of pairs. *Fragility*: how many members' outcomes (generalized or "
+            "not) would have to change, in either ratio and either direction, to reverse the verdict at the 0.05 level: "
+            "for p < 0.05 the fewest that make p >= 0.05 (the fragility index, Walsh et al. 2014), for p >= 0.05 the fewest "
+            "that make p < 0.05 (*reverse*; — where no table of these sizes is significant). A verdict with fragility 1 or "
+            "2 hangs on one or two seeds.")
     rows = [
         [
             c.task,
@@ -228,11 +289,12 @@ def ratio_contrasts_section(summary: pd.DataFrame) -> str:
             f"{pct(c.rate_a)} vs {pct(c.rate_b)}",
             fmt_num(float(c.odds_ratio)),
             fmt_p(float(c.p)),
+            "—" if pd.isna(c.fragility) else f"{int(c.fragility)}{' (reverse)' * (c.p >= 0.05)}",
         ]
         for c in con.sort_values(CONTRAST_ROWS, kind="stable").itertuples(index=False)
     ]
-    header = ["task", "model", "wd", "r (a vs b)", "rate", "odds ratio a/b", "p"]
-    return f"{head}\n\n" + md_table(header, rows)
+    header = ["task", "model", "wd", "r (a vs b)", "rate", "odds ratio a/b", "p", "fragility"]
+    return f"{head}\n\n{note}\n\n" + md_table(header, rows)
 
 
 def interval(res: dict) -> str:
@@ -259,7 +321,7 @@ def interaction_section(summary: pd.DataFrame) -> str:
         if "error" in f:
             lines.append(name + f"not estimable — {f['error']}")
             continue
-        res, sl = f["fit"], f["slopes"]
+        res, sl, fr = f["fit"], f["slopes"], f["fragility"]
         lines.append(
             name
             + f"estimate {fmt_num(res['estimate'])} (95% CI {fmt_num(res['ci_low'])} to {fmt_num(res['ci_high'])}), "
@@ -269,13 +331,16 @@ def interaction_section(summary: pd.DataFrame) -> str:
             f["task"], f"{f['weight_decay']:g}", f"{int(f['heads'])}H",
             *(f"{interval(sl[c])}, one-sided {fmt_p(sl[c]['p_one_sided'])}" for c in ("1L", "2L")),
             fmt_p(sl["p_flip"]), "shown" if sl["flip"] else "not shown",
+            str(fr.fragility) if fr.reached else f">{fr.max_changes}",
         ])
     if slope_rows:
         lines += [
             "", "**The flip** (the paper's claim: the 1L slope is negative *and* the 2L slope positive). Simple slopes of "
             "log-odds per unit of dist from the same model (95% CI; one-sided p toward the paper's sign), and the "
-            "intersection-union test of both (p = the larger one-sided p):", "",
-            md_table(["task", "wd", "heads", "1L slope", "2L slope", "p (flip)", "flip"], slope_rows),
+            "intersection-union test of both (p = the larger one-sided p). *Fragility*: the fewest members' outcomes "
+            "(generalized or not), in any of the cells and either direction, that would move p (flip) across 0.05 and so "
+            f"reverse the verdict (each set of changes refitted; searched up to {stats.FLIP_FRAGILITY_MAX}):", "",
+            md_table(["task", "wd", "heads", "1L slope", "2L slope", "p (flip)", "flip", "fragility"], slope_rows),
         ]
     return "\n".join(lines)
 

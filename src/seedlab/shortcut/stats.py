@@ -8,7 +8,11 @@ per trained model (task, ratio, layers, heads, weight_decay, lr, seed, generaliz
 - cells            -- :data:`CELL`, the report's order of cells (2L before 1L, as the paper's
   table), the generalization rate per cell, the paper's own numbers.
 - the question     -- :func:`flip_answer`: how each depth's rate moves from a balanced to an
-  imbalanced ratio, and whether the flip (1L falls, 2L rises) is shown.
+  imbalanced ratio (Fisher's test two-sided, and one-sided toward the paper's direction), and whether
+  the flip (1L falls, 2L rises) is shown.
+- robustness       -- how many members' outcomes would have to change to reverse a verdict: the
+  fragility of a Fisher verdict (:func:`seedlab.stats.fisher_fragility`; ``ratio_contrasts(...,
+  fragility=True)``, each :class:`Move`) and of the flip verdict (:func:`flip_fragility`).
 - statistics       -- ``chance``, ``ratio_contrasts`` (Fisher's test between every pair of ratios
   within each task, weight decay and capacity), ``interaction_logit`` (logistic regression ``generalized ~ dist * cap``,
   dist = |ratio - chance|, cap = 1 for 2 layers: the dist:cap coefficient tests whether distance
@@ -37,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from seedlab.shortcut.tasks import get_task
-from seedlab.stats import fisher, logit_coefficient, rate_table, wilson
+from seedlab.stats import fisher, fisher_fragility, logit_coefficient, rate_table, separated, wilson
 
 # ---------------------------------------------------------------- cells
 
@@ -146,7 +150,11 @@ class Move:
     direction: str  # "rises", "falls" or "stays"
     balanced: float  # the rate at the balanced ratio
     imbalanced: float  # the rate at the imbalanced ratio
-    p: float  # Fisher's exact test between the two
+    p: float  # Fisher's exact test between the two (two-sided)
+    # Fisher's exact test one-sided toward the paper's flip: the rate at the imbalanced ratio is higher than at the
+    # balanced one for 2L, lower for 1L
+    p_one_sided: float = float("nan")
+    fragility: dict | None = None  # :func:`seedlab.stats.fisher_fragility` of the two-sided test
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,7 @@ class Answer:
     slopes: dict | None = None  # :func:`simple_slopes` of the group's 1L and 2L members; None when not estimable
     verdict: str = ""  # "yes" (the flip is shown), "direction" (in direction only), "partly" or "no"
     kept: tuple[int, int] = (0, 0)  # :func:`kept_to_end` of the group
+    flip_fragility: FlipFragility | None = None  # of the slopes' flip verdict; None when the slopes are not estimable
 
     @property
     def determinable(self) -> bool:
@@ -203,12 +212,17 @@ def flip_answer(summary: pd.DataFrame) -> Answer:
             return Answer(task, wd, pair, empty=(layers, bal if nb == 0 else imb))
         rb, ri = kb / nb, ki / ni
         _, p = fisher(ki, ni, kb, nb)
-        moves[layers] = Move("rises" if ri > rb else "falls" if ri < rb else "stays", rb, ri, p)
+        _, p_one = fisher(ki, ni, kb, nb, alternative="greater" if layers == 2 else "less")
+        moves[layers] = Move("rises" if ri > rb else "falls" if ri < rb else "stays", rb, ri, p, p_one,
+                             fisher_fragility(ki, ni, kb, nb))
+    pairs = sub[sub["layers"].isin([1, 2])]
     try:
-        slopes = simple_slopes(sub[sub["layers"].isin([1, 2])])
+        slopes = simple_slopes(pairs)
     except ValueError:
-        slopes = None
-    return Answer(task, wd, pair, None, moves, slopes, flip_verdict(moves, slopes), kept_to_end(sub))
+        slopes, fragile = None, None
+    else:
+        fragile = flip_fragility(pairs)
+    return Answer(task, wd, pair, None, moves, slopes, flip_verdict(moves, slopes), kept_to_end(sub), fragile)
 
 
 # ---------------------------------------------------------------- statistics
@@ -227,12 +241,15 @@ def chance(task: str) -> float:
     raise ValueError(f"task: expected a name starting with sum2 or sum3, got {task!r}")
 
 
-def ratio_contrasts(df: pd.DataFrame) -> pd.DataFrame:
+def ratio_contrasts(df: pd.DataFrame, fragility: bool = False) -> pd.DataFrame:
     """Fisher's test between every pair of ratios within each cell but its ratio (task, weight decay, capacity).
 
     Columns: task, weight_decay, layers, heads, ratio_a, ratio_b (ratio_a < ratio_b), rate_a, rate_b,
     odds_ratio (odds of generalizing at ratio_a over ratio_b), p (two-sided, not adjusted for the
-    number of pairs); rows sorted by the first four.
+    number of pairs); rows sorted by the first four. With ``fragility``, also ``fragility``: how many
+    members' outcomes would have to change to reverse the verdict at level 0.05
+    (:func:`seedlab.stats.fisher_fragility`: the fragility index when p < 0.05, the reverse fragility
+    index otherwise; <NA> when no table of these sizes has the other verdict).
     """
     within = [c for c in CELL if c != "ratio"]
     rows = []
@@ -240,8 +257,13 @@ def ratio_contrasts(df: pd.DataFrame) -> pd.DataFrame:
         grp = grp.sort_values("ratio")
         for a, b in itertools.combinations(grp.itertuples(index=False), 2):
             odds, p = fisher(a.k, a.n, b.k, b.n)
-            rows.append((*key, a.ratio, b.ratio, a.rate, b.rate, odds, p))
-    return pd.DataFrame(rows, columns=[*within, "ratio_a", "ratio_b", "rate_a", "rate_b", "odds_ratio", "p"])
+            extra = (fisher_fragility(a.k, a.n, b.k, b.n)["fragility"],) if fragility else ()
+            rows.append((*key, a.ratio, b.ratio, a.rate, b.rate, odds, p, *extra))
+    columns = [*within, "ratio_a", "ratio_b", "rate_a", "rate_b", "odds_ratio", "p"]
+    out = pd.DataFrame(rows, columns=columns + ["fragility"] * fragility)
+    if fragility:
+        out["fragility"] = out["fragility"].astype("Int64")
+    return out
 
 
 def _design(df: pd.DataFrame, reference: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -299,18 +321,171 @@ def simple_slopes(df: pd.DataFrame) -> dict:
     sign: < 0 for 1L, > 0 for 2L; half the two-sided p when the estimate has that sign, else
     1 − p/2), ``method``. ``flip`` is ``p_flip < 0.05``."""
     out = {}
-    for layers, sign in ((1, -1), (2, 1)):
+    for layers, sign in FLIP_SIGNS:
         X, y = _design(df, reference=layers)
         if len(y) == 0 or np.linalg.matrix_rank(X) < X.shape[1]:
             raise ValueError("simple_slopes: not identified (needs 1L and 2L models, each at two or more distances)")
         if y.min() == y.max():
             raise ValueError(f"simple_slopes: generalized is {bool(y[0])} for all {len(y)} members; nothing to contrast")
-        res = logit_coefficient(X, y, TERMS.index("dist"))
-        toward = np.sign(res["estimate"]) == sign
-        res["p_one_sided"] = res["p"] / 2 if toward else 1 - res["p"] / 2
-        out[f"{layers}L"] = res
+        out[f"{layers}L"] = _slope(X, y, sign)
     p_flip = max(out["1L"]["p_one_sided"], out["2L"]["p_one_sided"])
     return out | {"p_flip": float(p_flip), "flip": bool(p_flip < 0.05)}
+
+
+FLIP_SIGNS = ((1, -1), (2, 1))  # (layers, the sign of its slope in the paper's flip)
+
+
+def _slope(X: np.ndarray, y: np.ndarray, sign: int, interval: bool = True) -> dict:
+    """The ``dist`` coefficient of the design ``X`` (:func:`_design`) with ``p_one_sided`` toward ``sign``; without
+    ``interval``, no 95% interval (NaN bounds; estimate and p unchanged)."""
+    res = logit_coefficient(X, y, TERMS.index("dist"), interval=interval)
+    toward = np.sign(res["estimate"]) == sign
+    res["p_one_sided"] = res["p"] / 2 if toward else 1 - res["p"] / 2
+    return res
+
+
+# ---------------------------------------------------------------- how robust the flip verdict is
+
+FLIP_FRAGILITY_MAX = 6  # the most changes :func:`flip_fragility` tries
+
+
+@dataclass(frozen=True)
+class FlipFragility:
+    """How many members' outcomes would have to change to reverse the flip verdict (:func:`flip_fragility`)."""
+
+    shown: bool  # the verdict: the flip is shown (p_flip < alpha)
+    p_flip: float  # :func:`simple_slopes`' p_flip of the data
+    fragility: int | None  # the fewest changes that reverse the verdict; None: not within ``max_changes``
+    max_changes: int  # the search's cap
+    # one reversing set of changes: (layers, ratios of the cell, +m: m more members generalized / -m: m fewer)
+    changes: tuple[tuple[int, tuple[float, ...], int], ...] = ()
+    p_after: float | None = None  # p_flip after those changes; None when the slopes are no longer estimable
+    fits: int = 0  # logistic fits the search ran
+
+    @property
+    def reached(self) -> bool:
+        return self.fragility is not None
+
+
+def _l1_vectors(d: int, lo: list[int], hi: list[int]):
+    """Integer vectors v with sum |v_g| = d and lo[g] <= v[g] <= hi[g], in a fixed order (earlier cells first,
+    increases before decreases)."""
+    G = len(lo)
+
+    def parts(g: int, left: int):
+        if g == G - 1:
+            yield (left,)
+            return
+        for a in range(left, -1, -1):
+            for rest in parts(g + 1, left - a):
+                yield (a, *rest)
+
+    for mags in parts(0, d):
+        for signs in itertools.product(*[(1, -1) if m else (0,) for m in mags]):
+            v = tuple(s * m for s, m in zip(signs, mags))
+            if all(lo[g] <= v[g] <= hi[g] for g in range(G)):
+                yield v
+
+
+def flip_fragility(df: pd.DataFrame, alpha: float = 0.05, max_changes: int = FLIP_FRAGILITY_MAX) -> FlipFragility:
+    """How many members' outcomes (generalized True <-> False) would have to change to reverse the flip verdict of
+    :func:`simple_slopes` on ``df``: shown (p_flip < alpha) becoming not shown, or not shown becoming shown.
+
+    A *cell* here is the members that share a row of the logistic design -- a depth and a distance from chance, so one
+    (layers, ratio) cell of a task's 1L/2L members, heads pooled; the fit sees nothing else of a member, so changes of
+    one direction within a cell are interchangeable and only their count matters. One change turns one member's
+    outcome; a state is a vector of net changes per cell (+m: m more members generalized), reached by sum |m| changes
+    (changing a member and then another of its cell the other way is never shorter). The fit is a logistic regression
+    (Firth's when the data are separated), so p_flip need not move monotonically with the changes: the search is
+    breadth-first and exhaustive, every state at distance 1 (each cell and direction: 8 with four cells), then every
+    state at distance 2 (every multiset of two changes), ... up to ``max_changes``; the first distance with a state
+    that reverses the verdict is the fragility. A state whose outcomes no longer vary (the slopes are not estimable)
+    counts as "flip not shown".
+
+    Each state's p-values are those :func:`simple_slopes` computes on the changed frame (the same code, without the
+    intervals), with one shortcut: ``dist * cap`` fits one logistic line per depth, so the likelihood, Firth's penalty
+    (up to a constant) and the 1L slope's estimate and p depend on the 1L members alone, given the method; the method
+    (Firth when the data are separated, which they are when either depth's are) is the one link between the depths.
+    A p-value is therefore fitted once per (depth, that depth's changes, method) and reused for every state that shares
+    them -- equal to refitting up to the fits' convergence tolerance. The 1L slope is looked at first: when its
+    one-sided p >= alpha, the flip is not shown whatever the 2L slope's.
+
+    Returns a :class:`FlipFragility`; ``fragility`` None means more than ``max_changes`` changes are needed; ``p_after``
+    is refitted on the reversing state found (no reuse). Raises ValueError when :func:`simple_slopes` does on ``df``. Cost,
+    four cells of 32 members, six changes: at most 1,288 states and a few hundred p-only fits (about a second); six
+    cells (three ratios), about 9,000 states (a few seconds).
+    """
+    base = simple_slopes(df)
+    shown = bool(base["p_flip"] < alpha)
+    designs = {layers: _design(df, reference=layers)[0] for layers, _ in FLIP_SIGNS}
+    y0 = _design(df)[1]
+    rows, cell_of = np.unique(designs[1][:, 1:3], axis=0, return_inverse=True)  # (dist, cap) per cell
+    cell_of = np.asarray(cell_of).ravel()
+    members = [np.flatnonzero(cell_of == c) for c in range(len(rows))]
+    n = [len(m) for m in members]
+    k = [int(y0[m].sum()) for m in members]
+    ratios = df["ratio"].to_numpy(float)
+    labels = [(2 if cap else 1, tuple(sorted(set(ratios[m].tolist())))) for (_, cap), m in zip(rows, members)]
+    # per depth: its cells, its members and its own design [1, dist] (the joint design's first two columns there)
+    cells = {layers: [c for c in range(len(rows)) if labels[c][0] == layers] for layers, _ in FLIP_SIGNS}
+    own = {layers: np.concatenate([members[c] for c in cs]) for layers, cs in cells.items()}
+    part_design = {layers: designs[1][idx][:, :2] for layers, idx in own.items()}
+    sep_cache: dict[tuple, bool] = {}
+    p_cache: dict[tuple, float] = {}
+    fits = 0
+
+    def outcomes(v) -> np.ndarray:
+        y = np.zeros(len(y0))
+        for m, kg, dv in zip(members, k, v):
+            y[m[: kg + dv]] = 1.0
+        return y
+
+    def part(v, layers: int) -> tuple:
+        return tuple(v[c] for c in cells[layers])
+
+    def method(v, y: np.ndarray) -> str:
+        seps = []
+        for layers, _ in FLIP_SIGNS:
+            key = (layers, part(v, layers))
+            if key not in sep_cache:
+                sep_cache[key] = separated(part_design[layers], y[own[layers]])
+            seps.append(sep_cache[key])
+        return "firth-profile-lr" if any(seps) else "mle-wald"
+
+    def fit_p(y: np.ndarray, layers: int, sign: int) -> dict:
+        nonlocal fits
+        fits += 1
+        return _slope(designs[layers], y, sign, interval=False)
+
+    def p_of(v, y: np.ndarray, m: str, layers: int, sign: int, fresh: bool = False) -> tuple[float, bool]:
+        """The slope's one-sided p for state v, reused when fitted before under method m (unless ``fresh``), and
+        whether the method is m (a fit may choose Firth's regression although neither depth is separated: the MLE did
+        not converge)."""
+        key = (layers, part(v, layers), m)
+        if fresh or key not in p_cache:
+            res = fit_p(y, layers, sign)
+            p_cache[(layers, part(v, layers), res["method"])] = res["p_one_sided"]
+            return res["p_one_sided"], res["method"] == m
+        return p_cache[key], True
+
+    def reverses(v, y: np.ndarray) -> bool:
+        if y.min() == y.max():
+            return shown  # nothing to contrast: the flip is not shown
+        m = method(v, y)
+        p1, as_expected = p_of(v, y, m, *FLIP_SIGNS[0])
+        if p1 >= alpha:  # p_flip >= the 1L p: not shown whatever the 2L slope
+            return shown
+        return (p_of(v, y, m, *FLIP_SIGNS[1], fresh=not as_expected)[0] < alpha) != shown
+
+    lo, hi = [-kg for kg in k], [ng - kg for ng, kg in zip(n, k)]
+    for d in range(1, max_changes + 1):
+        for v in _l1_vectors(d, lo, hi):
+            y = outcomes(v)
+            if reverses(v, y):
+                p_after = None if y.min() == y.max() else float(max(fit_p(y, *ls)["p_one_sided"] for ls in FLIP_SIGNS))
+                changes = tuple((*labels[c], dv) for c, dv in enumerate(v) if dv)
+                return FlipFragility(shown, base["p_flip"], d, max_changes, changes, p_after, fits)
+    return FlipFragility(shown, base["p_flip"], None, max_changes, fits=fits)
 
 
 def depths_left_out(summary: pd.DataFrame) -> list[int]:
@@ -319,15 +494,16 @@ def depths_left_out(summary: pd.DataFrame) -> list[int]:
 
 
 def interaction_fits(summary: pd.DataFrame) -> list[dict]:
-    """:func:`interaction_logit` and :func:`simple_slopes` of the 1- and 2-layer members of every task, weight decay and
-    head count, in that order: dicts with ``task, weight_decay, heads`` and either ``fit`` and ``slopes`` or
-    ``error`` (why they are not estimable)."""
+    """:func:`interaction_logit`, :func:`simple_slopes` and :func:`flip_fragility` of the 1- and 2-layer members of every
+    task, weight decay and head count, in that order: dicts with ``task, weight_decay, heads`` and either ``fit``,
+    ``slopes`` and ``fragility`` or ``error`` (why they are not estimable)."""
     fits = []
     pairs = summary[summary["layers"].isin([1, 2])]
     for (task, wd, heads), sub in pairs.groupby([*GROUP, "heads"], sort=True):
         where = {"task": task, "weight_decay": wd, "heads": heads}
         try:
-            fits.append(where | {"fit": interaction_logit(sub), "slopes": simple_slopes(sub)})
+            fits.append(where | {"fit": interaction_logit(sub), "slopes": simple_slopes(sub),
+                                 "fragility": flip_fragility(sub)})
         except ValueError as e:
             fits.append(where | {"error": str(e)})
     return fits
