@@ -325,6 +325,7 @@ def test_fragility_one_sided_fisher_and_cadence_in_the_report(tmp_path):
     text = write_report(tmp_path).read_text()
     assert ("**Cadence:** evaluations every 10 epochs (`train.eval_every`), the adversarial split alone also every 5 "
             "epochs (`train.adv_every`)") in text and "precision bf16 (`train.precision`)" in text
+    assert "### Cadence: every 5 epoch(s) vs the evaluations every 10" in text  # the sensitivity table (test_stats)
     # the answer's Fisher verdicts: 0/10 -> 7/10 (2L) loses significance after 2 changes (1/10 vs 6/10), 3/10 -> 0/10
     # (1L) gains it after 2 (5/10 vs 0/10)
     assert fisher_fragility(7, 10, 0, 10)["fragility"] == 2 and fisher_fragility(0, 10, 3, 10)["fragility"] == 2

@@ -167,3 +167,22 @@ def test_a_three_layer_model_is_not_one_layer():
     for fn in (interaction_logit, simple_slopes):
         with pytest.raises(ValueError, match=r"capacity: compares 1- and 2-layer models, got layers \[3\]"):
             fn(three)
+
+
+def test_at_evaluations_counts_only_the_evaluations_and_keeps_jobs_apart():
+    from seedlab.shortcut.stats import at_evaluations, cadence_rates
+
+    cell = {"task": "sum2-max", "weight_decay": 1.0, "heads": 2}
+    summary = pd.DataFrame([
+        {"job": "a", "member": 0, "layers": 1, "ratio": 0.5, "seed": 0, "generalized": True, "retained": False, **cell},  # hit between evaluations only
+        {"job": "a", "member": 1, "layers": 1, "ratio": 0.5, "seed": 1, "generalized": True, "retained": True, **cell},   # hit at an evaluation
+        {"job": "b", "member": 2, "layers": 1, "ratio": 0.5, "seed": 2, "generalized": False, "retained": False, **cell},
+    ])
+    ev = lambda job, m, acc: [{"job": job, "member": m, "epoch": e, "split": s, "acc": a}
+                              for e, a in zip((0, 10, 20), acc) for s in ("adv", "val")]
+    curves = pd.DataFrame(ev("a", 0, (0.5, 0.99, 0.98)) + ev("a", 1, (0.5, 1.0, 0.9)) + ev("b", 2, (0.5, 0.7, 0.8))
+                          # another job's member 2 at 100% must not count for job b's member 2
+                          + ev("c", 2, (1.0, 1.0, 1.0)))
+    assert at_evaluations(summary, curves).tolist() == [False, True, False]
+    table, _, _ = cadence_rates(summary, curves)
+    assert table[["members", "generalized", "at_evaluations", "added"]].values.tolist() == [[3, 2, 1, 1]]

@@ -116,6 +116,10 @@ def test_adv_every_sees_what_evaluating_every_epoch_sees():
     assert sorted(sparse.curves.epoch.unique()) == [0, 6, 12]
     assert (coarse.summary.peak_adv_acc <= every.summary.peak_adv_acc).all()
     assert (coarse.summary.peak_adv_acc < every.summary.peak_adv_acc).any()  # the cadence mattered here
+    # the report's sensitivity column: the sparse run counted at its evaluations alone is the coarse run
+    from seedlab.shortcut.stats import at_evaluations
+
+    assert at_evaluations(sparse.summary, sparse.curves).tolist() == coarse.summary.generalized.tolist()
 
 
 def test_adv_prefix_is_the_first_wrong_row():

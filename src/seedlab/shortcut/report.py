@@ -45,7 +45,7 @@ def write_report(run_dir: str | Path) -> Path:
     for (task, wd), cells in rates.groupby(GROUP, sort=True):
         rep.add(headline_table(task, wd, cells))
     rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary),
-            split_size_section(summary, adv_split_size(folder)))
+            split_size_section(summary, adv_split_size(folder)), cadence_section(summary, folder))
     rep.add("## Figures")
     rep.add(figure_block(figures.rate_vs_ratio_figure(summary, rates, folder)))
     rep.add(figure_block(figures.curves_figure(summary, folder, *stats.answer_group(summary))))
@@ -387,6 +387,27 @@ def criteria_table(summary: pd.DataFrame, criteria: dict[str, pd.Series]) -> str
 
 
 # ---------------------------------------------------------------- tables beside the figures
+
+
+def cadence_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
+    """With ``train.adv_every`` set: each cell's rate counted at every check and at the evaluations alone, and the flip
+    test both ways (a sensitivity analysis of the cadence; training is the same either way)."""
+    cad = train_cadence(folder)
+    if not cad or not cad["adv_every"] or not folder.curves_path.is_file():
+        return ""
+    curves = pd.read_parquet(folder.curves_path, columns=[c for c in ("job", "member", "epoch", "split", "acc")
+                                                          if c != "job" or "job" in summary])
+    table, every, evals = stats.cadence_rates(summary, curves)
+    rows = [[*cell_label(t.task, t.weight_decay, t.layers, t.heads, t.ratio), str(t.members),
+             f"{t.generalized} ({pct(t.generalized / t.members)})", f"{t.at_evaluations} ({pct(t.at_evaluations / t.members)})",
+             str(t.added)] for t in table.itertuples(index=False)]
+    flip = lambda s: "not estimable" if s is None else f"p (flip) = {fmt_p(s['p_flip'])}, {'shown' if s['flip'] else 'not shown'}"
+    return (f"### Cadence: every {cad['adv_every']} epoch(s) vs the evaluations every {cad['eval_every']}\n\n"
+            "The adversarial checks between evaluations are read-only, so the members trained the same either way; "
+            "counting only the evaluations is the run at the sparser cadence.\n\n"
+            + md_table(["task", "weight decay", "model", "r", "members", f"generalized (every {cad['adv_every']})",
+                        f"at the evaluations (every {cad['eval_every']})", "added by the denser check"], rows)
+            + f"\n\nThe flip test: {flip(every)} counting every check; {flip(evals)} counting the evaluations alone.")
 
 
 def transient_counts(summary: pd.DataFrame) -> str:

@@ -792,3 +792,38 @@ def fingerprint_medians(summary: pd.DataFrame, circuits: pd.DataFrame, columns: 
     (NaN where no seed has one)."""
     return per_component(summary, circuits, lambda d: {c: float(d[c].median()) if d[c].notna().any() else np.nan
                                                        for c in columns})
+
+
+# ---------------------------------------------------------------- cadence
+
+
+def at_evaluations(summary: pd.DataFrame, curves: pd.DataFrame) -> pd.Series:
+    """Per member (``summary``'s order): generalized counting only the evaluations (every ``eval_every`` epochs and
+    the last, the rows of ``curves``), not the ``adv_every`` checks between them: adversarial accuracy exactly 1.0 at
+    one of them. Training does not depend on the checks (they are read-only), so this is the member's outcome had the
+    run checked at the evaluation cadence alone."""
+    keys = [k for k in ("job", "member") if k in summary and k in curves]
+    adv = curves[curves["split"] == "adv"]
+    hit = adv.assign(hit=adv["acc"] == 1.0).groupby(keys)["hit"].any()
+    return pd.Series(hit.reindex(pd.MultiIndex.from_frame(summary[keys]) if len(keys) > 1 else summary[keys[0]])
+                     .fillna(False).to_numpy(dtype=bool), index=summary.index)
+
+
+def cadence_rates(summary: pd.DataFrame, curves: pd.DataFrame) -> tuple[pd.DataFrame, dict | None, dict | None]:
+    """What a denser adversarial check adds: per cell ``*CELL, members, generalized`` (every check) ``,
+    at_evaluations`` (:func:`at_evaluations`) ``, added``; and the flip test (:func:`simple_slopes`) of the answer's
+    group counted both ways (None where the slopes are not estimable)."""
+    evals = at_evaluations(summary, curves)
+    rows = [(*key, len(d), int(d["generalized"].sum()), int(evals[d.index].sum()),
+             int(d["generalized"].sum() - evals[d.index].sum())) for key, d in by_cell(summary)]
+    table = pd.DataFrame(rows, columns=[*CELL, "members", "generalized", "at_evaluations", "added"])
+    group = in_group(summary, *answer_group(summary))
+    group = group[group["layers"].isin([1, 2])]
+
+    def slopes(df: pd.DataFrame) -> dict | None:
+        try:
+            return simple_slopes(df)
+        except ValueError:
+            return None
+
+    return table, slopes(group), slopes(group.assign(generalized=evals[group.index]))
