@@ -169,3 +169,19 @@ def test_adam_step_predicts_the_trainers_update(tokens):
     want = adam.update(g)
     assert float((moved - want).norm()) < 1e-4 * float(want.norm())
     assert not adam.delta(g, g).any()
+
+
+def test_bf16_on_cpu_runs_the_forward_in_bf16_keeps_fp32_state_and_is_bitwise_reproducible(tokens):
+    runs = []
+    for precision in ("bf16", "bf16", "fp32"):
+        t = Trainer(Settings(precision=precision), GCFG, 1, tokens)
+        seen = []
+        hook = t.model.blocks[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+        for _ in range(4):
+            t.advance({0: PASSAGE})
+        hook.remove()
+        assert seen[0] == (torch.bfloat16 if precision == "bf16" else torch.float32)  # autocast acts on CPU too
+        assert all(v.dtype == torch.float32 for v in t.weights().values())  # master weights stay fp32
+        runs.append(_state(t))
+    assert runs[0] == runs[1]  # bf16 on one machine: the same bits
+    assert runs[0] != runs[2]  # ... and not fp32's
