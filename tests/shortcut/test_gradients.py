@@ -72,6 +72,8 @@ def test_training_writes_gradients(tmp_path):
     assert len(g) == 4 * 3
     full = g[g.member == 2]  # r = 1: no anti-shortcut samples, so no conflict to measure
     assert full.cosine.isna().all() and full.per_example_ratio.isna().all()
+    assert full.loss_anti.isna().all() and full.logit_grad_ratio.isna().all() and (full.loss_consistent > 0).all()
+    assert (g[g.member < 2][["loss_consistent", "loss_anti", "logit_grad_ratio"]] > 0).all().all()
     assert g[g.member < 2].cosine.between(-1, 1).all()
     heads = pd.read_parquet(tmp_path / "gradients_heads.parquet")  # one row per member, epoch, layer and head
     assert list(heads.columns) == ["member", "epoch", "layer", "head", "cosine", "pair_cosine"]
@@ -228,3 +230,50 @@ def test_pair_cosine_of_vectors_in_pieces_equals_the_concatenation():
     b = [torch.randn(2, 5, *sh, generator=g) for sh in shapes]
     flat = lambda parts: torch.cat([t.reshape(*t.shape[:2], -1) for t in parts], -1)
     assert torch.allclose(pair_cosine_parts(a, b), pair_cosine_parts([flat(a)], [flat(b)]), atol=1e-6)
+
+
+def test_group_losses_and_logit_gradient_ratio_against_direct_computation():
+    """loss_consistent / loss_anti: each group's mean cross-entropy computed with a solo model; logit_grad_ratio: the
+    anti/consistent ratio of the mean |dl_j/dz_j|, the per-example gradients with respect to the logits taken by
+    autograd; a member without anti-shortcut rows has no anti loss and no ratio."""
+    torch.manual_seed(4)
+    S, n = 3, 40
+    ens = EnsembleTransformer(ModelConfig(layers=1, heads=2, d_model=16, d_ff=32, init_std=0.5), S, 10, 5, 3)
+    ens.init_members([1, 2, 3])
+    x, y = torch.randint(0, 10, (S, n, 5)), torch.randint(0, 3, (S, n))
+    cons = torch.rand(S, n) < 0.7
+    cons[2] = True
+    got = measure(ens, x, y, cons, [0.7, 0.7, 1.0], epoch=0, chunk=7, sample=0, classes=[3] * S).members
+    for i in range(2):
+        solo = _solo(ens, i)
+        logits = solo(x[i][None])[0].detach().requires_grad_()
+        ce = F.cross_entropy(logits, y[i], reduction="none")
+        (dz,) = torch.autograd.grad(ce.sum(), logits)  # row j holds dl_j/dz_j: each loss reads its own logits
+        norms = dz.norm(dim=-1)
+        row = got.iloc[i]
+        assert row.loss_consistent == pytest.approx(ce[cons[i]].mean().item(), rel=1e-5)
+        assert row.loss_anti == pytest.approx(ce[~cons[i]].mean().item(), rel=1e-5)
+        assert row.logit_grad_ratio == pytest.approx((norms[~cons[i]].mean() / norms[cons[i]].mean()).item(), rel=1e-5)
+    full = got.iloc[2]
+    assert full.loss_consistent > 0 and np.isnan(full.loss_anti) and np.isnan(full.logit_grad_ratio)
+
+
+def test_logit_gradient_norm_of_a_saturated_row_is_not_zero():
+    """|softmax - onehot| from the other classes' probabilities: p_y rounds to 1 in float32, the norm does not to 0."""
+    from seedlab.shortcut.gradients import logit_grad_norms
+
+    z = torch.tensor([[30.0, 0.0, 0.0], [0.0, 1.0, 2.0]])
+    p = torch.softmax(z.double(), -1)
+    want = (p - F.one_hot(torch.tensor([0, 1]), 3).double()).norm(dim=-1)
+    assert torch.softmax(z, -1)[0, 0] == 1.0
+    assert torch.allclose(logit_grad_norms(z, torch.tensor([0, 1])).double(), want, rtol=1e-3, atol=0)  # float32's exp
+
+
+@pytest.mark.parametrize(("command", "value"), [("train", "0"), ("train", "1"), ("sweep", "1.5")])
+def test_a_saturated_loss_outside_0_1_is_a_one_line_error(tmp_path, seedlab_cli, command, value):
+    (tmp_path / "c.yaml").write_text("train: {epochs: 1}\n")
+    rc, _, err = seedlab_cli("shortcut", command, "c.yaml", "--out", "out", "--set", f"train.gradients.saturated_loss={value}")
+    assert rc == 2 and err.startswith("error: train.gradients.saturated_loss: Input should be ") and err.count("\n") == 1
+    assert f"got {value}" in err and not (tmp_path / "out").exists()
+
+

@@ -354,3 +354,69 @@ def test_fragility_one_sided_fisher_and_cadence_in_the_report(tmp_path):
     assert "precision fp32 (`train.precision`)" in line
     (tmp_path / "config.yaml").unlink()
     assert "unknown" in cadence_text(train_cadence(open_folder(tmp_path)))
+
+
+def test_amplification_in_the_saturated_window_in_both_spaces(tmp_path):
+    """The window is set by train.gradients.saturated_loss from the folder's config (its default without one); the
+    table shows the logit-space ratio beside the calibrated model's and the parameter-space ratio."""
+    from seedlab.shortcut.report import gradient_tables
+    from seedlab.shortcut.rundir import SweepDir
+
+    summary = make_sweep(tmp_path, {(2, 0.9): 2}, seeds=4)
+    losses = {0: 0.01, 50: 0.03, 100: 0.08}  # the consistent group's mean loss at each epoch
+    rows = [{"member": m.member, "epoch": e, "cosine": -0.1, "pair_cosine": -0.1, "loss_consistent": lc, "loss_anti": 1.0,
+             "logit_grad_ratio": 10.0 + e / 10 + m.seed, "per_example_ratio": 3.0 + m.seed, "expected_ratio": 9.0}
+            for m in summary.itertuples() for e, lc in losses.items()]
+    pd.DataFrame(rows).to_parquet(tmp_path / "gradients.parquet", index=False)
+    header = "| task | model | r | members saturated | logit space (25/50/75%) | calibrated model | parameter space (25/50/75%) |"
+    text = gradient_tables(summary, SweepDir(tmp_path))
+    # default 0.05: epochs 0 and 50, so member medians 12.5 + seed (seeds 0..3) -> quartiles 13.25 / 14 / 14.75
+    assert "is below 0.05 nats (`train.gradients.saturated_loss`)" in text and header in text
+    assert "| sum2-max | 2L/2H | 0.9 | 4/4 | 13.2 / 14 / 14.8 | 9 | 3.75 / 4.5 / 5.25 |" in text
+    (tmp_path / "sweep.yaml").write_text("train:\n  gradients: {enabled: true, saturated_loss: 0.02}\n")
+    text = gradient_tables(summary, SweepDir(tmp_path))  # epoch 0 alone: 10 + seed
+    assert "is below 0.02 nats" in text and "| sum2-max | 2L/2H | 0.9 | 4/4 | 10.8 / 11.5 / 12.2 | 9 | 3.75 / 4.5 / 5.25 |" in text
+    (tmp_path / "sweep.yaml").write_text("train:\n  gradients: {saturated_loss: 0.005}\n")
+    assert "| sum2-max | 2L/2H | 0.9 | 0/4 | — / — / — | 9 | — / — / — |" in gradient_tables(summary, SweepDir(tmp_path))
+
+
+def test_head_conflict_against_the_other_heads(tmp_path):
+    """With circuits.parquet: the shortcut head's conflict beside the mean of each member's other heads, generalizing
+    and non-generalizing members apart, as shapes (✓ by the rule with its minimum rise) and mean [95% t interval]."""
+    from seedlab.shortcut.report import head_conflict_section
+    from seedlab.shortcut.rundir import SweepDir
+    from seedlab.stats import mean_ci
+
+    summary = make_sweep(tmp_path, {(2, 0.9): 2}, seeds=4, heads=2)
+    epochs = (0, 50, 100)
+    shortcut = {True: [0.2, -0.6, -0.1], False: [0.2, -0.6, -0.5]}  # in the shortcut head: resolves / persists
+    rows, grows, crows = [], [], []
+    for m in summary.itertuples():
+        for i, e in enumerate(epochs):
+            grows.append({"member": m.member, "epoch": e, "cosine": -0.1, "pair_cosine": -0.1})
+            for layer, head in ((0, 0), (0, 1), (1, 0), (1, 1)):
+                own = (layer, head) == (1, m.seed % 2)  # the shortcut head: L1H0 or L1H1
+                c = shortcut[m.generalized][i] + 0.01 * m.seed if own else -0.05 + 0.01 * layer
+                rows.append({"member": m.member, "epoch": e, "layer": layer, "head": head, "cosine": c, "pair_cosine": c / 2})
+                crows.append({"member": m.member, "epoch": e, "layer": layer, "head": head,
+                              "qk_rho_value": 0.9 if own else 0.1, "attn_pos0": 0.0})
+    pd.DataFrame(grows).to_parquet(tmp_path / "gradients.parquet", index=False)
+    heads = pd.DataFrame(rows)
+    heads.to_parquet(tmp_path / "gradients_heads.parquet", index=False)
+    pd.DataFrame(crows).to_parquet(tmp_path / "circuits.parquet", index=False)
+    section = head_conflict_section(summary, SweepDir(tmp_path)).split("#### Against a control: the shortcut head and the other heads", 1)[1]
+    assert "| model | generalized | head | members | cosine: lowest → last | pair_cosine: lowest → last |" in section
+    # medians over members: generalized 0.205 -> -0.595 -> -0.095 in the shortcut head; the other heads flat
+    assert "| 2L | yes | shortcut | 2 | -0.595 → -0.095 ✓ | -0.297 → -0.0475 ✓ |" in section
+    assert "| 2L | no | shortcut | 2 | -0.575 → -0.475 |" in section
+    assert "| 2L | yes | other | 2 | -0.0467 → -0.0467 |" in section  # (-0.05 - 0.05 - 0.04) / 3
+    assert ("| model | r | generalized | epoch | members | cosine: shortcut head | cosine: other heads | "
+            "pair_cosine: shortcut head | pair_cosine: other heads |") in section
+    mean, lo, hi, _ = mean_ci([-0.1, -0.09])  # generalized seeds 0 and 1 at epoch 100
+    assert f"| 2L/2H | 0.9 | yes | 100 | 2 | {fmt(mean)} [{fmt(lo)}, {fmt(hi)}] | -0.0467 [-0.0467, -0.0467] |" in section
+
+
+def fmt(x: float) -> str:
+    from seedlab.reporting import fmt_num
+
+    return fmt_num(x)

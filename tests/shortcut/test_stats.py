@@ -186,3 +186,86 @@ def test_at_evaluations_counts_only_the_evaluations_and_keeps_jobs_apart():
     assert at_evaluations(summary, curves).tolist() == [False, True, False]
     table, _, _ = cadence_rates(summary, curves)
     assert table[["members", "generalized", "at_evaluations", "added"]].values.tolist() == [[3, 2, 1, 1]]
+
+
+def test_resolving_toward_zero_needs_a_minimum_rise():
+    """A shallow wobble back toward 0 is not "resolves": the rise from the most negative value to the last must be at
+    least MIN_RISE (0.1), besides ending within half that value's size of 0."""
+    from seedlab.shortcut.stats import MIN_RISE, conflict_shape, resolves_toward_zero
+
+    assert MIN_RISE == 0.1
+    wobble = pd.Series([0.05, -0.04, -0.01])  # within half of -0.04 of 0, but a rise of 0.03
+    assert not resolves_toward_zero(wobble) and resolves_toward_zero(wobble, min_rise=0.02)
+    deep = pd.Series([0.3, -0.5, -0.3, -0.2])  # a rise of 0.3, ending at 0.2 <= 0.25
+    assert resolves_toward_zero(deep) and not resolves_toward_zero(deep, min_rise=0.31)
+    assert resolves_toward_zero(pd.Series([0.0, -0.2, -0.1]))  # a rise of exactly 0.1 counts
+    assert not resolves_toward_zero(pd.Series([0.0, -0.5, -0.3]))  # risen 0.2 but still beyond half of -0.5
+    assert not resolves_toward_zero(pd.Series([0.0, -0.5, 0.5]))  # an overshoot is not toward 0
+    shape = conflict_shape(wobble)
+    assert (shape.lowest, shape.last, shape.resolves) == (-0.04, -0.01, False)
+
+
+def _grads_frame(series: dict[int, list[tuple]], **more) -> pd.DataFrame:
+    """gradients.parquet rows: member -> [(epoch, loss_consistent, loss_anti, logit_grad_ratio, per_example_ratio)]."""
+    return pd.DataFrame([{"member": m, "epoch": e, "loss_consistent": lc, "loss_anti": la, "logit_grad_ratio": lr,
+                          "per_example_ratio": pr, "expected_ratio": 9.0, **more}
+                         for m, rows in series.items() for e, lc, la, lr, pr in rows])
+
+
+def test_the_saturated_window_follows_the_threshold():
+    """Amplification is measured where the majority group's mean loss is below the threshold: the consistent group's
+    at r >= 1/2, the anti group's below; per member the median there, then quartiles over members with a window."""
+    from seedlab.shortcut.stats import amplification
+
+    summary = pd.DataFrame([{"member": m, "task": "sum2-max", "layers": 2, "heads": 1, "ratio": r}
+                            for m, r in ((0, 0.9), (1, 0.9), (2, 0.15))])
+    grads = _grads_frame({
+        0: [(0, 0.7, 0.7, 1.0, 1.0), (10, 0.04, 0.9, 8.0, 3.0), (20, 0.01, 0.8, 12.0, 5.0), (30, 0.2, 0.2, 2.0, 2.0)],
+        1: [(0, 0.7, 0.7, 1.0, 1.0), (10, 0.08, 0.9, 6.0, 2.0), (20, 0.06, 0.9, 20.0, 7.0)],
+        2: [(0, 0.7, 0.7, 1.0, 1.0), (10, 0.9, 0.03, 0.2, 0.5), (20, 0.01, 0.9, 50.0, 50.0)],  # anti is the majority
+    })
+    strict = amplification(summary, grads, 0.05).set_index("ratio")
+    # r = 0.9 below 0.05: member 0 at epochs 10 and 20 (medians 10 and 4), member 1 never
+    assert strict.loc[0.9, ["members", "saturated"]].tolist() == [2, 1]
+    assert strict.loc[0.9, ["logit_q25", "logit_q50", "logit_q75"]].tolist() == [10.0] * 3
+    assert strict.loc[0.9, "param_q50"] == 4.0 and strict.loc[0.9, "expected"] == 9.0
+    # r = 0.15: the anti group's loss decides (epoch 10), not the consistent group's (epoch 20)
+    assert strict.loc[0.15, ["saturated", "logit_q50", "param_q50"]].tolist() == [1, 0.2, 0.5]
+    loose = amplification(summary, grads, 0.1).set_index("ratio")  # member 1 joins: epochs 10 and 20, median 13
+    assert loose.loc[0.9, "saturated"] == 2
+    assert loose.loc[0.9, ["logit_q25", "logit_q50", "logit_q75"]].tolist() == pytest.approx([10.75, 11.5, 12.25])
+    assert amplification(summary, grads.drop(columns="loss_consistent"), 0.05).empty  # an older gradients.parquet
+
+
+def test_head_conflict_intervals_against_a_control():
+    """Per member: its shortcut head, and the mean over its other heads; then mean and 95% t interval over members,
+    generalizing and non-generalizing members apart; members without a shortcut head left out."""
+    from seedlab.shortcut.stats import head_conflict_intervals, head_roles
+    from seedlab.stats import mean_ci
+
+    cell = {"task": "sum2-max", "weight_decay": 0.1, "layers": 2, "heads": 2, "ratio": 0.9}
+    summary = pd.DataFrame([{"member": m, "generalized": m < 3, **cell} for m in range(6)])
+    rng = np.random.default_rng(0)
+    heads = pd.DataFrame([{"member": m, "epoch": e, "layer": la, "head": h, "cosine": rng.uniform(-1, 1),
+                           "pair_cosine": rng.uniform(-1, 1)}
+                          for m in range(6) for e in (0, 50) for la in (0, 1) for h in (0, 1)])
+    chosen = pd.DataFrame({"member": [0, 1, 2, 3, 4], "layer": [0, 1, 1, 0, 0], "head": [1, 0, 0, 0, 1]})  # not 5
+    roles = head_roles(heads, chosen)
+    assert set(roles.member) == {0, 1, 2, 3, 4} and len(roles) == 5 * 2 * 2
+    for m, la, h in chosen.itertuples(index=False):
+        rows = heads[(heads.member == m) & (heads.epoch == 50)]
+        mine = (rows.layer == la) & (rows["head"] == h)
+        own = roles[(roles.member == m) & (roles.epoch == 50)].set_index("role")
+        assert own.loc["shortcut", "cosine"] == rows[mine].cosine.item()
+        assert own.loc["other", "pair_cosine"] == pytest.approx(rows[~mine].pair_cosine.mean())
+    iv = head_conflict_intervals(summary, roles)
+    assert len(iv) == 2 * 2 * 2  # outcome x epoch x role
+    for gen, ms in ((True, [0, 1, 2]), (False, [3, 4])):
+        for role in ("shortcut", "other"):
+            row = iv[(iv.generalized == gen) & (iv.epoch == 50) & (iv.role == role)].iloc[0]
+            vals = roles[roles.member.isin(ms) & (roles.epoch == 50) & (roles.role == role)].cosine
+            mean, lo, hi, n = mean_ci(vals)
+            assert row.members == n == len(ms)
+            assert (row.cosine, row.cosine_lo, row.cosine_hi) == pytest.approx((mean, lo, hi))
+            half = stats.t.ppf(0.975, n - 1) * vals.std(ddof=1) / np.sqrt(n)
+            assert row.cosine_hi - row.cosine == pytest.approx(half)

@@ -236,9 +236,15 @@ def test_a_field_added_later_renames_no_job_at_its_old_value():
     from seedlab.shortcut.config import LATER_FIELDS
     from seedlab.store import content_hash
 
+    from seedlab.shortcut.config import REPORT_ONLY
+
     fp32 = plan(parse(SweepConfig, SMALL))
     for job in fp32:  # the key is the hash of the config as it was before the fields existed
-        before = {**job.config, "train": {k: v for k, v in job.config["train"].items() if ("train", k) not in LATER_FIELDS}}
-        assert job.key == content_hash(before)
+        train = {k: v for k, v in job.config["train"].items() if ("train", k) not in LATER_FIELDS}
+        train["gradients"] = {k: v for k, v in train["gradients"].items() if ("train", "gradients", k) not in REPORT_ONLY}
+        assert job.key == content_hash({**job.config, "train": train})
+    # a report-only field never renames a job, at any value
+    threshold = SMALL | {"train": SMALL["train"] | {"gradients": {"saturated_loss": 0.01}}}
+    assert [j.key for j in plan(parse(SweepConfig, threshold))] == [j.key for j in fp32]
     bf16 = plan(parse(SweepConfig, SMALL | {"train": SMALL["train"] | {"precision": "bf16"}}))
     assert not {j.key for j in bf16} & {j.key for j in fp32}  # another value: other jobs

@@ -83,11 +83,16 @@ class GradientsConfig(Strict):
     enabled: bool = False
     every: Pos = 50  # epochs between measurements (and epoch 0)
     sample: Annotated[int, Field(ge=0)] = 64  # examples per group for per-example gradient norms (0: skip)
+    # nats: the report's saturated window is the measured epochs at which the majority group's mean training loss
+    # (shortcut-consistent at r >= 1/2) is below this; read by the report only, training does not use it
+    saturated_loss: Annotated[float, Field(gt=0, lt=1)] = 0.05
 
 
-#: fields added after sweeps were on record, with the value every older config meant: a job's folder is
-#: the hash of its config without these when they hold that value, so adding a field renames no job
-LATER_FIELDS: dict[tuple[str, str], object] = {("train", "precision"): "fp32"}
+#: fields added after sweeps were on record (a path into the config), with the value every older config meant: a
+#: job's folder is the hash of its config without these when they hold that value, so adding a field renames no job
+LATER_FIELDS: dict[tuple[str, ...], object] = {("train", "precision"): "fp32"}
+#: fields only the report reads: never part of a job's hash, so changing one re-reports without retraining
+REPORT_ONLY: set[tuple[str, ...]] = {("train", "gradients", "saturated_loss")}
 
 CHUNK_CPU, CHUNK_CUDA = 8192, 262144  # member-rows per piece for chunk: "auto"
 

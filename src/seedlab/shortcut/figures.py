@@ -259,21 +259,26 @@ def grad_conflict_figure(g: pd.DataFrame, folder: Folder) -> Fig:
 
 
 def grad_amplification_figure(g: pd.DataFrame, folder: Folder) -> Fig:
-    """Per-example gradient norm ratio (anti / consistent) of every member at every measurement, against r/(1-r)."""
-    fig, axes = new_figure(1, 1, w=5.0)
-    ax = axes[0]
-    d = g[np.isfinite(g["expected_ratio"]) & g["per_example_ratio"].notna()]
-    for i, (layers, dd) in enumerate(sorted(d.groupby("layers"), key=lambda kv: -kv[0])):
-        ax.scatter(dd["expected_ratio"], dd["per_example_ratio"], s=8, alpha=0.4, color=f"C{i}", label=f"{layers}L")
-    if len(d):
-        lim = [d["expected_ratio"].min(), d["expected_ratio"].max()]
-        ax.plot(lim, lim, ls="--", color="gray", lw=1, label="a calibrated model's ratio")
-    ax.set(xlabel="calibrated model's ratio (r/(1-r) for two classes)", ylabel="per-example gradient norm, anti / consistent",
-           yscale="log")
-    ax.legend(fontsize=8)
+    """The anti/consistent gradient-norm ratio of every member at every measurement against a calibrated model's, in
+    logit space (the calibrated ratio's own space) and in parameter space; gradients.parquet from before the logit
+    ratio existed: parameter space alone."""
+    spaces = [(c, lab) for c, lab in (("logit_grad_ratio", "logit space: |∂ℓ/∂z|, anti / consistent"),
+                                      ("per_example_ratio", "parameter space: |∂ℓ/∂θ|, anti / consistent"))
+              if c in g and g[c].notna().any()] or [("per_example_ratio", "parameter space: |∂ℓ/∂θ|, anti / consistent")]
+    fig, axes = new_figure(1, len(spaces), w=5.0 * len(spaces))
+    for ax, (col, label) in zip(axes, spaces):
+        d = g[np.isfinite(g["expected_ratio"]) & g[col].notna()]
+        for i, (layers, dd) in enumerate(sorted(d.groupby("layers"), key=lambda kv: -kv[0])):
+            ax.scatter(dd["expected_ratio"], dd[col], s=8, alpha=0.4, color=f"C{i}", label=f"{layers}L")
+        if len(d):
+            lim = [d["expected_ratio"].min(), d["expected_ratio"].max()]
+            ax.plot(lim, lim, ls="--", color="gray", lw=1, label="a calibrated model's ratio")
+        ax.set(xlabel="calibrated model's ratio (r/(1-r) for two classes)", ylabel=label, yscale="log")
+        ax.legend(fontsize=8)
     return Fig("Gradient amplification", save_figure(fig, folder.figure("grad_amplification.png")),
                "Each dot is one member at one measurement. Once the shortcut saturates, anti-shortcut samples carry "
-               "far more gradient than consistent ones (paper: 9-17x at r = 0.9, against r/(1-r) = 9).")
+               "far more gradient than consistent ones (paper: 9-17x at r = 0.9, against r/(1-r) = 9). The calibrated "
+               "model's ratio is measured on the logits' gradient, so the logit-space panel is the like-for-like one.")
 
 
 def circuit_figures(summary: pd.DataFrame, folder: Folder) -> list[Fig]:

@@ -11,12 +11,16 @@ Per member, on its training split, with the current weights:
                                                       together; on the ``sample`` examples of each group
     share_c/a    = <(n_g/n) g_g, g> / |g|^2           each group's share of the full-batch gradient
                                                       g = (n_c g_c + n_a g_a) / n; the shares sum to 1
-    per_example_ratio = mean_j |grad l_j| over anti / over consistent   amplification
-    expected_ratio    = the same ratio for a *calibrated* model that predicts the shortcut's class
-                        with probability r and the other k - 1 classes with (1 - r)/(k - 1) each,
-                        measured on the logits' gradient (p - onehot):
+    per_example_ratio = mean_j |grad l_j| over anti / over consistent   amplification, in parameter space
+    logit_grad_ratio  = mean_j |dl_j/dz_j| over anti / over consistent   amplification in logit space, the
+                        reference's space: dl_j/dz_j = softmax(z_j) - onehot(y_j) for the logits z_j, so no
+                        backward pass; on the whole split
+    expected_ratio    = logit_grad_ratio of a *calibrated* model that predicts the shortcut's class
+                        with probability r and the other k - 1 classes with (1 - r)/(k - 1) each:
                         sqrt((r² + (1 - q)² + (k - 2) q²) / ((1 - r)² k / (k - 1))), q = (1 - r)/(k - 1);
                         r / (1 - r) for k = 2
+    loss_consistent/anti = the group's mean cross-entropy (nats) on the whole split: the report's saturated
+                        window is where the majority group's is below ``train.gradients.saturated_loss``
 
 The paper says the conflict "starts negative and resolves toward 0" as 2L models generalize.
 ``cosine`` compares the group means, which align once the rule fits both groups (it tends to +1);
@@ -30,7 +34,7 @@ the group means' slices, and ``pair_cosine`` normalizes each per-example gradien
 within the slice. A zero vector has no direction: a zero group-mean slice gives ``cosine`` nan,
 and in ``pair_cosine`` an example whose gradient (or slice) is exactly 0 is left out of the pairs
 (:func:`pair_cosine_parts`), as over the whole parameter vector. The report restricts these
-to the shortcut circuit's head.
+to the shortcut circuit's head, against the member's other heads as a control.
 
 :func:`measure` returns both tables (:class:`Measured`): one row per member (``COLUMNS``,
 ``gradients.parquet``) and one per member, layer and head (``HEAD_COLUMNS``,
@@ -55,7 +59,7 @@ from torch.func import functional_call, grad, vmap
 from seedlab.shortcut.model import EnsembleTransformer
 
 COLUMNS = ["member", "epoch", "cosine", "pair_cosine", "norm_consistent", "norm_anti", "share_consistent", "share_anti",
-           "per_example_ratio", "expected_ratio"]
+           "per_example_ratio", "expected_ratio", "loss_consistent", "loss_anti", "logit_grad_ratio"]
 HEAD_COLUMNS = ["member", "epoch", "layer", "head", "cosine", "pair_cosine"]
 HEAD_PARAMS = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O")  # a head's own parameters: the slice [:, h] of each
 
@@ -90,25 +94,51 @@ def head_slices(grads: dict[str, Tensor], layers: int) -> Tensor:
     return torch.stack(per_layer, 1)
 
 
-def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, chunk: int) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor]:
-    """Mean-loss gradients (name -> [S, ...]) over the consistent and anti groups of each member's split."""
+class Groups(NamedTuple):
+    """The two groups of each member's split, from one pass over it (:func:`group_gradients`)."""
+
+    g_c: dict[str, Tensor]  # gradient of the consistent group's mean loss, name -> [S, ...]
+    g_a: dict[str, Tensor]  # the same for the anti group
+    n_c: Tensor  # [S] group sizes (at least 1)
+    n_a: Tensor
+    loss_c: Tensor  # [S] the group's mean cross-entropy
+    loss_a: Tensor
+    logit_c: Tensor  # [S] the group's mean |dl_j/dz_j| (:func:`logit_grad_norms`)
+    logit_a: Tensor
+
+
+def logit_grad_norms(logits: Tensor, y: Tensor) -> Tensor:
+    """|dl_j/dz_j| = |softmax(z_j) - onehot(y_j)| per row: logits [..., C], y [...] -> [...]. Formed from the other
+    classes' probabilities, whose sum is 1 - p_y, so a saturated row (p_y = 1 in float32) keeps its tiny norm."""
+    other = logits.softmax(-1).masked_fill(torch.nn.functional.one_hot(y, logits.shape[-1]).bool(), 0)
+    return (other.pow(2).sum(-1) + other.sum(-1).pow(2)).sqrt()
+
+
+def group_gradients(model: EnsembleTransformer, x: Tensor, y: Tensor, consistent: Tensor, chunk: int) -> Groups:
+    """Mean-loss gradients (name -> [S, ...]) over the consistent and anti groups of each member's split, and
+    each group's mean loss and mean logit-gradient norm."""
     names, params = zip(*model.named_parameters(), strict=True)
     n_c = consistent.sum(1).clamp(min=1).to(x.device)
     n_a = (~consistent).sum(1).clamp(min=1).to(x.device)
     g_c = {k: torch.zeros_like(p) for k, p in zip(names, params, strict=True)}
     g_a = {k: torch.zeros_like(p) for k, p in zip(names, params, strict=True)}
+    sums = torch.zeros(4, x.shape[0], dtype=torch.float64, device=x.device)  # loss_c, loss_a, logit_c, logit_a
     for i in range(0, x.shape[1], chunk):
         logits = model(x[:, i : i + chunk])
         S, B, C = logits.shape
-        ce = torch.nn.functional.cross_entropy(logits.reshape(S * B, C), y[:, i : i + chunk].reshape(S * B), reduction="none").view(S, B)
+        yb = y[:, i : i + chunk]
+        ce = torch.nn.functional.cross_entropy(logits.reshape(S * B, C), yb.reshape(S * B), reduction="none").view(S, B)
         m = consistent[:, i : i + chunk].to(ce.dtype)
         loss_c = ((ce * m).sum(1) / n_c).sum()
         loss_a = ((ce * (1 - m)).sum(1) / n_a).sum()
+        zn = logit_grad_norms(logits.detach(), yb)
+        sums += torch.stack([(v * w).sum(1) for v in (ce.detach(), zn) for w in (m, 1 - m)]).double()
         for acc, loss, keep in ((g_c, loss_c, True), (g_a, loss_a, False)):
             for a, g in zip(acc.values(), torch.autograd.grad(loss, params, retain_graph=keep, allow_unused=True), strict=True):
                 if g is not None:
                     a += g
-    return g_c, g_a, n_c, n_a
+    means = (sums / torch.stack([n_c, n_a, n_c, n_a])).float()
+    return Groups(g_c, g_a, n_c, n_a, *means)
 
 
 def per_example_param_grads(model: EnsembleTransformer, x: Tensor, y: Tensor) -> dict[str, Tensor]:
@@ -188,7 +218,8 @@ def measure(
 ) -> Measured:
     """One measurement of every member: a frame with ``COLUMNS`` and one with ``HEAD_COLUMNS``;
     ``classes``: each member's number of classes k (default 2), for ``expected_ratio``."""
-    g_c, g_a, n_c, n_a = group_gradients(model, x, y, consistent, chunk)
+    grp = group_gradients(model, x, y, consistent, chunk)
+    g_c, g_a, n_c, n_a = grp.g_c, grp.g_a, grp.n_c, grp.n_a
     norm_c, norm_a = _flat_dot(g_c, g_c).sqrt(), _flat_dot(g_a, g_a).sqrt()
     cosine = _flat_dot(g_c, g_a) / (norm_c * norm_a)
     layers = model.cfg.layers
@@ -212,9 +243,11 @@ def measure(
         pair_cosine = pair_cosine_parts(list(pc.values()), list(pa.values()), norms=(ex_c, ex_a))
         head_pair_cosine = torch.stack([pair_cosine_parts(head_parts(pc, l), head_parts(pa, l), keep=1)
                                         for l in range(layers)], 1)  # [S, layers, H]
-    has_both = (consistent.any(1) & (~consistent).any(1)).to(cosine.device)
+    has_c, has_a = consistent.any(1).to(cosine.device), (~consistent).any(1).to(cosine.device)
+    has_both = has_c & has_a
     nan = torch.tensor(float("nan"), device=cosine.device)
-    both = {"cosine": cosine, "pair_cosine": pair_cosine, "per_example_ratio": per_example_ratio}
+    both = {"cosine": cosine, "pair_cosine": pair_cosine, "per_example_ratio": per_example_ratio,
+            "logit_grad_ratio": grp.logit_a / grp.logit_c}
     keep = lambda v: torch.where(has_both.view(-1, *[1] * (v.dim() - 1)), v, nan)
     cols = {k: keep(v) for k, v in both.items()}
     per_head = {"cosine": keep(head_cosine), "pair_cosine": keep(head_pair_cosine)}
@@ -232,6 +265,9 @@ def measure(
             "share_anti": share_a.detach().cpu().numpy(),
             "per_example_ratio": cols["per_example_ratio"].detach().cpu().numpy(),
             "expected_ratio": expected,
+            "loss_consistent": torch.where(has_c, grp.loss_c, nan).cpu().numpy(),
+            "loss_anti": torch.where(has_a, grp.loss_a, nan).cpu().numpy(),
+            "logit_grad_ratio": cols["logit_grad_ratio"].cpu().numpy(),
         },
         columns=COLUMNS,
     )

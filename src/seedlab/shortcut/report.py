@@ -24,7 +24,7 @@ from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text, pct
 from seedlab.shortcut import figures, stats
 from seedlab.shortcut.circuits_report import circuits_section
-from seedlab.shortcut.config import DataConfig, TrainConfig
+from seedlab.shortcut.config import DataConfig, GradientsConfig, TrainConfig
 from seedlab.shortcut.figures import cap_label, fmt_ratio
 from seedlab.shortcut.rundir import RunDir, SweepDir, open_folder
 from seedlab.shortcut.stats import CAPACITY, GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, paper_order
@@ -439,37 +439,69 @@ def lowest_to_last(shape: stats.Shape) -> str:
     return f"{fmt_num(shape.lowest)} → {fmt_num(shape.last)}"
 
 
+def shape_text(shape: stats.Shape | None) -> str:
+    """A conflict series' cell in the by-outcome tables: lowest → last, ✓ where it resolves toward 0, — without one."""
+    return "—" if shape is None else lowest_to_last(shape) + " ✓" * shape.resolves
+
+
+#: the paper's "starts negative, resolves toward 0" as tested (:func:`stats.resolves_toward_zero`)
+RESOLVES_RULE = (f"negative at some measurement and, at the last, risen by at least {stats.MIN_RISE:g} from its most "
+                 "negative value and within half that value's size of 0")
+
+
+def outcome_rows(outcomes: list[stats.OutcomeConflict], *before: str) -> list[list[str]]:
+    """One row per depth and outcome: model, generalized, the ``before`` cells, members, then each measure's shape."""
+    return [[f"{o.layers}L", "yes" if o.generalized else "no", *before, str(o.members), *map(shape_text, o.shapes.values())]
+            for o in outcomes]
+
+
+def saturated_loss(folder: RunDir | SweepDir) -> float:
+    """``train.gradients.saturated_loss`` of the folder's config (its default without a config or the field)."""
+    record = load_yaml(folder.config_path) if folder.config_path.is_file() else {}
+    return GradientsConfig.model_validate((record.get("train") or {}).get("gradients") or {}).saturated_loss
+
+
+def quartiles_text(a: tuple, space: str) -> str:
+    """'a / b / c': a row of :func:`stats.amplification`'s quartiles in one space ("logit" or "param")."""
+    return " / ".join(num_or_dash(getattr(a, f"{space}_q{q}")) for q in stats.QUARTILES)
+
+
 def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
-    """The conflict measures by outcome at the highest ratio, and amplification per capacity."""
+    """The conflict measures by outcome at the highest ratio, and amplification per capacity in the saturated window."""
     if not folder.gradients_path.is_file():
         return ""
     grads = pd.read_parquet(folder.gradients_path)
     outcomes = stats.conflict_by_outcome(summary, grads)
-    amp = stats.amplification(summary, grads)
+    threshold = saturated_loss(folder)
+    amp = stats.amplification(summary, grads, threshold)
     out = []
     if outcomes:
         measures = list(outcomes[0].shapes)
-        rows = [[f"{o.layers}L", "yes" if o.generalized else "no", str(o.members),
-                 *("—" if s is None else lowest_to_last(s) + " ✓" * s.resolves for s in o.shapes.values())]
-                for o in outcomes]
         out += ["### Gradient conflict by outcome",
                 f"Members at r = {fmt_ratio(outcomes[0].ratio)} split by whether they generalized: the median over "
                 "members at each measured epoch, its lowest value → its last. `cosine` compares the two groups' mean "
                 "gradients; `pair_cosine` averages cos(g_i, g_j) over pairs of one consistent and one anti example. ✓: the "
-                "series matches the paper's description (negative, then at the end within half the size of its most "
-                "negative value of 0); the paper says so of 2L models as they generalize. The next section restricts both "
-                "measures to the shortcut head's parameters.", "",
-                md_table(["model", "generalized", "members", *(f"{c}: lowest → last" for c in measures)], rows)]
-    if len(amp):
-        rows = [[a.task, cap_label(a.layers, a.heads), fmt_ratio(a.ratio), str(a.members),
-                 f"{fmt_num(a.q25)} / {fmt_num(a.q50)} / {fmt_num(a.q75)}", fmt_num(a.expected)]
-                for a in amp.itertuples(index=False)]
-        out += ["", "### Amplification per capacity",
-                "Per member, the median anti/consistent per-example gradient-norm ratio over its measurements "
-                "while the shortcut is saturated (from the epoch validation reaches 99% to the generalization "
-                "epoch, or the end); quartiles over members, beside a calibrated model's ratio for the task "
-                "(r/(1−r) for two classes; shortcut/gradients.py). The paper's 9–17× is the 2L mechanism at r = 0.9.", "",
-                md_table(["task", "model", "r", "members", "quartiles (25/50/75%)", "calibrated model"], rows)]
+                f"series matches the paper's description ({RESOLVES_RULE}); the paper says so of 2L models as they "
+                "generalize. The next section restricts both measures to the shortcut head's parameters.", "",
+                md_table(["model", "generalized", "members", *(f"{c}: lowest → last" for c in measures)],
+                         outcome_rows(outcomes))]
+    out += ["", "### Amplification per capacity"]
+    if amp.empty:
+        out.append("*No per-group losses in gradients.parquet (measured by an older seedlab), so no saturated window: "
+                   "train again.*")
+        return "\n".join(out)
+    rows = [[a.task, cap_label(a.layers, a.heads), fmt_ratio(a.ratio), f"{a.saturated}/{a.members}",
+             quartiles_text(a, "logit"), fmt_num(a.expected), quartiles_text(a, "param")] for a in amp.itertuples(index=False)]
+    out += [f"The saturated window, as the paper defines saturation (loss ≈ 0 on the majority): the measured epochs at "
+            f"which the majority group's mean training loss (the shortcut-consistent group at r ≥ 0.5, the anti-shortcut "
+            f"one below) is below {threshold:g} nats (`train.gradients.saturated_loss`). Per member, the median over the "
+            "window of the anti/consistent ratio of the mean gradient norm per example; quartiles over the members with "
+            "a window. In logit space (the norm of ∂ℓ/∂logits = softmax − onehot) the ratio is comparable with a "
+            "calibrated model's, which is measured there (r/(1−r) for two classes; shortcut/gradients.py); the "
+            "parameter-space ratio (the norm of ∂ℓ/∂θ) also carries how each example's logit gradient maps back onto "
+            "the weights. The paper's 9–17× is the 2L mechanism at r = 0.9.", "",
+            md_table(["task", "model", "r", "members saturated", "logit space (25/50/75%)", "calibrated model",
+                      "parameter space (25/50/75%)"], rows)]
     return "\n".join(out)
 
 
@@ -492,8 +524,7 @@ def conflict_verdict(med: pd.DataFrame) -> str:
         ends = ", ".join(f"{cap_label(*cap)} {lowest_to_last(s)}" for cap, s in c.shapes.items() if s is not None)
         values.append(f"`{CONFLICT_NAMES[c.column]}` {ends}")
     which = f"{' and '.join(match)} match{'es' * (len(match) == 1)}" if match else "none of the measures matches"
-    return (f"In the data, {which} the paper's description in 2L at r = {fmt_ratio(ratio)} (median "
-            f"negative at some measurement and, at the last, within half the size of its most negative value of 0). "
+    return (f"In the data, {which} the paper's description in 2L at r = {fmt_ratio(ratio)} (median {RESOLVES_RULE}). "
             f"Most negative → last median: {'; '.join(values)}.")
 
 
@@ -532,4 +563,46 @@ def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> s
         f"over members per capacity, r and measured epoch ({SHOWN_EPOCHS} evenly spaced epochs shown per cell). "
         f"{conflict_verdict(med)}"
     )
-    return note + "\n\n" + md_table(["model", "r", "epoch", "members", *(CONFLICT_NAMES[c] for c in stats.CONFLICT)], rows)
+    table = md_table(["model", "r", "epoch", "members", *(CONFLICT_NAMES[c] for c in stats.CONFLICT)], rows)
+    return "\n\n".join([note, table, head_control(summary, per_head, chosen, task, wd)])
+
+
+def ci_text(row: pd.Series | None, measure: str) -> str:
+    """'-0.31 [-0.42, -0.2]': a mean with its 95% interval (the mean alone from one member), — without a value."""
+    if row is None or pd.isna(row[measure]):
+        return "—"
+    lo, hi = row[f"{measure}_lo"], row[f"{measure}_hi"]
+    return fmt_num(row[measure]) + ("" if pd.isna(lo) else f" [{fmt_num(lo)}, {fmt_num(hi)}]")
+
+
+def head_control(summary: pd.DataFrame, per_head: pd.DataFrame, chosen: pd.DataFrame, task: str, wd: float) -> str:
+    """The conflict within the shortcut head against the same measures within the member's other heads (the control),
+    generalizing and non-generalizing members apart: their shapes at the highest ratio and the means over members
+    with 95% intervals per cell and measured epoch (:func:`stats.head_roles`)."""
+    head = "#### Against a control: the shortcut head and the other heads"
+    if chosen.empty:
+        return f"{head}\n\n*Needs each member's shortcut head, from circuits.parquet (`seedlab shortcut analyze DIR`).*"
+    roles = stats.head_roles(per_head, chosen)
+    roles = roles[roles["member"].isin(stats.in_group(summary, task, wd)["member"])]
+    shapes = [row for role in stats.HEAD_ROLES
+              for row in outcome_rows(stats.conflict_by_outcome(summary, roles[roles["role"] == role]), role)]
+    measures = list(stats.HEAD_CONFLICT)
+    rows = []
+    for (_, _, layers, heads, r, gen), d in stats.by_cell(stats.head_conflict_intervals(summary, roles), "generalized"):
+        for e in stats.evenly_spaced(d.drop_duplicates("epoch"), SHOWN_EPOCHS)["epoch"]:
+            at = {row.role: row for _, row in d[d["epoch"] == e].iterrows()}
+            members = at[stats.HEAD_ROLES[0]]["members"] if stats.HEAD_ROLES[0] in at else 0
+            rows.append([cap_label(layers, heads), fmt_ratio(r), "yes" if gen else "no", str(int(e)), str(int(members)),
+                         *(ci_text(at.get(role), m) for m in measures for role in stats.HEAD_ROLES)])
+    note = (f"{head}\n\nIf the conflict the paper describes lives in the shortcut circuit, it should differ there from "
+            "the member's other attention heads (the null): per member, the same measures restricted to each of its other "
+            "heads and averaged over them (none in a one-head model, —). Members that generalized and members that did not "
+            f"are apart; members without a shortcut head are left out. First the shapes at the highest r (median over "
+            f"members; ✓: {RESOLVES_RULE}), then the mean over members with its 95% t interval per cell and measured "
+            f"epoch ({SHOWN_EPOCHS} evenly spaced epochs shown), in {task}, weight decay {wd:g}.")
+    return "\n\n".join([
+        note,
+        md_table(["model", "generalized", "head", "members", *(f"{c}: lowest → last" for c in measures)], shapes),
+        md_table(["model", "r", "generalized", "epoch", "members",
+                  *(f"{m}: {role} head{'s' * (role != stats.HEAD_ROLES[0])}" for m in measures for role in stats.HEAD_ROLES)],
+                 rows)])

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from seedlab.shortcut.tasks import get_task
-from seedlab.stats import fisher, fisher_fragility, logit_coefficient, rate_table, separated, wilson
+from seedlab.stats import fisher, fisher_fragility, logit_coefficient, mean_ci, rate_table, separated, wilson
 
 # ---------------------------------------------------------------- cells
 
@@ -593,12 +593,21 @@ class Shape:
     resolves: bool
 
 
-def resolves_toward_zero(series: pd.Series) -> bool:
+#: the least rise from a conflict series' most negative value to its last that counts as resolving toward 0 (a
+#: shallow wobble does not); fixed on 2026-12-01, before the rule was applied to new runs (docs/assumptions.md)
+MIN_RISE = 0.1
+
+
+def resolves_toward_zero(series: pd.Series, min_rise: float = MIN_RISE) -> bool:
     """The paper's description of one median series over epochs: it goes negative (the conflict appears once
     the shortcut is learned; at epoch 0 the weights are random, so not at the first measurement) and at the last
-    measurement it is within half the size of its most negative value of 0 (an overshoot to +0.9 is not "toward 0")."""
+    measurement it has risen by at least ``min_rise`` from its most negative value and is within half that value's
+    size of 0 (an overshoot to +0.9 is not "toward 0")."""
     s = series.dropna()
-    return bool(len(s) > 1 and s.min() < 0 and s.idxmin() != s.index[-1] and abs(s.iloc[-1]) <= abs(s.min()) / 2)
+    if len(s) < 2 or s.min() >= 0 or s.idxmin() == s.index[-1]:
+        return False
+    low, last = s.min(), s.iloc[-1]
+    return bool(last - low >= min_rise - 1e-12 and abs(last) <= abs(low) / 2)
 
 
 def conflict_shape(series: pd.Series) -> Shape | None:
@@ -634,25 +643,37 @@ def conflict_by_outcome(summary: pd.DataFrame, grads: pd.DataFrame) -> list[Outc
     return out
 
 
-def amplification(summary: pd.DataFrame, grads: pd.DataFrame) -> pd.DataFrame:
-    """Per task, capacity and ratio (weight decays pooled; :func:`paper_order` within a task): ``members``, the
-    quartiles ``q25, q50, q75`` over members of each member's median anti/consistent per-example gradient-norm ratio
-    while the shortcut is saturated (from its shortcut epoch to its generalization epoch, or the end), and
-    ``expected``, a calibrated model's ratio. Empty when gradients.parquet has no per-example ratios."""
-    columns = ["task", *CAPACITY, "ratio", "members", "q25", "q50", "q75", "expected"]
-    if "per_example_ratio" not in grads:
-        return pd.DataFrame(columns=columns)
+def majority_loss(g: pd.DataFrame) -> pd.Series:
+    """Per row of gradients.parquet merged with the members' ``ratio``: the mean training loss of the member's majority
+    group, the shortcut-consistent one at r >= 1/2 and the anti-shortcut one below (in a binary task the flipped
+    shortcut: the rule it fits then saturates on the majority all the same)."""
+    return g["loss_consistent"].where(g["ratio"] >= 0.5, g["loss_anti"])
+
+
+#: the amplification ratios of gradients.parquet, by the space they are measured in
+AMPLIFICATION = {"logit": "logit_grad_ratio", "param": "per_example_ratio"}
+QUARTILES = (25, 50, 75)
+
+
+def amplification(summary: pd.DataFrame, grads: pd.DataFrame, saturated_loss: float) -> pd.DataFrame:
+    """Per task, capacity and ratio (weight decays pooled; :func:`paper_order` within a task): ``members`` (measured),
+    ``saturated`` (of them, with a measurement in the saturated window: the majority group's mean training loss,
+    :func:`majority_loss`, below ``saturated_loss``), the quartiles over those members of each member's median
+    anti/consistent ratio in the window, in logit space (``logit_q25, logit_q50, logit_q75``: the mean norm of
+    dl/dz, the space of ``expected``) and in parameter space (``param_q25`` ...: the mean per-example gradient
+    norm), and ``expected``, a calibrated model's ratio. Empty when gradients.parquet lacks the per-group losses
+    (measured by an older seedlab)."""
     keys = ["task", *CAPACITY, "ratio"]
-    g = grads.merge(summary[["member", *keys, "shortcut_epoch", "gen_epoch"]], on="member")
-    start = g["shortcut_epoch"].astype("float64")
-    end = g["gen_epoch"].astype("float64").fillna(np.inf)
-    sat = g[start.notna() & (g["epoch"] >= start.fillna(0)) & (g["epoch"] <= end)]
-    per_member = sat.groupby(["member", *keys], as_index=False).agg(
-        ratio_med=("per_example_ratio", "median"), expected=("expected_ratio", "first"))
+    columns = [*keys, "members", "saturated", *(f"{k}_q{q}" for k in AMPLIFICATION for q in QUARTILES), "expected"]
+    if not {"loss_consistent", "loss_anti", *AMPLIFICATION.values()} <= set(grads):
+        return pd.DataFrame(columns=columns)
+    g = grads.merge(summary[["member", *keys]], on="member")
+    g = g.assign(saturated=majority_loss(g) < saturated_loss)
     rows = []
-    for key, d in sorted(per_member.groupby(keys), key=lambda kv: (kv[0][0], paper_order(kv[0][1:3]), kv[0][3])):
-        q = d["ratio_med"].quantile([0.25, 0.5, 0.75])
-        rows.append((*key, len(d), q[0.25], q[0.5], q[0.75], float(d["expected"].iloc[0])))
+    for key, d in sorted(g.groupby(keys), key=lambda kv: (kv[0][0], paper_order(kv[0][1:3]), kv[0][3])):
+        per_member = d[d["saturated"]].groupby("member")[list(AMPLIFICATION.values())].median()
+        q = [per_member[c].quantile(p / 100) for c in AMPLIFICATION.values() for p in QUARTILES]
+        rows.append((*key, d["member"].nunique(), len(per_member), *q, float(d["expected_ratio"].iloc[0])))
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -696,6 +717,31 @@ def conflict_medians(summary: pd.DataFrame, grads: pd.DataFrame, heads: pd.DataF
     head = own.merge(cell, on="member").groupby(by)[list(HEAD_CONFLICT.values())].median()
     members = full["member"].nunique().rename("members")
     return pd.concat([members, full[list(HEAD_CONFLICT)].median(), head], axis=1).reset_index()
+
+
+#: a member's heads in :func:`head_roles`: its shortcut head, and the rest (the control)
+HEAD_ROLES = ("shortcut", "other")
+
+
+def head_roles(heads: pd.DataFrame, chosen: pd.DataFrame) -> pd.DataFrame:
+    """The conflict measures within each member's shortcut head (``chosen``) and, as the control, within its other
+    heads: per member that ``chosen`` covers, measured epoch and ``role`` (:data:`HEAD_ROLES`), columns ``member,
+    epoch, role`` and :data:`HEAD_CONFLICT`'s keys; "other" is the mean over the member's other heads (one observation
+    per member; none for a one-head model)."""
+    keys = ["member", "layer", "head"]
+    h = heads[heads["member"].isin(chosen["member"])].merge(chosen.assign(role=HEAD_ROLES[0]), on=keys, how="left")
+    return h.fillna({"role": HEAD_ROLES[1]}).groupby(["member", "epoch", "role"], as_index=False)[list(HEAD_CONFLICT)].mean()
+
+
+def head_conflict_intervals(summary: pd.DataFrame, roles: pd.DataFrame) -> pd.DataFrame:
+    """Per cell (:func:`cell_order`), outcome (``generalized``), measured epoch and role of :func:`head_roles`: the
+    ``members`` and, per conflict measure m, the mean over members ``m`` and its 95% t interval ``m_lo, m_hi``
+    (:func:`seedlab.stats.mean_ci`; NaN from fewer than two members)."""
+    measures = list(HEAD_CONFLICT)
+    by = ["generalized", "epoch", "role"]
+    rows = [(*key, d["member"].nunique(), *itertools.chain.from_iterable(mean_ci(d[m])[:3] for m in measures))
+            for key, d in by_cell(roles.merge(summary[["member", *CELL, "generalized"]], on="member"), *by)]
+    return pd.DataFrame(rows, columns=[*CELL, *by, "members", *(f"{m}{e}" for m in measures for e in ("", "_lo", "_hi"))])
 
 
 def evenly_spaced(d: pd.DataFrame, k: int) -> pd.DataFrame:

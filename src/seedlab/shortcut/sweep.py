@@ -25,7 +25,7 @@ import pandas as pd
 from seedlab.config import load_yaml, parse
 from seedlab.errors import SeedlabError
 from seedlab.progress import Bar
-from seedlab.shortcut.config import LATER_FIELDS, EnsembleConfig, ModelConfig, SweepConfig
+from seedlab.shortcut.config import LATER_FIELDS, REPORT_ONLY, EnsembleConfig, ModelConfig, SweepConfig
 from seedlab.shortcut.rundir import MERGED, RunDir, SweepDir
 from seedlab.shortcut.tasks import TASKS
 from seedlab.store import content_hash, write_parquet, write_yaml
@@ -77,14 +77,24 @@ def _ensembles(cfg: SweepConfig, model: ModelConfig, members: list[dict]) -> lis
 
 
 def job_key(data: dict) -> str:
-    """A job's folder name: the hash of its resolved config, leaving out each of
+    """A job's folder name: the hash of its resolved config, leaving out the
+    :data:`~seedlab.shortcut.config.REPORT_ONLY` fields and each of the
     :data:`~seedlab.shortcut.config.LATER_FIELDS` that holds the value older configs meant, so a
     sweep started before a field existed resumes into the same folders."""
-    kept = {section: dict(values) if isinstance(values, dict) else values for section, values in data.items()}
-    for (section, name), default in LATER_FIELDS.items():
-        if kept.get(section, {}).get(name, default) == default:
-            kept.get(section, {}).pop(name, None)
-    return content_hash(kept)
+    dropped = set(REPORT_ONLY) | {path for path, old in LATER_FIELDS.items() if _at(data, path) == old}
+    return content_hash(_without(data, dropped))
+
+
+def _at(data: dict, path: tuple[str, ...]) -> object:
+    for key in path:
+        data = data.get(key, {}) if isinstance(data, dict) else {}
+    return data
+
+
+def _without(data: dict, paths: set[tuple[str, ...]], prefix: tuple[str, ...] = ()) -> dict:
+    """A copy of nested ``data`` without the fields at ``paths``."""
+    return {k: _without(v, paths, (*prefix, k)) if isinstance(v, dict) else v
+            for k, v in data.items() if (*prefix, k) not in paths}
 
 
 def run_job(spec: tuple[str, dict, int | None], on_eval: Callable[[int, dict], None] | None = None) -> str:
