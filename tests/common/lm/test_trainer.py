@@ -176,7 +176,7 @@ def test_bf16_on_cpu_runs_the_forward_in_bf16_keeps_fp32_state_and_is_bitwise_re
     for precision in ("bf16", "bf16", "fp32"):
         t = Trainer(Settings(precision=precision), GCFG, 1, tokens)
         seen = []
-        hook = t.model.blocks[0].mlp.c_fc.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+        hook = t.model.blocks[0].mlp.c_fc.register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.dtype))
         for _ in range(4):
             t.advance({0: PASSAGE})
         hook.remove()
