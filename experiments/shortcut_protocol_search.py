@@ -25,6 +25,18 @@ from scipy.stats import fisher_exact
 # id -> (what it changes, --set overrides on top of quick). quick itself: length 3, vocab 32,
 # n_train 1,024, batch 256, lr 3e-3, d_model 64, 300 epochs, weight decay 0.1.
 PROTOCOLS = {
+    # the first table of docs/results.md ("Protocols tried", session 4; rerun here so that every number comes from
+    # this script): length and vocabulary from quick's defaults; L, N, P, O were run with --seeds 16
+    "A": ("length 5, vocab 16", ["data.length=5", "data.vocab=16"]),
+    "B": ("length 5, vocab 8", ["data.length=5", "data.vocab=8"]),
+    "D": ("length 5, vocab 16, lr 1e-2", ["data.length=5", "data.vocab=16", "optim.lr=1e-2"]),
+    "F": ("length 3, vocab 16", ["data.vocab=16"]),
+    "G": ("length 4, vocab 16", ["data.length=4", "data.vocab=16"]),
+    "L": ("length 3, vocab 16, 100 epochs", ["data.vocab=16", "train.epochs=100"]),
+    "M": ("length 3, vocab 32 (quick itself)", []),
+    "N": ("length 3, vocab 24", ["data.vocab=24"]),
+    "P": ("length 3, vocab 20", ["data.vocab=20"]),
+    "O": ("length 3, vocab 32 (quick itself; run with --seeds 16)", []),
     "Q1": ("vocab 20, 512 samples", ["data.vocab=20", "data.n_train=512"]),
     "Q2": ("vocab 20, 2,048 samples", ["data.vocab=20", "data.n_train=2048"]),
     "Q3": ("vocab 16, 512 samples", ["data.vocab=16", "data.n_train=512"]),
