@@ -7,7 +7,8 @@ import pytest
 from seedlab.errors import SeedlabError
 from seedlab.shortcut import analyze
 from seedlab.shortcut.config import EnsembleConfig
-from seedlab.shortcut.interventions import DIRECTIONS
+from seedlab.shortcut.interventions import DIRECTIONS, PATHS
+from seedlab.shortcut.pairs import KINDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -31,9 +32,17 @@ def test_analyze_run_on_a_tiny_training_run(tiny_run):
         assert df[c].dropna().between(-1, 1).all(), c
     for c in ("probe_sum", "probe_shortcut"):  # heads and MLPs alike
         assert df[c].notna().all() and df[c].between(0, 1).all()
-    # patching: one row per (member, epoch, component, direction), 32 pairs each (rows = min(n, n_val, n_adv))
+        assert df[f"{c}_chance"].between(0.5, 1).all()  # the other residue alone reads it on the val half at least
+    assert (df["probe_rows"] == 64).all()  # all 32 val and 32 adv rows (fewer than PROBE_ROWS)
+    # patching: one row per (member, epoch, component, kind, path, direction), 32 pairs each (rows = min(n, n_val, n_adv))
     assert list(pt.columns) == analyze.PATCHING_COLUMNS
-    assert len(pt) == 2 * len(df) and set(pt["direction"]) == set(DIRECTIONS)
+    assert len(pt) == len(KINDS) * len(PATHS) * len(DIRECTIONS) * len(df)
+    assert set(pt["direction"]) == set(DIRECTIONS) and set(pt["pairs"]) == set(KINDS) and set(pt["path"]) == set(PATHS)
+    assert not pt.duplicated(analyze.KEYS + ["pairs", "path", "direction"]).any()
+    # the last MLP reads into no MLP: its via-MLP path moves nothing, its direct path is all of it
+    last = pt[(pt["layer"] == 1) & (pt["head"] == -1)].set_index(["member", "epoch", "pairs", "direction", "path"])["dld_q50"]
+    assert (last.xs("via_mlp", level="path") == 0).all()
+    np.testing.assert_allclose(last.xs("direct", level="path"), last.xs("total", level="path"), atol=1e-5)
     assert (pt["n_pairs"] == 32).all() and pt["n_small_gap"].between(0, 32).all()
     q = pt[[c for c in pt.columns if c.startswith("frac_q")]]
     ok = q.notna().all(axis=1)

@@ -169,3 +169,37 @@ def test_probe_finds_sum_parity_where_the_mlp_computes_it(hand):
     assert (p["probe_sum"][:, 0, 2] > 0.97).all()  # the MLP's write carries the sum's parity
     assert (p["probe_sum"][:, 0, 0] < 0.7).all()  # the count itself does not, linearly
     assert (p["probe_sum"][:, 0, 1] < 0.7).all()  # head 1 writes nothing
+
+
+def test_ternary_probe_chance_is_what_the_shortcut_alone_reaches_not_one_third(hand):
+    """sum3-max on val+adv rows: a head that copies the maximum's residue (one-hot) reads the label on the val half
+    only. Its sum probe sits at the chance level best_from gives, 1/2, far above 1/3."""
+    from seedlab.shortcut.tasks import make_splits
+
+    s = make_splits("sum3-max", 0.5, 100, n_val=300, n_adv=300, length=hand.LENGTH, vocab=hand.VOCAB, seed=0)
+    x = torch.from_numpy(np.concatenate([s["val"].x, s["adv"].x])).expand(hand.S, -1, -1).contiguous()
+    y, shortcut = (torch.from_numpy(np.concatenate([getattr(s[v], k) for v in ("val", "adv")])).expand(hand.S, -1)
+                   for k in ("y", "shortcut"))
+    m = hand.zero(n_classes=3)
+    a = m.blocks[0].attn
+    with torch.no_grad():  # head 0 attends to the maximum (as the hand-built max head) and copies its residue one-hot
+        v = torch.arange(hand.VOCAB)
+        m.embed.W_E[:, : hand.VOCAB, hand.VAL] = v.float()
+        m.embed.W_E[:, hand.VOCAB, hand.READ] = 1.0
+        a.W_K[:, 0, hand.VAL, 0], a.W_Q[:, 0, hand.READ, 0] = 1.0, 20.0
+        for c in range(3):
+            m.embed.W_E[:, : hand.VOCAB, 5 + c] = (v % 3 == c).float()
+            a.W_V[:, 0, 5 + c, 1 + c], a.W_O[:, 0, 1 + c, 5 + c] = 1.0, 1.0
+    chance = fingerprints.best_from(shortcut, y, 3)
+    np.testing.assert_allclose(chance, 0.5)  # the val half: label = shortcut; the adv half: one of two other labels
+    # by brute force: the best of the 3^3 maps from the shortcut residue to a label
+    import itertools
+
+    best = max(((torch.tensor(f)[shortcut] == y).double().mean(1).numpy() for f in itertools.product(range(3), repeat=3)),
+               key=lambda acc: acc.sum())
+    np.testing.assert_allclose(chance, best)
+    p = fingerprints.probe_fingerprint(m, x, {"sum": y, "shortcut": shortcut})
+    np.testing.assert_allclose(p["probe_sum_chance"], 0.5)
+    np.testing.assert_allclose(p["probe_shortcut_chance"][:, 0, 0], fingerprints.best_from(y, shortcut, 3))
+    assert (p["probe_shortcut"][:, 0, 0] > 0.99).all()  # it writes the shortcut...
+    assert (np.abs(p["probe_sum"][:, 0, 0] - 0.5) < 0.03).all()  # ...and reads the label exactly at chance, not 1/3 + 17

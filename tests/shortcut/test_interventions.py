@@ -199,3 +199,97 @@ def test_the_max_head_carries_the_shortcut_difference_of_max_pairs(hand):
     for d in interventions.DIRECTIONS:
         np.testing.assert_allclose(r.fractions(d)[:, 0, 0], 1.0, atol=1e-3)
         np.testing.assert_allclose(r.fractions(d)[:, 0, 1:], 0.0, atol=1e-9)  # head 1 and the MLP write nothing
+
+
+# --------------------------------------------------------------------------- label-changing pairs, path patching
+def _kind_pairs(hand, kind, n=48, task="sum2-max"):
+    from seedlab.shortcut.pairs import make_pairs
+
+    p = make_pairs(task, n, length=hand.LENGTH, vocab=hand.VOCAB, seed=0, kind=kind)
+    rep = lambda a: torch.from_numpy(a).expand(hand.S, *a.shape).clone()
+    return rep(p.clean), rep(p.corrupt), rep(p.y), rep(p.y_corrupt)
+
+
+def test_logit_diff_against_a_given_class_or_the_best_other():
+    logits = torch.tensor([[[3.0, 1.0, 2.0], [0.0, 5.0, 1.0]]])
+    y, other = torch.tensor([[0, 0]]), torch.tensor([[1, 0]])
+    np.testing.assert_allclose(interventions.logit_diff(logits, y).numpy(), [[1.0, -5.0]])
+    np.testing.assert_allclose(interventions.logit_diff(logits, y, other).numpy(), [[2.0, -5.0]])  # other == y: best other
+
+
+def test_label_changing_pairs_see_the_rule_head_and_not_the_shortcut_head(hand):
+    """The max head reads the maximum's parity, which a label-changing pair keeps: no gap, every pair flagged.
+    A head that copies every token's parity (the rule, linearly for one changed token) carries the whole gap."""
+    clean, corrupt, y, y_corrupt = _kind_pairs(hand, "label_changing")
+    shortcut = _centered(hand.model(q_scale=20.0))
+    r = interventions.pair_patching(shortcut, clean, corrupt, y, y_corrupt=y_corrupt)
+    assert r.small_gap().all() and (np.abs(r.dld("clean_to_corrupt")) < 1e-3).all()  # softmax leaks ~1e-4
+    rule = _uniform_two_writer_model(hand)
+    with torch.no_grad():  # head 0 copies PARITY (not the value), head 1 writes nothing
+        rule.embed.W_E[:, : hand.VOCAB, hand.VAL] = torch.arange(hand.VOCAB, dtype=torch.float32) % 2
+        rule.blocks[0].attn.W_O[:, 1] = 0.0
+    r = interventions.pair_patching(rule, clean, corrupt, y, y_corrupt=y_corrupt)
+    # one token's parity flips: OUT moves by 3/6, ld = +-2 OUT (class y against class y_corrupt) moves by 1 > MIN_GAP
+    np.testing.assert_allclose(np.abs(r.gap), 1.0, atol=1e-5)
+    for d in interventions.DIRECTIONS:
+        np.testing.assert_allclose(r.fractions(d)[:, 0, 0], 1.0, atol=1e-4)
+        np.testing.assert_allclose(r.fractions(d)[:, 0, 1:], 0.0, atol=1e-6)
+
+
+def _random_model(hand, layers, layer_norm, act):
+    from seedlab.shortcut.config import ModelConfig
+    from seedlab.shortcut.model import EnsembleTransformer
+
+    cfg = ModelConfig(layers=layers, heads=2, d_model=16, d_ff=8, layer_norm=layer_norm, act=act, init_std=0.4)
+    m = EnsembleTransformer(cfg, hand.S, hand.VOCAB, hand.LENGTH, 2)
+    m.init_members([5, 6])
+    return m
+
+
+@pytest.mark.parametrize("kind", ["same_label", "label_changing"])
+def test_direct_and_via_mlp_paths_add_up_to_the_total_in_a_linear_readout(hand, kind):
+    """2 layers, no layer norm, MLPs in ReLU's linear range, layer 1's heads write nothing: everything downstream of
+    a layer-0 head is linear and reaches the logits directly or through MLP 0 / MLP 1, so the two path effects
+    sum to the total effect, for every component, pair and direction."""
+    m = _random_model(hand, 2, layer_norm=False, act="relu")
+    with torch.no_grad():
+        m.blocks[1].attn.W_V.zero_()
+        for blk in m.blocks:  # a large input bias, cancelled at the output: x -> x W_in W_out
+            blk.mlp.b_in.fill_(20.0)
+            blk.mlp.b_out.copy_(-(blk.mlp.b_in[:, :, None] * blk.mlp.W_out).sum(1))
+    clean, corrupt, y, y_corrupt = _kind_pairs(hand, kind)
+    _, cache = m.run_with_cache(torch.cat([clean, corrupt], 1), [f"blocks.{l}.mlp.hook_pre" for l in range(2)])
+    assert all((a > 0).all() for a in cache.values())  # ReLU is the identity here
+    runs = interventions.cached_run(m, clean), interventions.cached_run(m, corrupt)
+    r = {p: interventions.pair_patching(m, clean, corrupt, y, *runs, y_corrupt=y_corrupt, path=p) for p in interventions.PATHS}
+    for d in interventions.DIRECTIONS:
+        total, direct, via = (r[p].dld(d) for p in interventions.PATHS)
+        np.testing.assert_allclose(direct + via, total, atol=1e-4)
+        assert (np.abs(direct[:, 0, :2]) > 1e-3).any() and (np.abs(via[:, 0, :2]) > 1e-3).any()  # both paths matter
+        assert (via[:, 1, 2] == 0).all()  # the last MLP feeds no MLP...
+        np.testing.assert_allclose(direct[:, 1, 2], total[:, 1, 2], atol=1e-5)  # ...its whole effect is direct
+        np.testing.assert_allclose(total[:, 1, :2], 0.0, atol=1e-6)  # layer 1's heads write nothing
+
+
+def test_path_patching_matches_a_manual_forward(hand):
+    """1 layer with layer norm and GELU: each path's patched logits computed by hand from the cached residuals."""
+    import torch.nn.functional as F
+
+    m = _random_model(hand, 1, layer_norm=True, act="gelu")
+    clean, corrupt, y, y_corrupt = _kind_pairs(hand, "label_changing")
+    (_, c_clean), (_, c_corrupt) = runs = interventions.cached_run(m, clean), interventions.cached_run(m, corrupt)
+    blk, P = m.blocks[0], lambda t: t.detach().double()
+    ln = lambda x, w: F.layer_norm(x, x.shape[-1:]) * P(w.w)[:, None] + P(w.b)[:, None]
+    unembed = lambda final: torch.einsum("sbd,sdc->sbc", ln(final, m.ln_final), P(m.unembed.W_U)) + P(m.unembed.b_U)[:, None]
+    mlp = lambda r: torch.einsum("sbf,sfd->sbd", F.gelu(torch.einsum("sbd,sdf->sbf", ln(r, blk.ln2), P(blk.mlp.W_in))
+                                                       + P(blk.mlp.b_in)[:, None]), P(blk.mlp.W_out)) + P(blk.mlp.b_out)[:, None]
+    ld = lambda logits: interventions.logit_diff(logits, y, y_corrupt)
+    mid, post = (P(c_corrupt[f"blocks.0.hook_{n}"][:, :, -1]) for n in ("resid_mid", "resid_post"))
+    for h in range(2):
+        delta = P(c_clean["blocks.0.attn.hook_result"][:, :, -1, h] - c_corrupt["blocks.0.attn.hook_result"][:, :, -1, h])
+        want = {"direct": ld(unembed(post + delta)), "via_mlp": ld(unembed(mid + mlp(mid + delta)))}
+        for path, w in want.items():
+            got = interventions.pair_patching(m, clean, corrupt, y, *runs, y_corrupt=y_corrupt, path=path)
+            np.testing.assert_allclose(got.patched["clean_to_corrupt"][:, 0, h], w.numpy(), atol=1e-4)
+    with pytest.raises(ValueError, match="path"):
+        interventions.pair_patching(m, clean, corrupt, y, *runs, path="indirect")

@@ -1,4 +1,5 @@
-"""Counterfactual pairs: same label, opposite consistency, exactly the minimal edit distance; exact feasibility."""
+"""Counterfactual pairs, both kinds: opposite consistency, one feature kept, exactly the minimal edit distance;
+exact feasibility."""
 
 import itertools
 
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 
 from seedlab.errors import SeedlabError
-from seedlab.shortcut.pairs import PAIR_DISTANCE, check_pairs_feasible, make_pairs, partners
-from seedlab.shortcut.tasks import TASKS, make_splits
+from seedlab.shortcut.pairs import KINDS, PAIR_DISTANCE, check_pairs_feasible, make_pairs, partners
+from seedlab.shortcut.tasks import TASKS, get_task, make_splits
 
 
 def _k(task):
@@ -32,11 +33,15 @@ def _space(length, vocab):
     return np.array(list(itertools.product(range(vocab), repeat=length)), dtype=np.int64)
 
 
-def _all_pairs(task, length, vocab):
-    """Brute force: boolean [n, n] of (clean, corrupt) pairs meeting the constraints, and the Hamming distances."""
+def _all_pairs(task, length, vocab, kind="same_label"):
+    """Brute force: boolean [n, n] of (clean, corrupt) pairs of ``kind`` meeting the constraints, and the Hamming distances."""
     X = _space(length, vocab)
     y, s = _label(task, X), _shortcut(task, X)
-    ok = (y == s)[:, None] & (y[None, :] == y[:, None]) & (s != y)[None, :]
+    ok = (y == s)[:, None] & (s != y)[None, :]  # clean consistent, corrupt anti-shortcut
+    if kind == "same_label":
+        ok &= y[None, :] == y[:, None]
+    else:  # the shortcut token kept: the same first element, or the same unique maximum at the same position
+        ok &= X[:, None, 0] == X[None, :, 0] if task.endswith("first") else X.max(-1)[:, None] == X.max(-1)[None, :]
     if task.endswith("max"):  # the maximum stays the unique maximum at the same position
         p = _unique_argmax(X)
         ok &= (p[:, None] >= 0) & (p[:, None] == p[None, :])
@@ -44,42 +49,53 @@ def _all_pairs(task, length, vocab):
     return X, ok, dist
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("task", list(TASKS))
 @pytest.mark.parametrize("length,vocab", [(5, 16), (3, 32), (2, 60), (7, 20)])  # 20^7 sequences: drawn, not enumerated
-def test_every_pair_matches_labels_flips_consistency_at_distance_two(task, length, vocab):
-    p = make_pairs(task, 300, length=length, vocab=vocab, seed=4)
-    assert p.clean.shape == p.corrupt.shape == (300, length) and len(p) == 300
+def test_every_pair_keeps_one_feature_flips_consistency_at_the_minimal_distance(task, length, vocab, kind):
+    p = make_pairs(task, 300, length=length, vocab=vocab, seed=4, kind=kind)
+    assert p.kind == kind and p.clean.shape == p.corrupt.shape == (300, length) and len(p) == 300
     np.testing.assert_array_equal(_label(task, p.clean), p.y)
-    np.testing.assert_array_equal(_label(task, p.corrupt), p.y)  # the same label
+    np.testing.assert_array_equal(_label(task, p.corrupt), p.y_corrupt)
     assert (_shortcut(task, p.clean) == p.y).all()  # clean: shortcut-consistent
-    assert (_shortcut(task, p.corrupt) != p.y).all()  # corrupt: anti-shortcut
+    assert (_shortcut(task, p.corrupt) != p.y_corrupt).all()  # corrupt: anti-shortcut
     np.testing.assert_array_equal(p.shortcut_corrupt, _shortcut(task, p.corrupt))
-    diff = p.clean != p.corrupt
-    assert (diff.sum(1) == PAIR_DISTANCE).all()
-    rows = np.arange(300)[:, None]
-    assert diff[rows, p.edited].all()  # the recorded positions are the edited ones
-    if task.endswith("max"):
-        np.testing.assert_array_equal(_unique_argmax(p.clean), p.edited[:, 0])
-        np.testing.assert_array_equal(_unique_argmax(p.corrupt), p.edited[:, 0])
+    if kind == "same_label":
+        assert (p.y_corrupt == p.y).all()  # the same label, another shortcut feature
     else:
+        assert (p.y_corrupt != p.y).all()  # another label...
+        np.testing.assert_array_equal(_shortcut(task, p.corrupt), _shortcut(task, p.clean))  # ...the same shortcut feature
+        if task.endswith("first"):  # the shortcut token itself is kept
+            np.testing.assert_array_equal(p.corrupt[:, 0], p.clean[:, 0])
+        else:
+            np.testing.assert_array_equal(p.corrupt.max(1), p.clean.max(1))
+    diff = p.clean != p.corrupt
+    assert (diff.sum(1) == PAIR_DISTANCE[kind]).all()
+    rows = np.arange(300)[:, None]
+    assert p.edited.shape == (300, PAIR_DISTANCE[kind]) and diff[rows, p.edited].all()  # the recorded positions
+    if task.endswith("max"):  # the unique maximum keeps its position
+        np.testing.assert_array_equal(_unique_argmax(p.clean), _unique_argmax(p.corrupt))
+        assert (_unique_argmax(p.clean) >= 0).all()
+        if kind == "same_label":
+            np.testing.assert_array_equal(_unique_argmax(p.clean), p.edited[:, 0])
+    elif kind == "same_label":
         assert (p.edited[:, 0] == 0).all()
     assert len({r.tobytes() for r in p.clean}) == 300  # distinct clean sequences
     assert 0 < vocab and p.clean.max() < vocab and p.corrupt.max() < vocab and p.corrupt.min() >= 0
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("task", list(TASKS))
-def test_distance_two_is_minimal_and_partners_are_all_valid_edits(task):
-    """Over a whole small space: no valid partner at distance 1; partners() lists exactly those at distance 2."""
+def test_the_distance_is_minimal_and_partners_are_all_valid_edits(task, kind):
+    """Over a whole small space: no valid partner closer; partners() lists exactly those at the pair distance."""
     length, vocab = 3, 5
-    X, ok, dist = _all_pairs(task, length, vocab)
-    assert not (ok & (dist < PAIR_DISTANCE)).any()  # nothing closer exists
-    assert (ok & (dist == PAIR_DISTANCE)).any()
-    from seedlab.shortcut.tasks import get_task
-
+    X, ok, dist = _all_pairs(task, length, vocab, kind)
+    assert not (ok & (dist < PAIR_DISTANCE[kind])).any()  # nothing closer exists
+    assert (ok & (dist == PAIR_DISTANCE[kind])).any()
     t = get_task(task)
     for i, x in enumerate(X):
-        cand, _ = partners(t, x, vocab)
-        want = {X[j].tobytes() for j in np.flatnonzero(ok[i] & (dist[i] == PAIR_DISTANCE))}
+        cand, _ = partners(t, x, vocab, kind)
+        want = {X[j].tobytes() for j in np.flatnonzero(ok[i] & (dist[i] == PAIR_DISTANCE[kind]))}
         assert {c.tobytes() for c in cand} == want, x
 
 
@@ -95,17 +111,18 @@ def test_max_pairs_could_be_closer_only_by_moving_the_maximum():
     assert not ((p[i] >= 0) & (p[i] == p[j])).any()
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("task", list(TASKS))
-def test_feasibility_check_is_exact(task):
+def test_feasibility_check_is_exact(task, kind):
     for length, vocab in itertools.product([1, 2, 3], [2, 3, 4, 5]):
-        _, ok, dist = _all_pairs(task, length, vocab)
-        exists = bool((ok & (dist == PAIR_DISTANCE)).any())
+        _, ok, dist = _all_pairs(task, length, vocab, kind)
+        exists = bool((ok & (dist == PAIR_DISTANCE[kind])).any())
         if exists:
-            check_pairs_feasible(task, length, vocab)
-            assert len(make_pairs(task, 1, length=length, vocab=vocab, seed=0)) == 1
+            check_pairs_feasible(task, length, vocab, kind)
+            assert len(make_pairs(task, 1, length=length, vocab=vocab, seed=0, kind=kind)) == 1
         else:
             with pytest.raises(SeedlabError, match=r"^(length|vocab): counterfactual pairs"):
-                check_pairs_feasible(task, length, vocab)
+                check_pairs_feasible(task, length, vocab, kind)
 
 
 @pytest.mark.parametrize(
@@ -125,18 +142,17 @@ def test_too_many_pairs_asked_is_a_one_line_error():
         make_pairs("sum2-first", 0, length=5, vocab=4, seed=0)
 
 
-def test_fixed_by_the_data_seed_and_held_out_from_the_training_split():
+@pytest.mark.parametrize("kind", KINDS)
+def test_fixed_by_the_data_seed_and_held_out_from_the_training_split(kind):
     s = make_splits("sum2-max", 0.5, 2000, n_val=100, n_adv=100, length=4, vocab=8, seed=1)
-    a = make_pairs("sum2-max", 200, length=4, vocab=8, seed=1, exclude=s["train"].x)
-    b = make_pairs("sum2-max", 200, length=4, vocab=8, seed=1, exclude=s["train"].x)
-    c = make_pairs("sum2-max", 200, length=4, vocab=8, seed=2, exclude=s["train"].x)
+    a, b, c = (make_pairs("sum2-max", 200, length=4, vocab=8, seed=seed, exclude=s["train"].x, kind=kind) for seed in (1, 1, 2))
     np.testing.assert_array_equal(a.clean, b.clean)
     np.testing.assert_array_equal(a.corrupt, b.corrupt)
     assert not np.array_equal(a.clean, c.clean)
     train = {r.tobytes() for r in s["train"].x}
     assert not any(r.tobytes() in train for r in np.concatenate([a.clean, a.corrupt]))
     # without the exclusion some pair would touch the 2,000 training rows of the 4,096 sequences
-    free = make_pairs("sum2-max", 200, length=4, vocab=8, seed=1)
+    free = make_pairs("sum2-max", 200, length=4, vocab=8, seed=1, kind=kind)
     assert any(r.tobytes() in train for r in np.concatenate([free.clean, free.corrupt]))
 
 
@@ -147,3 +163,21 @@ def test_splits_are_unchanged():
     s = make_splits("sum3-first", 0.5, 500, n_val=50, n_adv=50, length=5, vocab=10, seed=0)
     digest = hashlib.sha256(b"".join(s[k].x.tobytes() for k in ("train", "val", "adv"))).hexdigest()
     assert digest == "22dbe336eae3b6ef59a5f2996f37576e65a658ff095551584dd099966e740934"
+
+
+def test_same_label_pairs_are_unchanged_and_the_kinds_draw_apart():
+    """Adding label-changing pairs left the same-label ones as they were (digest from before the change)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for task in TASKS:
+        for length, vocab in ((5, 16), (3, 32), (7, 20)):
+            p = make_pairs(task, 200, length=length, vocab=vocab, seed=3)
+            for a in (p.clean, p.corrupt, p.y, p.shortcut_corrupt, p.edited):
+                h.update(np.ascontiguousarray(a).tobytes())
+    assert h.hexdigest() == "37899325d47b5d7c7371671b0e5aeeb53cd68532cbc3f11cbe99b0c792bee3ad"
+    same = make_pairs("sum3-max", 50, length=5, vocab=16, seed=3)
+    changing = make_pairs("sum3-max", 50, length=5, vocab=16, seed=3, kind="label_changing")
+    assert not np.array_equal(same.clean, changing.clean)  # a stream of its own
+    with pytest.raises(ValueError, match="kind"):
+        make_pairs("sum3-max", 5, length=5, vocab=16, seed=3, kind="both")

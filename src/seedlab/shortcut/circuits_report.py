@@ -1,19 +1,27 @@
 """The report's circuit tables, from ``circuits.parquet`` and ``patching.parquet`` (``seedlab shortcut analyze``).
 
-Each function returns report-ready markdown. Every table is taken at each member's LAST
-checkpoint and groups members by cell (task and weight decay when the folder has several,
-capacity, ratio r) and component (``L0H1``, ``L1MLP``):
+Each function returns report-ready markdown. The tables of :func:`circuits_section`'s first
+part are taken at each member's LAST checkpoint and group members by cell (task and weight
+decay when the folder has several, capacity, ratio r) and component (``L0H1``, ``L1MLP``):
 
-- :func:`pair_patching_table`: matched counterfactual pairs (same label, shortcut-consistent
-  vs anti-shortcut, two tokens apart): per pair, the fraction of the clean-vs-corrupt
-  logit-difference gap that patching one component moves, in both directions; the median
-  over seeds of each seed's per-pair median [quartiles], and the share of flagged pairs
-  (gap below ``MIN_GAP`` logits: no fraction).
+- :func:`pair_patching_table`: matched counterfactual pairs of both kinds side by side
+  (same-label: the shortcut feature changes; label-changing: the shortcut token stays, the
+  label changes): per pair, the fraction of the clean-vs-corrupt logit-difference gap that
+  patching one component moves, in both directions; the median over seeds of each seed's
+  per-pair median [quartiles], and the share of flagged pairs (gap below ``MIN_GAP`` logits).
+- :func:`path_patching_table`: each member's rule head (:func:`rule_heads`) patched on
+  label-changing pairs along its whole effect, its direct path to the logits, and its path
+  through the MLPs.
 - :func:`path_ablation_table`: per head, the mean over seeds of the accuracy change (points)
   when its pattern is made uniform or replaced by its mean (QK ablations), or its values by
   their mean (OV ablation).
 - :func:`fingerprint_table`: medians over seeds of the activation- and weight-based QK
-  fingerprints, the direct-path OV fingerprint, and the linear-probe accuracies.
+  fingerprints, the direct-path OV fingerprint, and the linear-probe accuracies beside their
+  chance levels and row counts.
+
+The second part follows each seed's heads through training (:func:`aligned_roles`,
+:func:`aligned_roles_table`, :func:`aligned_roles_figure`): generalizing members aligned at their
+generalization epoch, the others apart, on their own epochs.
 """
 
 from __future__ import annotations
@@ -23,22 +31,38 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from seedlab.reporting import fmt_num, md_table, pct
+from seedlab.reporting import Fig, fmt_num, md_table, new_figure, pct, save_figure
 from seedlab.shortcut import stats
-from seedlab.shortcut.figures import cap_label, fmt_ratio
+from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, fmt_ratio
 from seedlab.shortcut.interventions import MIN_GAP
-from seedlab.shortcut.stats import GROUP
+from seedlab.shortcut.stats import CELL, GROUP, SHORTCUT_FINGERPRINT, paper_order
+from seedlab.shortcut.tasks import get_task
+
+PAIR_KINDS = {"same_label": "same-label", "label_changing": "label-changing"}  # patching.parquet's ``pairs``
+PATH_LABELS = {"total": "total", "direct": "direct", "via_mlp": "via MLP"}  # patching.parquet's ``path``
 
 PAIR_NOTE = """\
-**Activation patching on matched counterfactual pairs.** Each pair is a shortcut-consistent (clean) and an
-anti-shortcut (corrupt) sequence with the same label, two tokens apart (the shortcut token changes its residue,
-another token restores the sum's; for max tasks the maximum keeps its position), held out from training. With ld =
-logit of the shared label minus the best other logit and gap = ld(clean) − ld(corrupt): *clean→corrupt* runs the
-corrupt sequence with one component's activation from the clean one, fraction = (ld(patched) − ld(corrupt)) / gap;
-*corrupt→clean* the reverse, fraction = (ld(clean) − ld(patched)) / gap. 1 = the component alone carries the
-shortcut's effect on this pair. Per pair, then median [quartiles] per seed, then the median over seeds. Pairs with
-|gap| < {min_gap} logit are flagged and get no fraction (a model that follows the rule treats both sides alike); Δld
-columns are the median unnormalized change (logits) over all pairs.
+**Activation patching on matched counterfactual pairs**, two kinds side by side. Each pair is a shortcut-consistent
+(clean) and an anti-shortcut (corrupt) sequence, held out from training. *Same-label* pairs keep the label and change
+the shortcut feature (two tokens apart: the shortcut token changes its residue, another token restores the sum's; for
+max tasks the maximum keeps its position): a model that follows the shortcut separates the two sides. *Label-changing*
+pairs keep the shortcut token (the same first element, or the same maximum at the same position) and change the label
+(one other token changes its residue): a model that follows the rule separates them, so only these pairs show the rule
+circuit. With ld = logit of the clean label − logit of the corrupt label (the best other logit for same-label pairs)
+and gap = ld(clean) − ld(corrupt): *clean→corrupt* runs the corrupt sequence with one component's activation from the
+clean one, fraction = (ld(patched) − ld(corrupt)) / gap; *corrupt→clean* the reverse, fraction = (ld(clean) −
+ld(patched)) / gap. 1 = the component alone carries the difference between the two sides. Per pair, then median
+[quartiles] per seed, then the median over seeds. Pairs with |gap| < {min_gap} logit are flagged and get no fraction
+(the model treats both sides alike); Δld columns are the median unnormalized change (logits) over all pairs.
+"""
+PATH_PATCHING_NOTE = """\
+**Path patching of the rule head** on label-changing pairs (clean→corrupt, median over seeds of each seed's per-pair
+median). Each member's rule head is the attention head whose clean activation, patched into the corrupt run, raises
+ld (clean label − corrupt label) the most at the last checkpoint. Its activation is patched along its whole effect
+(*total*), only along its direct path to the logits (added to the last residual stream, which only the unembedding
+reads: *direct*), or only into the inputs of the MLPs that read it, its own layer's and later ones, which then act
+as usual (*via MLP*); later attention layers see it unpatched in both. Direct + via MLP = total when everything
+downstream is linear; a rule head whose parity only an MLP decodes shows its effect via the MLP.
 """
 PATH_NOTE = """\
 **QK and OV ablations per head** (mean over seeds of the accuracy change, points). QK→uniform replaces the head's
@@ -51,25 +75,52 @@ FINGERPRINT_NOTE = """\
 **Fingerprints** (medians over seeds). QK ρ value: Spearman ρ between the readout query's attention on a key and the
 key's token value, on the val+adv rows (act.) or from the weights alone, the readout query against every value's key
 through the embeddings, averaged over positions (weights). Attn pos 0: the readout's attention on position 0 (act.),
-or on a sequence of identical tokens (weights). OV ρ residue: Spearman ρ of each token's OV output, projected on the
-unembedding, with its residue (direct path only). Probe: cross-validated accuracy of a linear probe reading the sum
+or on a sequence of identical tokens (weights). OV ρ token residue (direct): Spearman ρ between each single token's
+OV output, projected on the unembedding's direction for a class, and whether the token's own residue is that class:
+a per-token copy of residues onto the logits, on the direct path only; it is not the sum's residue (the label) and
+does not see a head whose output an MLP reads. Probe: cross-validated accuracy of a linear probe reading the sum
 residue (the label) or the shortcut residue from the component's write at the readout position, on val+adv rows
-where the two disagree half the time (chance ≈ 1/2 binary, 1/3 ternary); it finds a parity writer that only a later
-MLP reads.
+where the two disagree half the time; it finds a parity writer that only a later MLP reads. Its chance level is the
+best accuracy reached from the other residue alone (for the sum probe: the best classifier that sees only the
+shortcut residue), 1/2 on these rows for binary and ternary tasks alike, not 1/3. Probe rows: rows per probe (half
+val, half adv); the probes' small-sample bias, measured on the demo sweep's checkpoints against the whole sequence
+space, averaged about 0.1 point and stayed within about 1 point at 4,096 rows, against up to 2-3.5 points at 1,024
+(no correction applied; fewer rows than 4,096 when the val/adv splits are smaller).
+"""
+ALIGNED_NOTE = """\
+**Head roles per seed through training.** Generalizing members are aligned at their generalization epoch
+(gen_epoch: the first evaluation with 100% adversarial accuracy): for each head, the last checkpoint before it, the
+first at or after it, and the last checkpoint, labelled by epochs from gen_epoch. Shortcut fp: the head's shortcut
+fingerprint (QK ρ with token value for max tasks, attention on position 0 for first tasks); OV ρ: token residue on the
+direct path; probe sum: linear-probe accuracy of the label from the head's write (chance in the fingerprint table);
+Δval, Δadv: zero-ablation accuracy change (points). {cap}
+"""
+UNALIGNED_NOTE = """\
+**Members that never generalized** (no gen_epoch to align at): each head at the first and the last checkpoint. {cap}
 """
 
 
 def circuits_section(summary: pd.DataFrame, circuits: pd.DataFrame | None, patching: pd.DataFrame | None) -> str:
-    """The whole section (``### Circuits at the last checkpoint``) with its three tables; a note for each missing file."""
+    """The whole section (``### Circuits at the last checkpoint``, then ``### Head roles through training``); a note
+    for each missing file."""
     missing = "*No {name} (checkpoint the runs, then `seedlab shortcut analyze DIR`).*"
     parts = ["### Circuits at the last checkpoint"]
-    parts.append(missing.format(name="patching.parquet") if patching is None or patching.empty
-                 else pair_patching_table(summary, patching))
+    if patching is None or patching.empty:
+        parts.append(missing.format(name="patching.parquet"))
+    else:
+        patching = _with_kinds(patching)
+        parts += [pair_patching_table(summary, patching), path_patching_table(summary, patching)]
     if circuits is None or circuits.empty:
         parts.append(missing.format(name="circuits.parquet"))
     else:
-        parts += [path_ablation_table(summary, circuits), fingerprint_table(summary, circuits)]
+        parts += [path_ablation_table(summary, circuits), fingerprint_table(summary, circuits),
+                  "### Head roles through training, aligned at the generalization epoch", aligned_roles_table(summary, circuits)]
     return "\n\n".join(parts)
+
+
+def _with_kinds(patching: pd.DataFrame) -> pd.DataFrame:
+    """A patching.parquet from before the pair kinds and paths holds same-label pairs, whole components."""
+    return patching.assign(**{c: v for c, v in (("pairs", "same_label"), ("path", "total")) if c not in patching})
 
 
 def _prose(note: str) -> str:
@@ -77,37 +128,78 @@ def _prose(note: str) -> str:
     return " ".join(note.split())
 
 
-def _table(groups: pd.DataFrame, note: str, columns: list[tuple[str, Callable]]) -> str:
-    """``note`` and one row per (cell, component) of ``groups`` (from :func:`seedlab.shortcut.stats.per_component`):
-    its cell (task and weight decay only where the table has several), component, seeds, then ``fn(row)`` per column."""
+def _table(groups: pd.DataFrame, note: str, columns: list[tuple[str, Callable]], keys: tuple[str, ...] = ("component", "seeds")) -> str:
+    """``note`` and one row per row of ``groups`` (e.g. from :func:`seedlab.shortcut.stats.per_component`): its cell
+    (task and weight decay only where the table has several), ``keys``, then ``fn(row)`` per column."""
     many = [c for c in GROUP if groups[c].nunique() > 1]
-    header = [{"task": "task", "weight_decay": "wd"}[c] for c in many] + ["model", "r", "component", "seeds"]
+    header = [{"task": "task", "weight_decay": "wd"}[c] for c in many] + ["model", "r", *(k.replace("_", " ") for k in keys)]
     rows = [[*(g.task if c == "task" else f"{g.weight_decay:g}" for c in many), cap_label(g.layers, g.heads),
-             fmt_ratio(g.ratio), g.component, str(g.seeds), *(fn(g) for _, fn in columns)]
+             fmt_ratio(g.ratio), *(str(getattr(g, k)) for k in keys), *(fn(g) for _, fn in columns)]
             for g in groups.itertuples(index=False)]
     return note + "\n\n" + md_table([*header, *(name for name, _ in columns)], rows)
 
 
-def _quartiles(g, direction: str) -> str:
+def _quartiles(g, direction: str, kind: str) -> str:
     """'median [q25, q75]' of a per-pair distribution: the median over seeds of each seed's quantiles."""
-    q = [getattr(g, f"{direction}_q{p}") for p in ("50", "25", "75")]
+    q = [getattr(g, f"{direction}_q{p}_{kind}") for p in ("50", "25", "75")]
     if any(np.isnan(q)):
         return "—"
     return f"{q[0]:.2f} [{q[1]:.2f}, {q[2]:.2f}]"
 
 
+def _select(patching: pd.DataFrame, **values: str) -> pd.DataFrame:
+    return patching[np.logical_and.reduce([patching[c] == v for c, v in values.items()])]
+
+
 def pair_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
-    cols = [
-        ("pairs", lambda g: str(int(g.pairs))),
-        ("flagged", lambda g: pct(g.flagged)),
-        ("median gap", lambda g: fmt_num(g.gap)),
-        ("clean→corrupt fraction", lambda g: _quartiles(g, "forward")),
-        ("corrupt→clean fraction", lambda g: _quartiles(g, "backward")),
-        ("Δld clean→corrupt", lambda g: fmt_num(g.dld_forward)),
-        ("Δld corrupt→clean", lambda g: fmt_num(g.dld_backward)),
-    ]
-    note = _prose(PAIR_NOTE).format(min_gap=f"{MIN_GAP:g}")
-    return _table(stats.patching_medians(summary, patching), note, cols)
+    """Both kinds of pairs side by side (those the table has), whole components (``path == total``)."""
+    keys, kinds = [*CELL, "component", "seeds"], [k for k in PAIR_KINDS if (patching["pairs"] == k).any()]
+    groups = pd.concat([stats.patching_medians(summary, _select(patching, pairs=k, path="total")).set_index(keys).add_suffix(f"_{k}")
+                        for k in kinds], axis=1).reset_index()
+    cols = [("pairs", lambda g: str(int(getattr(g, f"pairs_{kinds[0]}"))))]
+    for k, name in ((k, PAIR_KINDS[k]) for k in kinds):
+        cols += [
+            (f"{name}: flagged", lambda g, k=k: pct(getattr(g, f"flagged_{k}"))),
+            (f"{name}: median gap", lambda g, k=k: fmt_num(getattr(g, f"gap_{k}"))),
+            (f"{name}: clean→corrupt fraction", lambda g, k=k: _quartiles(g, "forward", k)),
+            (f"{name}: corrupt→clean fraction", lambda g, k=k: _quartiles(g, "backward", k)),
+            (f"{name}: Δld clean→corrupt", lambda g, k=k: fmt_num(getattr(g, f"dld_forward_{k}"))),
+            (f"{name}: Δld corrupt→clean", lambda g, k=k: fmt_num(getattr(g, f"dld_backward_{k}"))),
+        ]
+    return _table(groups, _prose(PAIR_NOTE).format(min_gap=f"{MIN_GAP:g}"), cols)
+
+
+def rule_heads(patching: pd.DataFrame) -> pd.DataFrame:
+    """Each member's rule head at its last checkpoint: ``member, layer, head``.
+
+    The attention head whose clean activation, patched (whole) into the corrupt run of
+    label-changing pairs, raises ld (clean label − corrupt label) the most: the highest median
+    Δld clean→corrupt. Chosen by intervention, not by the direct-path OV fingerprint, which
+    misses a head whose parity only an MLP reads."""
+    t = _select(patching, pairs="label_changing", path="total", direction="clean_to_corrupt")
+    t = t[(t["head"] >= 0) & (t["epoch"] == t.groupby("member")["epoch"].transform("max"))]
+    return t.loc[t.groupby("member")["dld_q50"].idxmax(), ["member", "layer", "head"]].reset_index(drop=True)
+
+
+def path_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
+    """Each member's rule head (:func:`rule_heads`) on label-changing pairs, clean→corrupt, along each path."""
+    t = _select(patching, pairs="label_changing", direction="clean_to_corrupt").merge(rule_heads(patching), on=["member", "layer", "head"])
+    if t.empty:
+        return _prose(PATH_PATCHING_NOTE) + "\n\n*No label-changing pairs in patching.parquet (rerun `seedlab shortcut analyze DIR`).*"
+
+    def values(d: pd.DataFrame) -> dict[str, float]:
+        out = {"flagged": float((d["n_small_gap"] / d["n_pairs"]).mean())}
+        for path in PATH_LABELS:
+            p = d[d["path"] == path]
+            out |= {f"dld_{path}": float(p["dld_q50"].median()), f"frac_{path}": float(p["frac_q50"].median())}
+        return out
+
+    nan = lambda x: "—" if np.isnan(x) else fmt_num(x)
+    cols = [("flagged", lambda g: pct(g.flagged))]
+    cols += [(f"Δld {name}", lambda g, p=p: fmt_num(getattr(g, f"dld_{p}"))) for p, name in PATH_LABELS.items()]
+    cols += [(f"fraction {name}", lambda g, p=p: nan(getattr(g, f"frac_{p}"))) for p, name in PATH_LABELS.items()]
+    groups = stats.per_component(summary, t, values).rename(columns={"component": "rule_head"})
+    return _table(groups, _prose(PATH_PATCHING_NOTE), cols, keys=("rule_head", "seeds"))
 
 
 PATH_NAMES = {"qk_uniform": "QK→uniform", "qk_mean": "QK→mean", "ov_mean": "OV→mean"}
@@ -124,13 +216,141 @@ FINGERPRINTS = {
     "qk_w_rho_value": "QK ρ value (weights)",
     "attn_pos0": "attn pos 0 (act.)",
     "qk_w_pos0": "attn pos 0 (weights)",
-    "ov_rho_residue": "OV ρ residue (direct)",
+    "ov_rho_residue": "OV ρ token residue (direct)",
     "probe_sum": "probe: sum",
+    "probe_sum_chance": "chance: sum",
     "probe_shortcut": "probe: shortcut",
+    "probe_shortcut_chance": "chance: shortcut",
+    "probe_rows": "probe rows",
 }
 
 
 def fingerprint_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
-    median = lambda c: lambda g: "—" if np.isnan(getattr(g, c)) else fmt_num(float(getattr(g, c)))
-    groups = stats.fingerprint_medians(summary, circuits, list(FINGERPRINTS))
-    return _table(groups, _prose(FINGERPRINT_NOTE), [(name, median(c)) for c, name in FINGERPRINTS.items()])
+    columns = [c for c in FINGERPRINTS if c in circuits]  # a circuits.parquet from before the chance levels lacks them
+    fmt = lambda c, v: "—" if np.isnan(v) else str(int(v)) if c == "probe_rows" else fmt_num(float(v))
+    median = lambda c: lambda g: fmt(c, getattr(g, c))
+    groups = stats.fingerprint_medians(summary, circuits, columns)
+    return _table(groups, _prose(FINGERPRINT_NOTE), [(FINGERPRINTS[c], median(c)) for c in columns])
+
+
+# ---------------------------------------------------------------- head roles through training
+
+#: the per-head measures :func:`aligned_roles` follows (``shortcut_fp``: the task's shortcut fingerprint)
+ROLES = ["shortcut_fp", "qk_rho_value", "attn_pos0", "qk_w_rho_value", "qk_w_pos0", "ov_rho_residue", "probe_sum",
+         "probe_shortcut", *(f"{k}_ablation_{s}" for k in ("zero", "mean", *stats.PATH_ABLATIONS) for s in ("val", "adv"))]
+#: the measures the tables and the figure show: column -> label (ablations in points)
+SHOWN = {"shortcut_fp": "shortcut fp", "ov_rho_residue": "OV ρ", "probe_sum": "probe sum",
+         "zero_ablation_val": "Δval", "zero_ablation_adv": "Δadv"}
+
+
+def aligned_roles(circuits: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Every head of every member at every checkpoint, aligned at the member's generalization epoch.
+
+    Columns: ``*CELL, member, generalized, layer, head, component, epoch, gen_epoch, epochs_from_gen``
+    (``epoch - gen_epoch``; nan, like ``gen_epoch``, for members without a generalization epoch,
+    which are not aligned), then :data:`ROLES`: ``shortcut_fp`` (``qk_rho_value`` for max tasks,
+    ``attn_pos0`` for first tasks, as :data:`seedlab.shortcut.stats.SHORTCUT_FINGERPRINT`) and the
+    per-head measures of circuits.parquet present. Sorted by member, layer, head, epoch.
+    """
+    s = summary[["member", *CELL, "generalized", "gen_epoch"]]
+    t = circuits[circuits["head"] >= 0].merge(s, on="member")
+    gen = t["gen_epoch"].astype("float64").where(t["generalized"].astype(bool))
+    fp = t["task"].map(lambda task: SHORTCUT_FINGERPRINT[get_task(task).shortcut])
+    shortcut_fp = np.where(fp == "attn_pos0", t.get("attn_pos0", np.nan), t.get("qk_rho_value", np.nan))
+    t = t.assign(gen_epoch=gen, epochs_from_gen=t["epoch"] - gen, shortcut_fp=shortcut_fp,
+                 component="L" + t["layer"].astype(str) + "H" + t["head"].astype(str))
+    keys = [*CELL, "member", "generalized", "layer", "head", "component", "epoch", "gen_epoch", "epochs_from_gen"]
+    return t[keys + [c for c in ROLES if c in t]].sort_values(["member", "layer", "head", "epoch"], ignore_index=True)
+
+
+def _moments(d: pd.DataFrame) -> list[float | None]:
+    """One member's checkpoints to show: aligned, the last before gen_epoch, the first at or after it, and the last;
+    otherwise the first and the last (None where there is none)."""
+    epochs = np.sort(d["epoch"].unique())
+    gen = d["gen_epoch"].iloc[0]
+    if np.isnan(gen):
+        return [epochs[0], epochs[-1]]
+    before, after = epochs[epochs < gen], epochs[epochs >= gen]
+    return [before[-1] if len(before) else None, after[0] if len(after) else None, epochs[-1]]
+
+
+def _member_rows(roles: pd.DataFrame, cap: int) -> pd.DataFrame:
+    """One row per (member, head), at most ``cap`` members per cell: the cell, ``member``, ``gen``, ``component``,
+    ``when`` (the moments' epochs, from gen_epoch when aligned) and each shown measure's values at the moments."""
+    rows = []
+    for _, cell in stats.by_cell(roles):
+        for member in sorted(cell["member"].unique())[:cap]:
+            d = cell[cell["member"] == member]
+            moments, gen = _moments(d), d["gen_epoch"].iloc[0]
+            when = " / ".join("—" if e is None else str(int(e)) if np.isnan(gen) else f"{int(e - gen):+d}" for e in moments)
+            for comp, h in d.groupby("component", sort=True):
+                at = h.set_index("epoch")
+                cells = {c: " → ".join("—" if e is None else _fmt_role(c, at.at[e, c]) for e in moments) for c in SHOWN}
+                rows.append({**h.iloc[0][CELL].to_dict(), "member": member, "gen": "—" if np.isnan(gen) else str(int(gen)),
+                             "component": comp, "when": when, **cells})
+    return pd.DataFrame(rows)
+
+
+def _fmt_role(column: str, v: float) -> str:
+    if np.isnan(v):
+        return "—"
+    return f"{100 * v:+.0f}" if "ablation" in column else f"{v:.2f}"
+
+
+def aligned_roles_table(summary: pd.DataFrame, circuits: pd.DataFrame, cap: int = MAX_SEEDS_DRAWN) -> str:
+    """Per seed and head, the roles at the moments around its generalization epoch (:func:`aligned_roles`); the
+    members that never generalized in a table of their own, on their first and last checkpoints."""
+    roles = aligned_roles(circuits, summary)
+    if roles.empty:
+        return "*No attention heads in circuits.parquet.*"
+    capped = f"At most {cap} members per cell (the lowest member ids)."
+    cols = [(name, lambda g, c=c: getattr(g, c)) for c, name in SHOWN.items()]
+    parts = []
+    for aligned, note, when in ((True, ALIGNED_NOTE, "epochs from gen: before / at / last"),
+                                (False, UNALIGNED_NOTE, "epochs: first / last")):
+        part = roles[roles["gen_epoch"].notna() == aligned]
+        if part.empty:
+            parts.append(_prose(note).format(cap="") + "\n\n*None.*")
+            continue
+        table = _table(_member_rows(part, cap), _prose(note).format(cap=capped), [(when, lambda g: g.when), *cols],
+                       keys=("member", "gen", "component") if aligned else ("member", "component"))
+        parts.append(table)
+    return "\n\n".join(parts)
+
+
+def aligned_roles_figure(summary: pd.DataFrame, circuits: pd.DataFrame | None, folder: Folder) -> Fig:
+    """Each seed's heads through training: shortcut fingerprint, OV ρ and sum probe against epochs from gen_epoch
+    (generalizing members) or epochs (the others), one row of panels per capacity and group."""
+    title = "Head roles per seed through training"
+    if circuits is None or circuits.empty:
+        return Fig(title, None, "no circuits.parquet (checkpoint the runs, then `seedlab shortcut analyze DIR`)")
+    roles = aligned_roles(circuits, summary)
+    shown = [c for c in ("shortcut_fp", "ov_rho_residue", "probe_sum") if c in roles]
+    panels = [(cap, aligned) for cap in sorted({(int(a), int(b)) for a, b in roles[["layers", "heads"]].itertuples(index=False)},
+                                               key=paper_order)
+              for aligned in (True, False) if ((roles["layers"] == cap[0]) & (roles["heads"] == cap[1])
+                                               & (roles["gen_epoch"].notna() == aligned)).any()]
+    if not panels:
+        return Fig(title, None, "no attention heads in circuits.parquet")
+    fig, axes = new_figure(len(panels), len(shown), w=3.8, h=2.8)
+    comps = sorted(roles["component"].unique())
+    colors = dict(zip(comps, [f"C{i}" for i in range(len(comps))], strict=True))
+    for row, ((L, H), aligned) in enumerate(panels):
+        d = roles[(roles["layers"] == L) & (roles["heads"] == H) & (roles["gen_epoch"].notna() == aligned)]
+        members = sorted(d["member"].unique())[:MAX_SEEDS_DRAWN]
+        x = "epochs_from_gen" if aligned else "epoch"
+        for col, c in enumerate(shown):
+            ax = axes[row * len(shown) + col]
+            for (member, comp), g in d[d["member"].isin(members)].groupby(["member", "component"]):
+                ax.plot(g[x], g[c], marker=".", lw=0.8, alpha=0.7, color=colors[comp], label=comp if member == members[0] else None)
+            if aligned:
+                ax.axvline(0, color="gray", lw=0.8, ls="--")
+            group = f"generalized ({len(members)})" if aligned else f"never generalized ({len(members)})"
+            ax.set(title=f"{cap_label(L, H)} {group}: {SHOWN[c]}", xlabel="epochs from gen_epoch" if aligned else "epoch")
+            if col == 0:
+                ax.legend(fontsize=6)
+    return Fig(title, save_figure(fig, folder.figure("head_roles.png")),
+               f"One line per seed and head (at most {MAX_SEEDS_DRAWN} seeds per panel; colour = head). Generalizing seeds "
+               "are aligned at their gen_epoch (dashed line), the others drawn on their own epochs. Shortcut fp: QK ρ with "
+               "token value (max tasks) or attention on position 0 (first tasks); OV ρ: each token's residue on the direct "
+               "path; probe sum: linear-probe accuracy of the label from the head's write.")

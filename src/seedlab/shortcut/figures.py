@@ -294,7 +294,7 @@ def circuit_figures(summary: pd.DataFrame, folder: Folder) -> list[Fig]:
 def fingerprints_figure(c: pd.DataFrame, folder: Folder) -> Fig:
     """Median QK/OV fingerprints of every head at every checkpoint, per capacity and ratio."""
     heads = c[c["head"] >= 0]
-    prints = [("qk_rho_value", "QK rho with token value"), ("attn_pos0", "attention on position 0"), ("ov_rho_residue", "OV rho with residue")]
+    prints = [("qk_rho_value", "QK rho with token value"), ("attn_pos0", "attention on position 0"), ("ov_rho_residue", "OV rho, token residue (direct)")]
     caps = sorted({(int(a), int(b)) for a, b in heads[["n_layers", "n_heads"]].itertuples(index=False)}, key=paper_order)
     fig, axes = new_figure(len(caps), len(prints), w=3.8, h=2.8)
     for row, (L, H) in enumerate(caps):
@@ -309,7 +309,7 @@ def fingerprints_figure(c: pd.DataFrame, folder: Folder) -> Fig:
                 ax.legend(fontsize=6)
     return Fig("Fingerprint evolution per head", save_figure(fig, folder.figure("fingerprints.png")),
                "Median over seeds at each checkpoint. A shortcut head: QK rho near 1 (attends to the max) or attention on "
-               "position 0 near 1 (first-element shortcut); a robust head: OV rho with parity near 1.")
+               "position 0 near 1 (first-element shortcut); OV rho: each token's own residue on the direct path (not the sum's parity).")
 
 
 def ablation_figure(c: pd.DataFrame, folder: Folder) -> Fig:

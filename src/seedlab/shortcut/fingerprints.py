@@ -6,14 +6,19 @@ arrays with the member axis first, ``[S, layers, heads]``:
 - ``qk_rho_value`` / ``attn_pos0`` (:func:`qk_fingerprint`): does the readout query attend to
   large tokens (the max shortcut) or to position 0 (the first-element shortcut)?
 - ``ov_rho_residue`` (:func:`ov_fingerprint`): does the head's value/output path write each
-  token's residue class onto the readout directions (:func:`readout_directions`)?
+  single token's OWN residue class onto the readout directions (:func:`readout_directions`),
+  on the direct path to the unembedding? It measures a per-token copy of residues, not the sum's
+  residue (the label), and it is blind to whatever a later MLP reads from the head.
 - ``qk_w_rho_value`` / ``qk_w_pos0`` (:func:`qk_weight_fingerprint`): the same two questions
   asked of the weights alone: the readout query against every token value's key, through
   the embeddings (no data).
 - ``probe_sum`` / ``probe_shortcut`` (:func:`probe_fingerprint`): can a linear probe read the
   sum residue (the label) / the shortcut residue from what a head (or an MLP) writes at the
   readout position? Cross-validated accuracy; no direct path to the unembedding is assumed,
-  so a parity writer whose output only a later MLP reads is found.
+  so a parity writer whose output only a later MLP reads is found. Its chance level is
+  ``probe_*_chance`` (:func:`best_from`): on rows where the label and the shortcut disagree half
+  the time, a component that writes only the shortcut still reads the label half the time
+  (1/2 for binary AND ternary tasks, not 1/k).
 
 Formulas (``E = W_E``, ``P = W_pos``, ``READ`` = the readout token at position ``length``;
 ``LN1`` = the layer's ``ln1`` when the model has layer norm, else the identity):
@@ -29,9 +34,11 @@ Formulas (``E = W_E``, ``P = W_pos``, ``READ`` = the readout token at position `
                           position 0 in a sequence of ``length`` copies of v, readout key excluded)
     ov_rho_residue[l,h] = mean over classes c of Spearman over token occurrences of
                           ((LN1(E[x] + P[p]) W_V + b_V) W_O . u_c, [x mod k == c])
+                          (x: the token itself, not the sequence; u_c: the direct path to class c)
     probe_*[l,h]        = K-fold cross-validated accuracy of a ridge least-squares probe
                           (one-hot targets, intercept, standardized features) reading the target
                           from blocks.l.attn.hook_result[:, :, length, h] (or hook_mlp_out[:, :, length])
+    probe_*_chance      = sum over values v of the other target of max_c #{rows: other = v, target = c} / rows
 
 For layers > 0 the weight-based fingerprints (``qk_w_*``, ``ov_rho_residue``) use the same
 embedding inputs: a direct-path approximation that ignores what earlier layers wrote.
@@ -120,7 +127,14 @@ def readout_directions(model: EnsembleTransformer) -> Tensor:
 
 
 def ov_fingerprint(model: EnsembleTransformer, x: Tensor, modulus: int | None = None) -> np.ndarray:
-    """OV fingerprint of every head: does the head's value/output path write the token's residue?
+    """OV fingerprint of every head: each token's residue on the direct path (OV circuit -> unembedding).
+
+    It asks whether the head's value/output path, fed ONE token, writes that token's own residue
+    class in the direction the unembedding reads for that class. It does not measure the sum's
+    residue (the label): a head that attends to all tokens and copies their residues gives the
+    readout their count per class, which a later MLP must turn into the sum's residue; and a head
+    whose output only an MLP reads scores nan or ~0 here (the probes and the path patching of
+    :mod:`seedlab.shortcut.interventions` see those).
 
     For every token occurrence (sequence b, input position p) of ``x`` the head's input is
     the token's layer-0 residual contribution ``W_E[x_bp] + W_pos[p]`` (per position, not
@@ -209,21 +223,39 @@ def qk_weight_fingerprint(model: EnsembleTransformer) -> dict[str, np.ndarray]:
     return {"qk_w_rho_value": rho, "qk_w_pos0": pos0}
 
 
-def readout_writes(model: EnsembleTransformer, x: Tensor) -> Tensor:
+def readout_writes(model: EnsembleTransformer, x: Tensor, chunk: int = 1024) -> Tensor:
     """[S, layers, heads + 1, B, d]: what each head (``hook_result``) and each MLP (``hook_mlp_out``,
-    last index) writes at the readout position, on the batch ``x`` [S, B, length]."""
+    last index) writes at the readout position, on the batch ``x`` [S, B, length] (``chunk`` rows at a time)."""
     check_batch(model, x)
     names = []
     for l in range(model.cfg.layers):
         names += [f"blocks.{l}.attn.hook_result", f"blocks.{l}.hook_mlp_out"]
-    with torch.no_grad():
-        _, cache = model.run_with_cache(x, names)
     out = []
-    for l in range(model.cfg.layers):
-        heads = cache[f"blocks.{l}.attn.hook_result"][:, :, -1].permute(0, 2, 1, 3)  # [S, H, B, d]
-        mlp = cache[f"blocks.{l}.hook_mlp_out"][:, None, :, -1]  # [S, 1, B, d]
-        out.append(torch.cat([heads, mlp], 1))
-    return torch.stack(out, 1).double()
+    for i in range(0, x.shape[1], chunk):
+        with torch.no_grad():
+            _, cache = model.run_with_cache(x[:, i : i + chunk], names)
+        per_layer = []
+        for l in range(model.cfg.layers):
+            heads = cache[f"blocks.{l}.attn.hook_result"][:, :, -1].permute(0, 2, 1, 3)  # [S, H, B, d]
+            mlp = cache[f"blocks.{l}.hook_mlp_out"][:, None, :, -1]  # [S, 1, B, d]
+            per_layer.append(torch.cat([heads, mlp], 1))
+        out.append(torch.stack(per_layer, 1).double())
+    return torch.cat(out, 3)
+
+
+def best_from(feature: Tensor, target: Tensor, n_classes: int) -> np.ndarray:
+    """[S]: the accuracy of the best classifier of ``target`` that sees ``feature`` alone (both [S, B] in 0..n_classes-1).
+
+    For each value of ``feature``, predict its most frequent ``target`` on these rows (in-sample:
+    n_classes^2 cells, negligible optimism at hundreds of rows). The chance level of a probe of
+    ``target`` from a component that writes ``feature`` and nothing else, e.g. the sum residue
+    from the shortcut residue; it includes the majority-class guess.
+    """
+    feature, target = torch.as_tensor(feature).long(), torch.as_tensor(target).long()
+    S, B = target.shape
+    counts = torch.zeros(S, n_classes * n_classes, dtype=torch.float64, device=target.device)
+    counts.scatter_add_(1, feature * n_classes + target, torch.ones(S, B, dtype=torch.float64, device=target.device))
+    return (counts.view(S, n_classes, n_classes).max(-1).values.sum(-1) / B).cpu().numpy()
 
 
 def probe_accuracy(
@@ -266,7 +298,7 @@ def probe_accuracy(
 def probe_fingerprint(
     model: EnsembleTransformer, x: Tensor, targets: Mapping[str, Tensor], folds: int = 5
 ) -> dict[str, np.ndarray]:
-    """Linear-probe fingerprints of every head and MLP: ``{f"probe_{name}": [S, layers, heads + 1]}``.
+    """Linear-probe fingerprints of every head and MLP: ``probe_{name}`` and ``probe_{name}_chance``, [S, layers, heads + 1].
 
     For each component, the features are its write at the readout position
     (:func:`readout_writes`); each target (``targets[name]``, [S, B] integers in
@@ -275,14 +307,21 @@ def probe_fingerprint(
     parity into a direction only an MLP reads scores high on the shortcut target although
     its projection on the unembedding is 0. Use a batch where the targets disagree (val and
     adv rows together): on val alone the label and the shortcut are the same column.
+
+    ``probe_{name}_chance`` (the same for every component) is the best accuracy reached from
+    any OTHER target alone (:func:`best_from`; the majority class with a single target): a
+    probe of the sum residue must beat what the shortcut residue alone gives, which on val+adv
+    rows is 1/2 for ternary tasks too, not 1/3.
     """
     writes = readout_writes(model, x)  # [S, Ly, H+1, B, d]
     S, Ly, Hp, B, _ = writes.shape
-    out = {}
+    C, out = model.n_classes, {}
+    targets = {name: torch.as_tensor(t) for name, t in targets.items()}
     for name, t in targets.items():
-        t = torch.as_tensor(t)
         if t.shape != (S, B):
             raise ValueError(f"targets[{name!r}]: expected [S={S}, B={B}], got {list(t.shape)}")
         labels = t[:, None, None, :].expand(S, Ly, Hp, B)
-        out[f"probe_{name}"] = probe_accuracy(writes, labels, model.n_classes, folds=folds)
+        out[f"probe_{name}"] = probe_accuracy(writes, labels, C, folds=folds)
+        chance = np.max([best_from(u, t, C) for other, u in targets.items() if other != name] or [best_from(0 * t, t, C)], 0)
+        out[f"probe_{name}_chance"] = np.broadcast_to(chance[:, None, None], (S, Ly, Hp))
     return out

@@ -12,9 +12,17 @@ Components and paths (TransformerLens hook names):
                         ``A``, [S, B, q_pos, k_pos]);
     OV path of a head -> ``blocks.l.attn.hook_v[..., h, :]`` (its value vectors ``v_j``; the
                         head writes ``z_i W_O`` with ``z_i = sum_j A_ij v_j``).
+    paths downstream of a component (:data:`PATHS`, :func:`path_edit`), by what the patched
+    write reaches: ``total``, everything (the component's activation replaced);
+    ``direct``, only the unembedding (the write is added to the last
+    ``blocks.{L-1}.hook_resid_post``, which only ``ln_final`` reads); ``via_mlp``, only the
+    inputs of the MLPs that read it (layers ``l..L-1`` for a head, ``l+1..L-1`` for an MLP):
+    each such MLP is recomputed on ``blocks.l'.hook_resid_mid`` + the change, its output
+    then flows on as usual; later attention layers and the unembedding see the write unpatched.
 
-The logit difference of a row with label ``y`` is ``ld = logit[y] - max_{c != y} logit[c]``
-(:func:`logit_diff`); accuracies are argmax accuracies. The measures:
+The logit difference of a row with label ``y`` is ``ld = logit[y] - max_{c != y} logit[c]``,
+or ``logit[y] - logit[o]`` against a given other class ``o != y`` (:func:`logit_diff`);
+accuracies are argmax accuracies. The measures:
 
 - :func:`ablate` (``zero`` / ``mean``): ``acc(ablated) - acc(clean)`` when a component's
   activation is replaced by 0 / by its batch mean (per member and position).
@@ -29,18 +37,23 @@ The logit difference of a row with label ``y`` is ``ld = logit[y] - max_{c != y}
   batch into row i of a destination batch), as a fraction of the full source-vs-destination
   difference of batch means. With unrelated rows (val row i into adv row i, which share
   neither label nor content) this is a *resample ablation* score, and the analyses name it so.
-- :func:`pair_patching`: activation patching on matched counterfactual pairs
-  (:mod:`seedlab.shortcut.pairs`: clean = shortcut-consistent, corrupt = anti-shortcut, the
-  same label ``y``), scored per pair by the shared label's ``ld``:
-  ``gap_i = ld(clean_i) - ld(corrupt_i)``;
+- :func:`pair_patching`: activation patching on matched counterfactual pairs of either kind
+  (:mod:`seedlab.shortcut.pairs`: clean = shortcut-consistent with label ``y``, corrupt =
+  anti-shortcut with label ``y'``; same-label pairs ``y' = y``, label-changing pairs ``y' != y``),
+  scored per pair by the clean label's ``ld``, against ``y'`` when it differs (else against the
+  best other class): ``gap_i = ld(clean_i) - ld(corrupt_i)``;
   clean -> corrupt: run ``corrupt_i`` with the component's activation from ``clean_i``,
   ``dld_i = ld(patched_i) - ld(corrupt_i)``, ``frac_i = dld_i / gap_i`` (1 = the component
   alone restores the clean behaviour);
   corrupt -> clean: run ``clean_i`` with the activation from ``corrupt_i``,
   ``dld_i = ld(patched_i) - ld(clean_i)``, ``frac_i = -dld_i / gap_i`` (1 = the component
   alone carries the corrupt behaviour). A pair with ``|gap_i| < MIN_GAP`` logits is flagged:
-  its ``frac_i`` is nan (a generalized model treats both sides alike; there is nothing to
+  its ``frac_i`` is nan (the model treats both sides alike: on same-label pairs a model that
+  follows the rule, on label-changing pairs one that follows the shortcut; there is nothing to
   normalize by), its ``dld_i`` stays. :meth:`PairPatching.summary` gives per-pair quantiles.
+  With ``path`` (:data:`PATHS`) the component is patched along that path only: for a linear
+  readout of the component (no layer norm, linear MLPs, no later attention reading it) the
+  ``direct`` and ``via_mlp`` changes add up to the ``total`` one.
 
 Every forward pass here (the clean reference as well as the intervened ones) runs with the
 same hooks registered on all those points (:func:`hooked_run`), so the clean and the
@@ -69,6 +82,8 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 PATH_ABLATIONS = ("qk_uniform", "qk_mean", "ov_mean")
 #: the two patching directions of :func:`pair_patching`
 DIRECTIONS = ("clean_to_corrupt", "corrupt_to_clean")
+#: the paths along which :func:`pair_patching` patches a component (module docstring)
+PATHS = ("total", "direct", "via_mlp")
 
 Edit = Callable[[Tensor], Tensor]  # a replacement of one activation: act -> new act
 Run = tuple[Tensor, dict[str, Tensor]]  # (logits, activations) of one clean run: :func:`cached_run`
@@ -76,11 +91,12 @@ Run = tuple[Tensor, dict[str, Tensor]]  # (logits, activations) of one clean run
 
 def intervention_points(model: EnsembleTransformer) -> list[str]:
     """Every hook point an intervention may replace: each layer's ``hook_v``, ``hook_pattern``,
-    ``hook_result`` and ``hook_mlp_out``."""
+    ``hook_result``, ``hook_resid_mid``, ``hook_mlp_out`` and ``hook_resid_post``."""
     names = []
     for l in range(model.cfg.layers):
-        a = f"blocks.{l}.attn"
-        names += [f"{a}.hook_v", f"{a}.hook_pattern", f"{a}.hook_result", f"blocks.{l}.hook_mlp_out"]
+        a, b = f"blocks.{l}.attn", f"blocks.{l}"
+        names += [f"{a}.hook_v", f"{a}.hook_pattern", f"{a}.hook_result", f"{b}.hook_resid_mid", f"{b}.hook_mlp_out",
+                  f"{b}.hook_resid_post"]
     return names
 
 
@@ -131,6 +147,29 @@ def component_edit(model: EnsembleTransformer, layer: int, head: int, value: Ten
     return {f"blocks.{layer}.hook_mlp_out": lambda act: value.expand_as(act).clone()}
 
 
+def path_edit(model: EnsembleTransformer, layer: int, head: int, value: Tensor, path: str,
+              dst: dict[str, Tensor] | None = None) -> dict[str, Edit]:
+    """Replace one component's activation by ``value`` along ``path`` only (:data:`PATHS`, module docstring).
+
+    ``total`` is :func:`component_edit`; ``direct`` and ``via_mlp`` patch the change ``value -
+    act``, with ``act`` the component's activation in the unpatched run (from its cache ``dst``).
+    """
+    if path not in PATHS:
+        raise ValueError(f"path: must be one of {', '.join(PATHS)}, got {path!r}")
+    if path == "total":
+        return component_edit(model, layer, head, value)
+    delta = value - component(dst, layer, head, model.cfg.heads)
+    if path == "direct":
+        return {f"blocks.{model.cfg.layers - 1}.hook_resid_post": lambda act: act + delta}
+    resid: dict[int, Tensor] = {}  # each reading MLP's input residual, recorded in the same run
+    edits: dict[str, Edit] = {}
+    for l in range(layer + (head == model.cfg.heads), model.cfg.layers):
+        blk = model.blocks[l]
+        edits[f"blocks.{l}.hook_resid_mid"] = lambda act, l=l: resid.update({l: act}) or act
+        edits[f"blocks.{l}.hook_mlp_out"] = lambda act, l=l, blk=blk: model._mlp(blk.mlp, model._ln(resid[l] + delta, blk.ln2))
+    return edits
+
+
 def component(cache: dict[str, Tensor], layer: int, head: int, H: int) -> Tensor:
     """One component's activation [S, B, pos, d] from a cache of :func:`cached_run`."""
     if head < H:
@@ -143,11 +182,14 @@ def accuracy(logits: Tensor, y: Tensor) -> Tensor:
     return (logits.argmax(-1) == y).double().mean(1)
 
 
-def logit_diff(logits: Tensor, y: Tensor) -> Tensor:
-    """Per row: correct-class logit minus the largest other logit. [S, B, C], [S, B] -> [S, B]."""
-    correct = logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    other = logits.scatter(-1, y.unsqueeze(-1), float("-inf")).max(-1).values
-    return (correct - other).double()
+def logit_diff(logits: Tensor, y: Tensor, other: Tensor | None = None) -> Tensor:
+    """Per row: class ``y``'s logit minus class ``other``'s, or minus the largest other logit where ``other`` is
+    None or equals ``y``. [S, B, C], [S, B] (, [S, B]) -> [S, B]."""
+    pick = lambda c: logits.gather(-1, c.unsqueeze(-1)).squeeze(-1)
+    rest = logits.scatter(-1, y.unsqueeze(-1), float("-inf")).max(-1).values
+    if other is not None:
+        rest = torch.where(other == y, rest, pick(other))
+    return (pick(y) - rest).double()
 
 
 # --------------------------------------------------------------------------- ablation
@@ -212,12 +254,14 @@ def path_ablate(model: EnsembleTransformer, x: Tensor, y: Tensor, kind: str, cle
 
 # --------------------------------------------------------------------------- patching
 def patch_rows(
-    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y: Tensor, src: Run | None = None, dst: Run | None = None
+    model: EnsembleTransformer, x_src: Tensor, x_dst: Tensor, y: Tensor, src: Run | None = None, dst: Run | None = None,
+    *, other: Tensor | None = None, path: str = "total",
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Row-paired patching, per row: ``(ld_src [S, B], ld_dst [S, B], ld_patched [S, layers, heads+1, B])``.
 
     ``ld_patched[:, l, h, i]``: the run on ``x_dst`` row i with component (l, h) replaced by its
-    activation on ``x_src`` row i (all positions). Every ``ld`` is taken against ``y``.
+    activation on ``x_src`` row i (all positions), along ``path`` (:func:`path_edit`). Every
+    ``ld`` is taken against ``y`` (and ``other``, :func:`logit_diff`).
     """
     check_batch(model, x_src)
     check_batch(model, x_dst)
@@ -228,12 +272,15 @@ def patch_rows(
         )
     S, Ly, H = model.S, model.cfg.layers, model.cfg.heads
     src_logits, cache = src or cached_run(model, x_src)
-    ld_dst = logit_diff(dst[0] if dst else hooked_run(model, x_dst), y)
+    if dst is None:
+        dst = cached_run(model, x_dst) if path != "total" else (hooked_run(model, x_dst), None)
+    ld = lambda logits: logit_diff(logits, y, other)
+    ld_dst = ld(dst[0])
     patched = torch.zeros(S, Ly, H + 1, x_dst.shape[1], dtype=torch.float64, device=ld_dst.device)
     for l in range(Ly):
         for h in range(H + 1):
-            patched[:, l, h] = logit_diff(hooked_run(model, x_dst, component_edit(model, l, h, component(cache, l, h, H))), y)
-    return logit_diff(src_logits, y), ld_dst, patched
+            patched[:, l, h] = ld(hooked_run(model, x_dst, path_edit(model, l, h, component(cache, l, h, H), path, dst[1])))
+    return ld(src_logits), ld_dst, patched
 
 
 def patch_delta(
@@ -284,7 +331,7 @@ def patch(
 class PairPatching:
     """Per-pair results of :func:`pair_patching` (numpy, float64)."""
 
-    ld_clean: np.ndarray  # [S, B]: ld of the shared label on the clean sequence
+    ld_clean: np.ndarray  # [S, B]: ld of the clean label (against the corrupt one, if it differs) on the clean sequence
     ld_corrupt: np.ndarray  # [S, B]: ... on the corrupt sequence
     patched: dict[str, np.ndarray]  # direction -> [S, layers, heads+1, B]: ld of the patched run
 
@@ -355,15 +402,18 @@ def _nanmean(a: np.ndarray) -> np.ndarray:
 
 def pair_patching(
     model: EnsembleTransformer, clean: Tensor, corrupt: Tensor, y: Tensor,
-    clean_run: Run | None = None, corrupt_run: Run | None = None,
+    clean_run: Run | None = None, corrupt_run: Run | None = None, *, y_corrupt: Tensor | None = None, path: str = "total",
 ) -> PairPatching:
     """Activation patching on matched counterfactual pairs, both directions, every component, every pair.
 
     ``clean`` [S, B, length] (shortcut-consistent), ``corrupt`` (anti-shortcut, row i the
-    partner of clean row i), ``y`` [S, B] their shared label. See the module docstring.
+    partner of clean row i), ``y`` [S, B] the clean labels, ``y_corrupt`` the corrupt ones
+    (None: the same, as in same-label pairs); each component patched along ``path``. See the
+    module docstring.
     """
     clean_run, corrupt_run = clean_run or cached_run(model, clean), corrupt_run or cached_run(model, corrupt)
-    ld_clean, ld_corrupt, to_corrupt = patch_rows(model, clean, corrupt, y, clean_run, corrupt_run)  # clean into corrupt
-    _, _, to_clean = patch_rows(model, corrupt, clean, y, corrupt_run, clean_run)  # corrupt activations into clean runs
+    kw = {"other": y_corrupt, "path": path}
+    ld_clean, ld_corrupt, to_corrupt = patch_rows(model, clean, corrupt, y, clean_run, corrupt_run, **kw)  # clean into corrupt
+    _, _, to_clean = patch_rows(model, corrupt, clean, y, corrupt_run, clean_run, **kw)  # corrupt activations into clean runs
     np_ = lambda t: t.cpu().numpy()
     return PairPatching(np_(ld_clean), np_(ld_corrupt), {"clean_to_corrupt": np_(to_corrupt), "corrupt_to_clean": np_(to_clean)})

@@ -1,14 +1,20 @@
-"""Matched counterfactual pairs: a shortcut-consistent and an anti-shortcut sequence with the same label.
+"""Matched counterfactual pairs: a shortcut-consistent and an anti-shortcut sequence, two kinds.
 
-A pair ``(clean, corrupt)`` of one task (see :mod:`seedlab.shortcut.tasks`):
+A pair ``(clean, corrupt)`` of one task (see :mod:`seedlab.shortcut.tasks`) always has a
+shortcut-consistent ``clean`` (``shortcut(clean) == label(clean)``) and an anti-shortcut
+``corrupt``. The two kinds (:data:`KINDS`) change one of the two features and keep the other:
 
-- ``clean`` is shortcut-consistent: ``shortcut(clean) == label(clean)``;
-- ``corrupt`` is anti-shortcut with the SAME label: ``label(corrupt) == label(clean)`` and
-  ``shortcut(corrupt) != label(corrupt)``;
-- they differ in exactly :data:`PAIR_DISTANCE` = 2 positions (Hamming distance: same
-  length, substituted tokens), the smallest number the construction allows (below).
+- ``same_label``: ``label(corrupt) == label(clean)``, the shortcut feature changes; the pair
+  differs in exactly 2 positions (:data:`PAIR_DISTANCE`). A model that follows the shortcut
+  treats the two sides differently, one that follows the rule alike.
+- ``label_changing``: the shortcut TOKEN is kept (the same first element for ``*-first``; the
+  same maximum, same value at the same position and still the unique maximum, for ``*-max``),
+  so ``shortcut(corrupt) == shortcut(clean)``, and ``label(corrupt) != label(clean)``; the pair
+  differs in exactly 1 position. A model that follows the rule treats the two sides
+  differently, one that follows the shortcut alike: patching on these pairs sees the rule
+  circuit, which same-label pairs cannot.
 
-Construction, with ``k`` the modulus and ``d = corrupt[p] - clean[p]``:
+Same-label construction, with ``k`` the modulus and ``d = corrupt[p] - clean[p]``:
 
 - ``*-first``: change the first token ``x[0]`` to any value ``a`` with ``a != x[0] (mod k)``
   (``p = 0``), and one other token ``x[j]`` (``j >= 1``) to any value ``b`` with
@@ -27,18 +33,25 @@ Construction, with ``k`` the modulus and ``d = corrupt[p] - clean[p]``:
   maximum's residue, and elsewhere, below the maximum, it keeps the maximum). Without that constraint a single substitution can suffice by MOVING
   the maximum, e.g. sum2-max ``(3, 2, 0) -> (3, 4, 0)``: those pairs are not built.
 
+Label-changing construction: change one token ``x[j]`` other than the shortcut token (``j >= 1``
+for ``*-first``; ``j != p``, the maximum's position, for ``*-max``) to any value ``b`` with
+``b != x[j] (mod k)``, below the maximum ``m`` for ``*-max`` (``b < m``). The sum's residue moves
+by ``b - x[j]``, the shortcut token is untouched: distance 1, the least any label change takes.
+
 For a given clean sequence the corrupt partner is drawn uniformly among all its valid
-partners (every ``(a, j, b)`` above); clean sequences are drawn uniformly, without
-replacement, among the consistent ones (with a unique maximum for ``*-max``) that have at
-least one valid partner. Sequences in ``exclude`` (e.g. the training split) are never used
-on either side, so the pairs are held out like the val/adv splits. Everything is a pure
-function of ``(task, n, length, vocab, seed, exclude)``; ``seed`` is the data seed, on a
-stream of its own (the splits are not affected).
+partners of the kind; clean sequences are drawn uniformly, without replacement, among the
+consistent ones (with a unique maximum for ``*-max``) that have at least one valid partner.
+Sequences in ``exclude`` (e.g. the training split) are never used on either side, so the
+pairs are held out like the val/adv splits. Everything is a pure function of ``(task, n,
+length, vocab, seed, exclude, kind)``; ``seed`` is the data seed, on a stream of its own per
+kind (the splits are not affected, and the same-label pairs are what they were before
+label-changing pairs existed).
 
 When is a pair possible at all (:func:`check_pairs_feasible`): ``length >= 2`` for every
-task, and ``vocab >= k + 1`` for ``*-max`` (with integers ``0..k-1`` only, the new maximum
-cannot take another residue and stay above the compensating token). Both conditions are
-exact (tests enumerate small spaces).
+task and kind; for ``*-max``, ``vocab >= k + 1`` for same-label pairs (with integers
+``0..k-1`` only, the new maximum cannot take another residue and stay above the
+compensating token) and ``vocab >= 3`` for label-changing ones (a token below the maximum
+needs two values to choose from). The conditions are exact (tests enumerate small spaces).
 """
 
 from __future__ import annotations
@@ -50,59 +63,88 @@ import numpy as np
 from seedlab.errors import SeedlabError
 from seedlab.shortcut.tasks import _ENUMERATE_MAX, Task, _decode, get_task
 
-#: Hamming distance between the two sequences of every pair, for every task
-PAIR_DISTANCE = 2
-#: the pairs' random stream: the data seed plus this tag (the splits use the seed without it)
-_STREAM = 0x9A1C
+#: the two kinds of pairs (see the module docstring)
+KINDS = ("same_label", "label_changing")
+#: Hamming distance between the two sequences of every pair of a kind, for every task
+PAIR_DISTANCE = {"same_label": 2, "label_changing": 1}
+#: each kind's random stream: the data seed plus these tags (the splits use the seed without them)
+_STREAMS = {"same_label": (0x9A1C,), "label_changing": (0x9A1C, 1)}
 #: clean sequences decoded at a time from the stream of candidates
 _CHUNK = 4096
 
 
 @dataclass
 class Pairs:
+    kind: str  # one of KINDS
     clean: np.ndarray  # [n, length] int64: shortcut-consistent
-    corrupt: np.ndarray  # [n, length] int64: anti-shortcut, same label
-    y: np.ndarray  # [n] int64: the shared label
-    shortcut_corrupt: np.ndarray  # [n] int64: the corrupt sequence's shortcut feature (!= y)
-    edited: np.ndarray  # [n, 2] int64: (position of the shortcut token, position of the compensating token)
+    corrupt: np.ndarray  # [n, length] int64: anti-shortcut
+    y: np.ndarray  # [n] int64: the clean sequence's label
+    y_corrupt: np.ndarray  # [n] int64: the corrupt sequence's label (== y for same-label pairs, != y otherwise)
+    shortcut_corrupt: np.ndarray  # [n] int64: the corrupt sequence's shortcut feature (!= y_corrupt)
+    # [n, PAIR_DISTANCE[kind]] int64, the edited positions: same-label (the shortcut token's, the compensating
+    # token's); label-changing (the changed token's,)
+    edited: np.ndarray
 
     def __len__(self) -> int:
         return self.y.shape[0]
 
 
-def check_pairs_feasible(task: str | Task, length: int, vocab: int) -> None:
-    """A one-line :class:`SeedlabError` when no counterfactual pair exists for this length/vocabulary."""
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"kind: must be one of {', '.join(KINDS)}, got {kind!r}")
+
+
+def check_pairs_feasible(task: str | Task, length: int, vocab: int, kind: str = "same_label") -> None:
+    """A one-line :class:`SeedlabError` when no counterfactual pair of ``kind`` exists for this length/vocabulary."""
+    _check_kind(kind)
     task = get_task(task) if isinstance(task, str) else task
     if length < 2:
         raise SeedlabError(
             f"length: counterfactual pairs for {task.name} need at least 2 integers per sequence, got {length}"
         )
-    if task.shortcut == "max" and vocab <= task.modulus:
+    need, why = (task.modulus + 1, "the maximum can change its residue and stay the maximum") if kind == "same_label" \
+        else (3, "a token below the maximum can change its residue")
+    if task.shortcut == "max" and vocab < need:
         raise SeedlabError(
-            f"vocab: counterfactual pairs for {task.name} need at least {task.modulus + 1} integers"
-            f" (0..{task.modulus}) so the maximum can change its residue and stay the maximum, got {vocab}"
+            f"vocab: counterfactual pairs for {task.name} need at least {need} integers"
+            f" (0..{need - 1}) so {why}, got {vocab}"
         )
 
 
-def partners(task: Task, x: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every valid corrupt partner of one clean sequence ``x`` [length]: (sequences [m, length], edited [m, 2]).
+def _substitute(x: np.ndarray, positions: list[np.ndarray], values: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Copies of ``x``, copy i with ``x[positions[e][i]] = values[e][i]`` for each edit e: (sequences, edited [m, edits])."""
+    out = np.repeat(x[None], len(values[0]), axis=0)
+    rows = np.arange(len(out))
+    for pos, val in zip(positions, values, strict=True):
+        out[rows, pos] = val
+    return out, np.stack(positions, 1).astype(np.int64)
 
-    Empty when ``x`` is not consistent, or (``*-max``) has no unique maximum.
+
+def partners(task: Task, x: np.ndarray, vocab: int, kind: str = "same_label") -> tuple[np.ndarray, np.ndarray]:
+    """Every valid corrupt partner of ``kind`` of one clean sequence ``x`` [length]: (sequences [m, length], edited).
+
+    ``edited`` is [m, PAIR_DISTANCE[kind]] (see :class:`Pairs`). Empty when ``x`` is not
+    consistent, or (``*-max``) has no unique maximum.
     """
+    _check_kind(kind)
     k, L = task.modulus, x.shape[0]
-    empty = np.zeros((0, L), np.int64), np.zeros((0, 2), np.int64)
+    empty = np.zeros((0, L), np.int64), np.zeros((0, PAIR_DISTANCE[kind]), np.int64)
     if L < 2 or task.label(x) != task.shortcut_feature(x):
         return empty
+    p = 0 if task.shortcut == "first" else int(x.argmax())
+    if task.shortcut == "max" and (np.delete(x, p) == x[p]).any():  # the maximum is not unique
+        return empty
     js = np.arange(L)
+    if kind == "label_changing":
+        js = js[js != p]
+        b = np.arange(vocab if task.shortcut == "first" else x[p])  # max: below the maximum, which stays unique
+        ij, ib = np.nonzero((b - x[js][:, None]) % k != 0)  # [J, B] -> the (j, b) that move the sum's residue
+        return _substitute(x, [js[ij]], [b[ib]])
+    a = np.arange(vocab)
     if task.shortcut == "first":
-        p, a = 0, np.arange(vocab)
         above = np.full(L, -1)  # the new first token may take any value...
         b_max = np.full(vocab, vocab)  # ...and so may the compensating token
     else:
-        p = int(x.argmax())
-        if (np.delete(x, p) == x[p]).any():  # the maximum is not unique
-            return empty
-        a = np.arange(vocab)
         # the new maximum stays above every token but the compensating one, which goes below it
         above = np.array([np.delete(x, [p, j]).max(initial=-1) for j in js])
         b_max = a
@@ -116,12 +158,7 @@ def partners(task: Task, x: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndar
         & (a[:, None, None] > above[js][None, :, None])
     )
     ia, ij, ib = np.nonzero(ok)  # [A, J, B] -> the valid (a, j, b)
-    out = np.repeat(x[None], ia.shape[0], axis=0)
-    rows = np.arange(ia.shape[0])
-    out[rows, p] = a[ia]
-    out[rows, js[ij]] = b[ib]
-    edited = np.stack([np.full(ia.shape, p), js[ij]], 1).astype(np.int64)
-    return out, edited
+    return _substitute(x, [np.full(ia.shape, p), js[ij]], [a[ia], b[ib]])
 
 
 def _row_keys(x: np.ndarray) -> list[bytes]:
@@ -148,20 +185,21 @@ def _candidates(rng: np.random.Generator, length: int, vocab: int):
 
 
 def make_pairs(
-    task: str | Task, n: int, *, length: int, vocab: int, seed: int, exclude: np.ndarray | None = None
+    task: str | Task, n: int, *, length: int, vocab: int, seed: int, exclude: np.ndarray | None = None,
+    kind: str = "same_label",
 ) -> Pairs:
-    """``n`` matched counterfactual pairs of ``task`` (see the module docstring), a pure function of the arguments.
+    """``n`` matched counterfactual pairs of ``kind`` of ``task`` (see the module docstring), a pure function of the arguments.
 
     ``exclude`` ([m, length]) lists sequences neither side of a pair may be (e.g. the training
     split). Raises a one-line :class:`SeedlabError` when no pair exists for this length/vocab,
     or when fewer than ``n`` exist outside ``exclude``.
     """
     task = get_task(task) if isinstance(task, str) else task
-    check_pairs_feasible(task, length, vocab)
+    check_pairs_feasible(task, length, vocab, kind)
     if n <= 0:
         raise SeedlabError(f"n: the number of counterfactual pairs must be a positive integer, got {n!r}")
     banned = set(_row_keys(exclude)) if exclude is not None and len(exclude) else set()
-    rng = np.random.default_rng([seed, length, vocab, task.modulus, _STREAM])
+    rng = np.random.default_rng([seed, length, vocab, task.modulus, *_STREAMS[kind]])
     clean, corrupt, edited = [], [], []
     max_draws, draws = 64 * n + (1 << 20), 0
     for chunk in _candidates(rng, length, vocab):
@@ -170,7 +208,7 @@ def make_pairs(
         for x in chunk[consistent]:
             if x.tobytes() in banned:
                 continue
-            cand, ed = partners(task, x, vocab)
+            cand, ed = partners(task, x, vocab, kind)
             if banned and len(cand):
                 keep = np.array([key not in banned for key in _row_keys(cand)], dtype=bool)
                 cand, ed = cand[keep], ed[keep]
@@ -188,8 +226,8 @@ def make_pairs(
         where = " outside the excluded (training) sequences" if banned else ""
         found = "exist" if vocab**length <= _ENUMERATE_MAX else f"were found in {draws} draws"
         raise SeedlabError(
-            f"n: only {len(clean)} counterfactual pairs of {task.name} {found} at length {length} and vocab"
+            f"n: only {len(clean)} counterfactual pairs ({kind.replace('_', '-')}) of {task.name} {found} at length {length} and vocab"
             f" {vocab}{where}, {n} asked (lower n, or raise vocab or length)"
         )
     c, r = np.stack(clean).astype(np.int64), np.stack(corrupt).astype(np.int64)
-    return Pairs(c, r, task.label(c), task.shortcut_feature(r), np.stack(edited))
+    return Pairs(kind, c, r, task.label(c), task.label(r), task.shortcut_feature(r), np.stack(edited))

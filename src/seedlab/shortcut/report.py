@@ -23,7 +23,7 @@ from seedlab.config import load_yaml
 from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text, pct
 from seedlab.shortcut import figures, stats
-from seedlab.shortcut.circuits_report import circuits_section
+from seedlab.shortcut.circuits_report import aligned_roles_figure, circuits_section
 from seedlab.shortcut.config import DataConfig, GradientsConfig, TrainConfig
 from seedlab.shortcut.figures import cap_label, fmt_ratio
 from seedlab.shortcut.rundir import RunDir, SweepDir, open_folder
@@ -57,10 +57,10 @@ def write_report(run_dir: str | Path) -> Path:
         rep.add(figure_block(fig))
     rep.add(gradient_tables(summary, folder))
     rep.add(head_conflict_section(summary, folder))
-    for fig in figures.circuit_figures(summary, folder):
+    circuits, patching = (pd.read_parquet(p) if p.is_file() else None for p in (folder.circuits_path, folder.patching_path))
+    for fig in [*figures.circuit_figures(summary, folder), aligned_roles_figure(summary, circuits, folder)]:
         rep.add(figure_block(fig))
-    rep.add(circuits_section(summary, *(pd.read_parquet(p) if p.is_file() else None
-                                        for p in (folder.circuits_path, folder.patching_path))))
+    rep.add(circuits_section(summary, circuits, patching))
     return write_text(folder.report_path, rep.text())
 
 
