@@ -81,7 +81,7 @@ def shortcut_section(a_dir: str, b_dir: str) -> list[str]:
             f"Training time (sum over jobs, one thread each): fp32 {ta / 60:.1f} min, bf16 {tb / 60:.1f} min "
             f"(bf16/fp32 speed {ta / tb:.2f}x)", "",
             f"Shortcut recommendation rule: bf16 {'may be recommended' if e1['equivalent'] and e2_all and not d1 else 'is not recommended'}"
-            " for the shortcut study (E1 and E2 hold and D1 does not)."]
+            " for the shortcut study (the rule: E1 and E2 hold and D1 does not)."]
     return out
 
 
@@ -119,7 +119,7 @@ def twins_section(a_dir: str, b_dir: str) -> list[str]:
                    f"| {at(a, end, 'distance').mean():.3f} / {at(b, end, 'distance').mean():.3f} |")
     out += ["", f"T1 (both passages inside ±{MARGIN_TWINS}): **{'yes' if t1_all else 'no'}**; "
             f"T2 (learned in both precisions): **{'yes' if t2_all else 'no'}**",
-            f"Twins recommendation rule: bf16 {'may be recommended' if t1_all and t2_all else 'is not recommended'} for the twins (T1 and T2 hold)."]
+            f"Twins recommendation rule: bf16 {'may be recommended' if t1_all and t2_all else 'is not recommended'} for the twins (the rule: T1 and T2 hold)."]
     return out
 
 
