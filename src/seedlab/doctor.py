@@ -79,7 +79,9 @@ def lines(report: dict) -> list[str]:
         ratio = d["bf16_gflops"] / d["fp32_gflops"]
         out.append(f"{d['device']} ({d['name']}): matmul fp32 {d['fp32_gflops']:.0f} GFLOP/s, bf16 {d['bf16_gflops']:.0f} "
                    f"GFLOP/s ({ratio:.2f}x): suggests precision {d['suggest']}"
-                   + ("" if d["suggest"] == "fp32" else " (twins/attribution: --set precision=bf16; presets stay fp32)"))
+                   + ("" if d["suggest"] == "fp32" else " for speed (shortcut: --set train.precision=bf16; twins/attribution: "
+                                            "--set precision=bf16); presets stay fp32 and bf16 is not yet recommended "
+                                            "for results: docs/results.md, \"Does precision change the science?\""))
     return out
 
 
