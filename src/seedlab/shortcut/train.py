@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from seedlab.doctor import warn_precision
+from seedlab.doctor import cpu, warn_precision
 from seedlab.progress import Bar
 from seedlab.shortcut.config import EnsembleConfig, GradientsConfig, Member
 from seedlab.shortcut.gradients import measure as measure_gradients
@@ -277,9 +277,19 @@ def train_ensemble(
         write_parquet(run.summary_path, summary)
         write_json(
             run.meta_path,
-            {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S},
+            {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S,
+             "environment": environment(dev)},
         )
     return Result(members, summary, curves, grads, seconds, epoch, grads_heads)
+
+
+def environment(dev: torch.device) -> dict:
+    """What a member's bits depend on besides its config: a chaotic trajectory (the outcome of a member) can change
+    with the kernels' rounding, so a rerun elsewhere (another CPU model, torch or thread count) is another draw."""
+    c = cpu()
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else c["model"],
+            "cpu_flags": c["flags"], "cpu_capability": c["capability"], "threads": torch.get_num_threads()}
 
 
 # --------------------------------------------------------------------------- callbacks of the loop
