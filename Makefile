@@ -47,8 +47,8 @@ test: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
-	$(BIN)/python benchmarks/shortcut_trainer.py
-	$(BIN)/python benchmarks/twins_trainer.py
+	$(BIN)/python benchmarks/shortcut_trainer.py --members 8 --plain-members 2 --epochs 3 --profile
+	$(BIN)/python benchmarks/twins_trainer.py --corpus runs/corpus-embedded-bpe
 	$(BIN)/python benchmarks/attribution_bank.py --corpus runs/corpus-embedded-bpe
 
 clean:
