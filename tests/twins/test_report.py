@@ -23,6 +23,7 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
             "| p (one-sided exact sign-flip; its floor) | MDE (80%, one-sided t) | verdict |") in text
     assert "; end − 0.5 × s + 50 effect, per seed: mean " in text and "(sign-flip; ≥ 0.25): **" in text  # 2 seeds: floor 1/4
     assert "TOST" not in text and "vs margin ±" not in text  # the old equivalence test is gone from the report
+    assert "Precision fp32." in text  # the run's precision, said once in the intro
     assert "not that it is zero" in text and "H1: mean d < 0" in text
     # the time course: the peak / trough ratio under both windows, in the headline and its own table
     assert "~100× (smoothing not stated)" in text and "× (25-step window), " in text and "× (5-step window) |" in text

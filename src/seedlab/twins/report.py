@@ -84,7 +84,9 @@ def intro(d: Measured) -> str:
         f"{c['injection_step']} (row {c['injection_row']}). Seeds measured: {', '.join(map(str, seeds)) or 'none'}; "
         f"conditions: {', '.join(sorted(set(inj.condition))) or 'none'}, each against the twin of its seed. "
         f"Steps below are optimizer updates completed: s = {d.steps['injection']}, s + 50 = {d.steps['s50']}, "
-        f"mid-point = {d.steps['mid']}, end = {d.steps['final']}."),
+        f"mid-point = {d.steps['mid']}, end = {d.steps['final']}. Precision {c.get('precision', 'fp32')}"
+        + (" (bf16: not shown interchangeable with fp32's effect sizes: docs/results.md, \"Does precision change the "
+           "science?\")." if c.get("precision") == "bf16" else ".")),
     ]
     if d.meta["missing"]:
         lines.append(f"**Not measured (runs not finished):** {', '.join(d.meta['missing'])}.")
