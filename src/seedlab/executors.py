@@ -1,7 +1,10 @@
-"""Where independent jobs run: here, one after another (``local``), or on a Ray cluster (``ray``).
+"""Where independent jobs run: here, one after another or in ``jobs`` processes (``local``), or
+on a Ray cluster (``ray``).
 
-An executor maps ``fn`` over job specs and calls ``on_done(spec)`` as each finishes, so the
-caller can record progress. Jobs must be independent and write their own results.
+An executor maps ``fn`` over job specs, calls ``on_done(spec)`` as each finishes, so the caller
+can record progress, and returns what ``fn`` returned, in the order of the specs. Jobs must be
+independent. In other processes (``jobs`` > 1, Ray) ``fn`` and the specs must pickle, and a
+job's :class:`SeedlabError` reaches the caller as itself (one line); the first failure stops the rest.
 """
 
 from __future__ import annotations
@@ -16,10 +19,36 @@ from seedlab.errors import SeedlabError
 Job = Callable[[Any], Any]
 
 
-def run_local(fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None]) -> None:
-    for spec in specs:
-        fn(spec)
-        on_done(spec)
+def run_local(fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], jobs: int = 1) -> list[Any]:
+    """Here, one after another; ``jobs`` > 1: in that many fresh (spawned) processes at once."""
+    if jobs <= 1:
+        out = []
+        for spec in specs:
+            out.append(fn(spec))
+            on_done(spec)
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    out = [None] * len(specs)
+    pool = ProcessPoolExecutor(max(1, min(jobs, len(specs))), mp_context=multiprocessing.get_context("spawn"))
+    workers = pool._processes  # to stop the running jobs when one fails (Python < 3.14 has no terminate_workers)
+    try:
+        futures = {pool.submit(fn, spec): i for i, spec in enumerate(specs)}
+        for future in as_completed(futures):
+            out[futures[future]] = future.result()
+            on_done(specs[futures[future]])
+    except BaseException as err:  # a job failed (or Ctrl-C): stop the others now
+        running = list(workers.values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in running:
+            p.terminate()
+        if isinstance(err, BrokenProcessPool):
+            raise SeedlabError("--jobs: a worker process died (killed, or out of memory?)") from None
+        raise
+    pool.shutdown()
+    return out
 
 
 def _check_reachable(address: str, timeout: float = 3.0) -> None:
@@ -49,7 +78,7 @@ def preflight_ray(address: str | None) -> None:
 def run_ray(
     fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], *, address: str | None, cpus_per_job: float = 1.0,
     gpus_per_job: float = 0.0,
-) -> None:
+) -> list[Any]:
     """Run each spec as a Ray task: on the cluster at ``address``, or on a new local cluster.
     ``gpus_per_job``: the GPUs each task asks Ray for (a fraction lets several share one GPU)."""
     preflight_ray(address)
@@ -63,14 +92,21 @@ def run_ray(
         except (ConnectionError, RuntimeError) as err:
             hint = "" if os.environ.get("RAY_AUTH_MODE") else " (a token-authenticated cluster also needs RAY_AUTH_MODE=token, or use --ray-address auto on its head node)"
             raise SeedlabError(f"--ray-address: could not connect to Ray at {address!r}: {str(err).splitlines()[0]}{hint}") from None
+    out = [None] * len(specs)
     try:
         remote = ray.remote(num_cpus=cpus_per_job, num_gpus=gpus_per_job)(fn)
-        pending = {remote.remote(spec): spec for spec in specs}
+        pending = {remote.remote(spec): i for i, spec in enumerate(specs)}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                ray.get(ref)  # re-raises a job's failure here
-                on_done(pending.pop(ref))
+                try:
+                    out[pending[ref]] = ray.get(ref)  # re-raises a job's failure here
+                except ray.exceptions.RayTaskError as err:
+                    if isinstance(err.cause, SeedlabError):
+                        raise err.cause from None  # its one line, not the remote traceback
+                    raise
+                on_done(specs[pending.pop(ref)])
     finally:
         if started_here:
             ray.shutdown()
+    return out

@@ -30,6 +30,17 @@ For paired per-seed values (model A and model B trained from the same seeds):
   t interval it is equivalent to. What "no effect" claims need: a non-significant difference is
   not evidence of a small one; an equivalence test against a stated margin is.
 - ``sign_flip_floor`` -- the smallest p-value the sign-flip permutation test can give with n pairs.
+
+Correlations along an axis, resampling and reliability (many small vectors at once, e.g. one per
+seed, query and bootstrap resample):
+
+- ``spearman_along`` -- Spearman's correlation of x and y along the last axis (broadcast), pairwise
+  complete, in many bootstrap resamples at once (given as multiplicities: one sort, not one per resample).
+- ``slope_along`` -- the OLS slope of y on x along the last axis, pairwise complete.
+- ``bootstrap_interval`` -- the percentile interval of bootstrap samples (axis 0), NaNs left out.
+- ``jackknife_se`` -- the jackknife standard error from leave-one-out estimates.
+- ``spearman_brown`` -- the reliability of a mean of k parallel measurements whose pairwise
+  correlation is r: k·r / (1 + (k − 1)·r).
 """
 
 from __future__ import annotations
@@ -419,3 +430,128 @@ def sign_flip_floor(n: int, *, exact_limit: int = 20, n_resamples: int = 100_000
     2 / 2ⁿ when exact (only the observed sign pattern and its mirror are as extreme; 0.0078 for
     n = 8), else 2 / (n_resamples + 1). A smaller reported p must come from another test."""
     return 2 / 2**n if n <= exact_limit else 2 / (n_resamples + 1)
+
+
+# ---------------------------------------------------------------- correlations along an axis, resampling, reliability
+
+
+def _complete(x, y) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x, y broadcast to one shape (float64), NaN wherever either is NaN; and the complete pairs counted (last axis)."""
+    x, y = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))
+    bad = np.isnan(x) | np.isnan(y)
+    return np.where(bad, np.nan, x), np.where(bad, np.nan, y), np.count_nonzero(~bad, axis=-1)
+
+
+def _centered(v: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: their result is NaN anyway
+        return v - np.nanmean(v, axis=-1, keepdims=True)
+
+
+def _constant(v: np.ndarray) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(v, axis=-1) == np.nanmin(v, axis=-1)
+
+
+def _gather(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a[k, ..., idx[..., i]]`` for every k: ``a`` [b, ..., C] broadcast against ``idx`` [..., C]
+    in the middle axes (one flat fancy index: np.take_along_axis is several times slower here)."""
+    b, c = a.shape[0], idx.shape[-1]
+    if all(d == 1 for d in a.shape[1:-1]):
+        return a.reshape(b, c)[:, idx]
+    flat = idx.reshape(-1, c) + c * np.arange(idx.size // c)[:, None]
+    return np.broadcast_to(a, (b, *idx.shape)).reshape(b, -1)[:, flat].reshape(b, *idx.shape)
+
+
+def _weighted_ranks(v: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based, ties averaged) of the positions of ``v`` [..., C] in the sample that
+    holds position i ``w[k, ..., i]`` times, for every k (``w`` [b, ..., C], broadcast against v; a
+    position of weight 0 is not in the sample and its rank means nothing). One sort of v serves every k."""
+    order = np.argsort(v, axis=-1)  # NaN last (weight 0)
+    sv = np.take_along_axis(v, order, axis=-1)
+    ws = _gather(w, order)
+    cum = np.cumsum(ws, axis=-1)
+    first = np.ones(v.shape, dtype=bool)
+    first[..., 1:] = sv[..., 1:] != sv[..., :-1]
+    if first.all():  # no ties in v: the rank of position p is the weight below it plus its own mid-point
+        rank = cum - (ws - 1) / 2
+    else:  # the weight below a tie group (cumulative, so the running max over group starts) and up to its end
+        last = np.ones(v.shape, dtype=bool)
+        last[..., :-1] = first[..., 1:]
+        below = np.maximum.accumulate(np.where(first, cum - ws, -np.inf), axis=-1)
+        upto = np.flip(np.minimum.accumulate(np.flip(np.where(last, cum, np.inf), -1), axis=-1), -1)
+        rank = below + (upto - below + 1) / 2
+    inverse = np.empty_like(order)
+    np.put_along_axis(inverse, order, np.arange(v.shape[-1]), axis=-1)
+    return _gather(rank, inverse)
+
+
+def spearman_along(x, y, counts=None, min_n: int = 3) -> np.ndarray:
+    """Spearman's correlation of ``x`` and ``y`` along the last axis (the two broadcast against each
+    other; C positions), over the pairs where both are present, in every bootstrap resample at once.
+
+    ``counts`` [b, C]: resample k holds position i ``counts[k, i]`` times (the multiplicities of its
+    draws); the result [b, *shape without the last axis] is exactly ``scipy.stats.spearmanr`` of each
+    expanded resample (ties averaged), but x and y are sorted once, not once per resample. ``counts``
+    None: the sample as it is (no leading axis). NaN where fewer than ``min_n`` pairs (duplicates
+    counted) remain or either side is constant on them."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    single = counts is None
+    counts = np.ones((1, x.shape[-1])) if single else np.asarray(counts, dtype=np.float64)
+    ok = ~(np.isnan(x) | np.isnan(y))
+    if ok.all():  # nothing to leave out: each side ranked at its own shape
+        rx, ry = (_weighted_ranks(v, counts.reshape(len(counts), *(1,) * (v.ndim - 1), -1)) for v in (x, y))
+        w = counts.reshape(len(counts), *(1,) * (ok.ndim - 1), -1)
+    else:  # pairwise complete: a left-out pair weighs 0 on both sides
+        w = counts.reshape(len(counts), *(1,) * (ok.ndim - 1), -1) * ok
+        rx, ry = (_weighted_ranks(np.broadcast_to(v, ok.shape), w) for v in (x, y))
+    n = w.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dx = rx - (w * rx).sum(axis=-1, keepdims=True) / n[..., None]
+        dy = ry - (w * ry).sum(axis=-1, keepdims=True) / n[..., None]
+        sxx, syy = (w * dx * dx).sum(axis=-1), (w * dy * dy).sum(axis=-1)
+        r = (w * dx * dy).sum(axis=-1) / np.sqrt(sxx * syy)
+    flat = (sxx <= 1e-9 * n) | (syy <= 1e-9 * n)  # one tie group: every rank the mean (round-off aside)
+    r = np.where((n >= min_n) & ~flat, np.clip(r, -1.0, 1.0), np.nan)
+    return r[0] if single else r
+
+
+def slope_along(x, y, min_n: int = 3) -> np.ndarray:
+    """The ordinary-least-squares slope of ``y`` on ``x`` (with an intercept) along the last axis,
+    over the complete pairs: cov(x, y) / var(x). NaN where fewer than ``min_n`` pairs remain or x is constant."""
+    x, y, n = _complete(x, y)
+    xc, yc = _centered(x), _centered(y)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        b = np.nansum(xc * yc, axis=-1) / np.nansum(xc * xc, axis=-1)
+    return np.where((n >= min_n) & ~_constant(x), b, np.nan)
+
+
+def bootstrap_interval(samples, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sided (1 - alpha) percentile interval of bootstrap ``samples`` along axis 0 (one
+    resample a row), NaN samples left out: ``(low, high)``, NaN where every sample is NaN."""
+    v = np.asarray(samples, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanpercentile(v, [100 * alpha / 2, 100 * (1 - alpha / 2)], axis=0)
+    return lo, hi
+
+
+def jackknife_se(loo) -> float:
+    """The jackknife standard error from the n leave-one-out estimates θ₍ᵢ₎ (NaNs left out):
+    √((n − 1)/n · Σ (θ₍ᵢ₎ − θ̄)²); NaN with fewer than 2. For a mean it is the usual sd/√n."""
+    v = np.asarray(loo, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    n = len(v)
+    return float(math.sqrt((n - 1) / n * np.sum((v - v.mean()) ** 2))) if n >= 2 else math.nan
+
+
+def spearman_brown(r, k):
+    """Spearman–Brown: the reliability of the mean of ``k`` parallel measurements whose mean
+    pairwise correlation is ``r``, k·r / (1 + (k − 1)·r) (r itself for k = 1). NaN where the
+    denominator is not positive (r <= −1/(k − 1): no parallel measurements correlate so)."""
+    r, k = np.asarray(r, dtype=np.float64), np.asarray(k, dtype=np.float64)
+    den = 1 + (k - 1) * r
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(den > 0, k * r / den, np.nan)
+    return float(out) if out.ndim == 0 else out

@@ -8,61 +8,229 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
+from seedlab import stats as gstats
 from seedlab.attribution import stats
-from seedlab.attribution.report import write_report
+from seedlab.attribution.report import answer, write_report
+
+HORIZONS = ((5, "s+1"), (9, "end"))
 
 
-def _frame(estimate, seeds=(0, 1, 2), n=6, queries=("q0", "q1"), noise=0.0):
-    """attribution.parquet's shape: one estimator, two horizons, measured = a candidate effect shared by
-    every seed (plus seeded noise), estimate = estimate(measured)."""
-    rng = np.random.default_rng(0)
-    base = {(c, q): rng.normal() for c in range(n) for q in queries}
-    rows = []
+def _frame(estimators, *, seeds=(0, 1, 2), n=40, queries=("q0", "q1"), horizons=HORIZONS, common=1.0, own=0.0,
+           replicate=None, kinds=("heldout",), unit="nats/token", seed=0):
+    """attribution.parquet's shape: measured(seed, c, q, h) = common·T[c, q] + own·(the seed's own normal
+    noise); measured_replicate = measured + replicate·(normal noise) when ``replicate`` is given;
+    ``estimators[name](measured, rng, h)`` the estimate over the candidates of one (seed, query, horizon);
+    candidate kinds in turn from ``kinds``; one own-row control per seed (measured and estimates 0)."""
+    rng = np.random.default_rng(seed)
+    T = rng.normal(size=(n, len(queries)))
+    frames = []
     for k in seeds:
-        for h, label in ((5, "s+1"), (9, "end")):
-            for (c, q), m in base.items():
-                m = m + noise * rng.normal()
-                rows.append({"seed": k, "candidate": f"c{c}", "candidate_kind": "heldout", "query": q,
-                             "query_kind": "heldout", "horizon": h, "after": h - 4, "label": label, "measured": m,
-                             "estimator": "e", "estimate": estimate(m)})
-            rows.append({"seed": k, "candidate": "own-row", "candidate_kind": "control", "query": "q0",
-                         "query_kind": "heldout", "horizon": h, "after": h - 4, "label": label, "measured": 0.0,
-                         "estimator": "e", "estimate": 0.0})
-    return pd.DataFrame(rows)
+        for qi, q in enumerate(queries):
+            for h, label in horizons:
+                m = common * T[:, qi] + own * rng.normal(size=n)
+                base = {"seed": k, "candidate": [f"c{c}" for c in range(n)], "query": q, "horizon": h, "measured": m,
+                        "candidate_kind": [kinds[c % len(kinds)] for c in range(n)], "query_kind": "heldout",
+                        "after": h - 4, "label": label, "unit": unit}
+                if replicate is not None:
+                    base["measured_replicate"] = m + replicate * rng.normal(size=n)
+                for e, fn in estimators.items():
+                    frames.append(pd.DataFrame({**base, "estimator": e, "estimate": fn(m, rng, h)}))
+                    frames.append(pd.DataFrame({**base, "candidate": ["own-row"], "candidate_kind": ["control"],
+                                                "measured": [0.0], "estimator": e, "estimate": [0.0],
+                                                **({"measured_replicate": [0.0]} if replicate is not None else {})}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _noisy(sd):
+    return lambda m, rng, h: m + sd * rng.normal(size=len(m))
+
+
+def _rows(corr, track, estimator):
+    return corr[(corr.track == track) & (corr.estimator == estimator)].set_index("horizon")
+
+
+def _spearman_of_normals(r):
+    """Spearman's correlation of a bivariate normal with Pearson r (Pearson 1907)."""
+    return 6 / math.pi * math.asin(r / 2)
+
+
+# ---------------------------------------------------------------- generic helpers (seedlab.stats)
+
+
+def test_spearman_along_matches_scipy_on_every_resample():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(3, 12)), rng.normal(size=(3, 12))
+    x[0, 2] = y[1, 5] = np.nan  # pairs left out
+    x[2, :] = np.round(x[2, :])  # ties
+    idx = rng.integers(0, 12, size=(5, 12))
+    counts = np.stack([np.bincount(i, minlength=12) for i in idx])
+    r, rb = gstats.spearman_along(x, y), gstats.spearman_along(x, y, counts)
+    for i in range(3):
+        ok = ~(np.isnan(x[i]) | np.isnan(y[i]))
+        assert r[i] == pytest.approx(sps.spearmanr(x[i, ok], y[i, ok]).statistic)
+        for k in range(5):  # the resample drawn, duplicates and all
+            xs, ys = x[i, idx[k]], y[i, idx[k]]
+            keep = ~(np.isnan(xs) | np.isnan(ys))
+            assert rb[k, i] == pytest.approx(sps.spearmanr(xs[keep], ys[keep]).statistic)
+    assert gstats.spearman_along(x[:, None], y[None]).shape == (3, 3)  # broadcast
+    assert np.isnan(gstats.spearman_along([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 4.0]))  # constant side
+    assert np.isnan(gstats.spearman_along([1.0, 2.0, np.nan], [1.0, 2.0, 3.0]))  # fewer than 3 pairs
+
+
+def test_spearman_brown_and_jackknife():
+    assert gstats.spearman_brown(0.5, 3) == pytest.approx(1.5 / 2)  # 3·0.5 / (1 + 2·0.5)
+    assert gstats.spearman_brown(0.3, 1) == pytest.approx(0.3)
+    assert math.isnan(gstats.spearman_brown(-0.6, 3))  # 1 + 2·(−0.6) < 0
+    v = np.array([0.2, 0.5, 0.4, 0.9])
+    loo = [(v.sum() - x) / 3 for x in v]  # a mean's leave-one-out estimates: the jackknife SE is sd/√n
+    assert gstats.jackknife_se(loo) == pytest.approx(v.std(ddof=1) / 2)
+    assert gstats.slope_along([1.0, 2.0, 4.0, np.nan], [2.0, 4.0, 8.0, 1.0]) == pytest.approx(2.0)
+
+
+# ---------------------------------------------------------------- the two tracks
+
+
+def test_within_seed_spearman_and_replicate_floor_come_out_right():
+    """estimate = measured + N(0, 1), replicate = measured + N(0, 0.5²), measured ~ N(0, 1) per seed:
+    population Spearman 6/π·asin(r/2) with r = 1/√2 and 1/√1.25."""
+    df = _frame({"e": _noisy(1.0)}, seeds=range(4), n=300, common=0.0, own=1.0, replicate=0.5)
+    c = stats.analyse(df, resamples=200).correlations
+    within, floor = _rows(c, "within", "e"), _rows(c, "within", stats.REPLICATE)
+    assert np.allclose(within.rho, _spearman_of_normals(1 / math.sqrt(2)), atol=0.04)  # 0.690
+    assert np.allclose(floor.rho, _spearman_of_normals(1 / math.sqrt(1.25)), atol=0.03)  # 0.886
+    assert (within.low < within.rho).all() and (within.rho < within.high).all() and (within.se_seeds > 0).all()
+    assert set(within.candidates) == {300}  # the own-row control left out
+    # measured independent across seeds (common = 0): nothing is common, so the across track has nothing to find
+    assert np.allclose(_rows(c, "across", stats.RELIABILITY).rho, 0, atol=0.15)
+    assert stats.REPLICATE not in set(stats.analyse(_frame({"e": _noisy(1.0)}), resamples=50).correlations.estimator)
 
 
 def test_perfect_and_reversed_estimates():
-    s = stats.summary(_frame(lambda m: 3 * m + 1))  # Pearson and Spearman do not see scale or offset
-    e = s[s.estimator == "e"]
-    assert np.allclose(e.spearman, 1) and np.allclose(e.pearson, 1)
-    assert set(e.seeds) == {3} and set(e.candidates) == {6}  # the own-row control left out
-    c = s[s.estimator == stats.CEILING]
-    assert np.allclose(c.spearman, 1) and np.allclose(e.spearman_of_ceiling, 1)  # every seed measured the same
-    r = stats.summary(_frame(lambda m: -m))
-    assert np.allclose(r[r.estimator == "e"].spearman, -1) and np.allclose(r[r.estimator == "e"]["sign"], 0)
+    c = stats.analyse(_frame({"e": lambda m, rng, h: 3 * m + 1}), resamples=50).correlations
+    for track in stats.TRACKS:  # Spearman does not see scale or offset
+        assert np.allclose(_rows(c, track, "e").rho, 1)
+    assert np.allclose(_rows(c, "across", stats.RELIABILITY).rho, 1)  # every seed measured the same
+    r = stats.analyse(_frame({"e": lambda m, rng, h: -m}), resamples=50)
+    assert np.allclose(_rows(r.correlations, "within", "e").rho, -1) and np.allclose(r.sign["sign"], 0)
 
 
-def test_noise_lowers_the_ceiling_and_two_seeds_have_no_interval():
-    noisy = stats.summary(_frame(lambda m: m, noise=1.0, seeds=range(5)))
-    c = noisy[noisy.estimator == stats.CEILING]
-    assert (c.spearman < 0.9).all() and (c.spearman_low < c.spearman).all()
-    two = stats.summary(_frame(lambda m: m, noise=1.0, seeds=(0, 1)))
-    c2 = two[two.estimator == stats.CEILING]
-    assert c2.spearman_low.isna().all() and c2.spearman.notna().all()
+def test_spearman_brown_reliability_matches_the_formula():
+    seeds = (0, 1, 2, 3)
+    df = _frame({"e": _noisy(1.0)}, seeds=seeds, n=30, queries=("q0",), common=1.0, own=1.0)
+    rel = _rows(stats.analyse(df, resamples=50).correlations, "across", stats.RELIABILITY)
+    m = df[(df.estimator == "e") & (df.candidate_kind != "control")]
+    for h, _ in HORIZONS:
+        wide = m[m.horizon == h].pivot(index="candidate", columns="seed", values="measured")
+        rbar = np.mean([sps.spearmanr(wide[a], wide[b]).statistic for a in seeds for b in seeds if a < b])
+        k = len(seeds)
+        assert rel.rho[h] == pytest.approx(k * rbar / (1 + (k - 1) * rbar))
+        assert rel.bound[h] == pytest.approx(math.sqrt(rel.rho[h]))
+        assert math.isnan(rel.se_seeds[h])  # no jackknife for a k-dependent number
 
 
-def test_mean_ci_and_constant_inputs():
-    m, lo, _, n = stats.mean_ci([0.2, 0.4, np.nan, 0.6])
-    assert (m, n) == (pytest.approx(0.4), 3) and lo == pytest.approx(0.4 - 4.302653 * 0.2 / math.sqrt(3), rel=1e-6)
-    assert stats.mean_ci([np.nan])[3] == 0
-    flat = stats.agreement(_frame(lambda m: 0.5))  # a constant estimate has no correlation
-    assert flat.spearman.isna().all() and flat["sign"].notna().all()
+def test_bootstrap_interval_covers_the_truth_and_is_reproducible():
+    truth = _spearman_of_normals(1 / math.sqrt(2))
+    covered = 0
+    for i in range(40):
+        df = _frame({"e": _noisy(1.0)}, seeds=(0,), n=60, queries=("q0",), horizons=HORIZONS[:1], common=0.0, own=1.0,
+                    seed=i)
+        r = stats.correlations(stats.Arrays.of(df), resamples=400, seed=i)[0].iloc[0]
+        covered += r.low <= truth <= r.high
+    assert covered >= 35  # nominal 95%: 38 of 40
+    df = _frame({"e": _noisy(1.0)}, n=30, common=0.0, own=1.0)
+    a, b, other = (stats.analyse(df, resamples=300, seed=s).correlations for s in (7, 7, 8))
+    assert a[["low", "high"]].equals(b[["low", "high"]]) and not a[["low", "high"]].equals(other[["low", "high"]])
 
 
-def test_effects_table():
-    e = stats.effects(_frame(lambda m: m))
-    assert list(e.label) == ["s+1", "end"] and set(e.n) == {36}
+def test_decay_between_horizons_is_found():
+    """Per seed the estimate tracks the effect at s+1 (noise 0.2) and hardly at the end (noise 3)."""
+    df = _frame({"e": lambda m, rng, h: m + (0.2 if h == 5 else 3.0) * rng.normal(size=len(m))}, seeds=range(6),
+                n=60, common=0.0, own=1.0)
+    d = stats.analyse(df, resamples=50).decay.set_index("estimator").loc["e"]
+    assert (d.from_label, d.to_label, d.n) == ("s+1", "end", 6)
+    assert d["diff"] > 0.5 and d.ci_low > 0 and d.p_t < 0.001 and d.p_perm == pytest.approx(2 / 2**6)
+    flat = stats.analyse(_frame({"e": _noisy(0.5)}, seeds=range(6), n=60, own=1.0), resamples=50).decay
+    assert flat.set_index("estimator").loc["e"].p_t > 0.01
+
+
+def test_weighted_sign_agreement_and_base_rate_by_hand():
+    """Δ = 3, −1, 2, −0.5, 10, 0 with estimates 1, 1, −1, −2, 0, 1: the estimate of 0 is left out and Δ = 0
+    weighs nothing; agreement (3 + 0.5) / 6.5, base rate (majority sign +) (3 + 2) / 6.5."""
+    delta, est = [3.0, -1.0, 2.0, -0.5, 10.0, 0.0], [1.0, 1.0, -1.0, -2.0, 0.0, 1.0]
+    df = pd.DataFrame({"seed": 0, "candidate": [f"c{i}" for i in range(6)], "query": "q", "horizon": 5,
+                       "measured": delta, "estimator": "e", "estimate": est, "candidate_kind": "heldout",
+                       "query_kind": "heldout", "after": 1, "label": "s+1", "unit": "nats/token"})
+    s = stats.sign_agreement(stats.Arrays.of(df)).iloc[0]
+    assert s["sign"] == pytest.approx(3.5 / 6.5) and s.base == pytest.approx(5 / 6.5) and s.seeds == 1
+
+
+def test_calibration_slope_and_ratio():
+    df = pd.concat([_frame({"e": lambda m, rng, h: m / 2}),
+                    _frame({"cos": lambda m, rng, h: m / 2}, unit="cosine")], ignore_index=True)
+    cal = stats.analyse(df, resamples=100).calibration
+    assert set(cal.estimator) == {"e"}  # cosine has no scale to calibrate
+    assert np.allclose(cal.slope, 2.0) and np.allclose(cal.ratio, 2.0)
+    assert np.allclose(cal.low, 2.0) and np.allclose(cal.high, 2.0)
+
+
+def test_constant_estimate_has_no_correlation_and_effects_table():
+    an = stats.analyse(_frame({"e": lambda m, rng, h: np.full(len(m), 0.5)}), resamples=20)
+    assert _rows(an.correlations, "within", "e").rho.isna().all() and an.sign["sign"].notna().all()
+    assert list(an.effects.label) == ["s+1", "end"] and set(an.effects.n) == {240}
+
+
+def test_one_seed_and_missing_values():
+    df = _frame({"e": _noisy(0.5)}, seeds=(0,), n=20, replicate=0.3)
+    df.loc[df.index[3], "estimate"] = np.nan  # a missing estimate: left out pairwise
+    df.loc[df.index[5], "measured_replicate"] = np.nan
+    an = stats.analyse(df, resamples=50)
+    c = an.correlations
+    assert stats.RELIABILITY not in set(c.estimator) and c.se_seeds.isna().all()  # one seed: no pairs, no jackknife
+    assert c.rho.notna().all() and len(an.decay) == 0 and an.by_candidate_kind.empty
+
+
+# ---------------------------------------------------------------- baselines and the answer
+
+
+def _contest(horizons=HORIZONS):
+    """'good' tracks the effect before the end and is noise at the end; the baselines 'loss' (weakly
+    informative) and 'random' (noise); two candidate kinds (20 candidates each)."""
+    def good(m, rng, h):
+        return m + (0.3 if h < 9 else 50.0) * rng.normal(size=len(m))
+
+    return _frame({"good": good, "loss": _noisy(3.0), "random": lambda m, rng, h: rng.normal(size=len(m))},
+                  n=40, common=1.0, own=0.3, kinds=("passage", "heldout"), replicate=0.2, horizons=horizons)
+
+
+def test_baselines_the_kind_predictor_and_the_verdict():
+    an = stats.analyse(_contest(), resamples=500)
+    c = an.correlations
+    assert set(c[c.baseline].estimator) == {"loss", "random", stats.KIND}
+    kind = _rows(c, "within", stats.KIND)
+    assert kind.rho.notna().all()
+    v = an.verdict[an.verdict.track == "within"].set_index("horizon")
+    assert v.winner[5] == "good" and v.winner[9] == "" and v.best_baseline[5] in ("loss", stats.KIND)
+    assert v.reference[5] > 0.9  # the replicate floor
+    vs = an.versus[(an.versus.track == "within") & (an.versus.horizon == 5)]
+    assert set(vs.against) == {"loss", "random", stats.KIND} and (vs.low > 0).all()
+    # 20 candidates of each kind: the within-kind correlations, without the kind predictor
+    bk = an.by_candidate_kind
+    assert set(bk.candidate_kind) == {"heldout", "passage"} and stats.KIND not in set(bk.estimator)
+    assert set(bk.candidates) == {20}
+
+
+def test_the_first_paragraph_names_the_winner():
+    text = answer(stats.analyse(_contest(), resamples=500).verdict)
+    first = text.split("\n\n")[0]
+    assert first.startswith("**heldout queries.** At s+1, **good** predicts the effect on held-out rows")
+    assert "replicate floor 0.98" in first and "best baseline: loss 0.28" in first
+    assert "at end, no estimator predicts the effect on held-out rows beyond every baseline (best estimator: " \
+        "good 0.09" in first
+    three = answer(stats.analyse(_contest(((5, "s+1"), (6, "s+2"), (9, "end"))), resamples=300).verdict)
+    assert three.startswith("**heldout queries.** From s+1 to s+2, **good** predicts the effect on held-out rows")
+    assert " at s+2; replicate floor " in three and "; at end, no estimator predicts the effect" in three
 
 
 def test_report_sections_and_figures(tiny_bank, tmp_path):
@@ -71,12 +239,14 @@ def test_report_sections_and_figures(tiny_bank, tmp_path):
     df[df.estimator.isin(["sgd", "ekfac"])].to_parquet(bank / "attribution.parquet")  # fewer panels: a faster test
     path = write_report(bank)
     text = path.read_text()
-    for section in ("## Integrity", "## The measured effects", "### self queries", "### heldout queries",
-                    "### probe queries", "## How close each estimator gets to the ceiling", "## What the estimators are"):
+    assert text.split("\n\n")[1].startswith("**self queries.** ") and "predicts" in text.split("\n\n")[1]
+    for section in ("## Design", "## Integrity", "## The measured effects", "## Within seed", "## Across seeds",
+                    "### self queries", "### heldout queries", "### probe queries", "## Against the baselines",
+                    "## Decay between horizons", "## Sign agreement", "## Magnitude", "## Within each candidate kind",
+                    "## What the estimators are"):
         assert section in text
     assert "Replica control (seed 0)" in text and "measured effect exactly 0 at every horizon: yes" in text
     assert "every estimate exactly 0: yes" in text
-    assert "| **ceiling** |" in text and "Skipped" not in text
-    for png in ("scatter-self.png", "scatter-heldout.png", "scatter-probe.png", "correlation-spearman.png",
-                "correlation-pearson.png"):
+    assert "| **reliability** |" in text and "ceiling" not in text and "Skipped" not in text
+    for png in ("scatter-self.png", "scatter-query-0.png", "scatter-probe-gizmo.png", "correlation-spearman.png"):
         assert (bank / png).stat().st_size > 5000

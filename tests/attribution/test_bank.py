@@ -1,10 +1,12 @@
 """The counterfactual bank and the attribute stage: layout and hashes, the own-row control (measured
 and estimated exactly 0), plain SGD's first step against the one-step estimate, the replica control
-catching a non-deterministic op, resume after an interruption, bad input (one line, nothing written)."""
+catching a non-deterministic op, resume after an interruption, the replicate arms and seeds in
+parallel processes (bitwise the sequential bank), bad input (one line, nothing written)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import numpy as np
@@ -12,7 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from seedlab.attribution.attribute import COLUMNS, attribute
+from seedlab.attribution.attribute import COLUMNS, DEFAULT, attribute
+from seedlab.attribution.registry import available
 from seedlab.attribution.bank import run_bank
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.rundir import BankDir
@@ -69,7 +72,7 @@ def test_layout_hashes_and_measured(tiny_bank):
     assert len(m) == 2 * 7 * 4 * 4  # seeds x candidates (own row included) x (self + 2 rows + 1 probe) x horizons
     assert set(m.query_kind) == {"self", "heldout", "probe"} and set(m.label) == {"s+1", "s+3", "mid", "end"}
     assert np.array_equal(m.measured, m.loss - m.twin_loss)
-    learned = m[(m.query == "self") & (m.label == "s+1") & (m.candidate_kind != "control")]
+    learned = m[(m["query"] == "self") & (m.label == "s+1") & (m.candidate_kind != "control")]
     assert (learned.measured < 0).all()  # one update on a text lowers its own loss
 
 
@@ -77,10 +80,10 @@ def test_the_own_row_control_is_exactly_zero_measured_and_estimated(tiny_bank):
     df = pd.read_parquet(BankDir(tiny_bank / "bank").attribution)
     assert list(df.columns) == COLUMNS
     own = df[df.candidate == "own-row"]
-    assert set(own.estimator) == {"sgd", "adam", "tracin", "cosine", "ekfac"}
+    assert set(own.estimator) == set(DEFAULT) & set(available())  # baselines included: −(score(c) − score(r)) = 0
     assert set(own.label) == {"s+1", "s+3", "mid", "end"} and set(own.seed) == {0, 1}
     assert (own.measured == 0).all() and (own.estimate == 0).all()
-    others = df[(df.candidate != "own-row") & (df.query == "self")]
+    others = df[(df.candidate != "own-row") & (df.query == "self") & (df.estimator != "length")]  # rows: T + 1 tokens
     assert (others.measured != 0).all() and (others.estimate != 0).all()
 
 
@@ -148,6 +151,58 @@ def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, 
     assert calls[0] == 0
 
 
+# --------------------------------------------------------------------------- replicates, seeds in parallel
+
+
+def _manifests(root):
+    return {p.relative_to(root).as_posix(): json.loads(p.read_text()) for p in root.rglob("manifest.json")}
+
+
+def test_replicates_and_parallel_seeds_are_bitwise_the_sequential_bank(tmp_path, design, tiny_bank):
+    cfg, base = design(candidates={"file": "candidates.txt", "heldout": 1, "own_row": True, "replicate_row": 2})
+    run_bank(cfg, tmp_path / "one", base=base, progress=False)
+    run_bank(cfg, tmp_path / "two", base=base, progress=False, jobs=2)  # each seed in a process of its own
+    one, two, ref = (BankDir(p) for p in (tmp_path / "one", tmp_path / "two", tiny_bank / "bank"))
+    hashes = _manifests(one.root)
+    assert len(hashes) == 2 * (1 + 5 + 5) + 1  # seeds x (twin, candidates, replicates) + seed 0's replica
+    assert hashes == _manifests(two.root) and "seed-1/replicates/own-row/manifest.json" in hashes
+    assert json.loads(one.integrity.read_text()) == json.loads(two.integrity.read_text())
+    pd.testing.assert_frame_equal(pd.read_parquet(one.measured), pd.read_parquet(two.measured))
+    # the replicates change no other run: the twin and the candidates hash as in the bank without them
+    without = _manifests(ref.root)
+    assert {k: v for k, v in hashes.items() if "replicates/" not in k} == {k: without[k] for k in hashes if k in without}
+    arm = json.loads(one.integrity.read_text())["seeds"]["0"]["arms"]["replicate.passage-0"]["injections"]
+    assert [(i["step"], i["row"]) for i in arm] == [(cfg.injection_step, 2)]
+
+    m = pd.read_parquet(one.measured)
+    assert m.measured_replicate.notna().all() and pd.read_parquet(ref.measured).measured_replicate.isna().all()
+    self_ = m[m["query"] == "self"]  # a replicate's self query is its candidate's own text
+    assert (self_[(self_.label == "s+1") & (self_.candidate_kind != "control")].measured_replicate < 0).all()
+    own = self_[self_.candidate == "own-row"]  # row 0's text in row 2: no longer the twin
+    assert (own.measured == 0).all() and (own.measured_replicate != 0).all()
+
+
+def test_a_failing_parallel_seed_is_one_line(seedlab_cli, tmp_path, design):
+    cfg, base = design(candidates={"heldout": 1}, queries={"heldout": 1})
+    run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    rd = BankDir(tmp_path / "bank")
+    rd.prefix(1).write_bytes(b"not a training state")  # seed 1's twin, trained again, forks from it
+    shutil.rmtree(rd.twin(1).path)
+    rc, _, err = seedlab_cli("attribution", "bank", str(base / "design.yaml"), "--out", str(rd.root), "--jobs", "2",
+                             "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0, err
+    assert err.startswith("error: seed 1: ")
+
+
+def test_cli_replicate_row_on_the_injected_row_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs, bank_design):
+    path = bank_design.write(tmp_path, twins_inputs[0])
+    rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"),
+                             "--set", "candidates.replicate_row=0", "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0, err
+    assert "candidates.replicate_row: another row of the batch than injection_row 0" in err
+    assert not (tmp_path / "bank").exists()
+
+
 # --------------------------------------------------------------------------- bad input: one line, nothing written
 
 
@@ -160,6 +215,7 @@ def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, 
     ("x" * 40 + "\n", None, r"candidates.passage-0: 40 tokens do not fit a row of block_size\+1 = 33"),
     ("ok text\n", '{"name": "long", "text": "' + "y" * 34 + '"}\n', r"queries.long: 34 tokens do not fit a row"),
     ('{"text": "ok", "name": "a/b"}\n', None, "letters, digits"),
+    ('{"text": "ok", "name": "replicate.x"}\n', None, "'replicate.x' is taken .* the prefix 'replicate.'"),
 ])
 def test_bad_texts_write_nothing(tmp_path, design, candidates, probes, match):
     cfg, base = design(candidates={"file": "cands.jsonl" if "{" in candidates else "c.txt"},
@@ -200,8 +256,8 @@ def test_a_bank_folder_of_another_design_is_refused(seedlab_cli, tiny_bank, tmp_
 def test_estimator_errors_write_nothing(seedlab_cli, tiny_bank, monkeypatch):
     bank = tiny_bank / "bank"
     before = _files(bank)
-    rc, _, err = seedlab_cli("attribution", "attribute", str(bank), "--estimators", "sgd,trak", "--no-progress")
-    assert rc == 2 and err.strip().count("\n") == 0 and "estimator: must be one of" in err and "'trak'" in err
+    rc, _, err = seedlab_cli("attribution", "attribute", str(bank), "--estimators", "sgd,tracein", "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0 and "estimator: must be one of" in err and "'tracein'" in err
     monkeypatch.setitem(sys.modules, "kronfluence", None)  # as if not installed
     with pytest.raises(SeedlabError, match=r"estimator 'ekfac' needs kronfluence, which is not installed: install seedlab\[attribution\]"):
         attribute(bank, estimators=["sgd", "ekfac"], progress=False)
@@ -212,9 +268,10 @@ def test_sgd_bank_refuses_the_adam_estimator(bank_design):
     cfg = parse(AttributionConfig, {**bank_design.config, "corpus": "x", "optimizer": "sgd"})
     from seedlab.attribution.attribute import choose_estimators
 
-    with pytest.raises(SeedlabError, match="adam predicts an AdamW step"):
-        choose_estimators(cfg, ["adam"])
-    assert "adam" not in choose_estimators(cfg)
+    for name in ("adam", "adam-linear", "adam-cosine"):
+        with pytest.raises(SeedlabError, match=f"{name} needs an AdamW step's state"):
+            choose_estimators(cfg, [name])
+    assert not {"adam", "adam-cosine"} & set(choose_estimators(cfg))
 
 
 def test_not_a_bank_folder(tmp_path):
@@ -231,6 +288,8 @@ def test_not_a_bank_folder(tmp_path):
     ({"queries": {"own": False, "heldout": 0}}, "queries: at least one kind"),
     ({"optimizer": "adam"}, "optimizer"),
     ({"horizons": ["late"]}, "horizons"),
+    ({"candidates": {"heldout": 1, "replicate_row": 0}}, r"candidates.replicate_row: another row .* \(0 .. 3\), got 0"),
+    ({"candidates": {"heldout": 1, "replicate_row": 4}}, r"candidates.replicate_row: .*got 4"),
 ])
 def test_config_errors(bank_design, over, match):
     with pytest.raises(SeedlabError, match=match):

@@ -86,7 +86,7 @@ def test_sgd_matches_a_real_sgd_step(fork):
 
 
 @pytest.mark.parametrize("grad_clip", [None, 0.1])  # 0.1 < the gradient norm (~0.3): clipping active
-def test_adam_is_the_first_order_response_of_a_real_adamw_step(fork, grad_clip):
+def test_adam_linear_is_the_first_order_response_of_a_real_adamw_step(fork, grad_clip):
     # the trainer's fused AdamW from a state with nonzero moments (5 updates), lr 1e-5; the
     # swap scaled by w = 1e-3 so that what is left out (second order in the gradient change,
     # O(lr²)) is far below the tolerance: observed 1e-4 (no clip) and 7e-5 (clip) of the largest
@@ -94,19 +94,20 @@ def test_adam_is_the_first_order_response_of_a_real_adamw_step(fork, grad_clip):
     # (no clip) and 4% (clip) of the largest effect.
     case = _case(fork)
     measured = _measured(fork, "adam", 1e-5, grad_clip, weight=1e-3)
-    est = run("adam", fork.model, case, lr=1e-5, optimizer=fork.opt, grad_clip=grad_clip)
+    est = run("adam-linear", fork.model, case, lr=1e-5, optimizer=fork.opt, grad_clip=grad_clip)
     assert _rel(est, measured) < 1e-2
-    no_v = run("adam", fork.model, case, lr=1e-5, optimizer=fork.opt, grad_clip=grad_clip, include_v=False)
+    no_v = run("adam-linear", fork.model, case, lr=1e-5, optimizer=fork.opt, grad_clip=grad_clip, include_v=False)
     assert _rel(no_v, measured) > 2e-2
 
 
-def test_adam_with_the_whole_candidate_row(fork):
+def test_adam_linear_with_the_whole_candidate_row(fork):
     # the real swap (w = 1): Adam is not linear in a one-row change of a 16-row batch (the
     # change is not small against √v̂ everywhere), so the first-order estimate is approximate:
-    # observed 7.5% on the candidate's own loss, and 7.5% of the largest effect overall.
+    # observed 7.5% on the candidate's own loss, and 7.5% of the largest effect overall
+    # (the exact-update ``adam``: test_estimators_literature.py).
     case = _case(fork)
     measured = _measured(fork, "adam", 1e-5)
-    est = run("adam", fork.model, case, lr=1e-5, optimizer=fork.opt)
+    est = run("adam-linear", fork.model, case, lr=1e-5, optimizer=fork.opt)
     assert est[0, 0] == pytest.approx(measured[0, 0], rel=0.15)
     assert _rel(est, measured) < 0.2
     assert np.sign(est[0, 0]) == np.sign(measured[0, 0]) == -1
@@ -122,7 +123,9 @@ def test_a_candidate_equal_to_the_row_gives_exactly_zero_everywhere(fork):
     own = df[df.candidate == "own"]
     assert len(own) == len(names) * len(fork.queries)
     assert (own.estimate == 0.0).all()  # exactly
-    assert (df[df.candidate != "own"].estimate != 0.0).all()
+    same_length = (df.estimator == "length") & (df.candidate == "full")  # T + 1 tokens, as the row
+    assert (df[same_length].estimate == 0.0).all()
+    assert (df[(df.candidate != "own") & ~same_length].estimate != 0.0).all()
 
 
 def _importable(name: str) -> bool:
@@ -133,15 +136,15 @@ def _importable(name: str) -> bool:
     return True
 
 
-def test_tracin_is_sgd_at_one_checkpoint_and_sums_over_checkpoints(fork):
+def test_tracin_cp_is_sgd_at_one_checkpoint_and_sums_over_checkpoints(fork):
     case = _case(fork)
     sgd = run("sgd", fork.model, case, lr=1e-3)
     state = {k: v.clone() for k, v in fork.model.state_dict().items()}
-    assert np.array_equal(run("tracin", fork.model, case, checkpoints=[(state, 1e-3)]), sgd)
-    two = run("tracin", fork.model, case, checkpoints=[(state, 1e-3), (state, 2e-3)])
+    assert np.array_equal(run("tracin-cp", fork.model, case, checkpoints=[(state, 1e-3)]), sgd)
+    two = run("tracin-cp", fork.model, case, checkpoints=[(state, 1e-3), (state, 2e-3)])
     np.testing.assert_allclose(two, 3 * sgd, rtol=1e-12)
     later = {k: v + 0.01 * torch.randn_like(v) for k, v in state.items()}
-    moved = run("tracin", fork.model, case, checkpoints=[(state, 1e-3), (later, 1e-3)])
+    moved = run("tracin-cp", fork.model, case, checkpoints=[(state, 1e-3), (later, 1e-3)])
     assert not np.allclose(moved, 2 * sgd)
     assert all(torch.equal(fork.model.state_dict()[k], v) for k, v in state.items())  # the model is untouched
 
@@ -175,11 +178,11 @@ def test_swap_gradient_uses_the_fixed_denominator_and_the_masked_row(fork):
 def test_estimate_frame(fork):
     df = estimate(["sgd", "cosine"], fork.model, fork.x, fork.y, ROW, list(fork.candidates.values()),
                   fork.queries, 0, lr=1e-3)
-    assert list(df.columns) == ["estimator", "candidate", "query", "estimate", "unit", "horizon"]
+    assert list(df.columns) == ["estimator", "candidate", "query", "estimate", "unit", "horizon", "label"]
     assert len(df) == 2 * 2 * 2
     assert list(df.candidate.unique()) == ["0", "1"]
     assert set(df[df.estimator == "cosine"].unit) == {"cosine"}
-    assert set(df[df.estimator == "sgd"].unit) == {"nats/token"}
+    assert set(df[df.estimator == "sgd"].unit) == {"nats/token"} and set(df.label) == {"estimator"}
 
 
 def test_errors(fork, monkeypatch):
@@ -206,4 +209,7 @@ def test_errors(fork, monkeypatch):
         Case.of(fork.x, fork.y, ROW, fork.candidates, {"long": list(range(T + 2))}, 0)
     with pytest.raises(SeedlabError, match="row"):
         Case.of(fork.x, fork.y, B, fork.candidates, fork.queries, 0)
-    assert set(ESTIMATORS) == {"sgd", "adam", "tracin", "cosine", "ekfac", "kfac"}
+    assert set(ESTIMATORS) == {"sgd", "adam", "adam-linear", "tracin", "tracin-cp", "cosine", "adam-cosine", "ekfac",
+                               "kfac", "trak", "random", "loss", "gradnorm", "length"}
+    assert {n for n, e in ESTIMATORS.items() if e.label == "baseline"} == {"random", "loss", "gradnorm", "length"}
+    assert {n for n, e in ESTIMATORS.items() if e.label == "variant"} == {"adam-linear", "tracin-cp"}

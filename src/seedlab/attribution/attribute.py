@@ -1,29 +1,43 @@
 """``seedlab attribution attribute DIR``: every estimator's prediction of every measured effect.
 
-Per seed, from the twin's own files (attribution/bank.py; the registry: attribution/registry.py):
+Per seed, from the twin's own files (attribution/bank.py; the estimators and their definitions:
+attribution/estimators.py, attribution/registry.py):
 
-- ``sgd``, ``adam``, ``cosine`` — at θ_s, the kept prefix: its weights, and (``adam``) the AdamW
-  state *before* the injected update (moments and step counts: the preconditioner actually used);
-  ``lr`` the rate of step s (lm/schedule.py ``lr_of``), the trainer's gradient clip. A one-step
-  prediction: the same number is set beside the measured effect of every horizon (its agreement
-  at later horizons asks how much of the first step's effect survives).
-- ``tracin`` — TracIn-CP over the twin's saved checkpoints: at horizon h the sum over the saved
-  steps t with s ≤ t < h of the registry's one-checkpoint term at θ_t with the rate of step t
-  (Pruthi et al.: each checkpoint weighted by its learning rate). At h = s + 1 that is the
-  unclipped one-step SGD estimate.
-- ``ekfac``, ``kfac`` — influence functions with kronfluence's curvature, fitted on the ordinary
-  batch of step s; ``attribute.influence_at: horizon`` evaluates them at the twin's weights at
-  each horizon (the model whose loss is predicted), ``injection`` once at θ_s.
+- at θ_s, the kept prefix — ``sgd``, ``adam``, ``adam-linear``, ``tracin``, ``cosine``,
+  ``adam-cosine``, the baselines (``random``, ``loss``, ``gradnorm``, ``length``) and plug-ins
+  (``package.module:function``): its weights, and (the adam family) the AdamW state *before* the
+  injected update (moments and step counts); ``lr`` the rate of step s (lm/schedule.py
+  ``lr_of``), the trainer's gradient clip, ``random``'s seed the training seed. The same number
+  is set beside the measured effect of every horizon (its agreement at later horizons asks how
+  much of the first step's effect survives). ``tracin`` is TracIn's sum over the candidate's
+  visits, and it was visited once: the term at s.
+- ``tracin-cp`` (a variant) — TracIn-CP over the twin's saved checkpoints: at horizon h the sum
+  over the saved steps t with s ≤ t < h of the one-checkpoint term at θ_t with the rate of step
+  t; the terms after s are for visits that never happened.
+- ``ekfac``, ``kfac`` — influence functions with kronfluence's curvature, and ``trak`` (TRAK through
+  traker); ``attribute.influence_at: horizon`` evaluates them at the twin's weights at each horizon
+  h (the model whose loss is predicted), ``injection`` once at θ_s (h = s). The curvature (trak:
+  the training set of its ΦᵀΦ, beside the replaced row and the candidates) is fitted on
+  ``attribute.fit_rows`` rows (default 256) drawn without replacement, seeded by (seed, h), from
+  the training batches of steps 0 .. h (lm/batches.py: the twin's data up to the evaluated
+  weights; all of them when they are fewer) — not on the one batch of step s. A ``fit_rows`` above the corpus's training rows
+  (its train split's tokens // (block_size + 1)) is refused before any work.
 
 Every estimator sees the same case: the ordinary batch of (seed, s), row ``injection_row``, the
 finished candidates, and as queries every candidate's own text (its ``self`` query) and every
 query row and probe. ``attribution.parquet`` (one row per seed × candidate × query × horizon ×
 estimator) has the columns
 
-    seed, candidate, query, horizon, measured, estimator, estimate,
-    candidate_kind, query_kind, after, label, unit
+    seed, candidate, query, horizon, measured, measured_replicate, estimator, estimator_label,
+    estimate, candidate_kind, query_kind, after, label, unit
 
-and ``attribution.json`` the estimators run, their wall time per seed, and the settings.
+(``measured_replicate``: measure.collect's column when the bank has it, else NaN;
+``estimator_label``: estimator, variant, baseline or plug-in, registry.py ``Estimator.label``) and
+``attribution.json`` the estimators run, their wall time per seed (the estimators at θ_s share one
+set of cached gradients, so the first of them pays for it: time one alone with
+benchmarks/attribution_bank.py), and the settings. ``settings``
+(the command's ``--set attribute.KEY=VALUE``) override the bank's ``attribute`` section for this
+run only (config.json is not changed).
 """
 
 from __future__ import annotations
@@ -36,14 +50,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.estimators import Case
+from seedlab.attribution.config import AttributeConfig, AttributionConfig
+from seedlab.attribution.estimators import Case, Gradients
 from seedlab.attribution.measure import collect
-from seedlab.attribution.registry import ESTIMATORS, INSTALL_HINT, available, get_estimator, run
+from seedlab.attribution.registry import ESTIMATORS, HINTS, available, get_estimator, run
 from seedlab.attribution.rundir import Bank, open_bank
 from seedlab.attribution.texts import SELF
+from seedlab.config import apply_overrides, parse
 from seedlab.errors import SeedlabError
+from seedlab.lm.batches import batch_indices
 from seedlab.lm.determinism import nondeterminism_is_an_error, settle
 from seedlab.lm.distributed import World
 from seedlab.lm.schedule import lr_of
@@ -51,39 +68,62 @@ from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
 
-#: what runs when neither the command nor the config names estimators (those installed)
-DEFAULT = ("sgd", "adam", "tracin", "cosine", "ekfac")
-AT_INJECTION = ("sgd", "adam", "cosine")
-COLUMNS = ["seed", "candidate", "query", "horizon", "measured", "estimator", "estimate", "candidate_kind",
-           "query_kind", "after", "label", "unit"]
+#: what runs when neither the command nor the config names estimators (those installed); the
+#: variants adam-linear and tracin-cp, kfac and plug-ins run when named
+DEFAULT = ("sgd", "adam", "tracin", "cosine", "adam-cosine", "ekfac", "trak", "random", "loss", "gradnorm", "length")
+CHECKPOINTS = ("tracin-cp",)  # over the twin's checkpoints
+INFLUENCE = ("ekfac", "kfac", "trak")  # at the horizons' weights (or θ_s), fitted on fit_set rows
+COLUMNS = ["seed", "candidate", "query", "horizon", "measured", "measured_replicate", "estimator", "estimator_label",
+           "estimate", "candidate_kind", "query_kind", "after", "label", "unit"]
 
 
 def choose_estimators(cfg: AttributionConfig, names: Sequence[str] | None = None) -> list[str]:
     """The estimators to run: ``names`` (the command's), else the config's, else :data:`DEFAULT`
-    (those installed; a note on stderr for the rest). A named estimator that does not exist or
-    is not installed is a one-line error naming the extra that installs it."""
+    (those installed; a note on stderr for the rest). A named estimator that does not exist, is
+    not installed, or is a plug-in that does not load is a one-line error (naming the extra that
+    installs a missing library)."""
     chosen = list(dict.fromkeys(names or cfg.attribute.estimators or ()))
     if chosen:
         for n in chosen:
-            get_estimator(n)
-        if cfg.optimizer == "sgd" and "adam" in chosen:
-            raise SeedlabError("estimators: adam predicts an AdamW step, and this bank was trained with optimizer: sgd")
+            if "optimizer" in get_estimator(n).needs and cfg.optimizer == "sgd":
+                raise SeedlabError(f"estimators: {n} needs an AdamW step's state, and this bank was trained with "
+                                   "optimizer: sgd")
         return chosen
     have = set(available())
     for n in DEFAULT:
         if n not in have:
-            print(f"note: estimator {n!r} skipped: {ESTIMATORS[n].library} is not installed ({INSTALL_HINT})", file=sys.stderr)
-    return [n for n in DEFAULT if n in have and not (n == "adam" and cfg.optimizer == "sgd")]
+            lib = ESTIMATORS[n].library
+            print(f"note: estimator {n!r} skipped: {lib} is not installed ({HINTS[lib]})", file=sys.stderr)
+    return [n for n in DEFAULT if n in have and not ("optimizer" in ESTIMATORS[n].needs and cfg.optimizer == "sgd")]
+
+
+def with_settings(bank: Bank, settings: Sequence[str]) -> Bank:
+    """``bank`` with its ``attribute`` section overridden by ``settings`` (``attribute.KEY=VALUE``,
+    the command's ``--set``), validated; and ``fit_rows`` checked against the corpus."""
+    cfg = bank.cfg
+    if settings:
+        bad = [s for s in settings if not s.startswith("attribute.")]
+        if bad:
+            raise SeedlabError(f"--set: attribute takes attribute.KEY=VALUE only (the bank's design is fixed), got {bad[0]!r}")
+        data = apply_overrides({"attribute": cfg.attribute.model_dump()}, list(settings))
+        cfg = cfg.model_copy(update={"attribute": parse(AttributeConfig, data["attribute"], "attribute")})
+    rows = len(bank.inputs.corpus.train) // (bank.inputs.gcfg.block_size + 1)
+    if cfg.attribute.fit_rows > rows:
+        raise SeedlabError(f"attribute.fit_rows: {cfg.attribute.fit_rows} is more than the corpus's {rows} training "
+                           f"rows (its train split's tokens // (block_size + 1))")
+    return Bank(bank.dir, cfg, bank.inputs)
 
 
 def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, device: str = "auto",
-              progress: bool = True) -> pd.DataFrame:
+              progress: bool = True, settings: Sequence[str] = ()) -> pd.DataFrame:
     """Run the estimators on every seed of a bank and write attribution.parquet beside it (module doc)."""
-    bank = open_bank(root)
+    bank = with_settings(open_bank(root), settings)
     names = choose_estimators(bank.cfg, estimators)  # before any work: bad names write nothing
     dev = World().device(device)
     settle(dev, bank.cfg.threads)  # threads; on CUDA the cuBLAS workspace before the first matmul (lm/determinism.py)
     measured = collect(bank)
+    if "measured_replicate" not in measured:
+        measured = measured.assign(measured_replicate=np.nan)
     seeds = sorted(int(k) for k in measured.seed.unique())
     seconds: dict[str, dict[str, float]] = {n: {} for n in names}
     frames = []
@@ -100,21 +140,22 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
     write_parquet(bank.dir.attribution, df)
     a = bank.cfg.attribute
     write_json(bank.dir.attribution_json, {
-        "estimators": names, "seeds": seeds, "seconds": seconds, "device": str(dev),
-        "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules, "train_rows": a.train_rows,
-        "tracin_steps": tracin_steps(bank.cfg),
+        "estimators": names, "labels": {n: get_estimator(n).label for n in names}, "seeds": seeds, "seconds": seconds,
+        "device": str(dev), "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules,
+        "train_rows": a.train_rows, "fit_rows": a.fit_rows, "tracin_steps": tracin_steps(bank.cfg),
     })
     return df
 
 
 def tracin_steps(cfg: AttributionConfig) -> list[int]:
-    """The twin checkpoints TracIn sums over (before the last horizon)."""
+    """The twin checkpoints TracIn-CP sums over (before the last horizon)."""
     last = max(cfg.horizon_steps())
     return [t for t in cfg.twin_steps() if t < last]
 
 
 def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: dict, bar: Bar) -> pd.DataFrame:
-    """Every estimator on one seed's case: a long frame (seed, candidate, query, horizon, estimator, estimate, unit)."""
+    """Every estimator on one seed's case: a long frame (seed, candidate, query, horizon, estimator,
+    estimator_label, estimate, unit)."""
     cfg, inputs = bank.cfg, bank.inputs
     s = cfg.injection_step
     trainer = Trainer(cfg.model_copy(update={"device": str(device)}), inputs.gcfg, seed, inputs.corpus.train)
@@ -127,37 +168,56 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
     case = Case.of(x, y, cfg.injection_row, cands, queries, inputs.pad_id)
     horizons = list(cfg.horizon_steps())
     twin = bank.dir.twin(seed)
+    grads = Gradients(trainer.model, case, micro_batch=cfg.micro_batch)  # shared at θ_s: the first user pays
     frames = []
     for name in names:
         bar.update(note=f"seed {seed}: {name}")
         t0 = time.perf_counter()
-        if name in AT_INJECTION:
-            v = run(name, trainer.model, case, lr=trainer.lr, optimizer=trainer.opt, grad_clip=cfg.grad_clip,
-                    micro_batch=cfg.micro_batch)
-            by_h = dict.fromkeys(horizons, v)
-        elif name == "tracin":
-            terms = {t: run("tracin", trainer.model, case, checkpoints=[(twin.weights(t), lr_of(cfg, t))],
+        if name in CHECKPOINTS:
+            terms = {t: run(name, trainer.model, case, checkpoints=[(twin.weights(t), lr_of(cfg, t))],
                             micro_batch=cfg.micro_batch) for t in tracin_steps(cfg)}
             by_h = {h: sum((terms[t] for t in terms if t < h), np.zeros((len(cands), len(queries)))) for h in horizons}
+        elif name in INFLUENCE:
+            by_h = influence_by_horizon(name, trainer, case, bank, seed, horizons)
         else:
-            by_h = influence_by_horizon(name, trainer, case, cfg, twin, horizons)
+            v = run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
+                    grad_clip=cfg.grad_clip, seed=seed, micro_batch=cfg.micro_batch)
+            by_h = dict.fromkeys(horizons, v)
         seconds[name][str(seed)] = time.perf_counter() - t0
-        frames.append(_long(by_h, case, cfg.queries.own, inputs.queries).assign(seed=seed, estimator=name,
-                                                                                unit=ESTIMATORS[name].unit))
+        e = get_estimator(name)
+        frames.append(_long(by_h, case, cfg.queries.own, inputs.queries).assign(
+            seed=seed, estimator=name, estimator_label=e.label, unit=e.unit))
         bar.advance()
     return pd.concat(frames, ignore_index=True)
 
 
-def influence_by_horizon(name: str, trainer: Trainer, case: Case, cfg: AttributionConfig, twin,
+def fit_set(bank: Bank, seed: int, h: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows (x, y) [M, T] the influence curvature is fitted on at weights after h updates:
+    ``attribute.fit_rows`` rows drawn without replacement (``default_rng([seed, h])``) from the
+    training batches of steps 0 .. h of this seed (lm/batches.py), all of them when they are fewer."""
+    cfg, tokens, T = bank.cfg, bank.inputs.corpus.train, bank.inputs.gcfg.block_size
+    offsets = np.concatenate([batch_indices(seed, t, n_tokens=len(tokens), batch_size=cfg.batch_size, block_size=T)
+                              for t in range(h + 1)])
+    n = min(cfg.attribute.fit_rows, len(offsets))
+    pick = np.sort(np.random.default_rng([seed, h]).choice(len(offsets), size=n, replace=False))
+    rows = torch.from_numpy(np.stack([np.asarray(tokens[o : o + T + 1], dtype=np.int64) for o in offsets[pick]]))
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
+def influence_by_horizon(name: str, trainer: Trainer, case: Case, bank: Bank, seed: int,
                          horizons: list[int]) -> dict[int, np.ndarray]:
-    """EK-FAC / K-FAC: at the twin's weights of every horizon, or once at θ_s (``influence_at``)."""
+    """EK-FAC / K-FAC: at the twin's weights of every horizon, or once at θ_s (``influence_at``),
+    the curvature fitted on :func:`fit_set` of that step."""
     from seedlab.attribution.influence import InfluenceOptions
 
-    a = cfg.attribute
+    a, twin = bank.cfg.attribute, bank.dir.twin(seed)
     opts = {"damping": a.damping, "modules": a.modules, "train_rows": a.train_rows}
     if a.influence_at == "injection":
-        return dict.fromkeys(horizons, run(name, trainer.model, case, influence=InfluenceOptions(**opts)))
-    return {h: run(name, trainer.model, case, influence=InfluenceOptions(**opts, weights=twin.weights(h)))
+        s = bank.cfg.injection_step
+        return dict.fromkeys(horizons, run(name, trainer.model, case,
+                                           influence=InfluenceOptions(**opts, fit=fit_set(bank, seed, s))))
+    return {h: run(name, trainer.model, case,
+                   influence=InfluenceOptions(**opts, fit=fit_set(bank, seed, h), weights=twin.weights(h)))
             for h in horizons}
 
 

@@ -18,7 +18,12 @@ Per seed k (the batch of step t is a pure function of (k, t), lm/batches.py):
    manifest, and the loss of its own text and of every query (:func:`seedlab.attribution.query_loss`)
    at every horizon to ``queries.parquet`` (attribution/measure.py turns those into Δ L_query);
 5. the **own-row control** (``candidates.own_row``): a candidate equal to the replaced row must be
-   bitwise the twin at every horizon (measured 0), or the bank stops.
+   bitwise the twin at every horizon (measured 0), or the bank stops;
+6. the **replicates** (``candidates.replicate_row`` r′): every candidate once more, its tokens in
+   row r′ of the same batch instead of row r (arm ``replicate.<name>``, recorded as a candidate:
+   hashes, and its text's and the queries' losses). To first order Δ differs between the two rows
+   by a term shared by all candidates (the ordinary row each replaces), so corr(Δ at r, Δ at r′)
+   over candidates is the target's own test–retest reliability (measure.py ``measured_replicate``).
 
 The twin records every text's loss (all candidates' and the queries) at every horizon.
 ``integrity.json`` records what was shown. **Resume**: a finished run (its done marker) is skipped;
@@ -26,13 +31,16 @@ an unfinished one restarts from the kept prefix; the prefix itself is read back 
 
 The twin and every candidate are arms of the fork design (forks/arms.py), trained by its one loop
 (forks/loop.py ``run_design``); this module says what a bank records (:class:`QueryLosses`) and
-checks (:class:`OwnRow`). Where each file lives: attribution/rundir.py. Single process, on
-``device`` (no torchrun).
+checks (:class:`OwnRow`). Where each file lives: attribution/rundir.py. On ``device``, no
+torchrun; the seeds one after another here, or (``jobs`` > 1, ``executor="ray"``) each in a
+process of its own on one thread (:func:`bank_seed`: the same loop, so the same bits), then
+integrity.json once every seed is done.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -40,14 +48,15 @@ import pandas as pd
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import query_loss
 from seedlab.attribution.measure import write_measured
-from seedlab.attribution.rundir import BankDir
-from seedlab.attribution.texts import Inputs, load_inputs
+from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.attribution.texts import OWN_ROW, REPLICATE, Inputs, load_inputs, replicate
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import TWIN, Arm, injection
 from seedlab.forks.folders import RunFolder, environment
-from seedlab.forks.loop import Design, Manifest, Observer, Observers, ProgressBar, Recording, run_design
+from seedlab.forks.loop import (Design, Manifest, Observer, Observers, ProgressBar, Recording, SeedResult, run_design,
+                                run_seed, seed_updates)
 from seedlab.forks.prefix import first_difference
-from seedlab.lm.determinism import settle
+from seedlab.lm.determinism import nondeterminism_is_an_error, settle
 from seedlab.lm.distributed import World
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
@@ -60,31 +69,91 @@ def config_record(cfg: AttributionConfig) -> dict:
 
 
 def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."), force: bool = False,
-             progress: bool = True, allow_env_change: bool = False) -> pd.DataFrame:
+             progress: bool = True, allow_env_change: bool = False, executor: str = "local", jobs: int = 1,
+             ray_address: str | None = None) -> pd.DataFrame:
     """Train (or finish) the bank in ``out`` and write its measured effects; returns measured.parquet's frame.
 
     Every input is checked before the folder is touched (corpus hashes, every text's length, the
-    folder's design and environment): bad input writes nothing. ``base``: the config file's folder."""
+    folder's design and environment): bad input writes nothing. ``base``: the config file's folder.
+    ``executor``/``jobs``: the seeds one after another here (local, 1), or each in a process of its
+    own on one thread, ``jobs`` at once (local) or as Ray tasks (``ray_address``; module doc)."""
+    from seedlab.executors import preflight_ray
+
+    if executor not in ("local", "ray"):
+        raise SeedlabError(f"--executor: must be local or ray, got {executor!r}")
+    if jobs < 1:
+        raise SeedlabError(f"--jobs: at least 1, got {jobs}")
+    if executor == "ray":
+        preflight_ray(ray_address)
+    parallel = executor == "ray" or jobs > 1
     inputs = load_inputs(cfg, base)
     rd, record = BankDir(Path(out)), config_record(cfg)
     rd.claim(record, force=force)  # another design refused (one line); the same one resumes
     rd.check_inputs(inputs.record())
     device = World().device(cfg.device)
-    settle(device, cfg.threads, cfg.precision)
+    settle(device, 1 if parallel else cfg.threads, cfg.precision)
     env = environment(device, cfg.precision)
     rd.check_environment(env, allow_change=allow_env_change)
     with folder_lock(rd.root, "{folder} is in use by another bank (pid {pid})"), \
             Bar("bank", 0, "steps", enabled=progress) as bar:
-        observer = Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow(inputs))
-        run_design(Design(cfg, inputs.gcfg, inputs.corpus.train, inputs.pad_id, rd, lambda seed: arms(inputs, seed),
-                          recording(inputs), observer, start=lambda: rd.start(record, inputs.record(), env)))
+        apart = partial(seeds_apart, env=env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
+        observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow())
+        run_design(design(inputs, rd, observer, start=lambda: rd.start(record, inputs.record(), env)),
+                   apart if parallel else None)
     return write_measured(rd.root)
 
 
+def design(inputs: Inputs, rd: BankDir, observer: Observer, start=lambda: None) -> Design:
+    """The bank as a fork design (forks/loop.py): its arms, what it records, who watches."""
+    return Design(inputs.cfg, inputs.gcfg, inputs.corpus.train, inputs.pad_id, rd, lambda seed: arms(inputs, seed),
+                  recording(inputs), observer, start=start)
+
+
+def seeds_apart(d: Design, *, env: dict, bar: Bar, executor: str, jobs: int,
+                ray_address: str | None) -> dict[int, SeedResult]:
+    """Every seed of ``d`` in a process of its own (:func:`bank_seed`): ``jobs`` at once here, or as
+    Ray tasks (on CUDA, 1/``jobs`` of a GPU each); the bar advances as each seed finishes."""
+    from seedlab.executors import run_local, run_ray
+
+    specs = [(str(d.folder.root.resolve()), seed, env) for seed in d.cfg.seeds]
+    done = lambda spec: bar.advance(seed_updates(d, spec[1]))
+    if executor == "ray":
+        gpus = 1 / jobs if env["device"] == "cuda" else 0.0
+        out = run_ray(bank_seed, specs, done, address=ray_address, gpus_per_job=gpus)
+    else:
+        out = run_local(bank_seed, specs, done, jobs=jobs)
+    return dict(zip(d.cfg.seeds, out))
+
+
+def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
+    """One seed of a started bank (``spec``: its folder, the seed, the bank's environment), in a
+    process of its own: the bank's config and inputs read back (rundir.py ``open_bank``), one thread,
+    then forks/loop.py ``run_seed`` as the bank's own process runs it. Another environment than the
+    bank's, or any failure, is a one-line error naming the seed."""
+    root, seed, env = spec
+    try:
+        bank = open_bank(root)
+        device = World().device(bank.cfg.device)
+        settle(device, 1, bank.cfg.precision)
+        here = environment(device, bank.cfg.precision)
+        k = next((k for k in sorted(set(env) | set(here)) if env.get(k) != here.get(k)), None)
+        if k is not None:
+            raise SeedlabError(f"environment: {k} = {here.get(k)!r} in its process, {env.get(k)!r} in the bank's")
+        with nondeterminism_is_an_error():
+            return run_seed(design(bank.inputs, bank.dir, Observers(QueryLosses(bank.inputs), OwnRow())), seed)
+    except Exception as err:  # one line, whatever it was
+        line = (str(err).strip().splitlines() or [""])[0]
+        line = line if isinstance(err, SeedlabError) else f"{type(err).__name__}: {line}"
+        raise SeedlabError(line if line.startswith(f"seed {seed}:") else f"seed {seed}: {line}") from None
+
+
 def arms(inputs: Inputs, seed: int) -> list[Arm]:
-    """The seed's arms: the twin, then every candidate's text in row ``injection_row`` of the batch of s."""
-    s, row = inputs.cfg.injection_step, inputs.cfg.injection_row
-    return [TWIN, *(injection(name, t.tokens, s, row) for name, t in inputs.candidates_of(seed).items())]
+    """The seed's arms: the twin, every candidate's text in row ``injection_row`` of the batch of s,
+    then (``candidates.replicate_row``) every candidate's replicate: its text in that row instead."""
+    cfg, candidates = inputs.cfg, inputs.candidates_of(seed).items()
+    s, row, again = cfg.injection_step, cfg.injection_row, cfg.candidates.replicate_row
+    return [TWIN, *(injection(name, t.tokens, s, row) for name, t in candidates),
+            *(injection(replicate(name), t.tokens, s, again) for name, t in candidates if again is not None)]
 
 
 def recording(inputs: Inputs) -> Recording:
@@ -92,14 +161,15 @@ def recording(inputs: Inputs) -> Recording:
     TracIn's cadence, where its weights are saved), and the losses of every update from s."""
     cfg, s = inputs.cfg, inputs.cfg.injection_step
     every = frozenset({s, *cfg.horizon_steps()})
-    names = {n for seed in cfg.seeds for n in inputs.candidates_of(seed)}
+    names = {a.name for seed in cfg.seeds for a in arms(inputs, seed)[1:]}
     return Recording(hashed={"twin": every | set(cfg.twin_steps()), **{n: every for n in names}},
                      saved={"twin": frozenset(cfg.twin_steps())}, losses_from=s)
 
 
 class QueryLosses(Observer):
     """At every horizon, the loss of every text a run is measured on — the twin: every candidate's
-    and every query; a candidate: its own and every query — into its ``queries.parquet``."""
+    and every query; a candidate and its replicate: the candidate's own and every query — into its
+    ``queries.parquet``."""
 
     def __init__(self, inputs: Inputs):
         self.inputs, self.rows = inputs, {}
@@ -108,7 +178,8 @@ class QueryLosses(Observer):
     def texts(self, seed: int, arm: Arm) -> dict[str, Sequence[int]]:
         queries = {n: t.tokens for n, t in self.inputs.queries.items()}
         candidates = {n: t.tokens for n, t in self.inputs.candidates_of(seed).items()}
-        return (candidates if arm.is_twin else {arm.name: candidates[arm.name]}) | queries
+        name = arm.name.removeprefix(REPLICATE)
+        return (candidates if arm.is_twin else {name: candidates[name]}) | queries
 
     def stops(self, seed: int, arm: Arm) -> set[int]:
         return self.horizons
@@ -128,14 +199,14 @@ class OwnRow(Observer):
     """The own-row control: the candidate equal to the replaced row must be the twin, bit for bit,
     at every step it hashed (else the injection is not exact), or the bank stops."""
 
-    def __init__(self, inputs: Inputs):
-        self.inputs, self.twin = inputs, {}
+    def __init__(self):
+        self.twin: Manifest = {}
 
     def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
         if arm.is_twin:
             self.twin = manifest
             return None
-        if self.inputs.candidates_of(seed)[arm.name].kind != "control":
+        if arm.name != OWN_ROW:  # its replicate (another row replaced) is not the twin
             return None
         for t, hashes in manifest.items():
             bad = first_difference(self.twin[t], hashes)

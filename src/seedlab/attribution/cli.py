@@ -17,11 +17,14 @@ app = typer.Typer(no_args_is_help=True)  # its line in `seedlab --help` is its e
 @app.command("bank")
 def attribution_bank(
     config: Annotated[str, typer.Argument(help="attribution config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
-    out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>}")],
+    out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>, replicates/<name>}")],
     set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set candidates.heldout=32")] = [],  # noqa: B006
     force: Annotated[bool, typer.Option(help="overwrite a folder holding another bank")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     allow_env_change: Annotated[bool, typer.Option(help="resume under another environment (torch, device, threads...) than the bank started in; recorded in environment.json")] = False,
+    executor: Annotated[str, typer.Option(help="local (no services) or ray: where the seeds run")] = "local",
+    jobs: Annotated[int, typer.Option(help="seeds at once, each in a process of its own on one thread (1: one after another, here)")] = 1,
+    ray_address: Annotated[str | None, typer.Option(help="a running Ray cluster (HOST:PORT or auto); default: start a local one")] = None,
 ) -> None:
     """Train the bank: per seed a shared prefix, its twin, a replica control and one single-row fork per
     candidate; measure every candidate's effect on every query at every horizon (measured.parquet)."""
@@ -31,7 +34,8 @@ def attribution_bank(
     from seedlab.config import load_config
 
     cfg, base = load_config(AttributionConfig, PRESETS, config, set_)
-    df = run_bank(cfg, out, base=base, force=force, progress=progress, allow_env_change=allow_env_change)
+    df = run_bank(cfg, out, base=base, force=force, progress=progress, allow_env_change=allow_env_change,
+                  executor=executor, jobs=jobs, ray_address=ray_address)
     n = df.groupby(["seed", "candidate"]).ngroups
     typer.echo(f"{n} candidate runs over {df.seed.nunique()} seed(s), replica control bitwise equal -> {BankDir(out).measured}")
 
@@ -39,9 +43,13 @@ def attribution_bank(
 @app.command("attribute")
 def attribution_attribute(
     bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
-    estimators: Annotated[list[str], typer.Option(help="estimator(s) to run, repeatable or comma-separated "
-                                                       "(sgd, adam, tracin, cosine, ekfac, kfac); default: the config's, "
-                                                       "else every installed one")] = [],  # noqa: B006
+    estimators: Annotated[list[str], typer.Option("--estimators", "--estimator", help=(
+        "estimator(s) to run, repeatable or comma-separated: sgd, adam, adam-linear, tracin, tracin-cp, cosine, "
+        "adam-cosine, ekfac, kfac, the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
+        "(function(model, case, grads) -> array of candidates x queries: seedlab.attribution.registry); default: "
+        "the config's, else the installed defaults"))] = [],  # noqa: B006
+    set_: Annotated[list[str], typer.Option("--set", help="override an attribute setting for this run, e.g. "
+                                                          "--set attribute.fit_rows=512 --set attribute.damping=0.01")] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
@@ -50,14 +58,14 @@ def attribution_attribute(
     from seedlab.attribution.rundir import BankDir
 
     names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
-    df = attribute(bank, estimators=names or None, device=device, progress=progress)
+    df = attribute(bank, estimators=names or None, device=device, progress=progress, settings=set_)
     typer.echo(f"{df.estimator.nunique()} estimator(s) x {len(df) // max(df.estimator.nunique(), 1)} measured effects "
                f"-> {BankDir(bank).attribution}")
 
 
 @app.command("report")
 def attribution_report(bank: Annotated[Path, typer.Argument(help="an attributed bank folder")]) -> None:
-    """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the noise ceiling."""
+    """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the replicate floor and the seed-mean reliability."""
     from seedlab.attribution.report import write_report
 
     typer.echo(f"report: {write_report(bank)}")

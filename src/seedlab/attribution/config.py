@@ -26,6 +26,7 @@ class CandidatesConfig(Strict):
     heldout: NonNeg = 16  # K rows drawn from the held-out split, block_size + 1 tokens each: ordinary data (not stated)
     seed: int = 0  # which held-out rows are drawn (the same rows for every training seed) (not stated)
     own_row: bool = False  # a control candidate equal to the replaced row: its runs must be bitwise the twin's (measured 0)
+    replicate_row: NonNeg | None = None  # every candidate once more, in row r' of the same batch (measured_replicate); null: off (not stated)
 
 
 class QueriesConfig(Strict):
@@ -39,16 +40,17 @@ class QueriesConfig(Strict):
 class AttributeConfig(Strict):
     """How ``seedlab attribution attribute`` runs the estimators on the bank (none of it stated)."""
 
-    estimators: list[str] | None = None  # null: every registered estimator that applies and is installed
-    tracin_every: Pos | None = None  # extra twin checkpoints for TracIn every this many updates; null: s and the horizons only
+    estimators: list[str] | None = None  # null: the default estimators and baselines that apply and are installed; package.module:function: a plug-in
+    tracin_every: Pos | None = None  # extra twin checkpoints for tracin-cp every this many updates; null: s and the horizons only
     influence_at: Literal["horizon", "injection"] = "horizon"  # EK-FAC/K-FAC at the twin's weights at each horizon, or once at θ_s
     damping: float | None = None  # λ of EK-FAC/K-FAC; null: kronfluence's heuristic (0.1 × mean eigenvalue)
     modules: Literal["all", "mlp"] = "all"  # the blocks' Linear modules the influence is computed over
     train_rows: Pos | None = None  # D of the influence formula; null: the batch's rows (ranks are unchanged by it)
+    fit_rows: Pos = 256  # rows EK-FAC/K-FAC's curvature (TRAK's ΦᵀΦ) is fitted on, drawn from the training batches of steps 0 .. h (h: the weights' step)
 
 
 class AttributionConfig(ForkDesign):
-    seeds: list[int] = [0, 1, 2, 3]  # the noise ceiling needs at least 2 (not stated)
+    seeds: list[int] = [0, 1, 2, 3]  # the across-seed reliability needs at least 2 (not stated)
     steps: Pos = 250  # optimizer updates of the schedule (its cosine ends here)
     stop: Pos | None = None  # the last update trained (the "end" horizon); null: steps. Cuts a long schedule short
     optimizer: Literal["adamw", "sgd"] = "adamw"  # sgd: plain SGD (no momentum), for the first-order check
@@ -69,6 +71,10 @@ class AttributionConfig(ForkDesign):
             raise ValueError(f"horizons: s + {late[0]} is after the end (step {end}); at most {end - s}")
         if self.candidates.file is None and self.candidates.heldout == 0 and not self.candidates.own_row:
             raise ValueError("candidates: name a file, or draw held-out rows (heldout > 0)")
+        r2 = self.candidates.replicate_row
+        if r2 is not None and (r2 == self.injection_row or r2 >= self.batch_size):
+            raise ValueError(f"candidates.replicate_row: another row of the batch than injection_row {self.injection_row} "
+                             f"(0 .. {self.batch_size - 1}), got {r2}")
         if not (self.queries.own or self.queries.heldout or self.queries.probes):
             raise ValueError("queries: at least one kind (own, heldout or probes)")
         return self

@@ -16,38 +16,72 @@ condition, so the swap changes the full-batch gradient by
 
     δ_c = (∇ℓ_c − ∇ℓ_r) / N            ℓ = a row's CE *sum* (nats), gradients at θ_s.
 
-Every estimator is a function of δ_c (raw, before clipping) and of the query gradient
-∇L_query; they differ in the map from δ_c to a weight change and in the weights they
-are evaluated at:
+The estimators are functions of δ_c (raw, before clipping) and of the query gradient ∇L_q;
+they differ in the map from δ_c to a weight change and in the weights they are evaluated at.
+``label`` (registry.py): *estimator* — the method as its paper defines it, for this one-visit swap;
+*variant* — a labelled alternative kept for comparison; *baseline* — no influence model at all.
 
-=========  ===============================================  ===========================  ==========
-name       estimate                                         horizon                      unit
-=========  ===============================================  ===========================  ==========
-sgd        −lr_s ⟨∇L_q, clip'(δ_c)⟩                          s+1 (one SGD step)           nats/token
-adam       ⟨∇L_q, Δθ⟩, Δθ the first-order change of the      s+1 (the real AdamW step)    nats/token
-           torch AdamW update (:func:`adam_one_step`)
-tracin     −Σ_k lr_k ⟨∇L_q(θ_k), ∇ℓ_c(θ_k) − ∇ℓ_r(θ_k)⟩ / N   the last checkpoint          nats/token
-cosine     −cos(∇L_q, ∇ℓ_c − ∇ℓ_r)                           none (a direction only)      cosine
-ekfac      −⟨∇L_q, (F + λ)⁻¹ (∇ℓ_c − ∇ℓ_r)⟩ / D, kronfluence  convergence (response fn)    nats/token
-kfac       the same with K-FAC curvature                    convergence                  nats/token
-=========  ===============================================  ===========================  ==========
+===========  ==========================================================  ===================  ==========  ========
+name         estimate                                                    horizon              unit        label
+===========  ==========================================================  ===================  ==========  ========
+sgd          −lr_s ⟨∇L_q, clip'(δ_c)⟩                                     s+1 (one SGD step)   nats/token  estimator
+adam         ⟨∇L_q, u(g + δ_c) − u(g)⟩, u the exact AdamW update of        s+1 (the real step)  nats/token  estimator
+             step s (lm.gradients.AdamStep: clip, moments, bias terms)
+adam-linear  the same, first order in δ_c (:func:`adam_linear`)            s+1                  nats/token  variant
+tracin       −lr_s ⟨∇L_q(θ_s), ∇ℓ_c(θ_s) − ∇ℓ_r(θ_s)⟩ / N                  s+1                  nats/token  estimator
+tracin-cp    −Σ_k lr_k ⟨∇L_q(θ_k), ∇ℓ_c(θ_k) − ∇ℓ_r(θ_k)⟩ / N, later θ_k  the last checkpoint  nats/token  variant
+cosine       −cos(∇L_q, ∇ℓ_c − ∇ℓ_r)                                       none (a direction)   cosine      estimator
+adam-cosine  −cos(P∇L_q, P(∇ℓ_c − ∇ℓ_r)), P = 1/(√v̂_s + ε) (TrackStar)     none (a direction)   cosine      estimator
+ekfac        −⟨∇L_q, (F + λ)⁻¹ (∇ℓ_c − ∇ℓ_r)⟩ / D, kronfluence             convergence          nats/token  estimator
+kfac         the same with K-FAC curvature                                convergence          nats/token  estimator
+trak         −(τ(q, c) − τ(q, r)), TRAK's score through traker (one model)  convergence          score       estimator
+random       −(u(c) − u(r)), u a seeded uniform number per text           none                 score       baseline
+loss         −(L(c) − L(r)), L a text's mean CE at θ_s (nats/token)        none                 score       baseline
+gradnorm     −(‖∇ℓ_c‖ − ‖∇ℓ_r‖) at θ_s                                     none                 score       baseline
+length       −(n(c) − n(r)), n a text's token count                       none                 score       baseline
+===========  ==========================================================  ===================  ==========  ========
 
-(the two influence-function rows live in :mod:`seedlab.attribution.influence`). All gradients
-are of the model in eval mode, in the model's dtype, accumulated in float64, flattened over
-``model.parameters()`` (seedlab.lm.gradients' helpers). A candidate identical to the replaced
-row (its ``block_size + 1`` tokens) gives exactly 0 for every estimator: its row gradient is
-computed by the very same kernels as the ordinary row's.
+(ekfac, kfac and trak live in :mod:`seedlab.attribution.influence`: their definitions and
+sources are there). The others':
 
-Entry points: :func:`estimate` (several estimators, one long DataFrame) and :func:`run`
-(one estimator, a [candidates × queries] array); :data:`ESTIMATORS` is the registry and
-:func:`get_estimator` the one place that turns a name into an estimator (unknown name or a
-missing optional library: a one-line :class:`~seedlab.errors.SeedlabError`).
+- **TracIn** (Pruthi et al. 2020, "Estimating Training Data Influence by Tracing Gradient
+  Descent", §3): TracInIdeal sums the loss change of the test example over the iterations *that
+  used the training example*; its first-order form is Σ_t lr_t ⟨∇ℓ_test(θ_t), ∇ℓ_z(θ_t)⟩ over
+  those iterations (for a mini-batch, divided by the loss's normaliser: N here). The candidate is used once, at s, so ``tracin`` is that one term: the
+  same number as ``sgd`` without clipping. Their practical TracIn-CP replaces the visits by
+  saved checkpoints; over the twin's checkpoints *after* s (``tracin-cp``) that adds terms for
+  visits that never happened — a trajectory heuristic, kept as a labelled variant.
+- **adam-cosine**: TrackStar (Chang et al. 2024, "Scalable Influence and Fact Tracing for Large
+  Language Model Pretraining", §3): a gradient is divided elementwise by the square root of the
+  optimizer's second moment, projected, corrected by a task Hessian R^{-1/2} and unit-normalised;
+  the score is the dot product of the query's and the training example's unit vectors. Here with
+  no projection (exact) and R = I; the training side is the swap ∇ℓ_c − ∇ℓ_r; the second moment
+  is AdamW's at θ_s (the state before step s, bias-corrected), with its ε: P = 1/(√v̂ + ε).
+  LESS (Xia et al. 2024) differs: it preconditions the training side only, with the Adam update
+  (momentum included) of a hypothetical step on the example, and keeps the query gradient plain.
+  Where v̂ ≈ 0 (a parameter the twin has barely moved, e.g. the embedding of a token it has not
+  seen) P ≈ 1/ε dominates the direction: that is the method's own behaviour.
+- **baselines** score a text ``t`` (a candidate, or the replaced row r); the estimate is
+  −(score(c) − score(r)): the row's score is the same for every candidate of a case, so it
+  changes no rank across candidates, and the own-row candidate gets exactly 0 like every
+  estimator. The sign says "a larger score predicts a larger drop of the query's loss".
+  ``random`` is a per-text uniform number from ``default_rng([seed, *tokens])`` (a random ranking
+  of the candidates, the same for every query).
+
+All gradients are of the model in eval mode, in the model's dtype, accumulated in float64,
+flattened over ``model.parameters()`` (seedlab.lm.gradients' helpers). A candidate identical to
+the replaced row (its ``block_size + 1`` tokens) gives exactly 0 for every estimator: its row
+gradient, loss and token count are computed by the very same kernels as the ordinary row's.
+
+Entry points: :mod:`seedlab.attribution.registry` (the estimators by name, plug-ins, the
+long frame of several estimators).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,7 +91,7 @@ import torch
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import check_passage, inject
 from seedlab.lm.determinism import deterministic
-from seedlab.lm.gradients import ce_sum_grad
+from seedlab.lm.gradients import AdamStep, ce_sum_grad
 from seedlab.lm.model import GPT
 
 Texts = Mapping[str, Sequence[int]] | Sequence[Sequence[int]]
@@ -102,6 +136,10 @@ class Case:
         """The replaced row as a passage (its block_size + 1 tokens): the candidate that changes nothing."""
         r = self.row
         return tuple(int(t) for t in torch.cat([self.x[r], self.y[r, -1:]]))
+
+    def passage(self, name: str | None) -> tuple[int, ...]:
+        """Candidate ``name``'s tokens; None: the replaced row's (:meth:`own_row`)."""
+        return self.own_row() if name is None else self.candidates[name]
 
     def candidate_row(self, name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(x, y, mask) [1, T] of row ``row`` with candidate ``name`` injected (lm/batches.py inject)."""
@@ -250,10 +288,88 @@ def sgd_one_step(grads: Gradients, *, lr: float, grad_clip: float | None = None)
     return _dots(grads, lambda d: -lr * clip_jvp(g, d / n, grad_clip)[1])
 
 
+def tracin(grads: Gradients, *, lr: float) -> np.ndarray:
+    """TracIn for a candidate seen once (Pruthi et al. 2020; the module doc): the one term at s,
+
+        −lr_s · ⟨∇L_q(θ_s), ∇ℓ_c(θ_s) − ∇ℓ_r(θ_s)⟩ / N,
+
+    the same at every horizon. Plain gradients (no clipping, no Adam): :func:`sgd_one_step`
+    without ``grad_clip``."""
+    return sgd_one_step(grads, lr=lr)
+
+
+def tracin_cp(grads: Gradients, *, checkpoints: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> np.ndarray:
+    """``tracin-cp``, a labelled variant: TracIn-CP (Pruthi et al. 2020) over checkpoints,
+
+        Δ L_q ≈ −Σ_k lr_k · ⟨∇L_q(θ_k), ∇ℓ_c(θ_k) − ∇ℓ_r(θ_k)⟩ / N
+
+    ``checkpoints``: (state_dict, lr) pairs; θ_k is the state dict (model weights, the
+    ``step-<t>`` files' tensors) and lr_k the rate of the update that *starts* from it,
+    ``lr_at(t)`` (lm/schedule.py's step convention). Plain gradients: no clipping, no Adam.
+    With the single checkpoint (θ_s, lr_at(s)) it is exactly :func:`tracin`. With later
+    checkpoints of the twin run it **adds terms for visits that never happened** — the one-step
+    effects *as if the row were swapped again at each checkpoint's step* — so it is neither
+    TracIn's sum over the candidate's visits (the term at s) nor a propagation of the single
+    swap; its horizon is the last checkpoint. The given model is not changed (a copy is loaded
+    with each state dict)."""
+    if not checkpoints:
+        raise SeedlabError("checkpoints: tracin-cp needs at least one (state_dict, lr) pair")
+    case = grads.case
+    work = copy.deepcopy(grads.model)
+    total = np.zeros((len(case.candidates), len(case.queries)))
+    for k, (state, lr) in enumerate(checkpoints):
+        try:
+            work.load_state_dict(state)
+        except RuntimeError as e:
+            raise SeedlabError(f"checkpoints[{k}]: does not fit the model ({str(e).splitlines()[0]})") from None
+        total += tracin(Gradients(work, case, micro_batch=grads.micro_batch), lr=float(lr))
+    return total
+
+
+def adamw_state(grads: Gradients, optimizer: torch.optim.Optimizer, *, lr: float = 0.0,
+                grad_clip: float | None = None) -> AdamStep:
+    """``optimizer``'s state as a :class:`~seedlab.lm.gradients.AdamStep` (float64, CPU), once it
+    is checked to be a plain torch AdamW over exactly the model's parameters (else a one-line
+    error). ``lr`` and ``grad_clip`` (None: no clipping) are the step's."""
+    if not isinstance(optimizer, torch.optim.AdamW):
+        raise SeedlabError(f"optimizer: the adam estimators need a torch.optim.AdamW, got {type(optimizer).__name__}")
+    if any(group.get("amsgrad") or group.get("maximize") for group in optimizer.param_groups):
+        raise SeedlabError("optimizer: the adam estimators support plain AdamW (amsgrad and maximize off)")
+    params = list(grads.model.parameters())
+    mine = {id(p) for p in params}
+    covered = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if covered - mine:
+        raise SeedlabError("optimizer: its parameters are not the model's (pass the trainer's opt with its model)")
+    if len(covered) != len(params):
+        raise SeedlabError(f"optimizer: covers {len(covered)} of the model's {len(params)} parameters")
+    return AdamStep(optimizer, params, lr=lr, grad_clip=math.inf if grad_clip is None else grad_clip)
+
+
+def adam_one_step(grads: Gradients, *, optimizer: torch.optim.Optimizer, lr: float,
+                  grad_clip: float | None = None) -> np.ndarray:
+    """One AdamW step, exact in the update: with Δθ = u(g + δ_c) − u(g),
+
+        Δ L_q ≈ ⟨∇L_q(θ_s), Δθ⟩,
+
+    u the trainer's whole update from the state before step s for a raw full-batch gradient
+    (:class:`~seedlab.lm.gradients.AdamStep`: the clip at that gradient's own norm, m and v with
+    their bias corrections, √v̂ + ε; the decoupled weight decay is the same in both runs and
+    cancels) and g the twin's gradient (:meth:`Gradients.batch`). Only the query loss's response
+    to the weight change is linearised (O(‖Δθ‖²) curvature of L_q is left out), not Adam's
+    nonlinearity in δ_c, which :func:`adam_linear` drops. ``optimizer``: the AdamW *before* the
+    injected update (the trainer at the fork point, ``trainer.step == s``); ``lr = lr_at(s)``
+    (the group's lr is stale then and is not read); betas and eps from the param groups;
+    ``grad_clip`` the trainer's (None: none)."""
+    step = adamw_state(grads, optimizer, lr=lr, grad_clip=grad_clip)
+    g, n = grads.batch(), grads.case.n_targets
+    twin = step.update(g)
+    return _dots(grads, lambda d: (step.update(g + d / n) - twin).to(grads.device))
+
+
 @dataclass
 class AdamTerms:
     """The torch AdamW step's first-order response, flat over ``model.parameters()`` (float64):
-    ``Δθ ≈ −step_size ⊙ J ⊙ clip'(δ)`` (see :func:`adam_one_step`)."""
+    ``Δθ ≈ −step_size ⊙ J ⊙ clip'(δ)`` (see :func:`adam_linear`)."""
 
     g_raw: torch.Tensor  # the twin's full-batch gradient at step s, before clipping
     g: torch.Tensor  # ... after clipping (what enters m and v)
@@ -269,33 +385,8 @@ class AdamTerms:
 def adam_terms(grads: Gradients, optimizer: torch.optim.Optimizer, *, lr: float, grad_clip: float | None,
                include_v: bool = True) -> AdamTerms:
     """:class:`AdamTerms` of the update that ``optimizer`` (its state *before* step s) makes at step s."""
-    model = grads.model
-    if not isinstance(optimizer, torch.optim.AdamW):
-        raise SeedlabError(f"optimizer: the adam estimator needs a torch.optim.AdamW, got {type(optimizer).__name__}")
-    params = list(model.parameters())
-    index = {id(p): i for i, p in enumerate(params)}
-    offsets = np.cumsum([0] + [p.numel() for p in params])
-    dev, f64 = grads.device, torch.float64
-    P = int(offsets[-1])
-    m_prev, v_prev, b1, b2, eps, t = (torch.zeros(P, dtype=f64, device=dev) for _ in range(6))
-    seen = 0
-    for group in optimizer.param_groups:
-        if group.get("amsgrad") or group.get("maximize"):
-            raise SeedlabError("optimizer: the adam estimator supports plain AdamW (amsgrad and maximize off)")
-        for p in group["params"]:
-            if id(p) not in index:
-                raise SeedlabError("optimizer: its parameters are not the model's (pass the trainer's opt with its model)")
-            i = index[id(p)]
-            sl = slice(int(offsets[i]), int(offsets[i + 1]))
-            st = optimizer.state.get(p, {})
-            if st:
-                m_prev[sl] = st["exp_avg"].detach().reshape(-1).to(dev, f64)
-                v_prev[sl] = st["exp_avg_sq"].detach().reshape(-1).to(dev, f64)
-            t[sl] = float(st["step"]) + 1 if st else 1.0
-            b1[sl], b2[sl], eps[sl] = group["betas"][0], group["betas"][1], group["eps"]
-            seen += 1
-    if seen != len(params):
-        raise SeedlabError(f"optimizer: covers {seen} of the model's {len(params)} parameters")
+    st = adamw_state(grads, optimizer, lr=lr, grad_clip=grad_clip)
+    m_prev, v_prev, b1, b2, eps, t = (z.to(grads.device) for z in (st.m, st.v, st.b1, st.b2, st.eps, st.t))
     g_raw = grads.batch()
     g = clip_jvp(g_raw, g_raw, grad_clip)[0]
     m = b1 * m_prev + (1 - b1) * g
@@ -310,9 +401,9 @@ def adam_terms(grads: Gradients, optimizer: torch.optim.Optimizer, *, lr: float,
     return AdamTerms(g_raw, g, J, lr / bc1, grad_clip)
 
 
-def adam_one_step(grads: Gradients, *, optimizer: torch.optim.Optimizer, lr: float, grad_clip: float | None = None,
-                  include_v: bool = True) -> np.ndarray:
-    """One torch AdamW step, first order in the gradient change (the Adam preconditioner of step s).
+def adam_linear(grads: Gradients, *, optimizer: torch.optim.Optimizer, lr: float, grad_clip: float | None = None,
+                include_v: bool = True) -> np.ndarray:
+    """``adam-linear``, a labelled variant of :func:`adam_one_step`: the AdamW step first order in δ_c.
 
     ``optimizer`` is the AdamW *before* the injected update (the trainer at the fork point,
     ``trainer.step == s``: its state holds m_{t-1}, v_{t-1} and step t-1); ``lr = lr_at(s)``
@@ -354,46 +445,73 @@ def adam_one_step(grads: Gradients, *, optimizer: torch.optim.Optimizer, lr: flo
     return _dots(grads, lambda d: terms.delta_theta(d / n))
 
 
-def tracin(grads: Gradients, *, checkpoints: Sequence[tuple[Mapping[str, torch.Tensor], float]]) -> np.ndarray:
-    """TracIn-CP (Pruthi et al., 2020) for the swap, in the Δ L_query sign convention:
+def _cosines(grads: Gradients, scale: torch.Tensor | None = None) -> np.ndarray:
+    """[candidates × queries] of −cos(P∇L_q, P(∇ℓ_c − ∇ℓ_r)), P = diag(``scale``) (None: I);
+    0 where either vector is 0 (a candidate equal to the row)."""
 
-        Δ L_q ≈ −Σ_k lr_k · ⟨∇L_q(θ_k), ∇ℓ_c(θ_k) − ∇ℓ_r(θ_k)⟩ / N
+    def unit(v: torch.Tensor) -> torch.Tensor:
+        v = v if scale is None else v * scale
+        norm = float(torch.linalg.vector_norm(v))
+        return v / norm if norm > 0 else torch.zeros_like(v)
 
-    ``checkpoints``: (state_dict, lr) pairs; θ_k is the state dict (model weights, the
-    ``step-<t>`` files' tensors) and lr_k the rate of the update that *starts* from it,
-    ``lr_at(t)`` (lm/schedule.py's step convention). Plain gradients: no clipping, no Adam.
-    With the single checkpoint (θ_s, lr_at(s)) it is exactly the ``sgd`` estimate without
-    clipping. With later checkpoints of the twin run it is TracIn's trajectory heuristic —
-    the sum of the one-step effects *as if the row were swapped at each checkpoint's step* —
-    not a propagation of the single swap at s; its horizon is the last checkpoint. The
-    given model is not changed (a copy is loaded with each state dict)."""
-    if not checkpoints:
-        raise SeedlabError("checkpoints: tracin needs at least one (state_dict, lr) pair")
-    case, n = grads.case, grads.case.n_targets
-    work = copy.deepcopy(grads.model)
-    total = np.zeros((len(case.candidates), len(case.queries)))
-    for k, (state, lr) in enumerate(checkpoints):
-        try:
-            work.load_state_dict(state)
-        except RuntimeError as e:
-            raise SeedlabError(f"checkpoints[{k}]: does not fit the model ({str(e).splitlines()[0]})") from None
-        at_k = Gradients(work, case, micro_batch=grads.micro_batch)
-        total += _dots(at_k, lambda d, lr=float(lr): -lr * d / n)  # sgd_one_step's arithmetic
-    return total
+    case = grads.case
+    queries = [unit(grads.query(q)) for q in case.queries]
+    out = np.zeros((len(case.candidates), len(case.queries)))
+    for i, c in enumerate(case.candidates):
+        d = unit(grads.swap(c))
+        out[i] = [-float(torch.dot(q, d)) for q in queries]
+    return out
 
 
 def cosine(grads: Gradients) -> np.ndarray:
     """−cos(∇L_q, ∇ℓ_c − ∇ℓ_r): the direction of a gradient step on the swap relative to the
     query, with the sign of Δ L_q (negative: a step towards the candidate lowers the query's
     loss). Unitless, in [−1, 1]; 0 where either vector is 0 (a candidate equal to the row)."""
+    return _cosines(grads)
 
+
+def adam_cosine(grads: Gradients, *, optimizer: torch.optim.Optimizer) -> np.ndarray:
+    """TrackStar's score without projection or task Hessian (Chang et al. 2024, §3; the module doc):
+
+        −cos(P∇L_q, P(∇ℓ_c − ∇ℓ_r)),   P = 1/(√v̂ + ε),   v̂ = v / (1 − β₂^k)
+
+    with v the AdamW second moment at θ_s (``optimizer`` before step s, k its updates so far;
+    k = 0: v̂ = 0, P = 1/ε, the plain cosine) and ε its eps. Unitless, in [−1, 1]."""
+    st = adamw_state(grads, optimizer)
+    k = st.t - 1
+    vhat = torch.where(k > 0, st.v / torch.where(k > 0, 1 - st.b2**k, 1.0), 0.0)
+    return _cosines(grads, (1 / (vhat.sqrt() + st.eps)).to(grads.device))
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def _baseline(grads: Gradients, score: Callable[[str | None], float]) -> np.ndarray:
+    """[candidates × queries] of −(score(c) − score(r)), the same for every query; ``score(None)``
+    is the replaced row's (the module doc: a larger score predicts a larger drop)."""
     case = grads.case
-    out = np.zeros((len(case.candidates), len(case.queries)))
-    for i, c in enumerate(case.candidates):
-        d = grads.swap(c)
-        dn = float(torch.linalg.vector_norm(d))
-        for j, q in enumerate(case.queries):
-            gq = grads.query(q)
-            qn = float(torch.linalg.vector_norm(gq))
-            out[i, j] = 0.0 if dn == 0 or qn == 0 else -float(torch.dot(gq, d)) / (dn * qn)
-    return out
+    row = score(None)
+    col = np.array([-(score(c) - row) for c in case.candidates], dtype=np.float64)
+    return np.repeat(col[:, None], len(case.queries), axis=1)
+
+
+def random_baseline(grads: Gradients, *, seed: int = 0) -> np.ndarray:
+    """``random``: a uniform number per text from ``default_rng([seed, *tokens])`` — seeded, and
+    the same for equal texts (the own-row candidate gets exactly 0)."""
+    return _baseline(grads, lambda c: float(np.random.default_rng([int(seed), *grads.case.passage(c)]).random()))
+
+
+def loss_baseline(grads: Gradients) -> np.ndarray:
+    """``loss``: the text's mean next-token CE at θ_s (nats/token, :func:`query_loss`)."""
+    return _baseline(grads, lambda c: query_loss(grads.model, grads.case.passage(c)))
+
+
+def gradnorm_baseline(grads: Gradients) -> np.ndarray:
+    """``gradnorm``: ‖∇ℓ_c(θ_s)‖, the norm of the row's CE-sum gradient (∇ℓ_c = swap + ∇ℓ_r)."""
+    return _baseline(grads, lambda c: float(torch.linalg.vector_norm(grads.row() if c is None
+                                                                     else grads.swap(c) + grads.row())))
+
+
+def length_baseline(grads: Gradients) -> np.ndarray:
+    """``length``: the text's token count (the replaced row: block_size + 1)."""
+    return _baseline(grads, lambda c: float(len(grads.case.passage(c))))

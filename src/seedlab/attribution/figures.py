@@ -9,19 +9,22 @@ import numpy as np
 import pandas as pd
 
 from seedlab.attribution.rundir import BankDir
-from seedlab.attribution.stats import CEILING
+from seedlab.attribution.stats import RELIABILITY, REPLICATE, is_baseline
 from seedlab.reporting import Fig, new_figure, save_figure
 
 COLORS = {"sgd": "tab:blue", "adam": "tab:orange", "tracin": "tab:green", "cosine": "tab:purple", "ekfac": "tab:red",
-          "kfac": "tab:brown"}
+          "kfac": "tab:brown", "random": "0.75", "loss": "tab:olive", "gradnorm": "tab:cyan", "length": "tab:pink",
+          "kind": "tab:gray", "adam-linear": "moccasin", "tracin-cp": "palegreen", "adam-cosine": "orchid",
+          "trak": "darkred"}
 
 
-def scatter_figure(df: pd.DataFrame, rd: BankDir, kind: str) -> Fig:
-    """Estimate vs measured, one panel per estimator × horizon, for the queries of ``kind``."""
-    title = f"Estimate vs measured ({kind} queries)"
-    d = df[(df.query_kind == kind) & (df.candidate_kind != "control")]
+def scatter_figure(df: pd.DataFrame, rd: BankDir, query: str) -> Fig:
+    """Estimate vs measured for one query (queries differ in scale: never pooled), one panel per
+    estimator (baselines left out) × horizon, every seed in its colour."""
+    title = f"Estimate vs measured (query {query})"
+    d = df[(df["query"] == query) & (df.candidate_kind != "control") & ~df.estimator.map(is_baseline)]
     if not len(d):
-        return Fig(title, None, f"no {kind} query measured")
+        return Fig(title, None, f"no estimate for query {query}")
     ests, hs = list(dict.fromkeys(d.estimator)), sorted(d.horizon.unique())
     labels = d.drop_duplicates("horizon").set_index("horizon").label
     fig, axes = _grid(len(ests), len(hs))
@@ -32,7 +35,7 @@ def scatter_figure(df: pd.DataFrame, rd: BankDir, kind: str) -> Fig:
             ax = axes[i * len(hs) + j]
             g = d[(d.estimator == e) & (d.horizon == h)]
             for k, gk in g.groupby("seed"):
-                ax.scatter(gk.measured, gk.estimate, s=6, alpha=0.6, color=colors[k], label=f"seed {k}")
+                ax.scatter(gk.measured, gk.estimate, s=8, alpha=0.7, color=colors[k], label=f"seed {k}")
             ax.axhline(0, color="k", lw=0.4)
             ax.axvline(0, color="k", lw=0.4)
             ax.set_title(f"{e} @ {labels[h]}", fontsize=8)
@@ -42,10 +45,16 @@ def scatter_figure(df: pd.DataFrame, rd: BankDir, kind: str) -> Fig:
             if j == 0:
                 ax.set_ylabel("estimate", fontsize=7)
     axes[0].legend(fontsize=5, markerscale=2)
-    path = save_figure(fig, rd.figure(f"scatter-{kind}.png"))
-    return Fig(title, path, f"Each point is one candidate × {kind} query of one seed (colour); x: the measured change of the "
-                            "query's loss, L(run with the candidate) − L(twin); y: the estimate (cosine: unitless). "
-                            "Rows: estimators; columns: horizons. Own-row controls left out.")
+    path = save_figure(fig, rd.figure(f"scatter-{_slug(query)}.png"))
+    what = "each candidate's own text" if query == "self" else f"the query {query}"
+    return Fig(title, path, f"Each point is one candidate of one seed (colour), on {what}; x: the measured change of "
+                            "the query's loss, L(run with the candidate) − L(twin); y: the estimate (cosine: "
+                            "unitless). "
+                            "Rows: estimators; columns: horizons. Own-row controls and baselines left out.")
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in name)
 
 
 def _grid(nrows: int, ncols: int, w: float = 2.6, h: float = 2.2):
@@ -59,31 +68,39 @@ def _grid(nrows: int, ncols: int, w: float = 2.6, h: float = 2.2):
     return fig, axes
 
 
-def correlation_figure(summary: pd.DataFrame, rd: BankDir, method: str = "spearman") -> Fig:
-    """Correlation vs horizon, one panel per query kind, each estimator with its 95% interval
-    over seeds, and the noise ceiling as a grey band."""
-    title = f"{method.capitalize()} correlation vs horizon, with the noise ceiling"
-    if not len(summary):
+def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
+    """Spearman vs horizon: a row per track (within seed, across seeds), a column per query kind; each
+    estimator with its bootstrap interval, baselines dashed, the track's reference (replicate floor,
+    reliability R) in black."""
+    title = "Spearman correlation vs horizon, within seed and across seeds"
+    if not len(corr):
         return Fig(title, None, "nothing to correlate")
-    kinds = list(dict.fromkeys(summary.query_kind))
-    fig, axes = new_figure(1, len(kinds), w=4.0, h=3.2)
-    for ax, kind in zip(axes, kinds):
-        g = summary[summary.query_kind == kind]
-        c = g[g.estimator == CEILING].sort_values("after")
-        if len(c):
-            ax.fill_between(c.after, c[f"{method}_low"].fillna(c[method]), c[f"{method}_high"].fillna(c[method]),
-                            color="0.85", label="ceiling (95% CI)")
-            ax.plot(c.after, c[method], color="0.4", lw=1.5, ls="--", label="ceiling (seed vs seed)")
-        for e, ge in g[g.estimator != CEILING].groupby("estimator", sort=False):
-            ge = ge.sort_values("after")
-            err = np.vstack([ge[method] - ge[f"{method}_low"], ge[f"{method}_high"] - ge[method]])
-            ax.errorbar(ge.after, ge[method], yerr=np.nan_to_num(err), marker="o", ms=3, capsize=2, lw=1,
-                        color=COLORS.get(e), label=e)
-        ax.set(xscale="log", xlabel="updates after the injection", ylabel=f"{method} (estimate, measured)",
-               title=f"{kind} queries", ylim=(-1.05, 1.05))
-        ax.axhline(0, color="k", lw=0.4)
-        ax.legend(fontsize=6)
-    path = save_figure(fig, rd.figure(f"correlation-{method}.png"))
-    return Fig(title, path, f"Per seed, the {method} correlation across candidates between an estimator and the measured "
-                            "effects (averaged over the queries of a kind), then the mean over seeds with its 95% t "
-                            "interval. Grey: the noise ceiling, one seed's measured effects against another seed's.")
+    kinds = list(dict.fromkeys(corr.query_kind))
+    fig, axes = new_figure(2, len(kinds), w=4.0, h=3.2)
+    for t, (track, name) in enumerate((("within", "within seed"), ("across", "across seeds (seed-means)"))):
+        for c, kind in enumerate(kinds):
+            ax = axes[t * len(kinds) + c]
+            g = corr[(corr.track == track) & (corr.query_kind == kind)]
+            for i, (e, ge) in enumerate(g.groupby("estimator", sort=False)):
+                ge = ge.sort_values("after")
+                if e in (REPLICATE, RELIABILITY):
+                    ax.plot(ge.after, ge.rho, color="k", lw=2, label=e if e == REPLICATE else "reliability R")
+                    if e == RELIABILITY:
+                        ax.plot(ge.after, ge.bound, color="k", lw=1, ls=":", label="√R")
+                    continue
+                err = np.vstack([ge.rho - ge.low, ge.high - ge.rho])
+                base = bool(ge.baseline.iloc[0])
+                x = ge.after * 1.04 ** (i - g.estimator.nunique() / 2)  # side by side: the bars do not hide each other
+                ax.errorbar(x, ge.rho, yerr=np.nan_to_num(err), marker="o", ms=2 if base else 3, capsize=2,
+                            lw=0.8 if base else 1.2, ls="--" if base else "-", color=COLORS.get(e), label=e)
+            ax.set(xscale="log", xlabel="updates after the injection", ylabel="Spearman (estimate, measured)",
+                   title=f"{kind} queries, {name}", ylim=(-1.05, 1.05))
+            ax.axhline(0, color="k", lw=0.4)
+            ax.legend(fontsize=5)
+    path = save_figure(fig, rd.figure("correlation-spearman.png"))
+    return Fig(title, path, "Top: per seed, the Spearman correlation across candidates between an estimator and "
+                            "the measured effects (averaged over the queries of a kind), then the mean over seeds; "
+                            "black: the replicate floor, Spearman(measured, measured at another row). Bottom: the "
+                            "seed-mean estimate against the seed-mean measured effect; black: the Spearman–Brown "
+                            "reliability R of that seed-mean, dotted: √R. Bars: 95% bootstrap intervals over "
+                            "candidates; dashed: baselines.")

@@ -1,4 +1,5 @@
-"""The influence-function estimators (``ekfac``, ``kfac``): curvature from kronfluence.
+"""The library estimators: the influence functions ``ekfac`` and ``kfac`` (curvature from
+kronfluence) and ``trak`` (TRAK through traker: :func:`trak`).
 
     Δ L_q ≈ −⟨∇L_q, (F + λI)⁻¹ (∇ℓ_c − ∇ℓ_r)⟩ / D
 
@@ -40,12 +41,17 @@ Not taken: dattri 0.3.0 (installs cleanly, but its EK-FAC ignores the loss mask 
 sets it to ones — needs a torch.func functional loss, and a first try on the same exact-Hessian
 check disagreed with the brute force); bergson 2.5.1 (requires torchvision 0.28 and
 torchaudio 2.11, which would replace torch 2.13).
+
+TRAK: traker 0.3.2 (``pip install traker==0.3.2``; it requires only torch>=2, numpy and tqdm,
+so the pinned torch stays; its CUDA projector needs the separate fast_jl build, and the CPU
+BasicProjector is used here). Its gradients come from ``torch.func`` (vmap over one example).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
@@ -78,6 +84,7 @@ class InfluenceOptions:
     fit_batch: int = 8  # rows per forward while fitting F (memory only)
     query_batch: int = 8  # queries per forward (memory only)
     dtype: torch.dtype = torch.float32  # kronfluence's factor, gradient and score dtypes (eigendecomposition: float64)
+    proj_dim: int | None = None  # trak: the projection's dimension; None: half the training rows, at most 2048
 
 
 def tracked_modules(model: GPT, modules: str | Sequence[str] = "all") -> list[str]:
@@ -190,10 +197,8 @@ def kronfluence_scores(model: torch.nn.Module, task: Any, fit: torch.utils.data.
 
 
 @contextlib.contextmanager
-def _quiet_logs():
-    import logging
-
-    log = logging.getLogger("kronfluence")
+def _quiet_logs(name: str = "kronfluence"):
+    log = logging.getLogger(name)
     before = log.level
     log.setLevel(logging.WARNING)
     try:
@@ -203,6 +208,43 @@ def _quiet_logs():
 
 
 # --------------------------------------------------------------------------- the estimators
+
+
+def _weights(model: GPT, o: InfluenceOptions) -> GPT:
+    """``model``, or a copy at ``o.weights``."""
+    if o.weights is None:
+        return model
+    model = copy.deepcopy(model)
+    model.load_state_dict(o.weights)
+    return model
+
+
+def _fit_rows(case: Case, o: InfluenceOptions, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows (x, y) [M, T] the curvature is fitted on: ``o.fit``, else the ordinary batch."""
+    if o.fit is None:
+        return case.x, case.y
+    fx, fy = (torch.as_tensor(t, dtype=torch.int64) for t in o.fit)
+    if fx.dim() != 2 or fx.shape != fy.shape or fx.shape[1] > block_size:
+        raise SeedlabError(f"fit: must be (x, y) [M, T <= block_size], got {tuple(fx.shape)} and {tuple(fy.shape)}")
+    return fx, fy
+
+
+def _swap_rows(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, y, mask) [1 + K, T]: the replaced row, then every candidate's row."""
+    rows = [case.ordinary_row(), *(case.candidate_row(c) for c in case.candidates)]
+    return tuple(torch.cat(t) for t in zip(*rows))  # type: ignore[return-value]
+
+
+def _query_rows(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, y, mask) [Q, L] of the queries, padded after the text (masked) to the longest."""
+    L = max(len(ids) for ids in case.queries.values()) - 1
+    qx = torch.full((len(case.queries), L), case.pad_id, dtype=torch.int64)
+    qy, qm = qx.clone(), torch.zeros(qx.shape, dtype=torch.bool)
+    for i, ids in enumerate(case.queries.values()):
+        x, y, m = query_tensors(ids)
+        n = x.shape[1]
+        qx[i, :n], qy[i, :n], qm[i, :n] = x[0], y[0], m[0]
+    return qx, qy, qm
 
 
 def influence(model: GPT, case: Case, *, strategy: Strategy = "ekfac",
@@ -217,28 +259,114 @@ def influence(model: GPT, case: Case, *, strategy: Strategy = "ekfac",
     D = o.train_rows if o.train_rows is not None else case.x.shape[0]
     if D < 1:
         raise SeedlabError(f"train_rows: must be >= 1, got {D!r}")
-    if o.weights is not None:
-        model = copy.deepcopy(model)
-        model.load_state_dict(o.weights)
+    model = _weights(model, o)
     modules = tracked_modules(model, o.modules)
-    if o.fit is None:
-        fx, fy = case.x, case.y
-    else:
-        fx, fy = (torch.as_tensor(t, dtype=torch.int64) for t in o.fit)
-        if fx.dim() != 2 or fx.shape != fy.shape or fx.shape[1] > model.config.block_size:
-            raise SeedlabError(f"fit: must be (x, y) [M, T <= block_size], got {tuple(fx.shape)} and {tuple(fy.shape)}")
+    fx, fy = _fit_rows(case, o, model.config.block_size)
     fit = _rows(fx, fy, torch.ones(fx.shape, dtype=torch.bool))
-    train = [case.ordinary_row(), *(case.candidate_row(c) for c in case.candidates)]
-    train_ds = _Rows([{"x": x[0], "y": y[0], "mask": m[0]} for x, y, m in train])
-    L = max(len(ids) for ids in case.queries.values()) - 1
-    qx = torch.full((len(case.queries), L), case.pad_id, dtype=torch.int64)
-    qy, qm = qx.clone(), torch.zeros(qx.shape, dtype=torch.bool)
-    for i, ids in enumerate(case.queries.values()):
-        x, y, m = query_tensors(ids)
-        n = x.shape[1]
-        qx[i, :n], qy[i, :n], qm[i, :n] = x[0], y[0], m[0]
     task = gpt_task(modules, true_fisher=o.true_fisher, seed=o.seed)
-    scores = kronfluence_scores(model, task, fit, _rows(qx, qy, qm), train_ds, strategy=strategy, damping=o.damping,
-                                dtype=o.dtype, fit_batch=o.fit_batch, query_batch=o.query_batch)  # [Q, 1 + K]
+    scores = kronfluence_scores(model, task, fit, _rows(*_query_rows(case)), _rows(*_swap_rows(case)),
+                                strategy=strategy, damping=o.damping, dtype=o.dtype, fit_batch=o.fit_batch,
+                                query_batch=o.query_batch)  # [Q, 1 + K]
     scale = D * (fx.shape[1] if strategy == "kfac" else 1)
     return -(scores[:, 1:] - scores[:, :1]).T / scale
+
+
+# --------------------------------------------------------------------------- TRAK (traker)
+
+
+def trak(model: GPT, case: Case, *, options: InfluenceOptions | None = None) -> np.ndarray:
+    """``trak``: TRAK (Park et al. 2023, "TRAK: Attributing Model Behavior at Scale", eq. (9) with
+    one model) through the ``traker`` library on the CPU, with its CPU projector (BasicProjector,
+    Gaussian): [candidates × queries] of
+
+        −(τ(q, c) − τ(q, r)),   τ(q, z) = φ(q)ᵀ (ΦᵀΦ)⁻¹ φ(z) · Q_z,   φ = Pᵀ∇f / √p,
+
+    f a text's summed per-token margin log(p_t / (1 − p_t)) (the paper's multiclass margin,
+    §3.3, one classification per next-token target; masked targets left out), Q_z the row's mean
+    1 − p_t over its targets (the out-to-loss term; exact per token, averaged to traker's one
+    number per example), P a seeded Gaussian projection of the p parameters to ``proj_dim``
+    dimensions (``options.proj_dim``; None: half the training rows, at most 2048, so that ΦᵀΦ is
+    invertible without regularisation; one block, so the p × proj_dim float32 matrix is made once
+    and held: 4·p·proj_dim bytes) and Φ the projected gradients of the training set: the fit rows
+    (``options.fit``; None: the ordinary batch), the replaced row and the candidates, featurized
+    ``options.fit_batch`` rows at a time. A candidate equal to the replaced row is no swap and gets
+    0 as every estimator does (traker's float32 X(XᵀX)⁻¹ puts equal rows at two positions ~1 ulp
+    apart, so this is set, not computed). τ > 0 says training on z raises q's
+    margin, i.e. lowers its loss: hence the minus sign. traker rescales (ΦᵀΦ)⁻¹ by its mean
+    |entry|, so the scale is arbitrary: unit "score". All parameters are tracked; the model is
+    copied to float32 on the CPU (``options.weights``: at those weights); ``options.seed`` seeds P."""
+    from trak import TRAKer
+    from trak.projectors import BasicProjector, ProjectionType
+
+    o = options or InfluenceOptions()
+    work = copy.deepcopy(_weights(model, o)).float().cpu().eval()
+    fx, fy = _fit_rows(case, o, work.config.block_size)
+    sx, sy, sm = _swap_rows(case)
+    X, Y = torch.cat([fx, sx]), torch.cat([fy, sy])
+    M = torch.cat([torch.ones(fx.shape, dtype=torch.bool), sm])
+    n, m = len(X), len(fx)
+    k = o.proj_dim or min(2048, max(1, n // 2))
+    queries = _query_rows(case)
+    root = logging.getLogger()
+    handlers = root.handlers[:]  # TRAKer calls logging.basicConfig(): the root logger is restored after
+    with tempfile.TemporaryDirectory(prefix="seedlab-trak-") as out, _quiet_logs("TRAK"), _no_tqdm(), \
+            warnings.catch_warnings(), deterministic(torch.device("cpu"), strict=False):
+        warnings.simplefilter("ignore")
+        projector = BasicProjector(grad_dim=sum(p.numel() for p in work.parameters()), proj_dim=k, seed=o.seed,
+                                   proj_type=ProjectionType.normal, device="cpu", block_size=k)
+        tr = TRAKer(model=work, task=_margins_task(), train_set_size=n, save_dir=out, device="cpu",
+                    projector=projector, use_half_precision=False, logging_level=logging.ERROR)
+        tr.load_checkpoint(work.state_dict(), model_id=0)
+        for i in range(0, n, o.fit_batch):
+            j = min(i + o.fit_batch, n)
+            tr.featurize(batch=(X[i:j], Y[i:j], M[i:j]), num_samples=j - i)
+        tr.finalize_features()
+        if not tr.projector.proj_matrix_available:  # traker 0.3.2 frees it and, with one block, never makes it again
+            tr.projector.generate_sketch_matrix(tr.projector.generator_states[0])
+        tr.start_scoring_checkpoint("queries", work.state_dict(), model_id=0, num_targets=len(case.queries))
+        tr.score(batch=queries, num_samples=len(case.queries))
+        scores = np.asarray(tr.finalize_scores("queries"), dtype=np.float64)  # [train, queries]
+    root.handlers = handlers
+    est = -(scores[m + 1 :] - scores[m : m + 1])
+    est[[case.passage(c) == case.own_row() for c in case.candidates]] = 0.0  # no swap (float32 features: ±1 ulp)
+    return est
+
+
+def _margins_task() -> Any:
+    """traker's model output for seedlab's GPT on (x, y, mask): f = Σ_t log(p_t / (1 − p_t))."""
+    from trak.modelout_functions import AbstractModelOutput
+
+    def margins(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        logp = F.log_softmax(logits.float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        return torch.where(mask, logp - torch.log(-torch.expm1(logp)), 0.0).sum(-1)  # log(p/(1−p)), stable
+
+    class Margins(AbstractModelOutput):
+        def __init__(self) -> None:
+            super().__init__()
+
+        def get_output(self, model, weights, buffers, x, y, mask) -> torch.Tensor:
+            if weights is None:  # traker's IterativeGradientComputer: the batch at once
+                return margins(model(x)[0], y, mask)
+            logits, _ = torch.func.functional_call(model, (weights, buffers), (x.unsqueeze(0),))
+            return margins(logits, y.unsqueeze(0), mask.unsqueeze(0)).sum()
+
+        def get_out_to_loss_grad(self, model, weights, buffers, batch) -> torch.Tensor:
+            x, y, mask = batch
+            with torch.no_grad():
+                p = torch.softmax(model(x)[0].float(), -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            return (torch.where(mask, 1 - p, 0.0).sum(-1) / mask.sum(-1)).unsqueeze(-1)
+
+    return Margins()
+
+
+@contextlib.contextmanager
+def _no_tqdm():
+    """traker's progress bars off (its module's ``tqdm``, replaced for the while)."""
+    import trak.traker
+
+    before = trak.traker.tqdm
+    trak.traker.tqdm = lambda it, *args, **kwargs: it
+    try:
+        yield
+    finally:
+        trak.traker.tqdm = before

@@ -12,10 +12,13 @@ query row and probe. A candidate equal to the replaced row trains bitwise the tw
 measured effect is exactly 0 (the same floats subtracted). ``measured.parquet`` (one row per
 seed × candidate × query × horizon) has the columns
 
-    seed, candidate, candidate_kind, query, query_kind, horizon, after, label, measured, loss, twin_loss
+    seed, candidate, candidate_kind, query, query_kind, horizon, after, label, measured, loss, twin_loss,
+    measured_replicate
 
 (``horizon``: updates completed; ``after``: horizon − s; ``label``: s+1, s+50, mid, end; ``loss`` /
-``twin_loss``: the two L_query). Unfinished runs are left out with a warning.
+``twin_loss``: the two L_query; ``measured_replicate``: the same Δ of the candidate's replicate —
+its text in row ``candidates.replicate_row`` instead, against the same twin — NaN when the bank has
+none). Unfinished runs are left out with a warning (an unfinished replicate: NaN).
 """
 
 from __future__ import annotations
@@ -23,15 +26,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from seedlab.attribution.rundir import Bank, open_bank
-from seedlab.attribution.texts import SELF
+from seedlab.attribution.rundir import Bank, ForkFolder, open_bank
+from seedlab.attribution.texts import SELF, replicate
 from seedlab.errors import SeedlabError
 from seedlab.store import write_parquet
 
 COLUMNS = ["seed", "candidate", "candidate_kind", "query", "query_kind", "horizon", "after", "label", "measured",
-           "loss", "twin_loss"]
+           "loss", "twin_loss", "measured_replicate"]
 
 
 def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
@@ -39,6 +43,7 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
     cfg, rd = bank.cfg, bank.dir
     labels = cfg.horizon_steps()
     query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
+    replicates = cfg.candidates.replicate_row is not None
     frames, missing = [], []
     for seed in cfg.seeds:
         if not rd.twin(seed).finished:
@@ -50,9 +55,15 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
             if not where.finished:
                 missing.append(f"seed {seed} {name}")
                 continue
-            own = pd.read_parquet(where.queries).merge(twin, on=["step", "text"], how="left", validate="1:1")
-            if own["twin_loss"].isna().any():
-                raise SeedlabError(f"{where.path}: texts the twin of seed {seed} did not evaluate (a damaged bank)")
+            own = _beside_twin(where, twin, seed)
+            again = rd.replicate_of(seed, name)
+            if replicates and again.finished:
+                r = _beside_twin(again, twin, seed).assign(measured_replicate=lambda f: f.loss - f.twin_loss)
+                own = own.merge(r[["step", "text", "measured_replicate"]], on=["step", "text"], how="left", validate="1:1")
+            else:
+                if replicates:
+                    missing.append(f"seed {seed} {replicate(name)}")
+                own["measured_replicate"] = np.nan
             own = own[(own.text.eq(name) & cfg.queries.own) | own.text.isin(query_kind)]
             is_self = own.text.eq(name)
             frames.append(pd.DataFrame({
@@ -60,6 +71,7 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
                 "query": own.text.where(~is_self, SELF), "query_kind": own.text.map(query_kind).where(~is_self, SELF),
                 "horizon": own.step, "after": own.step - cfg.injection_step, "label": own.step.map(labels),
                 "measured": own.loss - own.twin_loss, "loss": own.loss, "twin_loss": own.twin_loss,
+                "measured_replicate": own.measured_replicate,
             }))
     if warn:
         for what in missing:
@@ -67,6 +79,14 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
     if not frames:
         raise SeedlabError(f"{bank.root}: no finished candidate run with its twin (run `seedlab attribution bank` to finish it)")
     return pd.concat(frames, ignore_index=True)[COLUMNS]
+
+
+def _beside_twin(where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """A run's (step, text, loss) with the twin's loss of the same text at the same step (``twin_loss``)."""
+    own = pd.read_parquet(where.queries).merge(twin, on=["step", "text"], how="left", validate="1:1")
+    if own["twin_loss"].isna().any():
+        raise SeedlabError(f"{where.path}: texts the twin of seed {seed} did not evaluate (a damaged bank)")
+    return own
 
 
 def write_measured(root: str | Path) -> pd.DataFrame:

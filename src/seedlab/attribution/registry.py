@@ -1,22 +1,54 @@
-"""The estimators by name: :data:`ESTIMATORS`, :func:`get_estimator`, :func:`run`, :func:`estimate`.
+"""The estimators by name: :data:`ESTIMATORS`, :func:`get_estimator`, :func:`run`, :func:`estimate`;
+user plug-ins (:func:`plugin`). What each computes: :mod:`seedlab.attribution.estimators`.
 
 Options (keyword arguments of :func:`run` / :func:`estimate`; each estimator reads its own):
 
-- ``lr`` — sgd, adam: the injected update's rate, ``lr_at(s)`` (lm/schedule.py);
-- ``grad_clip`` — sgd, adam: the trainer's global-norm clip (None: no clipping);
-- ``optimizer`` — adam: the torch AdamW *before* step s, bound to ``model``'s parameters
-  (the trainer at the fork point: ``trainer.opt`` with ``trainer.model``, ``trainer.step == s``);
-- ``include_v`` — adam: keep the second-moment term of the first-order update (default True);
-- ``checkpoints`` — tracin: [(state_dict, lr), ...];
-- ``influence`` — ekfac, kfac: :class:`~seedlab.attribution.influence.InfluenceOptions`;
+- ``lr`` — sgd, tracin, adam, adam-linear: the injected update's rate, ``lr_at(s)`` (lm/schedule.py);
+- ``grad_clip`` — sgd, adam, adam-linear: the trainer's global-norm clip (None: no clipping);
+- ``optimizer`` — adam, adam-linear, adam-cosine: the torch AdamW *before* step s, bound to
+  ``model``'s parameters (the trainer at the fork point: ``trainer.opt`` with ``trainer.model``,
+  ``trainer.step == s``);
+- ``include_v`` — adam-linear: keep the second-moment term of the first-order update (default True);
+- ``checkpoints`` — tracin-cp: [(state_dict, lr), ...];
+- ``influence`` — ekfac, kfac, trak: :class:`~seedlab.attribution.influence.InfluenceOptions`;
+- ``seed`` — random: its generator's seed (default 0);
 - ``micro_batch`` — rows per forward/backward for the full-batch gradient (memory only).
+
+Plug-in estimators. ``seedlab attribution attribute DIR --estimator package.module:function``
+(or that name in ``attribute.estimators``, or :func:`run` / :func:`estimate`) runs a function of
+yours beside the built-ins, with the same inputs::
+
+    function(model, case, grads) -> array [len(case.candidates), len(case.queries)]
+
+- ``model`` — the GPT at θ_s, the weights before the injected update (eval mode is yours to set;
+  do not change its weights);
+- ``case`` — the :class:`~seedlab.attribution.estimators.Case`: the ordinary batch ``x, y``
+  [B, T], the replaced ``row``, ``candidates`` and ``queries`` ({name: token ids}, in the output's
+  row and column order), ``pad_id``; ``case.candidate_row(name)`` / ``case.ordinary_row()`` give
+  (x, y, mask) [1, T] of the row with and without the candidate;
+- ``grads`` — the shared :class:`~seedlab.attribution.estimators.Gradients` at θ_s (flat float64,
+  cached): ``grads.query(q)`` = ∇L_q, ``grads.swap(c)`` = ∇ℓ_c − ∇ℓ_r, ``grads.row()``,
+  ``grads.batch()`` (the twin's full-batch gradient).
+
+It returns the predicted Δ L_query = L_query(run with c) − L_query(twin) (or any score with that
+sign: larger means the candidate raises the query's loss more); a numpy array or tensor of that
+shape. The name is the ``package.module:function`` string itself (its rows in attribution.parquet,
+label ``plug-in``, unit ``score``); it is evaluated at θ_s, so the same number stands at every
+horizon. The module is imported with the current folder first on ``sys.path`` (as ``python -m``
+does); one that does not import, a missing function or a signature that cannot take the three
+arguments is a one-line error before anything runs; a result of another shape, after it ran.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Callable, Iterable, Sequence
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -29,20 +61,23 @@ from seedlab.errors import SeedlabError
 from seedlab.lm.model import GPT
 
 INSTALL_HINT = "install seedlab[attribution] (pip install -e '.[attribution]'; pip install --no-deps kronfluence==1.0.1)"
+HINTS = {"kronfluence": INSTALL_HINT, "trak": "pip install traker==0.3.2 (it keeps the installed torch)"}
 
 
 @dataclass(frozen=True)
 class Estimator:
-    """A registered estimator: ``fn(grads, **options) -> [candidates × queries]``."""
+    """An estimator: ``fn(grads, **options) -> [candidates × queries]`` (a plug-in's ``fn`` calls
+    the user's function with ``(grads.model, grads.case, grads)``)."""
 
     name: str
     summary: str
     horizon: str  # which Δ L_query it predicts
-    unit: str  # "nats/token" (a predicted Δ L_query) or "cosine"
+    unit: str  # "nats/token" (a predicted Δ L_query), "cosine" or "score" (baselines, plug-ins)
     fn: Callable[..., np.ndarray]
     needs: tuple[str, ...] = ()  # options that must be given
     accepts: tuple[str, ...] = ()  # options it reads (needs included)
     library: str | None = None  # optional import it needs
+    label: str = "estimator"  # "estimator" (as its paper defines it), "variant", "baseline" or "plug-in"
 
 
 def _influence(strategy: str) -> Callable[..., np.ndarray]:
@@ -54,27 +89,55 @@ def _influence(strategy: str) -> Callable[..., np.ndarray]:
     return fn
 
 
+def _trak(grads: Gradients, *, influence: Any = None) -> np.ndarray:
+    from seedlab.attribution.influence import trak
+
+    return trak(grads.model, grads.case, options=influence)
+
+
+_SGD, _ADAM = ("lr", "grad_clip"), ("lr", "optimizer", "grad_clip")
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e
     for e in (
-        Estimator("sgd", "one plain-SGD step: −lr·⟨∇L_q, δ_c⟩", "step s+1", "nats/token", est.sgd_one_step,
-                  ("lr",), ("lr", "grad_clip")),
-        Estimator("adam", "one AdamW step, first order in δ_c (preconditioner and second moment)", "step s+1",
-                  "nats/token", est.adam_one_step, ("lr", "optimizer"), ("lr", "optimizer", "grad_clip", "include_v")),
-        Estimator("tracin", "TracIn-CP: −Σ_k lr_k·⟨∇L_q(θ_k), ∇ℓ_c − ∇ℓ_r⟩/N", "the last checkpoint", "nats/token",
-                  est.tracin, ("checkpoints",), ("checkpoints",)),
+        Estimator("sgd", "one plain-SGD step: −lr·⟨∇L_q, clip'(δ_c)⟩", "step s+1", "nats/token", est.sgd_one_step,
+                  ("lr",), _SGD),
+        Estimator("adam", "one AdamW step, exact update: ⟨∇L_q, u(g + δ_c) − u(g)⟩", "step s+1", "nats/token",
+                  est.adam_one_step, ("lr", "optimizer"), _ADAM),
+        Estimator("adam-linear", "one AdamW step, first order in δ_c (preconditioner and second moment)", "step s+1",
+                  "nats/token", est.adam_linear, ("lr", "optimizer"), (*_ADAM, "include_v"), label="variant"),
+        Estimator("tracin", "TracIn, the candidate's one visit: −lr_s·⟨∇L_q, ∇ℓ_c − ∇ℓ_r⟩/N at θ_s", "step s+1",
+                  "nats/token", est.tracin, ("lr",), ("lr",)),
+        Estimator("tracin-cp", "TracIn-CP over the twin's later checkpoints: −Σ_k lr_k·⟨∇L_q, ∇ℓ_c − ∇ℓ_r⟩(θ_k)/N "
+                  "(adds visits that never happened)", "the last checkpoint", "nats/token", est.tracin_cp,
+                  ("checkpoints",), ("checkpoints",), label="variant"),
         Estimator("cosine", "−cos(∇L_q, ∇ℓ_c − ∇ℓ_r)", "none (direction only)", "cosine", est.cosine),
+        Estimator("adam-cosine", "TrackStar without projection: −cos(P∇L_q, P(∇ℓ_c − ∇ℓ_r)), P = 1/(√v̂+ε)",
+                  "none (direction only)", "cosine", est.adam_cosine, ("optimizer",), ("optimizer",)),
         Estimator("ekfac", "influence function, EK-FAC curvature (kronfluence)", "convergence", "nats/token",
                   _influence("ekfac"), (), ("influence",), "kronfluence"),
         Estimator("kfac", "influence function, K-FAC curvature (kronfluence)", "convergence", "nats/token",
                   _influence("kfac"), (), ("influence",), "kronfluence"),
+        Estimator("trak", "TRAK (traker, CPU projector): −(τ(q, c) − τ(q, r)), one model", "convergence", "score",
+                  _trak, (), ("influence",), "trak"),
+        Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", est.random_baseline,
+                  (), ("seed",), label="baseline"),
+        Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", est.loss_baseline,
+                  label="baseline"),
+        Estimator("gradnorm", "the row gradient's norm at θ_s: −(‖∇ℓ_c‖ − ‖∇ℓ_r‖)", "none", "score",
+                  est.gradnorm_baseline, label="baseline"),
+        Estimator("length", "the text's token count: −(n(c) − n(r))", "none", "score", est.length_baseline,
+                  label="baseline"),
     )
 }
-OPTIONS = {"lr", "grad_clip", "optimizer", "include_v", "checkpoints", "influence", "micro_batch"}
+OPTIONS = {"lr", "grad_clip", "optimizer", "include_v", "checkpoints", "influence", "seed", "micro_batch"}
+PLUGIN_ARGS = ("model", "case", "grads")
 
 
 def get_estimator(name: str) -> Estimator:
-    """The estimator called ``name``; a one-line SeedlabError if there is none or its library is missing."""
+    """The estimator called ``name`` (``package.module:function``: a plug-in, :func:`plugin`); a
+    one-line SeedlabError if there is none or its library is missing."""
+    if ":" in name:
+        return plugin(name)
     if name not in ESTIMATORS:
         raise SeedlabError(f"estimator: must be one of {', '.join(ESTIMATORS)}, got {name!r}")
     e = ESTIMATORS[name]
@@ -82,8 +145,51 @@ def get_estimator(name: str) -> Estimator:
         try:
             importlib.import_module(e.library)
         except ImportError:
-            raise SeedlabError(f"estimator {name!r} needs {e.library}, which is not installed: {INSTALL_HINT}") from None
+            raise SeedlabError(f"estimator {name!r} needs {e.library}, which is not installed: {HINTS[e.library]}") from None
     return e
+
+
+def plugin(spec: str) -> Estimator:
+    """The user's estimator ``package.module:function`` (the module doc), checked before anything runs."""
+    mod, _, attr = spec.partition(":")
+    if not mod or not attr or not all(p.isidentifier() for p in [*mod.split("."), *attr.split(".")]):
+        raise SeedlabError(f"estimator {spec!r}: a plug-in is named package.module:function")
+    try:
+        with _cwd_on_path():
+            module = importlib.import_module(mod)
+    except Exception as e:  # whatever the import raises: one line
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise SeedlabError(f"estimator {spec!r}: cannot import {mod} ({type(e).__name__}: {first})") from None
+    try:
+        fn = reduce(getattr, attr.split("."), module)
+    except AttributeError:
+        raise SeedlabError(f"estimator {spec!r}: {mod} has no {attr}") from None
+    if not callable(fn):
+        raise SeedlabError(f"estimator {spec!r}: {attr} is not a function")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None  # a builtin without a signature: taken as it is
+    if sig is not None:
+        try:
+            sig.bind(*PLUGIN_ARGS)
+        except TypeError:
+            raise SeedlabError(f"estimator {spec!r}: must take ({', '.join(PLUGIN_ARGS)}), "
+                               f"its signature is {attr}{sig}") from None
+    summary = (inspect.getdoc(fn) or "").split("\n")[0]
+    return Estimator(spec, f"plug-in: {summary}" if summary else "plug-in", "step s (evaluated at θ_s)", "score",
+                     lambda grads: fn(grads.model, grads.case, grads), label="plug-in")
+
+
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    here = os.getcwd()
+    sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(here)
 
 
 def _check(e: Estimator, options: dict[str, Any]) -> dict[str, Any]:
@@ -112,18 +218,27 @@ def run(name: str, model: GPT, case: Case, *, grads: Gradients | None = None, **
     elif grads.model is not model or grads.case is not case:
         raise SeedlabError("grads: were built for another model or case")
     with torch.enable_grad():
-        return e.fn(grads, **kwargs)
+        out = e.fn(grads, **kwargs)
+    if isinstance(out, torch.Tensor):
+        out = out.detach().cpu()
+    out = np.asarray(out, dtype=np.float64)
+    want = (len(case.candidates), len(case.queries))
+    if out.shape != want:
+        raise SeedlabError(f"estimator {e.name!r}: returned shape {out.shape}, not (candidates, queries) = {want}")
+    return out
 
 
 def estimate(names: str | Iterable[str], model: GPT, x: torch.Tensor, y: torch.Tensor, row: int,
              candidates: Texts, queries: Texts, pad_id: int, **options: Any) -> pd.DataFrame:
     """Several estimators on one case, as one long frame with the columns
 
-        estimator, candidate, query, estimate, unit, horizon
+        estimator, candidate, query, estimate, unit, horizon, label
 
     one row per (estimator, candidate, query); ``estimate`` is the predicted
     Δ L_query = L_query(run with the candidate) − L_query(twin), nats/token (``cosine``:
-    unitless). ``x, y`` [B, T] is the ordinary batch of step s, ``row`` the replaced row,
+    unitless; baselines and plug-ins: a score), ``label`` the estimator's (estimator, variant,
+    baseline or plug-in: :class:`Estimator`).
+    ``x, y`` [B, T] is the ordinary batch of step s, ``row`` the replaced row,
     ``candidates`` / ``queries`` token-id lists by name (or plain lists: named "0", "1", ...),
     ``pad_id`` the id after a short candidate (masked). Options: see the module doc. Names
     and options are all checked before any gradient is computed."""
@@ -140,7 +255,7 @@ def estimate(names: str | Iterable[str], model: GPT, x: torch.Tensor, y: torch.T
         idx = pd.MultiIndex.from_product([list(case.candidates), list(case.queries)], names=["candidate", "query"])
         f = pd.DataFrame({"estimate": values.reshape(-1)}, index=idx).reset_index()
         f.insert(0, "estimator", e.name)
-        f["unit"], f["horizon"] = e.unit, e.horizon
+        f["unit"], f["horizon"], f["label"] = e.unit, e.horizon, e.label
         frames.append(f)
     return pd.concat(frames, ignore_index=True)
 
@@ -157,4 +272,4 @@ def available() -> list[str]:
     return out
 
 
-__all__: Sequence[str] = ("ESTIMATORS", "Estimator", "available", "estimate", "get_estimator", "run")
+__all__: Sequence[str] = ("ESTIMATORS", "Estimator", "available", "estimate", "get_estimator", "plugin", "run")

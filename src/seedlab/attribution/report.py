@@ -1,11 +1,13 @@
 """``seedlab attribution report DIR``: ``DIR/report.md`` plus PNG figures beside it.
 
-Read top to bottom, the module follows the report: the design and its integrity checks, the size
-of the measured effects, each estimator's agreement with them per horizon beside the noise
-ceiling (tables), how close each estimator gets to the ceiling and whether its agreement falls
-with the horizon (sentences computed from the intervals: a difference is stated only when the
-95% intervals do not overlap), then the figures (attribution/figures.py). Every number comes from
-the bank's files.
+The report leads with the answer — which estimator predicts the measured effect, at which horizons,
+beyond which baselines — then gives the design and its integrity checks, the size of the measured
+effects, the two tracks (within seed beside the replicate floor, across seeds beside the
+reliability of the seed-mean), each estimator against each baseline, the decay between horizons,
+the sign agreement, the calibration of magnitudes, the correlations within each candidate kind,
+the figures (attribution/figures.py) and what the estimators are. Every number comes from
+attribution/stats.py (:func:`~seedlab.attribution.stats.analyse`); this module only words and
+tabulates it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +24,7 @@ from seedlab.attribution import figures, stats
 from seedlab.attribution.registry import ESTIMATORS
 from seedlab.attribution.rundir import BankDir
 from seedlab.errors import SeedlabError
-from seedlab.reporting import Report, figure_block, fmt_num, md_table, pct
+from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, pct
 from seedlab.store import write_text
 
 
@@ -49,37 +52,106 @@ def load(root: str | Path) -> Attributed:
 def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
     a = load(root)
-    summ = stats.summary(a.df)
+    an = stats.analyse(a.df)
     rep = Report()
-    rep.add("# Attribution: influence estimates against measured single-row counterfactuals", intro(a))
+    rep.add("# Attribution: influence estimates against measured single-row counterfactuals", answer(an.verdict))
+    rep.add("## Design", intro(a))
     rep.add("## Integrity", integrity_text(a))
-    rep.add("## The measured effects", effects_table(a.df))
-    rep.add("## Agreement with the measured effects", AGREEMENT_HELP)
-    for kind in dict.fromkeys(summ.query_kind):
-        rep.add(f"### {kind} queries", agreement_table(summ, kind), "Sign agreement (mean over seeds):",
-                agreement_table(summ, kind, "sign"))
-    rep.add("## How close each estimator gets to the ceiling", closeness(summ))
+    rep.add("## The measured effects", effects_table(an.effects))
+    rep.add("## Within seed", WITHIN_HELP)
+    for kind in dict.fromkeys(an.correlations.query_kind):
+        rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "within", kind)))
+    rep.add("## Across seeds", ACROSS_HELP)
+    for kind in dict.fromkeys(an.correlations.query_kind):
+        rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "across", kind)))
+    rep.add("## Against the baselines", versus_text(an.versus))
+    rep.add("## Decay between horizons", decay_table(an.decay))
+    rep.add("## Sign agreement, weighted by |Δ L|", sign_table(an.sign))
+    rep.add("## Magnitude", calibration_table(an.calibration))
+    rep.add("## Within each candidate kind", by_kind_table(an.by_candidate_kind))
     rep.add("## Figures")
-    kinds = list(dict.fromkeys(a.df.query_kind))
-    for fig in [*(figures.scatter_figure(a.df, a.dir, k) for k in kinds), figures.correlation_figure(summ, a.dir),
-                figures.correlation_figure(summ, a.dir, "pearson")]:
+    queries = a.df[a.df.candidate_kind != "control"].drop_duplicates("query_kind")["query"]  # the first of each kind
+    for fig in [figures.correlation_figure(an.correlations, a.dir),
+                *(figures.scatter_figure(a.df, a.dir, q) for q in queries)]:
         rep.add(figure_block(fig))
-    rep.add("## What the estimators are", estimator_text(a))
+    names = [e for e in dict.fromkeys(an.correlations.estimator) if e not in stats.REFERENCES]
+    rep.add("## What the estimators are", estimator_text(a, names))
     return write_text(a.dir.report, rep.text())
 
 
-AGREEMENT_HELP = (
-    "Per seed, every estimator's estimates are correlated with the measured effects across candidates, for each "
-    "query, then averaged over the queries of a kind; the table gives the mean over seeds with its 95% t interval "
-    "(clipped to [−1, 1]) and, in parentheses, the mean as a fraction of the noise ceiling's at the same horizon. "
-    "The **ceiling** row is one seed's measured effects against another seed's (the same candidates and queries; "
-    "every pair of seeds): how far a candidate's effect is determined by the candidate at all. Within a seed the "
-    "measured effect has no noise (its runs are deterministic: the replica control), so the ceiling's shortfall is "
-    "seed-to-seed variation — another initialisation, data order and replaced row. An estimator computed from the "
-    "seed's own state can therefore exceed it (above 100%): it then tracks that seed's effects better than another "
-    "seed's measurement does; no fraction is given where the ceiling is not positive. The one-step "
-    "estimators (sgd, adam, cosine) give the same number at every horizon; tracin sums over the twin's checkpoints "
-    "before the horizon; ekfac/kfac are evaluated at the twin's weights of the horizon (or at θ_s, see below).")
+def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:
+    return corr[(corr.track == track) & (corr.query_kind == kind)]
+
+
+QUERY_TEXT = {"self": "the candidates' own text", "heldout": "held-out rows", "probe": "the probes"}
+
+WITHIN_HELP = (
+    "Per seed, query and horizon: the Spearman correlation across candidates between an estimate and the measured "
+    "effect, averaged over the queries of a kind and then over seeds. Within a seed the measured effect is exact (its "
+    "runs are deterministic), so the reference is not seed noise but the **replicate floor**: Spearman(measured, "
+    "measured at another row r′ of the same batch) — how far a candidate's effect is the candidate's rather than the "
+    "replaced row's (shown where the bank measured replicates). Cells: ρ [95% bootstrap interval over candidates] "
+    "±jackknife SE over seeds. Baselines in italics: the registry's baselines and *kind* (the leave-one-out mean "
+    "effect of the seed's other candidates of the same kind). The estimators at θ_s (sgd, adam, adam-linear, tracin "
+    "— its one term at s, the candidate's only visit —, cosine, adam-cosine, the baselines and plug-ins) give the "
+    "same number at every horizon; the variant tracin-cp sums over the twin's checkpoints before the horizon (terms "
+    "for visits that never happened); ekfac/kfac/trak are "
+    "evaluated at the twin's weights of the horizon (or at θ_s, see below).")
+
+ACROSS_HELP = (
+    "What is common to seeds: the Spearman correlation across candidates between the seed-mean estimate and the "
+    "seed-mean measured effect, per query and horizon, averaged over the queries of a kind. The reference is the "
+    "**reliability** R of the seed-mean measured effect (Spearman–Brown from the mean correlation r̄ between two "
+    "seeds' measured effects over k seeds: R = k·r̄ / (1 + (k − 1)·r̄)); √R, in parentheses, is the correlation of the "
+    "seed-mean with its common part — what a perfect predictor of what seeds share would reach.")
+
+
+def _ci(rho: float, low: float = math.nan, high: float = math.nan) -> str:
+    if math.isnan(rho):
+        return "n/a"
+    return f"{rho:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+
+
+def answer(verdict: pd.DataFrame) -> str:
+    """The first paragraph: per query kind, over runs of horizons with the same verdict (within
+    seed), the estimator that predicts the measured effect beyond every baseline, or that none does."""
+    lines = []
+    for kind, g in verdict[verdict.track == "within"].groupby("query_kind", sort=False):
+        runs = [list(run) for _, run in groupby(g.sort_values("horizon").itertuples(), key=lambda r: r.winner)]
+        text = "; ".join(_verdict_run(run, QUERY_TEXT.get(kind, kind)) for run in runs)
+        lines.append(f"**{kind} queries.** {text[0].upper()}{text[1:]}.")
+    if not lines:
+        return "Nothing to compare."
+    return "\n\n".join(lines) + (
+        "\n\n*An estimator predicts when the 95% bootstrap interval (resampled candidates) of its within-seed "
+        "Spearman lies above 0 and that of its difference from each baseline's (the same resamples) lies above 0; "
+        "numbers at the first and last horizon of each stretch.*")
+
+
+def _at(run: list, fmt) -> str:
+    """``fmt(r)`` at the run's horizon, or at its first and last (each named)."""
+    return fmt(run[0]) if len(run) == 1 else " … ".join(f"{fmt(r)} at {r.label}" for r in (run[0], run[-1]))
+
+
+def _verdict_run(run: list, what: str) -> str:
+    when = f"at {run[0].label}" if len(run) == 1 else f"from {run[0].label} to {run[-1].label}"
+    floor = ("" if all(math.isnan(r.reference) for r in run)
+             else f"; replicate floor {_at(run, lambda r: _ci(r.reference))}")
+    rival = ("no baseline in this bank" if run[0].best_baseline is None
+             else f"best baseline: {_at(run, lambda r: f'{r.best_baseline} {_ci(r.baseline_rho)}')}")
+    if run[0].winner:
+        others = list(dict.fromkeys(e for r in run for e in r.others))
+        return (f"{when}, **{run[0].winner}** predicts the effect on {what} beyond every baseline (within-seed "
+                f"Spearman {_at(run, lambda r: _ci(r.rho, r.low, r.high))}{floor}; {rival})"
+                + (f" (also: {', '.join(others)})" if others else ""))
+    if run[0].best is None:
+        return f"{when}, no estimator to compare"
+
+    def best(r) -> str:
+        return f"{r.best} {_ci(r.rho, r.low, r.high)} not above {' and '.join(r.unbeaten) or '0'}"
+
+    return (f"{when}, no estimator predicts the effect on {what} beyond every baseline (best estimator: "
+            f"{_at(run, best)}{floor}; {rival})")
 
 
 def intro(a: Attributed) -> str:
@@ -120,95 +192,122 @@ def integrity_text(a: Attributed) -> str:
     return "\n\n".join(lines)
 
 
-def effects_table(df: pd.DataFrame) -> str:
-    e = stats.effects(df)
+def effects_table(e: pd.DataFrame) -> str:
     rows = [[r.query_kind, f"{r.label} ({r.horizon})", fmt_num(r.mean_abs), fmt_num(r.median_abs), pct(r.negative),
              str(r.n)] for r in e.itertuples()]
     return ("Δ L = L_query(run with the candidate) − L_query(twin), nats/token; negative: the candidate lowered the "
             "query's loss.\n\n" + md_table(["queries", "horizon", "mean |Δ L|", "median |Δ L|", "negative", "n"], rows))
 
 
-def _ci(r, k: str) -> str:
-    if math.isnan(r[k]):
-        return "n/a"
-    lo, hi = r[f"{k}_low"], r[f"{k}_high"]
-    band = "" if math.isnan(lo) else f" [{max(lo, -1):.2f}, {min(hi, 1):.2f}]"
-    return f"{r[k]:.2f}{band}"
+def _horizons(g: pd.DataFrame, prefix: str = "") -> tuple[list, list[str]]:
+    hs = g.drop_duplicates(f"{prefix}horizon").sort_values(f"{prefix}horizon")
+    return list(hs[f"{prefix}horizon"]), [f"{r[f'{prefix}label']} ({r[f'{prefix}horizon']})" for _, r in hs.iterrows()]
 
 
-def agreement_table(summ: pd.DataFrame, kind: str, what: str = "spearman") -> str:
-    g = summ[summ.query_kind == kind]
-    hs = g.drop_duplicates("horizon").sort_values("horizon")
-    header = ["estimator", *(f"{r.label} ({r.horizon})" for r in hs.itertuples())]
-    order = [stats.CEILING, *(e for e in dict.fromkeys(g.estimator) if e != stats.CEILING)]
+def _name(e: str, baseline: bool) -> str:
+    return f"**{e}**" if e in stats.REFERENCES else (f"*{e}*" if baseline else e)
+
+
+def _grid(g: pd.DataFrame, cell, prefix: str = "") -> str:
+    """Estimators (rows: estimators, baselines, references) × horizons (columns) of ``g``, ``cell(row)`` per cell."""
+    hs, header = _horizons(g, prefix)
+    order = g.assign(o=g.baseline.astype(int) + 2 * g.estimator.isin(stats.REFERENCES)).drop_duplicates("estimator")
     rows = []
-    for e in order:
-        ge = g[g.estimator == e].set_index("horizon")
-        cells = []
-        for h in hs.horizon:
-            if h not in ge.index:
-                cells.append("")
-                continue
-            r = ge.loc[h]
-            frac = r.get(f"{what}_of_ceiling", math.nan)
-            extra = "" if e == stats.CEILING or what == "sign" or math.isnan(frac) else f" ({pct(frac)})"
-            cells.append(_ci(r, what) + extra)
-        rows.append([f"**{e}**" if e == stats.CEILING else e, *cells])
-    return md_table(header, rows)
+    for r in order.sort_values("o", kind="stable").itertuples():
+        ge = g[g.estimator == r.estimator].set_index(f"{prefix}horizon")
+        rows.append([_name(r.estimator, r.baseline), *(cell(ge.loc[h]) if h in ge.index else "" for h in hs)])
+    return md_table(["estimator", *header], rows)
 
 
-def closeness(summ: pd.DataFrame) -> str:
-    """Sentences: per query kind and estimator, its Spearman at the first and last horizon beside the
-    ceiling, and whether it falls (only when the intervals do not overlap)."""
-    out = []
-    for kind, g in summ.groupby("query_kind", sort=False):
-        ceil = g[g.estimator == stats.CEILING].set_index("horizon")
-        parts = []
-        for e, ge in g[g.estimator != stats.CEILING].groupby("estimator", sort=False):
-            ge = ge.sort_values("horizon")
-            first, last = ge.iloc[0], ge.iloc[-1]
-            said = (f"**{e}**: Spearman {_ci(first, 'spearman')} at {first.label} "
-                    f"({_of_ceiling(first, ceil.spearman.get(first.horizon, math.nan))}), {_ci(last, 'spearman')} at "
-                    f"{last.label} ({_of_ceiling(last, ceil.spearman.get(last.horizon, math.nan))})")
-            if len(ge) > 1:
-                said += f"; {_change(first, last)}"
-            parts.append(said + ".")
-        best = g[g.estimator != stats.CEILING].sort_values("spearman", ascending=False).groupby("horizon").head(1)
-        tops = "; ".join(f"{r.label}: {r.estimator} ({r.spearman:.2f})" for r in best.sort_values("horizon").itertuples())
-        out.append(f"**{kind} queries.** " + " ".join(parts) + f" Highest mean Spearman per horizon — {tops} "
-                   "(the intervals show whether the estimators differ).")
-    return "\n\n".join(out) if out else "Nothing to compare."
+def _corr_cell(r: pd.Series) -> str:
+    se = "" if math.isnan(r.se_seeds) else f" ±{r.se_seeds:.2f}"
+    bound = "" if math.isnan(r.bound) else f" (√R {r.bound:.2f})"
+    return _ci(r.rho, r.low, r.high) + se + bound
 
 
-def _of_ceiling(r: pd.Series, ceiling: float) -> str:
-    if math.isnan(ceiling) or ceiling <= 0:
-        return "the ceiling is not positive" if math.isnan(ceiling) else f"the ceiling, {ceiling:.2f}, is not positive"
-    return f"{_frac(r)} of the ceiling {ceiling:.2f}"
+def correlation_table(g: pd.DataFrame) -> str:
+    """One track's correlations for one query kind (and candidate set)."""
+    n = g.iloc[0]
+    return (f"{n.seeds} seeds, {n.candidates} candidates, {n.queries} quer{'y' if n.queries == 1 else 'ies'}.\n\n"
+            + _grid(g, _corr_cell))
 
 
-def _frac(r) -> str:
-    f = r["spearman_of_ceiling"] if isinstance(r, pd.Series) else r.spearman_of_ceiling
-    return "n/a" if f is None or math.isnan(f) else pct(f)
+def versus_text(vs: pd.DataFrame) -> str:
+    v = vs[vs.track == "within"]
+    if not len(v):
+        return "No baseline estimator in this bank."
+    out = ["Within seed: per estimator and horizon, the baselines whose Spearman it does **not** clearly exceed (the "
+           "95% bootstrap interval of the difference reaches 0 or below), with the difference; *all* = it exceeds "
+           "every "
+           "baseline."]
+    for kind, g in v.groupby("query_kind", sort=False):
+        def cell(r: pd.DataFrame) -> str:
+            lost = r[r.low <= 0]
+            return "all" if not len(lost) else "; ".join(
+                f"{x.against} {_ci(x.diff, x.low, x.high)}" for x in lost.itertuples())
+        hs, header = _horizons(g)
+        rows = [[e, *(cell(ge[ge.horizon == h]) for h in hs)] for e, ge in g.groupby("estimator", sort=False)]
+        out.append(f"### {kind} queries\n\n" + md_table(["estimator", *header], rows))
+    return "\n\n".join(out)
 
 
-def _change(first: pd.Series, last: pd.Series) -> str:
-    """Whether agreement falls from the first to the last horizon, claimed only when the 95% intervals are apart."""
-    if any(math.isnan(v) for v in (first.spearman_low, first.spearman_high, last.spearman_low, last.spearman_high)):
-        return "too few seeds to say whether it changes with the horizon"
-    if last.spearman_high < first.spearman_low:
-        return "lower at the last horizon than at the first (the 95% intervals do not overlap)"
-    if last.spearman_low > first.spearman_high:
-        return "higher at the last horizon than at the first (the 95% intervals do not overlap)"
-    return "the intervals at the first and last horizon overlap: no change is shown"
+def _per_kind(df: pd.DataFrame, intro: str, cell, title=lambda kind, g: f"### {kind} queries", prefix: str = "") -> str:
+    """``intro``, then one :func:`_grid` of ``cell`` per query kind under its ``title``."""
+    return "\n\n".join([intro] + [f"{title(kind, g)}\n\n" + _grid(g, cell, *([prefix] if prefix else []))
+                                  for kind, g in df.groupby("query_kind", sort=False)])
 
 
-def estimator_text(a: Attributed) -> str:
+def decay_table(d: pd.DataFrame) -> str:
+    if not len(d):
+        return "Fewer than 2 seeds or one horizon: no decay to test."
+    return _per_kind(
+        d, "Per seed, the within-seed Spearman at the first horizon minus that at a later one, paired over seeds: mean "
+        "difference (positive: the agreement decays) with its 95% t interval, the paired t-test's p and the "
+        "sign-flip permutation test's p (its smallest possible value with n seeds is 2/2ⁿ).",
+        lambda r: f"{_ci(r['diff'], r.ci_low, r.ci_high)}, p_t {fmt_p(r.p_t)}, p_perm {fmt_p(r.p_perm)}",
+        title=lambda kind, g: f"### {kind} queries (from {g.from_label.iloc[0]})", prefix="to_")
+
+
+def sign_table(sign: pd.DataFrame) -> str:
+    return _per_kind(
+        sign, "Per seed, Σ|Δ|·[the estimate has Δ's sign] / Σ|Δ| over the (candidate, query) pairs of a kind "
+        "(estimates of exactly 0 left out), then the mean over seeds with its 95% t interval; in parentheses the "
+        "base rate: the same for always predicting the |Δ|-weighted majority sign.",
+        lambda r: f"{_ci(r['sign'], r.sign_low, r.sign_high)} (base {_ci(r.base)})")
+
+
+def calibration_table(cal: pd.DataFrame) -> str:
+    if not len(cal):
+        return "No estimator in nats/token."
+    return _per_kind(
+        cal.assign(baseline=False), "For the estimators in nats/token: the OLS slope of the measured effect on the "
+        "estimate over every (seed, query, candidate) of a kind, with its 95% bootstrap interval over candidates (1: the "
+        "estimate has the effect's scale), and the median ratio measured / estimate.",
+        lambda r: f"slope {fmt_num(r.slope)} [{fmt_num(r.low)}, {fmt_num(r.high)}]; ratio {fmt_num(r.ratio)}")
+
+
+def by_kind_table(bk: pd.DataFrame) -> str:
+    if not len(bk):
+        return f"No two candidate kinds with at least {stats.MIN_KIND} candidates each."
+    out = ["The within-seed track restricted to the candidates of one kind (the kind baseline has nothing to say "
+           "there): does an estimator rank candidates of the same kind, or only tell the kinds apart?"]
+    for (ck, kind), g in bk[bk.track == "within"].groupby(["candidate_kind", "query_kind"], sort=False):
+        out.append(f"### {ck} candidates, {kind} queries\n\n" + correlation_table(g))
+    return "\n\n".join(out)
+
+
+KIND_SUMMARY = ("baseline, derived here: the mean measured effect of the seed's other candidates of the same kind "
+                "(same query and horizon; leave-one-out)")
+
+
+def estimator_text(a: Attributed, names) -> str:
     secs = a.meta.get("seconds", {})
     rows = []
-    for e in dict.fromkeys(a.df.estimator):
+    for e in names:
         spec = ESTIMATORS.get(e)
         per = secs.get(e, {})
-        rows.append([e, spec.summary if spec else "", spec.horizon if spec else "",
+        rows.append([e, KIND_SUMMARY if e == stats.KIND else spec.summary if spec else "",
+                     "every horizon" if e == stats.KIND else spec.horizon if spec else "",
                      fmt_num(sum(per.values()) / len(per)) if per else "n/a"])
     where = a.meta.get("influence_at", "horizon")
     return (md_table(["estimator", "what it computes", "its own horizon", "seconds per seed"], rows) + "\n\n"

@@ -18,6 +18,8 @@ The layout::
     DIR/seed-<k>/candidates/<name>/{manifest,done}.json, queries.parquet, losses.parquet
                                         one candidate's fork: hashes at every horizon, its own text's and the
                                         queries' L_query at every horizon (no weights are stored)
+    DIR/seed-<k>/replicates/<name>/     the same files for the candidate's replicate (candidates.replicate_row:
+                                        its text in row r' of the batch of s; its arm is ``replicate.<name>``)
     DIR/integrity.json                  what was shown: replica control, own-row controls
     DIR/measured.parquet                seedlab attribution bank: measured Δ L_query per seed × candidate × query × horizon
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.texts import Inputs, Text
+from seedlab.attribution.texts import REPLICATE, Inputs, Text
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import NAME
@@ -61,7 +63,9 @@ class BankDir(DesignFolder):
     study, noun, arm_word = "attribution", "bank", "run"
 
     def run(self, seed: int, arm: str) -> ForkFolder:
-        """An arm's run: the twin's, or a candidate's."""
+        """An arm's run: the twin's, a candidate's, or a candidate's replicate (``replicate.<name>``)."""
+        if arm.startswith(REPLICATE):
+            return self.replicate_of(seed, arm.removeprefix(REPLICATE))
         return self.twin(seed) if arm == "twin" else self.candidate(seed, arm)
 
     def twin(self, seed: int) -> ForkFolder:
@@ -71,9 +75,16 @@ class BankDir(DesignFolder):
         return ForkFolder(self.seed(seed) / "replica")
 
     def candidate(self, seed: int, name: str) -> ForkFolder:
+        return self._named(seed, "candidates", name)
+
+    def replicate_of(self, seed: int, name: str) -> ForkFolder:
+        """Candidate ``name``'s replicate: its text in row ``candidates.replicate_row``."""
+        return self._named(seed, "replicates", name)
+
+    def _named(self, seed: int, folder: str, name: str) -> ForkFolder:
         if not NAME.match(name):
             raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
-        return ForkFolder(self.seed(seed) / "candidates" / name)
+        return ForkFolder(self.seed(seed) / folder / name)
 
     def upgrade(self, old: dict) -> dict:
         """A config.json written by an older seedlab, with the fields AttributionConfig has gained since at their defaults."""

@@ -1,130 +1,420 @@
-"""Agreement of estimates with measured effects, judged against seed noise.
+"""Agreement of estimates with measured effects, on two tracks, against baselines and the target's own reliability.
 
-Everything is computed *across candidates*: for one seed, one query and one horizon, the
-candidates' estimates are correlated with their measured effects. Control candidates (the own
-row: measured 0 by construction) are left out.
+Every correlation is computed *across candidates* for one query and horizon (Spearman; own-row
+controls, measured 0 by construction, left out), then averaged over the queries of a kind.
 
-- :func:`agreement` — per estimator × horizon × query kind × seed: Spearman and Pearson
-  correlation across candidates for every query of the kind, averaged over those queries; and
-  the **sign agreement**, the fraction of (candidate, query) pairs whose estimate has the sign of
-  the measured effect (pairs where either is exactly 0 are left out).
-- :func:`ceiling` — the **noise ceiling**, per horizon × query kind × seed: the same correlations
-  between one seed's measured effects and another seed's, for the same candidates and queries
-  (each seed against every other, averaged). Within a seed the measured effect is exact (the runs
-  are deterministic), so what lowers the ceiling is seed-to-seed variation — initialisation, data
-  order and the replaced row: it says how far a candidate's effect is determined by the
-  candidate. An estimator computed from one seed's own state may exceed it (it then tracks that
-  seed's effects better than another seed's measurement does).
-- :func:`summary` — the per-seed values averaged over seeds, with a 95% t interval over seeds
-  (the generic ``seedlab.stats.mean_ci``; clipped to the measure's range; none for the ceiling
-  of two seeds, whose per-seed values are one pair's), and each estimator's correlation as a
-  fraction of the ceiling's (only where the ceiling is positive).
-- :func:`effects` — the size of the measured effects per horizon (mean |Δ| and the fraction that
-  are negative), to read the correlations beside.
+**Within seed** — each seed is its own ground truth (its runs are deterministic, so the measured
+Δ has no run-to-run noise):
+
+- ``rho``: per seed, query and horizon, Spearman(estimate, measured) over candidates; the mean
+  over the kind's queries, then over seeds.
+- the **replicate floor** (estimator :data:`REPLICATE`): the same with ``measured_replicate`` in
+  place of the estimate — Spearman(measured, measured_replicate), the same candidate injected at
+  another row r′ of the batch: the test–retest reliability of the target itself, i.e. how far
+  "the effect of this candidate" is defined beyond the row it happened to replace. Only where
+  the column is present (NaN entries are left out pairwise).
+
+**Across seeds** — what is common to seeds:
+
+- ``rho``: Spearman(seed-mean estimate, seed-mean measured) over candidates (the means over the
+  seeds, candidate by candidate), per query and horizon; the mean over the kind's queries.
+- the **reliability** of the seed-mean (estimator :data:`RELIABILITY`): Spearman–Brown
+  R = k·r̄ / (1 + (k − 1)·r̄), r̄ the mean over pairs of seeds of Spearman(measured_a, measured_b)
+  over candidates, k the seeds (per query, then the mean over the kind's queries). ``bound`` = √R
+  is the correlation of the seed-mean with its common part: what a perfect predictor of what is
+  common to seeds would reach.
+
+**Intervals.** ``low``/``high``: the percentile interval of :data:`RESAMPLES` seeded bootstrap
+resamples of the candidates (with replacement; one set of resamples shared by every estimator,
+query, horizon and seed, so differences between estimators are paired). ``se_seeds``: the
+jackknife standard error over seeds (every number recomputed with one seed left out; none for the
+reliability, which depends on k). A resample weights each candidate by how often it was drawn
+(``seedlab.stats.spearman_along``: exactly the Spearman of the expanded resample, ties averaged,
+without a sort per resample); the kind baseline is not recomputed inside a resample.
+
+**Baselines.** The registry's baseline estimators (random, loss at s, ‖∇ℓ_c‖, length: see
+:func:`is_baseline`) and :data:`KIND`, the candidate's kind: the leave-one-out mean of the
+measured effect over the seed's other candidates of the same kind (same query and horizon; only
+when the candidates come in ≥ 2 kinds — with one kind it would be a decreasing function of the
+candidate's own effect, Spearman −1; with several kinds it keeps some of that pull, so it is a
+conservative baseline). An estimator *predicts* at a horizon when the bootstrap interval of its ρ
+lies above 0 and the interval of ρ − ρ_baseline lies above 0 for every baseline whose ρ is defined
+(:func:`verdict`).
+
+Further: :func:`decay` (per-seed within-seed ρ at the first horizon against each later one,
+``seedlab.stats.paired`` over seeds), :func:`sign_agreement` (weighted by |Δ|, beside the
+base rate of always predicting the |Δ|-weighted majority sign), :func:`calibration` (OLS slope
+of measured on estimate and the median ratio measured/estimate, nats/token estimators only),
+the within-seed track within each candidate kind of ≥ :data:`MIN_KIND` candidates, and
+:func:`effects` (the size of the measured effects). :func:`analyse` runs them all.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import combinations
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from seedlab.stats import mean_ci
+from seedlab.attribution.registry import ESTIMATORS
+from seedlab.stats import bootstrap_interval, jackknife_se, mean_ci, paired, slope_along, spearman_along, spearman_brown
 
 ALPHA = 0.05
-METHODS = ("spearman", "pearson")
-CEILING = "ceiling"  # the estimator name of the noise ceiling's rows in summary()
+RESAMPLES = 2000
+SEED = 0
+MIN_KIND = 4  # candidates a kind needs for its own correlations
+KIND = "kind"  # the derived baseline: the leave-one-out kind-mean of the measured effect
+REPLICATE = "replicate floor"  # within track: Spearman(measured, measured_replicate)
+RELIABILITY = "reliability"  # across track: Spearman–Brown reliability of the seed-mean measured effect
+REFERENCES = (REPLICATE, RELIABILITY)
+TRACKS = ("within", "across")
+UNIT = "nats/token"
+_BLOCK = 1_000_000  # values gathered per bootstrap chunk (memory)
 
 
-def _corr(a: pd.Series, b: pd.Series, method: str) -> float:
-    """Correlation across candidates; NaN when fewer than 3 or either side is constant."""
-    if len(a) < 3 or a.nunique() < 2 or b.nunique() < 2:
-        return math.nan
-    return float(a.corr(b, method=method))
+def is_baseline(name: str) -> bool:
+    """A baseline: the kind predictor, or an estimator the registry labels "baseline" (random, loss,
+    gradnorm, length; a plug-in, not in the registry, never is)."""
+    return name == KIND or (name in ESTIMATORS and ESTIMATORS[name].label == "baseline")
 
 
 def _ordinary(df: pd.DataFrame) -> pd.DataFrame:
     return df[df.candidate_kind != "control"]
 
 
-def agreement(df: pd.DataFrame) -> pd.DataFrame:
-    """Per estimator × horizon × query kind × seed (attribution.parquet's frame): spearman,
-    pearson (means over the kind's queries), sign agreement, candidates and queries counted."""
+def _measured(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (seed, candidate, query, horizon): the measured effect (and its replicate)."""
+    return _ordinary(df).drop_duplicates(["seed", "candidate", "query", "horizon"])
+
+
+def _nanmean(v: np.ndarray, axis) -> np.ndarray:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices stay NaN
+        return np.nanmean(v, axis=axis)
+
+
+def with_kind_baseline(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the :data:`KIND` predictor's rows added (module doc; unchanged with < 2 candidate kinds)."""
+    m = _measured(df)
+    if m.candidate_kind.nunique() < 2:
+        return df
+    g = m.groupby(["seed", "query", "horizon", "candidate_kind"]).measured
+    total, n = g.transform("sum"), g.transform("count")
+    loo = ((total - m.measured) / (n - 1)).where(n > 1)
+    return pd.concat([df, m.assign(estimator=KIND, estimator_label="baseline", estimate=loo, unit=UNIT)],
+                     ignore_index=True)
+
+
+# ---------------------------------------------------------------- the frame as arrays
+
+
+@dataclass
+class Arrays:
+    """Ordinary rows as arrays over [query, horizon, (estimator,) seed, candidate]; NaN where absent."""
+
+    queries: list[str]
+    kinds: np.ndarray  # the query kind of each query
+    horizons: list[int]
+    labels: dict[int, tuple[str, int]]  # horizon -> (label, after)
+    estimators: list[str]
+    seeds: list[int]
+    candidates: list[str]
+    X: np.ndarray  # estimates [Q, H, E, S, C]
+    M: np.ndarray  # measured [Q, H, S, C]
+    R: np.ndarray | None  # measured_replicate [Q, H, S, C]; None when the frame has none
+    Xbar: np.ndarray = field(init=False)  # seed-means [Q, H, E, C]
+    Mbar: np.ndarray = field(init=False)  # [Q, H, C]
+
+    def __post_init__(self):
+        self.Xbar, self.Mbar = _nanmean(self.X, -2), _nanmean(self.M, -2)
+
+    @classmethod
+    def of(cls, df: pd.DataFrame, candidates=None) -> Arrays:
+        d = _ordinary(df)
+        if candidates is not None:
+            d = d[d.candidate.isin(candidates)]
+        q, h = list(dict.fromkeys(d["query"])), sorted(int(v) for v in d.horizon.unique())
+        e, c = list(dict.fromkeys(d.estimator)), sorted(d.candidate.unique())
+        s = sorted(int(v) for v in d.seed.unique())
+        m = d.drop_duplicates(["seed", "candidate", "query", "horizon"])
+
+        def grid(frame: pd.DataFrame, keys: list[str], levels: list[list], col: str) -> np.ndarray:
+            wide = frame.set_index([*keys, "candidate"])[col].unstack("candidate")
+            wide = wide.reindex(index=pd.MultiIndex.from_product(levels, names=keys), columns=c)
+            return wide.to_numpy(dtype=np.float64).reshape(*map(len, levels), len(c))
+
+        rep = "measured_replicate" in m and m.measured_replicate.notna().any()
+        kinds = d.drop_duplicates("query").set_index("query").query_kind
+        labels = {int(r.horizon): (r.label, int(r.after)) for r in d.drop_duplicates("horizon").itertuples()}
+        return cls(q, kinds.loc[q].to_numpy(), h, labels, e, s, c,
+                   grid(d, ["query", "horizon", "estimator", "seed"], [q, h, e, s], "estimate"),
+                   grid(m, ["query", "horizon", "seed"], [q, h, s], "measured"),
+                   grid(m, ["query", "horizon", "seed"], [q, h, s], "measured_replicate") if rep else None)
+
+    def at(self, h: int, prefix: str = "") -> dict:
+        """The horizon ``h`` as columns: ``{prefix}horizon, {prefix}label, {prefix}after``."""
+        label, after = self.labels[h]
+        return {f"{prefix}horizon": h, f"{prefix}label": label, f"{prefix}after": after}
+
+    def without_seed(self, i: int) -> Arrays:
+        keep = [j for j in range(len(self.seeds)) if j != i]
+        return Arrays(self.queries, self.kinds, self.horizons, self.labels, self.estimators,
+                      [self.seeds[j] for j in keep], self.candidates, self.X[..., keep, :], self.M[..., keep, :],
+                      None if self.R is None else self.R[..., keep, :])
+
+
+def _take(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """[..., C] gathered at candidate positions idx [b, C'] -> [b, ..., C']."""
+    return np.moveaxis(np.take(v, idx, axis=-1), -2, 0)
+
+
+def _values(a: Arrays, counts: np.ndarray | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Per query kind, for every resample (``counts`` [b, C]: how often each candidate was drawn;
+    None: the candidates as they are, no resample axis): ``within`` [(b,) H, E, S] and ``floor``
+    [(b,) H, S] (means over the kind's queries, per seed), ``across`` [(b,) H, E] and ``reliability`` [(b,) H]."""
+    M = a.M[:, :, None]  # [Q, H, 1, S, C]
+    within = spearman_along(a.X, M, counts)  # [(b,) Q, H, E, S]
+    floor = (spearman_along(a.R, a.M, counts) if a.R is not None
+             else np.full(within.shape[:-2] + (len(a.seeds),), np.nan))
+    across = spearman_along(a.Xbar, a.Mbar[:, :, None], counts)  # [(b,) Q, H, E]
+    k = len(a.seeds)
+    i, j = np.triu_indices(k, 1)
+    pairs = spearman_along(a.M[..., :, None, :], a.M[..., None, :, :], counts)[..., i, j]  # [(b,) Q, H, pairs]
+    reliability = spearman_brown(_nanmean(pairs, -1), k) if len(i) else np.full(pairs.shape[:-1], np.nan)
+    q0 = 0 if counts is None else 1  # the query axis
+    return {kind: {"within": _nanmean(within.compress(q, q0), q0), "floor": _nanmean(floor.compress(q, q0), q0),
+                   "across": _nanmean(across.compress(q, q0), q0),
+                   "reliability": _nanmean(reliability.compress(q, q0), q0)}
+            for kind in dict.fromkeys(a.kinds) for q in [a.kinds == kind]}
+
+
+def _counts(n: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``resamples`` seeded bootstrap resamples of n candidates: the draws [resamples, n] and how often
+    each candidate was drawn [resamples, n]."""
+    idx = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    counts = np.bincount((idx + n * np.arange(resamples)[:, None]).ravel(), minlength=resamples * n)
+    return idx, counts.reshape(resamples, n)
+
+
+def _resampled(a: Arrays, resamples: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """:func:`_values` over ``resamples`` seeded bootstrap resamples of the candidates (in chunks)."""
+    counts = _counts(len(a.candidates), resamples, seed)[1]
+    chunk = max(1, _BLOCK // max(a.X.size, 1))
+    parts = [_values(a, counts[i:i + chunk]) for i in range(0, resamples, chunk)]
+    return {k: {n: np.concatenate([p[k][n] for p in parts]) for n in parts[0][k]} for k in parts[0]}
+
+
+def _tracks(v: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per kind's values -> the two tracks' numbers [(b,) H, E + references]: the per-seed values
+    averaged over seeds, the floor and reliability appended as the last estimators."""
+    within = np.concatenate([_nanmean(v["within"], -1), _nanmean(v["floor"], -1)[..., None]], axis=-1)
+    across = np.concatenate([v["across"], v["reliability"][..., None]], axis=-1)
+    return {"within": within, "across": across}
+
+
+# ---------------------------------------------------------------- the analysis
+
+
+@dataclass
+class Analysis:
+    """What the report shows (each frame's columns in :func:`analyse`)."""
+
+    correlations: pd.DataFrame
+    versus: pd.DataFrame
+    verdict: pd.DataFrame
+    decay: pd.DataFrame
+    sign: pd.DataFrame
+    calibration: pd.DataFrame
+    by_candidate_kind: pd.DataFrame
+    effects: pd.DataFrame
+
+
+def analyse(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> Analysis:
+    """Everything the report shows, from attribution.parquet's frame:
+
+    - ``correlations``: per track × query kind × horizon × estimator (the references
+      :data:`REPLICATE` / :data:`RELIABILITY` as estimators): ``rho, low, high, se_seeds, bound,
+      baseline, seeds, candidates, queries, label, after``;
+    - ``versus``: per track × query kind × horizon × estimator × baseline: ``diff`` = ρ − ρ_baseline
+      and its bootstrap ``low, high``;
+    - ``verdict``, ``decay``, ``sign``, ``calibration``: see those functions;
+    - ``by_candidate_kind``: ``correlations`` within each candidate kind of ≥ :data:`MIN_KIND`
+      candidates (column ``candidate_kind``; the kind baseline left out; empty with one kind);
+    - ``effects``: :func:`effects`."""
+    full = with_kind_baseline(df)
+    a = Arrays.of(full)
+    corr, samples = correlations(a, resamples, seed, alpha)
+    vs = versus(corr, samples, a, alpha)
+    cands = _measured(df).drop_duplicates("candidate")
+    plain = full[full.estimator != KIND]
+    by_kind = [correlations(Arrays.of(plain, candidates=g.candidate), resamples, seed, alpha)[0]
+               .assign(candidate_kind=k)
+               for k, g in cands.groupby("candidate_kind") if len(g) >= MIN_KIND and cands.candidate_kind.nunique() > 1]
+    return Analysis(corr, vs, verdict(corr, vs), decay(a), sign_agreement(a, alpha),
+                    calibration(a, full, resamples, seed, alpha),
+                    pd.concat(by_kind, ignore_index=True) if by_kind else pd.DataFrame(), effects(df))
+
+
+def correlations(a: Arrays, resamples: int = RESAMPLES, seed: int = SEED,
+                 alpha: float = ALPHA) -> tuple[pd.DataFrame, dict]:
+    """Both tracks' correlations with their intervals (the ``correlations`` frame of :func:`analyse`)
+    and the bootstrap samples {(track, kind): [b, H, E + 1]} (the track's reference last)."""
+    point = {k: _tracks(v) for k, v in _values(a).items()}
+    boot = {k: _tracks(v) for k, v in _resampled(a, resamples, seed).items()}
+    loo = ([{k: _tracks(v) for k, v in _values(a.without_seed(i)).items()} for i in range(len(a.seeds))]
+           if len(a.seeds) > 1 else [])
+    names = [*a.estimators, None]  # None: the track's reference
+    rows, samples = [], {}
+    for kind in point:
+        nq = int((a.kinds == kind).sum())
+        for track in TRACKS:
+            p, b = point[kind][track], boot[kind][track]
+            samples[(track, kind)] = b
+            lo, hi = bootstrap_interval(b, alpha)
+            ref = REPLICATE if track == "within" else RELIABILITY
+            for j, e in enumerate(names):
+                for i, h in enumerate(a.horizons):
+                    if e is None and (np.isnan(p[i, j]) or (track == "within" and a.R is None)):
+                        continue  # no replicate in this bank / one seed: no reliability
+                    rho = float(p[i, j])
+                    jk = bool(loo) and not (e is None and track == "across")  # the reliability depends on k
+                    rows.append({"track": track, "query_kind": kind, **a.at(h), "estimator": e or ref,
+                                 "baseline": e is not None and is_baseline(e), "rho": rho,
+                                 "low": float(lo[i, j]), "high": float(hi[i, j]),
+                                 "se_seeds": jackknife_se([x[kind][track][i, j] for x in loo]) if jk else math.nan,
+                                 "bound": math.sqrt(rho) if e is None and track == "across" and rho > 0 else math.nan,
+                                 "seeds": len(a.seeds), "candidates": len(a.candidates), "queries": nq})
+    return pd.DataFrame(rows), samples
+
+
+def versus(corr: pd.DataFrame, samples: dict, a: Arrays, alpha: float = ALPHA) -> pd.DataFrame:
+    """Per track × query kind × horizon × estimator (not a baseline) × baseline (``against``):
+    ``diff`` = ρ − ρ_baseline and the bootstrap interval of the difference (``low``, ``high``; the
+    same resamples on both sides)."""
+    base = [j for j, e in enumerate(a.estimators) if is_baseline(e)]
     rows = []
-    for (est, h, kind, seed), g in _ordinary(df).groupby(["estimator", "horizon", "query_kind", "seed"]):
-        per_q = [{m: _corr(q.estimate, q.measured, m) for m in METHODS} for _, q in g.groupby("query")]
-        both = g[(g.estimate != 0) & (g.measured != 0)]
-        rows.append({"estimator": est, "horizon": h, "query_kind": kind, "seed": seed,
-                     **{m: _mean_of(per_q, m) for m in METHODS},
-                     "sign": float((np.sign(both.estimate) == np.sign(both.measured)).mean()) if len(both) else math.nan,
-                     "candidates": g.candidate.nunique(), "queries": len(per_q)})
+    for (track, kind), b in samples.items():
+        point = corr[(corr.track == track) & (corr.query_kind == kind)].set_index(["horizon", "estimator"]).rho
+        for j, e in enumerate(a.estimators):
+            if is_baseline(e):
+                continue
+            for k in base:
+                lo, hi = bootstrap_interval(b[..., j] - b[..., k], alpha)
+                for i, h in enumerate(a.horizons):
+                    rows.append({"track": track, "query_kind": kind, **a.at(h), "estimator": e,
+                                 "against": a.estimators[k], "diff": point[(h, e)] - point[(h, a.estimators[k])],
+                                 "low": float(lo[i]), "high": float(hi[i])})
+    cols = ["track", "query_kind", "horizon", "label", "after", "estimator", "against", "diff", "low", "high"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def verdict(corr: pd.DataFrame, vs: pd.DataFrame) -> pd.DataFrame:
+    """Per track × query kind × horizon: which estimators *predict* the measured effect — the
+    bootstrap interval of ρ above 0 and of ρ − ρ_b above 0 for every baseline b. Columns: ``winner``
+    (the one with the highest ρ; "" when none), ``others`` (the rest that predict), ``best`` (the
+    winner, else the non-baseline estimator with the highest ρ), its ``rho, low, high`` and
+    ``unbeaten`` (the baselines it does not clearly exceed), ``reference`` (the replicate floor /
+    reliability), ``best_baseline``, ``baseline_rho``, ``label``, ``after``."""
+    rows = []
+    for (track, kind, h), g in corr.groupby(["track", "query_kind", "horizon"], sort=False):
+        est = g[~g.baseline & ~g.estimator.isin(REFERENCES)].sort_values("rho", ascending=False, na_position="last")
+        bl = g[g.baseline].sort_values("rho", ascending=False, na_position="last")
+        v = vs[(vs.track == track) & (vs.query_kind == kind) & (vs.horizon == h)]
+        lost = set(v[v.low <= 0].estimator)  # estimators some baseline is not clearly below (undefined ρ: no rival)
+        win = est[(est.low > 0) & ~est.estimator.isin(lost)]
+        top = win.iloc[0] if len(win) else (est.iloc[0] if len(est) else None)
+        ref = g[g.estimator.isin(REFERENCES)].rho
+        rows.append({"track": track, "query_kind": kind, "horizon": h, "label": g.label.iloc[0],
+                     "after": g.after.iloc[0],
+                     "winner": win.estimator.iloc[0] if len(win) else "", "others": list(win.estimator.iloc[1:]),
+                     "best": None if top is None else top.estimator,
+                     "unbeaten": [] if top is None else list(v[(v.estimator == top.estimator) & (v.low <= 0)].against),
+                     **{k: (math.nan if top is None else float(top[k])) for k in ("rho", "low", "high")},
+                     "reference": float(ref.iloc[0]) if len(ref) else math.nan,
+                     "best_baseline": bl.estimator.iloc[0] if len(bl) else None,
+                     "baseline_rho": float(bl.rho.iloc[0]) if len(bl) else math.nan})
     return pd.DataFrame(rows)
 
 
-def _mean_of(values: list[dict], key: str) -> float:
-    """The mean of ``key`` over dicts, NaNs left out (NaN when all are)."""
-    v = [d[key] for d in values if not math.isnan(d[key])]
-    return float(np.mean(v)) if v else math.nan
-
-
-def ceiling(measured: pd.DataFrame) -> pd.DataFrame:
-    """Per horizon × query kind × seed: the correlation across candidates between this seed's
-    measured effects and each other seed's (same candidates and queries), averaged over the
-    queries, then over the other seeds; and the sign agreement between seeds."""
-    m = _ordinary(measured)
+def decay(a: Arrays) -> pd.DataFrame:
+    """Per query kind × estimator (the replicate floor included): the per-seed within-seed ρ at the
+    first horizon against each later one, paired over seeds (``seedlab.stats.paired``: ``diff`` =
+    mean ρ(first) − ρ(later), positive when it decays; ``ci_low, ci_high`` its t interval; ``p_t``
+    and the sign-flip ``p_perm``). Pairs need both values; fewer than 2 seeds: no row."""
     rows = []
-    for (h, kind), g in m.groupby(["horizon", "query_kind"]):
-        wide = g.pivot_table(index=["query", "candidate"], columns="seed", values="measured")
-        seeds = list(wide.columns)
-        pair: dict[tuple[int, int], dict[str, float]] = {}
-        for a, b in combinations(seeds, 2):
-            ab = wide[[a, b]].dropna()
-            per_q = [{k: _corr(q[a], q[b], k) for k in METHODS} for _, q in ab.groupby(level="query")]
-            nz = ab[(ab[a] != 0) & (ab[b] != 0)]
-            pair[(a, b)] = pair[(b, a)] = {
-                **{k: _mean_of(per_q, k) for k in METHODS},
-                "sign": float((np.sign(nz[a]) == np.sign(nz[b])).mean()) if len(nz) else math.nan}
-        for a in seeds:
-            others = [pair[(a, b)] for b in seeds if b != a]
-            rows.append({"horizon": h, "query_kind": kind, "seed": a, **{k: _mean_of(others, k) for k in (*METHODS, "sign")},
-                         "candidates": g.candidate.nunique(), "queries": g["query"].nunique()})
+    names = [*a.estimators, REPLICATE]
+    for kind, v in _values(a).items():
+        per_seed = np.concatenate([v["within"], v["floor"][:, None]], axis=1)  # [H, E + 1, S]
+        for j, e in enumerate(names):
+            for i in range(1, len(a.horizons)):
+                x, y = per_seed[0, j], per_seed[i, j]
+                if np.count_nonzero(~(np.isnan(x) | np.isnan(y))) < 2:
+                    continue
+                t = paired(x, y)
+                rows.append({"query_kind": kind, "estimator": e, "baseline": is_baseline(e),
+                             **a.at(a.horizons[0], "from_"), **a.at(a.horizons[i], "to_"),
+                             **{k: t[k] for k in ("n", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_t",
+                                                  "p_perm")}})
     return pd.DataFrame(rows)
 
 
-def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """Per estimator × horizon × query kind: every per-seed measure's mean and 95% interval over
-    seeds (``spearman``, ``spearman_low``, ``spearman_high``, ... ``sign``), the number of seeds,
-    the ceiling's rows (estimator ``ceiling``), and ``spearman_of_ceiling`` /
-    ``pearson_of_ceiling``: the estimator's mean as a fraction of the ceiling's mean."""
-    measured = df.drop_duplicates(["seed", "candidate", "query", "horizon"])
-    per_seed = pd.concat([agreement(df), ceiling(measured).assign(estimator=CEILING)], ignore_index=True)
+def sign_agreement(a: Arrays, alpha: float = ALPHA) -> pd.DataFrame:
+    """Per query kind × horizon × estimator: the |Δ|-weighted sign agreement Σ|Δ|·[sign(est) =
+    sign(Δ)] / Σ|Δ| over the (candidate, query) pairs of the kind in one seed (pairs where the
+    estimate is 0 or missing left out; Δ = 0 weighs nothing), its mean over seeds (``sign``, with
+    the t interval ``sign_low``, ``sign_high``), and ``base``: the same for always predicting the
+    |Δ|-weighted majority sign of those pairs, max(Σ|Δ|·[Δ > 0], Σ|Δ|·[Δ < 0]) / Σ|Δ|."""
+    X, M = a.X, a.M[:, :, None]  # [Q, H, E, S, C], [Q, H, 1, S, C]
+    w = np.where(np.isnan(X) | (X == 0) | np.isnan(M), 0.0, np.abs(np.nan_to_num(M)))
+    agree, up, down = (w * (np.sign(X) == np.sign(M)), w * (M > 0), w * (M < 0))
     rows = []
-    for (est, h, kind), g in per_seed.groupby(["estimator", "horizon", "query_kind"], sort=False):
-        row = {"estimator": est, "horizon": h, "query_kind": kind, "seeds": int(g.seed.nunique()),
-               "candidates": int(g.candidates.max()), "queries": int(g.queries.max())}
-        for k in (*METHODS, "sign"):
-            m, lo, hi, _ = mean_ci(g[k], ALPHA)
-            if est == CEILING and row["seeds"] < 3:  # 2 seeds: one pair, its two per-seed values are the same number
-                lo = hi = math.nan
-            bounds = (0.0, 1.0) if k == "sign" else (-1.0, 1.0)
-            row[k], row[f"{k}_low"], row[f"{k}_high"] = m, max(lo, bounds[0]), min(hi, bounds[1])
-        rows.append(row)
-    out = pd.DataFrame(rows)
-    ceil = out[out.estimator == CEILING].set_index(["horizon", "query_kind"])
-    for k in METHODS:
-        ref = np.asarray(out.set_index(["horizon", "query_kind"]).index.map(ceil[k].to_dict().get), dtype=np.float64)
-        out[f"{k}_of_ceiling"] = np.where(ref > 0, out[k] / np.where(ref > 0, ref, 1.0), np.nan)  # of a positive ceiling only
-    labels = df.drop_duplicates("horizon").set_index("horizon")
-    out["label"], out["after"] = out.horizon.map(labels.label), out.horizon.map(labels.after)
-    return out.sort_values(["query_kind", "estimator", "horizon"], ignore_index=True)
+    for kind in dict.fromkeys(a.kinds):
+        q = a.kinds == kind
+        tot, hit = w[q].sum(axis=(0, -1)), agree[q].sum(axis=(0, -1))  # [H, E, S]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sign = np.where(tot > 0, hit / tot, np.nan)
+            base = np.where(tot > 0, np.maximum(up[q].sum(axis=(0, -1)), down[q].sum(axis=(0, -1))) / tot, np.nan)
+        for i, h in enumerate(a.horizons):
+            for j, e in enumerate(a.estimators):
+                m, lo, hi, n = mean_ci(sign[i, j], alpha)
+                rows.append({"query_kind": kind, **a.at(h), "estimator": e, "baseline": is_baseline(e), "sign": m,
+                             "sign_low": max(lo, 0.0), "sign_high": min(hi, 1.0), "base": mean_ci(base[i, j])[0],
+                             "seeds": n})
+    return pd.DataFrame(rows)
 
 
-def effects(measured: pd.DataFrame) -> pd.DataFrame:
+def calibration(a: Arrays, df: pd.DataFrame, resamples: int = RESAMPLES, seed: int = SEED,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """Per query kind × horizon × estimator whose unit is nats/token (not a baseline): ``slope``,
+    the OLS slope of measured on estimate over every (seed, query of the kind, candidate), with the
+    bootstrap interval over candidates (``low``, ``high``; 1 = the estimate's scale is the effect's);
+    ``ratio``: the median of measured / estimate over those pairs (estimate ≠ 0); ``n`` the pairs."""
+    units = df.drop_duplicates("estimator").set_index("estimator").unit
+    idx = _counts(len(a.candidates), resamples, seed)[0]
+    rows = []
+    for j, e in enumerate(a.estimators):
+        if is_baseline(e) or units.get(e) != UNIT:
+            continue
+        for kind in dict.fromkeys(a.kinds):
+            q = a.kinds == kind
+            for i, h in enumerate(a.horizons):
+                x, m = a.X[q, i, j], a.M[q, i]  # [Qk, S, C]
+                lo, hi = bootstrap_interval(slope_along(_take(x, idx).reshape(resamples, -1),
+                                                        _take(m, idx).reshape(resamples, -1)), alpha)
+                ok = ~np.isnan(x) & ~np.isnan(m) & (x != 0)
+                rows.append({"query_kind": kind, **a.at(h), "estimator": e,
+                             "slope": float(slope_along(x.ravel(), m.ravel())), "low": float(lo), "high": float(hi),
+                             "ratio": float(np.median(m[ok] / x[ok])) if ok.any() else math.nan,
+                             "n": int(ok.sum())})
+    return pd.DataFrame(rows)
+
+
+def effects(df: pd.DataFrame) -> pd.DataFrame:
     """Per horizon × query kind: mean |measured|, its median, the fraction of negative effects
     (the query's loss went down), over every ordinary (seed, candidate, query)."""
-    m = _ordinary(measured).drop_duplicates(["seed", "candidate", "query", "horizon"])
+    m = _measured(df)
     g = m.assign(abs=m.measured.abs(), neg=m.measured < 0).groupby(["query_kind", "horizon", "label", "after"])
     return g.agg(mean_abs=("abs", "mean"), median_abs=("abs", "median"), negative=("neg", "mean"),
                  n=("measured", "size")).reset_index()

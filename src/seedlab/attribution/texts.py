@@ -10,6 +10,10 @@ Candidates (one forked run each, per seed):
 - ``control``: with ``candidates.own_row``, ``own-row``: the replaced row itself (a different
   text for every seed), whose runs must be bitwise the twin's.
 
+With ``candidates.replicate_row``, every candidate is also trained in a second arm, its
+*replicate* ``replicate.<name>`` (:func:`replicate`): the same text in row ``replicate_row`` of
+the same batch; names beginning ``replicate.`` are therefore reserved.
+
 Queries: each candidate's own text (``self``: self-influence), ``queries.heldout`` held-out rows
 (``query-<i>``, disjoint from the candidate rows) and the probe texts of ``queries.probes``
 (same formats, named ``probe-<i>`` or by their ``name``).
@@ -38,6 +42,12 @@ from seedlab.lm.model import GPTConfig
 
 OWN_ROW = "own-row"
 SELF = "self"
+REPLICATE = "replicate."  # a candidate's replicate arm: "replicate.<candidate>"
+
+
+def replicate(name: str) -> str:
+    """The arm of candidate ``name``'s replicate (its text in row ``candidates.replicate_row``)."""
+    return REPLICATE + name
 
 
 @dataclass(frozen=True)
@@ -118,10 +128,11 @@ def load_inputs(cfg: AttributionConfig, base: Path, *, corpus: str | Path | None
             if not NAME.match(name):
                 raise SeedlabError(f"{kind}.{name}: a name is letters, digits, '.', '_' and '-' (a folder name)")
     names = set(candidates) | set(queries)
-    clash = sorted((set(candidates) & set(queries)) | ({OWN_ROW, SELF} & names))
+    clash = sorted((set(candidates) & set(queries)) | ({OWN_ROW, SELF} & names)
+                   | {n for n in names if n.startswith(REPLICATE)})
     if clash:
         raise SeedlabError(f"names: {clash[0]!r} is taken (candidates and queries need distinct names, "
-                           f"and {OWN_ROW!r} and {SELF!r} are reserved)")
+                           f"{OWN_ROW!r} and {SELF!r} are reserved, and so is the prefix {REPLICATE!r})")
     if not candidates and not cfg.candidates.own_row:
         raise SeedlabError("candidates: none (a file with passages, or candidates.heldout > 0)")
     return Inputs(cfg, c, gcfg, candidates, queries)

@@ -6,7 +6,11 @@ the integrity record.
         twin, then a short replica                 # fails fast: the first recorded steps after s, twice
         every other arm                            # forked from the prefix (or resumed, or read back)
         the replica control to the end             # bitwise the twin at every recorded step, or stop
-        integrity[seed] = what was shown
+        integrity[seed] = what was shown           # written once every seed is done
+
+The seeds are independent: a study may run them in other processes (``run_design(d, run_seeds)``,
+each process calling :func:`run_seed` on a design of its own); on the same device and threads
+the bits are the same.
 
 What a run keeps on disk is data (:class:`Recording`); what else happens at its steps — a progress
 bar, the loss of some texts at some horizons, a check against the twin — is an :class:`Observer`.
@@ -37,6 +41,7 @@ from seedlab.progress import Bar
 from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
 
 Manifest = dict[str, dict[str, str]]  # {str(step): {tensor: SHA-256}}
+SeedResult = tuple[dict, list[pd.DataFrame]]  # run_seed's: the seed's integrity record, its runs' losses
 
 
 @dataclass(frozen=True)
@@ -149,29 +154,31 @@ class Design:
     start: Callable[[], None] = lambda: None  # writes the folder's first files (config, inputs...), once the arms are checked
 
 
-def run_design(d: Design) -> tuple[dict, pd.DataFrame]:
+def run_design(d: Design, run_seeds: Callable[[Design], Mapping[int, SeedResult]] | None = None
+               ) -> tuple[dict, pd.DataFrame]:
     """Train (or finish) every seed's arms and replica controls; returns (integrity record,
     every run's losses with ``seed`` and ``arm`` columns). Every seed's arms are checked first
     (forks/arms.py ``check_arms``: a one-line error, nothing written), then ``d.start()`` writes
-    the folder's first files (rank 0); integrity.json is written at the end."""
+    the folder's first files (rank 0); integrity.json is written at the end, once every seed is done.
+    ``run_seeds``: where the seeds run (``{seed: run_seed(d', seed)}``, in other processes, say);
+    default: here, one after another."""
     _check(d)
     if d.world.main:
         d.start()
     d.world.barrier()
-    integrity: dict = {"mode": "independent" if d.independent else "fork", "seeds": {}}
-    frames = []
     d.observer.started(_total(d))
     with nondeterminism_is_an_error():
-        for seed in d.cfg.seeds:
-            integrity["seeds"][str(seed)], losses = run_seed(d, seed)
-            frames += losses
+        done = run_seeds(d) if run_seeds else {seed: run_seed(d, seed) for seed in d.cfg.seeds}
+    integrity = {"mode": "independent" if d.independent else "fork",
+                 "seeds": {str(seed): done[seed][0] for seed in d.cfg.seeds}}
+    frames = [f for seed in d.cfg.seeds for f in done[seed][1]]
     if d.world.main:
         write_json(d.folder.integrity, integrity)
     d.world.barrier()
     return integrity, pd.concat(frames, ignore_index=True)
 
 
-def run_seed(d: Design, seed: int) -> tuple[dict, list[pd.DataFrame]]:
+def run_seed(d: Design, seed: int) -> SeedResult:
     """One seed: the prefix (or each arm's own, independent), the twin, the replica's first stretch,
     every other arm, the rest of the replica. Returns the seed's integrity record and its runs' losses."""
     s, arms, w = d.cfg.injection_step, list(d.arms(seed)), d.folder.arm_word
@@ -373,12 +380,13 @@ class _Replica:
         return record
 
 
-def _total(d: Design) -> int:
-    """Updates the whole design trains: every seed's prefix (or, independent, each arm's own), its
-    arms and its replica control."""
+def seed_updates(d: Design, seed: int) -> int:
+    """Updates one seed trains: its prefix (or, independent, each arm's own), its arms and its replica control."""
     cfg, s = d.cfg, d.cfg.injection_step
-    total = 0
-    for seed in cfg.seeds:
-        runs = len(d.arms(seed)) + (seed in cfg.replica_seeds)
-        total += (0 if d.independent else s) + runs * (cfg.end - (0 if d.independent else s))
-    return total
+    runs = len(d.arms(seed)) + (seed in cfg.replica_seeds)
+    return (0 if d.independent else s) + runs * (cfg.end - (0 if d.independent else s))
+
+
+def _total(d: Design) -> int:
+    """Updates the whole design trains."""
+    return sum(seed_updates(d, seed) for seed in d.cfg.seeds)
