@@ -247,6 +247,7 @@ def test_report_sections_and_figures(tiny_bank, tmp_path):
         assert section in text
     assert "Replica control (seed 0)" in text and "measured effect exactly 0 at every horizon: yes" in text
     assert "every estimate exactly 0: yes" in text
+    assert "Precision fp32." in text  # the bank's precision, in the intro
     assert "| **reliability** |" in text and "ceiling" not in text and "Skipped" not in text
     for png in ("scatter-self.png", "scatter-query-0.png", "scatter-probe-gizmo.png", "correlation-spearman.png"):
         assert (bank / png).stat().st_size > 5000

@@ -168,7 +168,7 @@ def intro(a: Attributed) -> str:
             + ("each candidate's own text (self), " if (df.query_kind == "self").any() else "")
             + f"{', '.join(f'{n} {k}' for k, n in queries.items())}. Horizons (updates completed): "
             + ", ".join(f"{r.label} = {r.horizon}" for r in hs.itertuples())
-            + f". Estimators: {', '.join(dict.fromkeys(df.estimator))}.")
+            + f". Estimators: {', '.join(dict.fromkeys(df.estimator))}. Precision {c.get('precision', 'fp32')}.")
 
 
 def integrity_text(a: Attributed) -> str:
