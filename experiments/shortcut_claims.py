@@ -18,15 +18,12 @@ search's; nothing here is pre-registered.
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+from sweeps import main, sweep
 
 from seedlab.shortcut import stats
 
@@ -37,19 +34,13 @@ CLAIMS = {
     "C4": ("2L, 1 head vs 2 heads, r = 0.9", ["grid.layers=[2]", "grid.heads=[1,2]", "grid.ratio=[0.9]"]),
     "C5": ("weight decay 0.4", ["optim.weight_decay=0.4"]),
 }
-FIXED = ["train.gradients.enabled=false", "train.checkpoint_epochs=[]", "train.threads=1"]
 
 
 def run(cid: str, out: Path, seeds: int) -> list[dict]:
     folder = out / cid
-    cmd = [sys.executable, "-m", "seedlab", "shortcut", "sweep", "quick", "--out", str(folder), "--no-progress"]
-    for s in [*FIXED, *CLAIMS[cid][1], f"grid.seed={seeds}"]:
-        cmd += ["--set", s]
-    t0 = time.time()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = round(time.time() - t0)
-    if done.returncode:
-        return [{"id": cid, "error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}]
+    error, wall = sweep(folder, CLAIMS[cid][1], seeds)
+    if error:
+        return [{"id": cid, "error": error}]
     subprocess.run([sys.executable, "-m", "seedlab", "shortcut", "report", str(folder)], check=True,
                    stdout=subprocess.DEVNULL)
     df = pd.read_parquet(folder / "summary.parquet")
@@ -63,20 +54,5 @@ def run(cid: str, out: Path, seeds: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("ids", nargs="*", default=list(CLAIMS))
-    ap.add_argument("--out", type=Path, default=Path("runs/claims"))
-    ap.add_argument("--seeds", type=int, default=8, help="seeds per cell")
-    ap.add_argument("--jobs", type=int, default=2, help="sweeps at once (each one torch thread)")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.jobs) as pool, (args.out / "claims.jsonl").open("a") as log:
-        for rows in pool.map(lambda cid: run(cid, args.out, args.seeds), args.ids):
-            for row in rows:
-                print(json.dumps(row), flush=True)
-                log.write(json.dumps(row | {"seeds": args.seeds}) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, list(CLAIMS), run, "runs/claims", "claims.jsonl")

@@ -11,16 +11,11 @@ chosen after looking, so it needs fresh seeds before anything is claimed (docs/p
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 from scipy.stats import fisher_exact
+from sweeps import main, sweep
 
 # id -> (what it changes, --set overrides on top of quick). quick itself: length 3, vocab 32,
 # n_train 1,024, batch 256, lr 3e-3, d_model 64, 300 epochs, weight decay 0.1.
@@ -58,19 +53,14 @@ PROTOCOLS = {
     "R3": ("vocab 24, weight decay 1.0", ["data.vocab=24", "optim.weight_decay=1.0"]),
     "R4": ("vocab 24, weight decay 0.4", ["data.vocab=24", "optim.weight_decay=0.4"]),
 }
-FIXED = ["train.gradients.enabled=false", "train.checkpoint_epochs=[]", "train.threads=1"]
 
 
-def run(pid: str, out: Path, seeds: int) -> dict:
+def run(pid: str, out: Path, seeds: int) -> list[dict]:
     folder = out / pid
-    cmd = [sys.executable, "-m", "seedlab", "shortcut", "sweep", "quick", "--out", str(folder), "--no-progress"]
-    for s in [*FIXED, *PROTOCOLS[pid][1], f"grid.seed={seeds}"]:
-        cmd += ["--set", s]
-    t0 = time.time()
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    row = {"id": pid, "change": PROTOCOLS[pid][0], "wall_s": round(time.time() - t0)}
-    if done.returncode:  # e.g. a vocabulary too small for the splits: recorded as tried, not a crash
-        return row | {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    error, wall = sweep(folder, PROTOCOLS[pid][1], seeds)
+    row = {"id": pid, "change": PROTOCOLS[pid][0], "wall_s": wall}
+    if error:  # e.g. a vocabulary too small for the splits: recorded as tried, not a crash
+        return [row | {"error": error}]
     df = pd.read_parquet(folder / "summary.parquet")
     for layers in (1, 2):
         cells = {}
@@ -80,22 +70,8 @@ def run(pid: str, out: Path, seeds: int) -> dict:
             row[f"{layers}L r={r}"] = f"{cells[r][0]}/{cells[r][1]}"
         (a, n), (b, m) = cells[0.5], cells[0.9]
         row[f"{layers}L Fisher p"] = round(fisher_exact([[a, n - a], [b, m - b]])[1], 3)
-    return row
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("ids", nargs="*", default=list(PROTOCOLS))
-    ap.add_argument("--out", type=Path, default=Path("runs/search"))
-    ap.add_argument("--seeds", type=int, default=8, help="seeds per cell")
-    ap.add_argument("--jobs", type=int, default=2, help="sweeps at once (each one torch thread)")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.jobs) as pool, (args.out / "protocols.jsonl").open("a") as log:
-        for row in pool.map(lambda pid: run(pid, args.out, args.seeds), args.ids):
-            print(json.dumps(row), flush=True)
-            log.write(json.dumps(row | {"seeds": args.seeds}) + "\n")
+    return [row]
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, list(PROTOCOLS), run, "runs/search", "protocols.jsonl")
