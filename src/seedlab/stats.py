@@ -158,7 +158,7 @@ def fisher_fragility(k1: int, n1: int, k2: int, n2: int, alpha: float = 0.05) ->
 # ---------------------------------------------------------------- logistic regression: MLE, or Firth under separation
 
 
-def _separated(X: np.ndarray, y: np.ndarray) -> bool:
+def separated(X: np.ndarray, y: np.ndarray) -> bool:
     """True when the data are completely or quasi-completely separated (the MLE does not exist).
 
     Linear program (Konis 2007): look for a direction b != 0 with s_i x_i'b >= 0 for every row
@@ -168,12 +168,6 @@ def _separated(X: np.ndarray, y: np.ndarray) -> bool:
     scale = np.abs(A).max()
     res = optimize.linprog(-A.sum(0) / scale, A_ub=-A / scale, b_ub=np.zeros(len(A)), bounds=[(-1, 1)] * X.shape[1])
     return bool(res.status == 0 and -res.fun > 1e-7 * len(A))
-
-
-def separated(X: np.ndarray, y: np.ndarray) -> bool:
-    """Whether the 0/1 outcome ``y`` is (quasi-)separated on the design ``X`` (full column rank): the linear program
-    :func:`logit_coefficient` runs to choose between maximum likelihood and Firth's regression."""
-    return _separated(X, y)
 
 
 def _firth_parts(X, y, beta):
@@ -269,8 +263,8 @@ def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int, interval: bool = Tru
     False skips the 95% interval (``ci_low, ci_high`` NaN; the estimate and p are the same): for
     searches that need only p, e.g. how many outcomes must change to move it across a level.
     """
-    separated = _separated(X, y)
-    if not separated:
+    sep = separated(X, y)
+    if not sep:
         with warnings.catch_warnings():
             warnings.simplefilter("error", PerfectSeparationWarning)
             warnings.simplefilter("ignore", (ConvergenceWarning, HessianInversionWarning, RuntimeWarning))
@@ -279,15 +273,15 @@ def logit_coefficient(X: np.ndarray, y: np.ndarray, j: int, interval: bool = Tru
                 ok = bool(fit.mle_retvals.get("converged", True)) and np.all(np.isfinite(fit.bse))
             except (PerfectSeparationError, PerfectSeparationWarning, np.linalg.LinAlgError):
                 ok = False
-        separated = not ok
-    if separated:
+        sep = not ok
+    if sep:
         est, lo, hi, p = _firth_inference(X, y, j, interval=interval)
         method = "firth-profile-lr"
     else:
         lo, hi = fit.conf_int(0.05)[j] if interval else (math.nan, math.nan)
         est, p, method = fit.params[j], fit.pvalues[j], "mle-wald"
     return {"estimate": float(est), "ci_low": float(lo), "ci_high": float(hi), "p": float(p), "method": method,
-            "separated": bool(separated)}
+            "separated": bool(sep)}
 
 
 # ---------------------------------------------------------------- per-seed values
