@@ -46,6 +46,7 @@ seed, query and bootstrap resample):
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import warnings
 
@@ -111,12 +112,25 @@ def _fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
     return fisher(k1, n1, k2, n2)[1]
 
 
-def _l1_steps(d: int):
-    """The changes ``(d1, d2)`` with |d1| + |d2| = d, in a fixed order (changes in group 1 first)."""
-    for a in range(d, -1, -1):
-        for s1 in ((1, -1) if a else (0,)):
-            for s2 in ((1, -1) if d - a else (0,)):
-                yield s1 * a, s2 * (d - a)
+def l1_changes(d: int, lo: list[int], hi: list[int]):
+    """The integer vectors v of net changes per group with sum |v_g| = d and lo[g] <= v[g] <= hi[g], in a fixed
+    order (larger changes in earlier groups first, increases before decreases): the states one fragility search
+    reaches with d single-outcome changes."""
+    G = len(lo)
+
+    def parts(g: int, left: int):
+        if g == G - 1:
+            yield (left,)
+            return
+        for a in range(left, -1, -1):
+            for rest in parts(g + 1, left - a):
+                yield (a, *rest)
+
+    for mags in parts(0, d):
+        for signs in itertools.product(*[(1, -1) if m else (0,) for m in mags]):
+            v = tuple(s * m for s, m in zip(signs, mags, strict=True))
+            if all(lo[g] <= v[g] <= hi[g] for g in range(G)):
+                yield v
 
 
 def fisher_fragility(k1: int, n1: int, k2: int, n2: int, alpha: float = 0.05) -> dict:
@@ -147,9 +161,9 @@ def fisher_fragility(k1: int, n1: int, k2: int, n2: int, alpha: float = 0.05) ->
     p = _fisher_p(k1, n1, k2, n2)
     significant = p < alpha
     for d in range(1, n1 + n2 + 1):
-        for d1, d2 in _l1_steps(d):
+        for d1, d2 in l1_changes(d, [-k1, -k2], [n1 - k1, n2 - k2]):
             a, b = k1 + d1, k2 + d2
-            if 0 <= a <= n1 and 0 <= b <= n2 and (_fisher_p(a, n1, b, n2) < alpha) != significant:
+            if (_fisher_p(a, n1, b, n2) < alpha) != significant:
                 return {"p": p, "significant": significant, "fragility": d, "table": (a, b),
                         "p_after": _fisher_p(a, n1, b, n2)}
     return {"p": p, "significant": significant, "fragility": None, "table": None, "p_after": None}

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from seedlab.shortcut.tasks import get_task
-from seedlab.stats import fisher, fisher_fragility, logit_coefficient, mean_ci, rate_table, separated, wilson
+from seedlab.stats import fisher, fisher_fragility, l1_changes, logit_coefficient, mean_ci, rate_table, separated, wilson
 
 # ---------------------------------------------------------------- cells
 
@@ -367,26 +367,6 @@ class FlipFragility:
         return self.fragility is not None
 
 
-def _l1_vectors(d: int, lo: list[int], hi: list[int]):
-    """Integer vectors v with sum |v_g| = d and lo[g] <= v[g] <= hi[g], in a fixed order (earlier cells first,
-    increases before decreases)."""
-    G = len(lo)
-
-    def parts(g: int, left: int):
-        if g == G - 1:
-            yield (left,)
-            return
-        for a in range(left, -1, -1):
-            for rest in parts(g + 1, left - a):
-                yield (a, *rest)
-
-    for mags in parts(0, d):
-        for signs in itertools.product(*[(1, -1) if m else (0,) for m in mags]):
-            v = tuple(s * m for s, m in zip(signs, mags))
-            if all(lo[g] <= v[g] <= hi[g] for g in range(G)):
-                yield v
-
-
 def flip_fragility(df: pd.DataFrame, alpha: float = 0.05, max_changes: int = FLIP_FRAGILITY_MAX) -> FlipFragility:
     """How many members' outcomes (generalized True <-> False) would have to change to reverse the flip verdict of
     :func:`simple_slopes` on ``df``: shown (p_flip < alpha) becoming not shown, or not shown becoming shown.
@@ -479,7 +459,7 @@ def flip_fragility(df: pd.DataFrame, alpha: float = 0.05, max_changes: int = FLI
 
     lo, hi = [-kg for kg in k], [ng - kg for ng, kg in zip(n, k)]
     for d in range(1, max_changes + 1):
-        for v in _l1_vectors(d, lo, hi):
+        for v in l1_changes(d, lo, hi):
             y = outcomes(v)
             if reverses(v, y):
                 p_after = None if y.min() == y.max() else float(max(fit_p(y, *ls)["p_one_sided"] for ls in FLIP_SIGNS))
