@@ -38,14 +38,15 @@ def write_report(run_dir: str | Path) -> Path:
     rates = stats.rate_cells(summary)
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
-    rep.add(intro(summary, isinstance(folder, SweepDir)), cadence_text(train_cadence(folder)))
+    cadence = train_cadence(folder)
+    rep.add(intro(summary, isinstance(folder, SweepDir)), cadence_text(cadence))
     if isinstance(folder, SweepDir) and folder.preregistration_record.is_file():
         rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(folder))
     rep.add("## Headline: generalization rate", headline_note())
     for (task, wd), cells in rates.groupby(GROUP, sort=True):
         rep.add(headline_table(task, wd, cells))
     rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary),
-            split_size_section(summary, adv_split_size(folder)), cadence_section(summary, folder))
+            split_size_section(summary, adv_split_size(folder)), cadence_section(summary, folder, cadence))
     rep.add("## Figures")
     rep.add(figure_block(figures.rate_vs_ratio_figure(summary, rates, folder)))
     rep.add(figure_block(figures.curves_figure(summary, folder, *stats.answer_group(summary))))
@@ -389,10 +390,9 @@ def criteria_table(summary: pd.DataFrame, criteria: dict[str, pd.Series]) -> str
 # ---------------------------------------------------------------- tables beside the figures
 
 
-def cadence_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
+def cadence_section(summary: pd.DataFrame, folder: RunDir | SweepDir, cad: dict | None) -> str:
     """With ``train.adv_every`` set: each cell's rate counted at every check and at the evaluations alone, and the flip
-    test both ways (a sensitivity analysis of the cadence; training is the same either way)."""
-    cad = train_cadence(folder)
+    test both ways (a sensitivity analysis of the cadence; training is the same either way). ``cad``: :func:`train_cadence`."""
     if not cad or not cad["adv_every"] or not folder.curves_path.is_file():
         return ""
     curves = pd.read_parquet(folder.curves_path, columns=[c for c in ("job", "member", "epoch", "split", "acc")

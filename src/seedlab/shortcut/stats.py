@@ -216,12 +216,8 @@ def flip_answer(summary: pd.DataFrame) -> Answer:
         moves[layers] = Move("rises" if ri > rb else "falls" if ri < rb else "stays", rb, ri, p, p_one,
                              fisher_fragility(ki, ni, kb, nb))
     pairs = sub[sub["layers"].isin([1, 2])]
-    try:
-        slopes = simple_slopes(pairs)
-    except ValueError:
-        slopes, fragile = None, None
-    else:
-        fragile = flip_fragility(pairs)
+    slopes = slopes_or_none(pairs)
+    fragile = None if slopes is None else flip_fragility(pairs)
     return Answer(task, wd, pair, None, moves, slopes, flip_verdict(moves, slopes), kept_to_end(sub), fragile)
 
 
@@ -333,6 +329,14 @@ def simple_slopes(df: pd.DataFrame) -> dict:
 
 
 FLIP_SIGNS = ((1, -1), (2, 1))  # (layers, the sign of its slope in the paper's flip)
+
+
+def slopes_or_none(df: pd.DataFrame) -> dict | None:
+    """:func:`simple_slopes`, or None where they are not estimable."""
+    try:
+        return simple_slopes(df)
+    except ValueError:
+        return None
 
 
 def _slope(X: np.ndarray, y: np.ndarray, sign: int, interval: bool = True) -> dict:
@@ -845,11 +849,4 @@ def cadence_rates(summary: pd.DataFrame, curves: pd.DataFrame) -> tuple[pd.DataF
     table = pd.DataFrame(rows, columns=[*CELL, "members", "generalized", "at_evaluations", "added"])
     group = in_group(summary, *answer_group(summary))
     group = group[group["layers"].isin([1, 2])]
-
-    def slopes(df: pd.DataFrame) -> dict | None:
-        try:
-            return simple_slopes(df)
-        except ValueError:
-            return None
-
-    return table, slopes(group), slopes(group.assign(generalized=evals[group.index]))
+    return table, slopes_or_none(group), slopes_or_none(group.assign(generalized=evals[group.index]))
