@@ -50,6 +50,11 @@ def fmt_num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def num_or_dash(x: float) -> str:
+    """A number (:func:`fmt_num`), or — where there is none (NaN, None)."""
+    return "—" if x is None or x != x else fmt_num(float(x))
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

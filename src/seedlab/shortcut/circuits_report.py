@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from seedlab.reporting import Fig, fmt_num, md_table, new_figure, pct, save_figure
+from seedlab.reporting import Fig, fmt_num, md_table, new_figure, num_or_dash, pct, save_figure
 from seedlab.shortcut import stats
 from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, fmt_ratio
 from seedlab.shortcut.interventions import MIN_GAP
@@ -194,10 +194,9 @@ def path_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
             out |= {f"dld_{path}": float(p["dld_q50"].median()), f"frac_{path}": float(p["frac_q50"].median())}
         return out
 
-    nan = lambda x: "—" if np.isnan(x) else fmt_num(x)
     cols = [("flagged", lambda g: pct(g.flagged))]
     cols += [(f"Δld {name}", lambda g, p=p: fmt_num(getattr(g, f"dld_{p}"))) for p, name in PATH_LABELS.items()]
-    cols += [(f"fraction {name}", lambda g, p=p: nan(getattr(g, f"frac_{p}"))) for p, name in PATH_LABELS.items()]
+    cols += [(f"fraction {name}", lambda g, p=p: num_or_dash(getattr(g, f"frac_{p}"))) for p, name in PATH_LABELS.items()]
     groups = stats.per_component(summary, t, values).rename(columns={"component": "rule_head"})
     return _table(groups, _prose(PATH_PATCHING_NOTE), cols, keys=("rule_head", "seeds"))
 
@@ -227,7 +226,7 @@ FINGERPRINTS = {
 
 def fingerprint_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
     columns = [c for c in FINGERPRINTS if c in circuits]  # a circuits.parquet from before the chance levels lacks them
-    fmt = lambda c, v: "—" if np.isnan(v) else str(int(v)) if c == "probe_rows" else fmt_num(float(v))
+    fmt = lambda c, v: str(int(v)) if c == "probe_rows" and not np.isnan(v) else num_or_dash(v)
     median = lambda c: lambda g: fmt(c, getattr(g, c))
     groups = stats.fingerprint_medians(summary, circuits, columns)
     return _table(groups, _prose(FINGERPRINT_NOTE), [(FINGERPRINTS[c], median(c)) for c in columns])

@@ -21,7 +21,7 @@ import pandas as pd
 
 from seedlab.config import load_yaml
 from seedlab.errors import SeedlabError
-from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text, pct
+from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, num_or_dash, p_text, pct
 from seedlab.shortcut import figures, stats
 from seedlab.shortcut.circuits_report import aligned_roles_figure, circuits_section
 from seedlab.shortcut.config import DataConfig, GradientsConfig, TrainConfig
@@ -105,11 +105,6 @@ def train_cadence(folder: RunDir | SweepDir) -> dict | None:
 def rate_text(rate: float, lo: float, hi: float) -> str:
     """'70% [40–89]': a rate with its 95% interval."""
     return f"{pct(rate)} [{100 * lo:.0f}–{100 * hi:.0f}]"
-
-
-def num_or_dash(x: float) -> str:
-    """A number, or — where there is none (NaN)."""
-    return "—" if pd.isna(x) else fmt_num(float(x))
 
 
 def fragility_text(f: dict) -> str:
