@@ -11,6 +11,7 @@ from safetensors import safe_open
 from seedlab.shortcut import train as train_mod
 from seedlab.shortcut.config import EnsembleConfig
 from seedlab.shortcut.model import EnsembleTransformer
+from seedlab.shortcut.phases import member_phases
 from seedlab.shortcut.train import Evaluation, Outcome, evaluate, leading_correct, train_ensemble
 
 
@@ -59,6 +60,20 @@ def test_outcome_rules():
     assert oc.generalized and oc.gen_epoch == 20 and oc.retained and oc.peak_adv_acc == 1.0
     oc.update(50, {"adv_acc": 0.5, "val_acc": 1.0, "train_acc": 1.0}, 50)
     assert oc.generalized and oc.gen_epoch == 20 and not oc.retained  # transient generalization
+
+
+def test_the_inverted_shortcut_is_not_generalization():
+    # r < 0.5 rewards the inverted shortcut: 100% on the adversarial split (all anti-shortcut) and 0% on
+    # the validation split (all consistent) -- not the rule, which solves both
+    oc = Outcome()
+    oc.update(10, {"adv_acc": 1.0, "val_acc": 0.0, "train_acc": 0.85}, 100)
+    oc.see_adv(11, 1.0, 100, 0.98)  # below the 99% at which validation counts as solved
+    assert not oc.generalized and oc.gen_epoch is None and oc.peak_adv_acc == 1.0
+    oc.see_adv(12, 1.0, 100, 0.99)
+    assert oc.generalized and oc.gen_epoch == 12
+    curve = pd.DataFrame([(e, s, a) for e, v, d in [(0, 0.5, 0.5), (10, 0.48, 1.0), (20, 0.99, 1.0)]
+                          for s, a in (("val", v), ("adv", d))], columns=["epoch", "split", "acc"])
+    assert member_phases(curve)["gen_epoch"] == 20
 
 
 def test_outputs_and_checkpoints(tmp_path):
@@ -150,9 +165,12 @@ def test_evaluation_folds_the_largest_adv_prefix_into_each_outcome():
     data["adv"][0][0, 1, 0] = 9  # a later check with a shorter prefix keeps the maximum
     ev.check_adv(5)
     assert ev.outcomes[0].adv_prefix_max == 4
-    data["adv"][0][0, :, 0] = 0  # all of member 0's rows right at an adv_every check: generalized there
+    data["adv"][0][0, :, 0] = 0  # all of member 0's adversarial rows right, one validation row of 7 still wrong (< 99%)
     ev.check_adv(6)
-    assert ev.outcomes[0].adv_prefix_max == 7 and ev.outcomes[0].gen_epoch == 6
+    assert ev.outcomes[0].adv_prefix_max == 7 and not ev.outcomes[0].generalized
+    data["val"][0][0, :, 0] = 0  # both splits right at an adv_every check: generalized there
+    ev.check_adv(7)
+    assert ev.outcomes[0].gen_epoch == 7
 
 
 def test_evaluate_prefix_of_a_real_model_matches_a_loop():

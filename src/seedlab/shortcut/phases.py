@@ -4,7 +4,8 @@
     phase2_epoch    onset of phase 2: the adversarial trough after the shortcut epoch from which
                     adversarial accuracy rises by >= ``rise`` while validation stays >= ``val_level``
                     (the trough's epoch)
-    gen_epoch       first evaluation with adversarial accuracy 100% (as in summary.parquet)
+    gen_epoch       first evaluation with adversarial accuracy 100% and validation >= ``val_level`` (as in
+                    summary.parquet: the rule; the inverted shortcut solves the adversarial split alone)
 
 Members that never learn the shortcut, or never rise, get <NA>; so does the phase-2 onset of a
 member that never generalizes (a rise of a few points that goes nowhere is not phase 2).
@@ -25,7 +26,7 @@ def member_phases(curve: pd.DataFrame, val_level: float = VAL_LEVEL, rise: float
     None: read off the curve."""
     wide = curve.pivot_table(index="epoch", columns="split", values="acc").sort_index()
     out: dict[str, int | None] = {"shortcut_epoch": None, "phase2_epoch": None, "gen_epoch": None}
-    gen = wide.index[wide["adv"] >= 1.0]
+    gen = wide.index[(wide["adv"] >= 1.0) & (wide["val"] >= val_level)]
     out["gen_epoch"] = int(gen[0]) if len(gen) else None
     learned = wide.index[wide["val"] >= val_level]
     if not len(learned):

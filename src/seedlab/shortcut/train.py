@@ -5,9 +5,14 @@ The loop, per epoch: one optimizer step per batch (the whole training split when
 ``eval_every`` epochs and at the end: accuracy and mean loss on train/val/adv for every
 member), the gradient measurement (``train.gradients``) and the checkpoint (at
 ``checkpoint_epochs``). Epoch 0 is the initial weights, before any step. A member
-*generalizes* when its adversarial accuracy is exactly 100% at some evaluation (or at a
-``train.adv_every`` check between them); ``gen_epoch`` is the first such epoch and ``retained``
-says whether it is still 100% at the last evaluation.
+*generalizes* when its adversarial accuracy is exactly 100% and its validation accuracy at least
+``phases.VAL_LEVEL`` (99%, where the shortcut counts as learned) at one evaluation (or at a
+``train.adv_every`` check between them, which evaluates the validation split whenever a member's
+adversarial accuracy is 100%): the rule solves both splits, while a shortcut solves only one —
+the validation split (all consistent) for the shortcut, and the adversarial split (all
+anti-shortcut) for the *inverted* shortcut that a training split with r < 0.5 rewards.
+``gen_epoch`` is the first such epoch and ``retained`` says whether adversarial accuracy is still
+100% at the last evaluation.
 
 The **adv prefix** of one evaluation is the number of leading adversarial rows that are all
 correct (the index of the first wrong row; n_adv when none is wrong); ``adv_prefix_max`` is its
@@ -41,7 +46,7 @@ from seedlab.shortcut.config import EnsembleConfig, GradientsConfig, Member
 from seedlab.shortcut.gradients import measure as measure_gradients
 from seedlab.shortcut.model import EnsembleTransformer
 from seedlab.shortcut.optim import EnsembleAdamW
-from seedlab.shortcut.phases import phases
+from seedlab.shortcut.phases import VAL_LEVEL, phases
 from seedlab.shortcut.rundir import RunDir
 from seedlab.shortcut.tasks import SPLITS, Split, check_feasible, get_task, make_splits
 from seedlab.store import content_hash, write_json, write_parquet, write_yaml
@@ -75,6 +80,11 @@ def member_data(cfg: EnsembleConfig, members: list[Member]) -> dict[str, tuple[t
     return out
 
 
+#: what ``generalized`` means in this code (recorded in each job's meta.json: jobs trained before
+#: 2026-12-01 counted adversarial accuracy alone, which the inverted shortcut of r < 0.5 also reaches)
+GENERALIZED = f"adversarial accuracy exactly 100% and validation accuracy >= {VAL_LEVEL:.0%} at one evaluation or adv_every check"
+
+
 @dataclass
 class Outcome:
     generalized: bool = False
@@ -85,14 +95,14 @@ class Outcome:
     final_epoch: int = 0
 
     def update(self, epoch: int, metrics: dict[str, float], adv_prefix: int) -> None:
-        """Fold one evaluation in: generalization is adversarial accuracy of exactly 100%."""
-        self.see_adv(epoch, metrics["adv_acc"], adv_prefix)
+        """Fold one evaluation in: generalization is adversarial accuracy exactly 100% with validation >= VAL_LEVEL."""
+        self.see_adv(epoch, metrics["adv_acc"], adv_prefix, metrics["val_acc"])
         self.final, self.final_epoch = dict(metrics), epoch
 
-    def see_adv(self, epoch: int, adv: float, adv_prefix: int) -> None:
+    def see_adv(self, epoch: int, adv: float, adv_prefix: int, val: float) -> None:
         self.peak_adv_acc = max(self.peak_adv_acc, adv)
         self.adv_prefix_max = max(self.adv_prefix_max, adv_prefix)
-        if adv == 1.0 and not self.generalized:
+        if adv == 1.0 and val >= VAL_LEVEL and not self.generalized:
             self.generalized, self.gen_epoch = True, epoch
 
     @property
@@ -278,7 +288,7 @@ def train_ensemble(
         write_json(
             run.meta_path,
             {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S,
-             "environment": environment(dev)},
+             "generalized": GENERALIZED, "environment": environment(dev)},
         )
     return Result(members, summary, curves, grads, seconds, epoch, grads_heads)
 
@@ -326,11 +336,14 @@ class Evaluation:
             self.on_eval(epoch, metrics)
 
     def check_adv(self, epoch: int) -> None:
-        """Adversarial accuracy alone (``train.adv_every``): a member reaching 100% here has
-        generalized at this epoch; the curves and the last evaluation are left as they are."""
+        """Adversarial accuracy (``train.adv_every``), and validation accuracy when a member not yet
+        generalized is at 100% on it: such a member with validation >= VAL_LEVEL has generalized at this epoch.
+        The curves and the last evaluation are left as they are (the checks only read the weights)."""
         acc, _, prefix = evaluate(self.model, *self.data["adv"][:2], chunk=self.chunk)
+        new = [not oc.generalized and a == 1.0 for oc, a in zip(self.outcomes, acc)]
+        val = evaluate(self.model, *self.data["val"][:2], chunk=self.chunk)[0] if any(new) else np.zeros(len(acc))
         for i, oc in enumerate(self.outcomes):
-            oc.see_adv(epoch, float(acc[i]), int(prefix[i]))
+            oc.see_adv(epoch, float(acc[i]), int(prefix[i]), float(val[i]))
 
     @property
     def n_generalized(self) -> int:
