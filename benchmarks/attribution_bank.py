@@ -7,7 +7,8 @@
    horizon compared with the bank's manifests (they must be bitwise equal);
 2. **estimators vs one candidate run**: each estimator of ``seedlab attribution attribute`` on
    that bank (all K candidates and every query at once), timed alone, against the wall time of one
-   candidate's fork (s .. end, query evaluations included) — per estimator call and per candidate;
+   candidate's fork (s .. end, query evaluations included) — per estimator call and per candidate —
+   and against the bank's training of the same K candidates (``unroll``'s goal: at most 2x);
 3. **damping sweep** (``--damping``, optional): EK-FAC at each λ (``attribute.damping``; "auto":
    kronfluence's heuristic), printing how the estimate's scale (median |estimate| / median
    |measured|) and its rank agreement with the measured effects (Spearman across candidates per
@@ -16,7 +17,7 @@
 Usage (about 4 minutes on this 2-core machine with the defaults):
 
     python benchmarks/attribution_bank.py [--corpus runs/corpus-embedded-bpe] [--candidates 16] [--scratch 2]
-                                          [--threads N] [--estimators sgd,adam,tracin,cosine,ekfac]
+                                          [--threads N] [--estimators sgd,adam,tracin,cosine,ekfac,unroll]
                                           [--damping auto,1e-4,1e-3,1e-2,1e-1] [--fit-rows 256]
 """
 
@@ -78,7 +79,7 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=16, help="K held-out candidate rows (no passage file)")
     ap.add_argument("--scratch", type=int, default=2, help="candidates also trained from scratch (timed, compared)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's)")
-    ap.add_argument("--estimators", default="sgd,adam,tracin,cosine,ekfac")
+    ap.add_argument("--estimators", default="sgd,adam,tracin,cosine,ekfac,unroll")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--damping", default=None, help="EK-FAC damping sweep: comma-separated λ values, 'auto' = "
                     "kronfluence's heuristic (default: no sweep)")
@@ -101,7 +102,8 @@ def main() -> None:
         run_bank(cfg, bank, base=base, progress=False)
         out["bank_s"] = time.perf_counter() - t0
         rd = BankDir(bank)
-        steps_bank = s + (K + 2) * (end - s)  # prefix + twin + replica + K forks
+        arms = 2 if cfg.candidates.replicate_row is not None else 1  # each candidate's fork (and its replicate)
+        steps_bank = s + (arms * K + 2) * (end - s)  # prefix + twin + replica + the candidates' forks
         print(f"1. bank: {out['bank_s']:.1f} s for {steps_bank} updates ({out['bank_s'] / K:.2f} s per candidate, "
               "prefix, twin and replica included)", flush=True)
         queries = {n: t.tokens for n, t in inputs.queries.items()}
@@ -130,9 +132,11 @@ def main() -> None:
             wall = time.perf_counter() - t0
             inner = json.loads(rd.attribution_json.read_text())["seconds"][name][str(args.seed)]
             est[name] = {"seconds": inner, "wall_with_io_s": wall, "per_candidate_s": inner / (K),
-                         "vs_one_fork": inner / fork_s, "per_candidate_vs_one_fork": inner / K / fork_s}
+                         "vs_one_fork": inner / fork_s, "per_candidate_vs_one_fork": inner / K / fork_s,
+                         "vs_bank": inner / out["bank_s"]}
             print(f"   {name:<7} {inner:7.2f} s for {K} candidates x all queries x horizons "
-                  f"({inner / fork_s:.2f} candidate runs; per candidate {inner / K / fork_s:.3f})", flush=True)
+                  f"({inner / fork_s:.2f} candidate runs; per candidate {inner / K / fork_s:.3f}; "
+                  f"{inner / out['bank_s']:.2f}x the bank's training of the same candidates)", flush=True)
         out["estimators"] = est
         if args.damping:
             out["damping"] = damping_sweep(bank, args.damping.split(","), args.fit_rows)

@@ -34,3 +34,39 @@ TINY_FORK = {"model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "bat
 def tiny_twins(corpus, files: dict, **over) -> dict:
     """A twins config on TINY_FORK: the corpus folder, the passage files {condition: path}, and ``over``."""
     return {"corpus": str(corpus), **TINY_FORK, "passages": {c: str(f) for c, f in files.items()}, **over}
+
+
+def attribution_frame(estimators, *, horizons, seeds=(0, 1, 2), n=40, queries=("q0", "q1"), common=1.0, own=0.0,
+                      replicate=None, kinds=("heldout",), unit=None, s=4, seed=0) -> pd.DataFrame:
+    """attribution.parquet's shape, synthetic: measured(seed, c, q, h) = common·T[c, q] + own·(the seed's own
+    normal noise, drawn anew per horizon); measured_replicate = measured + replicate·N(0, 1) when ``replicate``
+    is given (a number, or a function of the horizon); ``estimators[name](measured, rng, h)`` the estimate over
+    the candidates of one (seed, query, horizon), with the registry's label and unit (``unit`` overrides it);
+    candidate kinds in turn from ``kinds``; ``horizons`` ((h, label), ...) after the injection step ``s``; one
+    own-row control per seed (measured and estimates 0)."""
+    import numpy as np
+
+    from seedlab.attribution.registry import ESTIMATORS
+
+    rng = np.random.default_rng(seed)
+    T = rng.normal(size=(n, len(queries)))
+    frames = []
+    for k in seeds:
+        for qi, q in enumerate(queries):
+            for h, label in horizons:
+                m = common * T[:, qi] + own * rng.normal(size=n)
+                base = {"seed": k, "candidate": [f"c{c}" for c in range(n)], "query": q, "horizon": h, "measured": m,
+                        "candidate_kind": [kinds[c % len(kinds)] for c in range(n)], "query_kind": "heldout",
+                        "after": h - s, "label": label}
+                if replicate is not None:
+                    sd = replicate(h) if callable(replicate) else replicate
+                    base["measured_replicate"] = m + sd * rng.normal(size=n)
+                for e, fn in estimators.items():
+                    spec = ESTIMATORS.get(e)
+                    about = {"estimator": e, "estimator_label": spec.label if spec else "estimator",
+                             "unit": unit or (spec.unit if spec else "nats/token")}
+                    frames.append(pd.DataFrame({**base, **about, "estimate": fn(m, rng, h)}))
+                    frames.append(pd.DataFrame({**base, **about, "candidate": ["own-row"], "candidate_kind": ["control"],
+                                                "measured": [0.0], "estimate": [0.0],
+                                                **({"measured_replicate": [0.0]} if replicate is not None else {})}))
+    return pd.concat(frames, ignore_index=True)

@@ -12,3 +12,11 @@ class SeedlabError(Exception):
 def field_error(field: str, allowed: str, got: object) -> SeedlabError:
     """The standard shape of a bad-field message: which field, what is allowed, what came."""
     return SeedlabError(f"{field}: {allowed}, got {got!r}")
+
+
+def in_seed(seed: int, err: BaseException) -> SeedlabError:
+    """Any failure of one seed's work in a process of its own as one line naming the seed (its first
+    line; the exception's type where it was not a SeedlabError)."""
+    line = (str(err).strip().splitlines() or [""])[0]
+    line = line if isinstance(err, SeedlabError) else f"{type(err).__name__}: {line}"
+    return SeedlabError(line if line.startswith(f"seed {seed}:") else f"seed {seed}: {line}")

@@ -128,6 +128,18 @@ def tiny_bank(tmp_path_factory, twins_inputs):
     return base
 
 
+@pytest.fixture
+def design(bank_design, twins_inputs, tmp_path):
+    """``design(**over)``: TINY_BANK with ``over``, its files in tmp_path: (config, its folder)."""
+    from seedlab.attribution.config import AttributionConfig
+    from seedlab.config import load_config
+
+    def make(**over):
+        return load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **over))
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def bank_design():
     """``.config``: TINY_BANK; ``.write(folder, corpus, **over)``: write_design (conftest modules are not importable)."""

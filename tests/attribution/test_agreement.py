@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
+from helpers import attribution_frame
 from seedlab import stats as gstats
 from seedlab.attribution import stats
 from seedlab.attribution.report import answer, write_report
@@ -17,30 +18,9 @@ from seedlab.attribution.report import answer, write_report
 HORIZONS = ((5, "s+1"), (9, "end"))
 
 
-def _frame(estimators, *, seeds=(0, 1, 2), n=40, queries=("q0", "q1"), horizons=HORIZONS, common=1.0, own=0.0,
-           replicate=None, kinds=("heldout",), unit="nats/token", seed=0):
-    """attribution.parquet's shape: measured(seed, c, q, h) = common·T[c, q] + own·(the seed's own normal
-    noise); measured_replicate = measured + replicate·(normal noise) when ``replicate`` is given;
-    ``estimators[name](measured, rng, h)`` the estimate over the candidates of one (seed, query, horizon);
-    candidate kinds in turn from ``kinds``; one own-row control per seed (measured and estimates 0)."""
-    rng = np.random.default_rng(seed)
-    T = rng.normal(size=(n, len(queries)))
-    frames = []
-    for k in seeds:
-        for qi, q in enumerate(queries):
-            for h, label in horizons:
-                m = common * T[:, qi] + own * rng.normal(size=n)
-                base = {"seed": k, "candidate": [f"c{c}" for c in range(n)], "query": q, "horizon": h, "measured": m,
-                        "candidate_kind": [kinds[c % len(kinds)] for c in range(n)], "query_kind": "heldout",
-                        "after": h - 4, "label": label, "unit": unit}
-                if replicate is not None:
-                    base["measured_replicate"] = m + replicate * rng.normal(size=n)
-                for e, fn in estimators.items():
-                    frames.append(pd.DataFrame({**base, "estimator": e, "estimate": fn(m, rng, h)}))
-                    frames.append(pd.DataFrame({**base, "candidate": ["own-row"], "candidate_kind": ["control"],
-                                                "measured": [0.0], "estimator": e, "estimate": [0.0],
-                                                **({"measured_replicate": [0.0]} if replicate is not None else {})}))
-    return pd.concat(frames, ignore_index=True)
+def _frame(estimators, *, horizons=HORIZONS, **kw):
+    """helpers.attribution_frame with this file's horizons."""
+    return attribution_frame(estimators, horizons=horizons, **kw)
 
 
 def _noisy(sd):

@@ -27,16 +27,6 @@ from seedlab.lm.trainer import Trainer
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.fixture
-def design(bank_design, twins_inputs, tmp_path):
-    """``design(**over)``: TINY_BANK with ``over``, its files in tmp_path: (config, its folder)."""
-
-    def make(**over):
-        return load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **over))
-
-    return make
-
-
 def _files(folder):
     return sorted((p.relative_to(folder).as_posix(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file())
 
@@ -294,3 +284,18 @@ def test_not_a_bank_folder(tmp_path):
 def test_config_errors(bank_design, over, match):
     with pytest.raises(SeedlabError, match=match):
         parse(AttributionConfig, {**bank_design.config, "corpus": "x", **over})
+
+
+def test_attribute_in_parallel_processes_and_add(tmp_path, tiny_bank):
+    # seeds in processes of their own give the very same numbers; --add keeps the other estimators' rows
+    bank = shutil.copytree(tiny_bank / "bank", tmp_path / "bank")
+    before = pd.read_parquet(bank / "attribution.parquet")
+    one = attribute(bank, estimators=["adam", "unroll"], progress=False, add=True)
+    assert set(one.estimator) == set(before.estimator) | {"unroll"}
+    pd.testing.assert_frame_equal(one[one.estimator == "sgd"].reset_index(drop=True),
+                                  before[before.estimator == "sgd"].reset_index(drop=True))
+    assert json.loads((bank / "attribution.json").read_text())["estimators"][-2:] == ["adam", "unroll"]
+    two = attribute(bank, estimators=["adam", "unroll"], progress=False, jobs=2)
+    assert set(two.estimator) == {"adam", "unroll"}
+    pd.testing.assert_frame_equal(two.reset_index(drop=True),
+                                  one[one.estimator.isin(["adam", "unroll"])].reset_index(drop=True))

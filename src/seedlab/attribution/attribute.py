@@ -43,6 +43,7 @@ run only (config.json is not changed).
 from __future__ import annotations
 
 import gc
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -58,21 +59,23 @@ from seedlab.attribution.measure import collect
 from seedlab.attribution.registry import ESTIMATORS, HINTS, available, get_estimator, run
 from seedlab.attribution.rundir import Bank, open_bank
 from seedlab.attribution.texts import SELF
+from seedlab.attribution.unroll import unroll
 from seedlab.config import apply_overrides, parse
-from seedlab.errors import SeedlabError
+from seedlab.errors import SeedlabError, in_seed
 from seedlab.lm.batches import batch_indices
 from seedlab.lm.determinism import nondeterminism_is_an_error, settle
 from seedlab.lm.distributed import World
 from seedlab.lm.schedule import lr_of
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
-from seedlab.store import write_json, write_parquet
+from seedlab.store import tensor_hashes, write_json, write_parquet
 
 #: what runs when neither the command nor the config names estimators (those installed); the
 #: variants adam-linear and tracin-cp, kfac and plug-ins run when named
 DEFAULT = ("sgd", "adam", "tracin", "cosine", "adam-cosine", "ekfac", "trak", "random", "loss", "gradnorm", "length")
 CHECKPOINTS = ("tracin-cp",)  # over the twin's checkpoints
 INFLUENCE = ("ekfac", "kfac", "trak")  # at the horizons' weights (or θ_s), fitted on fit_set rows
+TRAJECTORY = ("unroll",)  # the swap carried through the twin's replayed steps (attribution/unroll.py)
 COLUMNS = ["seed", "candidate", "query", "horizon", "measured", "measured_replicate", "estimator", "estimator_label",
            "estimate", "candidate_kind", "query_kind", "after", "label", "unit"]
 
@@ -115,36 +118,71 @@ def with_settings(bank: Bank, settings: Sequence[str]) -> Bank:
 
 
 def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, device: str = "auto",
-              progress: bool = True, settings: Sequence[str] = ()) -> pd.DataFrame:
-    """Run the estimators on every seed of a bank and write attribution.parquet beside it (module doc)."""
+              progress: bool = True, settings: Sequence[str] = (), jobs: int = 1, add: bool = False) -> pd.DataFrame:
+    """Run the estimators on every seed of a bank and write attribution.parquet beside it (module doc).
+    ``jobs`` > 1: that many seeds at once, each in a process of its own on one thread (the same numbers).
+    ``add``: keep the other estimators' rows of an attribution.parquet already there (these estimators'
+    rows are replaced), e.g. to add ``unroll`` to the defaults without running them again."""
+    if jobs < 1:
+        raise SeedlabError(f"--jobs: at least 1, got {jobs}")
     bank = with_settings(open_bank(root), settings)
     names = choose_estimators(bank.cfg, estimators)  # before any work: bad names write nothing
     dev = World().device(device)
-    settle(dev, bank.cfg.threads)  # threads; on CUDA the cuBLAS workspace before the first matmul (lm/determinism.py)
+    settle(dev, 1 if jobs > 1 else bank.cfg.threads)  # threads; on CUDA the cuBLAS workspace before the first matmul
     measured = collect(bank)
     if "measured_replicate" not in measured:
         measured = measured.assign(measured_replicate=np.nan)
     seeds = sorted(int(k) for k in measured.seed.unique())
-    seconds: dict[str, dict[str, float]] = {n: {} for n in names}
-    frames = []
-    gc.freeze()  # kronfluence runs gc.collect() a dozen times per analysis: what lives now need not be walked each time
-    try:
-        with Bar("attribute", len(seeds) * len(names), "estimators", enabled=progress) as bar, \
-                nondeterminism_is_an_error():
-            for seed in seeds:
-                frames.append(estimates_of_seed(bank, seed, names, dev, seconds, bar))
-    finally:
-        gc.unfreeze()
-    est = pd.concat(frames, ignore_index=True)
+    specs = [(str(bank.root), seed, names, str(dev), tuple(settings)) for seed in seeds]
+    with Bar("attribute", len(seeds) * len(names), "estimators", enabled=progress) as bar:
+        if jobs > 1:
+            from seedlab.executors import run_local
+
+            done = run_local(attribute_seed, specs, lambda spec: bar.advance(len(names)), jobs=jobs)
+        else:
+            done = [_estimates(bank, seed, names, dev, bar) for seed in seeds]
+    est = pd.concat([frame for frame, _ in done], ignore_index=True)
+    seconds = {n: {str(seed): t[n] for seed, (_, t) in zip(seeds, done)} for n in names}
     df = measured.merge(est, on=["seed", "candidate", "query", "horizon"], how="inner", validate="1:m")[COLUMNS]
+    if add and bank.dir.attribution.exists():
+        old, before = pd.read_parquet(bank.dir.attribution), json.loads(bank.dir.attribution_json.read_text())
+        kept = [n for n in before["estimators"] if n not in names]
+        df = pd.concat([old[old.estimator.isin(kept)], df], ignore_index=True)
+        seconds = {n: before["seconds"][n] for n in kept} | seconds
+        names = kept + names
     write_parquet(bank.dir.attribution, df)
     a = bank.cfg.attribute
     write_json(bank.dir.attribution_json, {
         "estimators": names, "labels": {n: get_estimator(n).label for n in names}, "seeds": seeds, "seconds": seconds,
-        "device": str(dev), "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules,
+        "device": str(dev), "jobs": jobs, "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules,
         "train_rows": a.train_rows, "fit_rows": a.fit_rows, "tracin_steps": tracin_steps(bank.cfg),
     })
     return df
+
+
+def attribute_seed(spec: tuple[str, int, list[str], str, tuple[str, ...]]) -> tuple[pd.DataFrame, dict[str, float]]:
+    """One seed's estimates in a process of its own (``attribute --jobs``): the bank read back with the
+    same settings, one thread; a failure is one line naming the seed."""
+    root, seed, names, device, settings = spec
+    try:
+        bank = with_settings(open_bank(root), settings)
+        dev = World().device(device)
+        settle(dev, 1)
+        return _estimates(bank, seed, names, dev, None)
+    except Exception as err:  # one line, whatever it was
+        raise in_seed(seed, err) from None
+
+
+def _estimates(bank: Bank, seed: int, names: list[str], dev, bar: Bar | None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """:func:`estimates_of_seed` with its wall times, kronfluence's gc kept cheap and nondeterminism an error."""
+    seconds: dict[str, dict[str, float]] = {n: {} for n in names}
+    gc.freeze()  # kronfluence runs gc.collect() a dozen times per analysis: what lives now need not be walked each time
+    try:
+        with nondeterminism_is_an_error():
+            frame = estimates_of_seed(bank, seed, names, dev, seconds, bar)
+    finally:
+        gc.unfreeze()
+    return frame, {n: seconds[n][str(seed)] for n in names}
 
 
 def tracin_steps(cfg: AttributionConfig) -> list[int]:
@@ -153,7 +191,7 @@ def tracin_steps(cfg: AttributionConfig) -> list[int]:
     return [t for t in cfg.twin_steps() if t < last]
 
 
-def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: dict, bar: Bar) -> pd.DataFrame:
+def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: dict, bar: Bar | None) -> pd.DataFrame:
     """Every estimator on one seed's case: a long frame (seed, candidate, query, horizon, estimator,
     estimator_label, estimate, unit)."""
     cfg, inputs = bank.cfg, bank.inputs
@@ -171,7 +209,8 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
     grads = Gradients(trainer.model, case, micro_batch=cfg.micro_batch)  # shared at θ_s: the first user pays
     frames = []
     for name in names:
-        bar.update(note=f"seed {seed}: {name}")
+        if bar is not None:
+            bar.update(note=f"seed {seed}: {name}")
         t0 = time.perf_counter()
         if name in CHECKPOINTS:
             terms = {t: run(name, trainer.model, case, checkpoints=[(twin.weights(t), lr_of(cfg, t))],
@@ -179,6 +218,8 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
             by_h = {h: sum((terms[t] for t in terms if t < h), np.zeros((len(cands), len(queries)))) for h in horizons}
         elif name in INFLUENCE:
             by_h = influence_by_horizon(name, trainer, case, bank, seed, horizons)
+        elif name in TRAJECTORY:
+            by_h = unroll(grads, trainer, horizons, chunk=cfg.attribute.unroll_chunk, check=twin_check(bank, seed, horizons))
         else:
             v = run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
                     grad_clip=cfg.grad_clip, seed=seed, micro_batch=cfg.micro_batch)
@@ -187,8 +228,28 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
         e = get_estimator(name)
         frames.append(_long(by_h, case, cfg.queries.own, inputs.queries).assign(
             seed=seed, estimator=name, estimator_label=e.label, unit=e.unit))
-        bar.advance()
+        if bar is not None:
+            bar.advance()
     return pd.concat(frames, ignore_index=True)
+
+
+def twin_check(bank: Bank, seed: int, horizons: Sequence[int]):
+    """``check(t, weights)`` for unroll's replay: the replayed twin's weights must hash as the bank's
+    twin at every step its manifest holds (else the Jacobians would be taken along another run). A
+    horizon without the twin's hashes (nothing to check the replay against there) is refused first."""
+    manifest = bank.dir.twin(seed).read_manifest()
+    missing = [h for h in horizons if str(h) not in manifest]
+    if missing:
+        raise SeedlabError(f"seed {seed}: unroll cannot reach step {missing[0]}: the twin saved no weights there "
+                           f"(its steps: {', '.join(sorted(manifest, key=int))})")
+
+    def check(t: int, weights: dict) -> None:
+        want = manifest.get(str(t))
+        if want is not None and tensor_hashes(weights) != want:
+            raise SeedlabError(f"seed {seed}: the twin replayed for unroll differs from the bank's twin at step {t} "
+                               "(another torch, device or thread count than the bank's? see environment.json)")
+
+    return check
 
 
 def fit_set(bank: Bank, seed: int, h: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,13 @@ Per seed k (the batch of step t is a pure function of (k, t), lm/batches.py):
    row r′ of the same batch instead of row r (arm ``replicate.<name>``, recorded as a candidate:
    hashes, and its text's and the queries' losses). To first order Δ differs between the two rows
    by a term shared by all candidates (the ordinary row each replaces), so corr(Δ at r, Δ at r′)
-   over candidates is the target's own test–retest reliability (measure.py ``measured_replicate``).
+   over candidates is the target's own test–retest reliability (measure.py ``measured_replicate``);
+7. the **pairs** (``candidates.pairs``): a few arms carrying two candidates at once, the first in
+   row r and the second in row r′ (arm ``pair.<first>..<second>``, recorded as a candidate: hashes,
+   both texts' and the queries' losses). Δ(pair) against Δ(first at r) + Δ(second at r′) — the
+   candidate run and the replicate that replace the same two rows — is the additivity that group
+   benchmarks assume (attribution/additivity.py). A pair whose first is the own-row control
+   leaves row r as it was: it must be bitwise the second's replicate, or the bank stops.
 
 The twin records every text's loss (all candidates' and the queries) at every horizon.
 ``integrity.json`` records what was shown. **Resume**: a finished run (its done marker) is skipped;
@@ -50,7 +56,7 @@ from seedlab.attribution.estimators import query_loss
 from seedlab.attribution.measure import write_measured
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.attribution.texts import OWN_ROW, REPLICATE, Inputs, load_inputs, replicate
-from seedlab.errors import SeedlabError
+from seedlab.errors import SeedlabError, in_seed
 from seedlab.forks.arms import TWIN, Arm, injection
 from seedlab.forks.folders import RunFolder, environment
 from seedlab.forks.loop import (Design, Manifest, Observer, Observers, ProgressBar, Recording, SeedResult, run_design,
@@ -97,7 +103,7 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
     with folder_lock(rd.root, "{folder} is in use by another bank (pid {pid})"), \
             Bar("bank", 0, "steps", enabled=progress) as bar:
         apart = partial(seeds_apart, env=env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
-        observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow())
+        observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow(inputs))
         run_design(design(inputs, rd, observer, start=lambda: rd.start(record, inputs.record(), env)),
                    apart if parallel else None)
     return write_measured(rd.root)
@@ -140,20 +146,28 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
         if k is not None:
             raise SeedlabError(f"environment: {k} = {here.get(k)!r} in its process, {env.get(k)!r} in the bank's")
         with nondeterminism_is_an_error():
-            return run_seed(design(bank.inputs, bank.dir, Observers(QueryLosses(bank.inputs), OwnRow())), seed)
+            return run_seed(design(bank.inputs, bank.dir, Observers(QueryLosses(bank.inputs), OwnRow(bank.inputs))), seed)
     except Exception as err:  # one line, whatever it was
-        line = (str(err).strip().splitlines() or [""])[0]
-        line = line if isinstance(err, SeedlabError) else f"{type(err).__name__}: {line}"
-        raise SeedlabError(line if line.startswith(f"seed {seed}:") else f"seed {seed}: {line}") from None
+        raise in_seed(seed, err) from None
 
 
 def arms(inputs: Inputs, seed: int) -> list[Arm]:
     """The seed's arms: the twin, every candidate's text in row ``injection_row`` of the batch of s,
-    then (``candidates.replicate_row``) every candidate's replicate: its text in that row instead."""
-    cfg, candidates = inputs.cfg, inputs.candidates_of(seed).items()
+    then (``candidates.replicate_row``) every candidate's replicate: its text in that row instead,
+    then (``candidates.pairs``) every pair: its first in row ``injection_row`` and its second in
+    row ``replicate_row``, both in the one batch of s. A pair whose two texts are the same in this
+    seed (the own-row control and a candidate equal to the replaced row) is a one-line error."""
+    cfg, texts = inputs.cfg, inputs.candidates_of(seed)
     s, row, again = cfg.injection_step, cfg.injection_row, cfg.candidates.replicate_row
-    return [TWIN, *(injection(name, t.tokens, s, row) for name, t in candidates),
-            *(injection(replicate(name), t.tokens, s, again) for name, t in candidates if again is not None)]
+    out = [TWIN, *(injection(name, t.tokens, s, row) for name, t in texts.items()),
+           *(injection(replicate(name), t.tokens, s, again) for name, t in texts.items() if again is not None)]
+    for name, (first, second) in inputs.pairs.items():
+        a, b = texts[first].tokens, texts[second].tokens
+        if a == b:
+            raise SeedlabError(f"candidates.pairs: a pair of identical candidates ({first!r} and {second!r} have the "
+                               f"same text in seed {seed})")
+        out.append(Arm(name, {(s, row): list(a), (s, again): list(b)}))
+    return out
 
 
 def recording(inputs: Inputs) -> Recording:
@@ -168,8 +182,8 @@ def recording(inputs: Inputs) -> Recording:
 
 class QueryLosses(Observer):
     """At every horizon, the loss of every text a run is measured on — the twin: every candidate's
-    and every query; a candidate and its replicate: the candidate's own and every query — into its
-    ``queries.parquet``."""
+    and every query; a candidate and its replicate: the candidate's own and every query; a pair:
+    both its candidates' and every query — into its ``queries.parquet``."""
 
     def __init__(self, inputs: Inputs):
         self.inputs, self.rows = inputs, {}
@@ -178,8 +192,10 @@ class QueryLosses(Observer):
     def texts(self, seed: int, arm: Arm) -> dict[str, Sequence[int]]:
         queries = {n: t.tokens for n, t in self.inputs.queries.items()}
         candidates = {n: t.tokens for n, t in self.inputs.candidates_of(seed).items()}
-        name = arm.name.removeprefix(REPLICATE)
-        return (candidates if arm.is_twin else {name: candidates[name]}) | queries
+        if arm.is_twin:
+            return candidates | queries
+        own = self.inputs.pairs.get(arm.name) or (arm.name.removeprefix(REPLICATE),)
+        return {n: candidates[n] for n in own} | queries
 
     def stops(self, seed: int, arm: Arm) -> set[int]:
         return self.horizons
@@ -197,20 +213,37 @@ class QueryLosses(Observer):
 
 class OwnRow(Observer):
     """The own-row control: the candidate equal to the replaced row must be the twin, bit for bit,
-    at every step it hashed (else the injection is not exact), or the bank stops."""
+    at every step it hashed (else the injection is not exact), or the bank stops. Likewise a pair
+    whose first is the own-row control (row r left as it was) must be its second's replicate, bit
+    for bit (else two injections in one batch are not each exact)."""
 
-    def __init__(self):
+    def __init__(self, inputs: Inputs):
+        self.pairs = {name: second for name, (first, second) in inputs.pairs.items() if first == OWN_ROW}
         self.twin: Manifest = {}
+        self.replicates: dict[str, Manifest] = {}  # the seed's, by arm (replicates run before pairs)
+        self.shown: dict[str, dict] = {}  # the seed's pairs checked so far (the seed's record keeps the last)
 
     def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
         if arm.is_twin:
-            self.twin = manifest
+            self.twin, self.replicates, self.shown = manifest, {}, {}  # a new seed
             return None
+        if arm.name.startswith(REPLICATE):
+            self.replicates[arm.name] = manifest
+        if arm.name in self.pairs:
+            again = replicate(self.pairs[arm.name])
+            self._same(seed, manifest, self.replicates[again], f"the pair {arm.name} differs from {again}",
+                       "row r replaced by itself beside another row changed the run")
+            self.shown[arm.name] = {"bitwise_equal_to": again, "steps_compared": sorted(int(t) for t in manifest)}
+            return {"own_row_pairs": dict(self.shown)}
         if arm.name != OWN_ROW:  # its replicate (another row replaced) is not the twin
             return None
-        for t, hashes in manifest.items():
-            bad = first_difference(self.twin[t], hashes)
-            if bad is not None:
-                raise SeedlabError(f"seed {seed}: the own-row control differs from the twin at step {t} in tensor "
-                                   f"{bad!r} (replacing a row by itself changed the run: the injection is not exact)")
+        self._same(seed, manifest, self.twin, "the own-row control differs from the twin",
+                   "replacing a row by itself changed the run: the injection is not exact")
         return {"own_row": {"bitwise_equal_to_twin": True, "steps_compared": sorted(int(t) for t in manifest)}}
+
+    @staticmethod
+    def _same(seed: int, manifest: Manifest, reference: Manifest, what: str, why: str) -> None:
+        for t, hashes in manifest.items():
+            bad = first_difference(reference[t], hashes)
+            if bad is not None:
+                raise SeedlabError(f"seed {seed}: {what} at step {t} in tensor {bad!r} ({why})")

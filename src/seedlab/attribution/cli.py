@@ -17,7 +17,7 @@ app = typer.Typer(no_args_is_help=True)  # its line in `seedlab --help` is its e
 @app.command("bank")
 def attribution_bank(
     config: Annotated[str, typer.Argument(help="attribution config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
-    out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>, replicates/<name>}")],
+    out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>, replicates/<name>, pairs/<first>..<second>}")],
     set_: Annotated[list[str], typer.Option("--set", help="override a field, e.g. --set candidates.heldout=32")] = [],  # noqa: B006
     force: Annotated[bool, typer.Option(help="overwrite a folder holding another bank")] = False,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
@@ -45,20 +45,22 @@ def attribution_attribute(
     bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimators", "--estimator", help=(
         "estimator(s) to run, repeatable or comma-separated: sgd, adam, adam-linear, tracin, tracin-cp, cosine, "
-        "adam-cosine, ekfac, kfac, the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
+        "adam-cosine, ekfac, kfac, unroll (the exact linear response, the reference), the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
         "(function(model, case, grads) -> array of candidates x queries: seedlab.attribution.registry); default: "
         "the config's, else the installed defaults"))] = [],  # noqa: B006
     set_: Annotated[list[str], typer.Option("--set", help="override an attribute setting for this run, e.g. "
                                                           "--set attribute.fit_rows=512 --set attribute.damping=0.01")] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    jobs: Annotated[int, typer.Option(help="seeds at once, each in a process of its own on one thread (1: one after another, here)")] = 1,
+    add: Annotated[bool, typer.Option(help="keep the other estimators' rows already in attribution.parquet (e.g. --estimator unroll --add)")] = False,
 ) -> None:
     """Every estimator's prediction of every measured effect -> attribution.parquet."""
     from seedlab.attribution.attribute import attribute
     from seedlab.attribution.rundir import BankDir
 
     names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
-    df = attribute(bank, estimators=names or None, device=device, progress=progress, settings=set_)
+    df = attribute(bank, estimators=names or None, device=device, progress=progress, settings=set_, jobs=jobs, add=add)
     typer.echo(f"{df.estimator.nunique()} estimator(s) x {len(df) // max(df.estimator.nunique(), 1)} measured effects "
                f"-> {BankDir(bank).attribution}")
 

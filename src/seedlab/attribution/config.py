@@ -27,6 +27,22 @@ class CandidatesConfig(Strict):
     seed: int = 0  # which held-out rows are drawn (the same rows for every training seed) (not stated)
     own_row: bool = False  # a control candidate equal to the replaced row: its runs must be bitwise the twin's (measured 0)
     replicate_row: NonNeg | None = None  # every candidate once more, in row r' of the same batch (measured_replicate); null: off (not stated)
+    pairs: NonNeg | list[tuple[str, str]] = 0  # forks carrying two candidates at once, the first in row r, the second in r': P disjoint pairs drawn (seeded by seed) from the non-control candidates, or [[first, second], ...] by name; needs replicate_row (not stated)
+
+    @model_validator(mode="after")
+    def _pairs(self) -> CandidatesConfig:
+        """Pairs need their second row; a listed pair is two different candidates, listed once (the
+        names and texts are checked against the candidates by texts.py ``pairs_of``)."""
+        if self.pairs and self.replicate_row is None:
+            raise ValueError("pairs: needs candidates.replicate_row, the pair's second row")
+        if isinstance(self.pairs, list):
+            same = next((p for p in self.pairs if p[0] == p[1]), None)
+            if same is not None:
+                raise ValueError(f"pairs: a pair of identical candidates ({same[0]!r} twice)")
+            twice = next((p for i, p in enumerate(self.pairs) if p in self.pairs[:i]), None)
+            if twice is not None:
+                raise ValueError(f"pairs: the pair ({twice[0]!r}, {twice[1]!r}) is listed twice")
+        return self
 
 
 class QueriesConfig(Strict):
@@ -47,6 +63,8 @@ class AttributeConfig(Strict):
     modules: Literal["all", "mlp"] = "all"  # the blocks' Linear modules the influence is computed over
     train_rows: Pos | None = None  # D of the influence formula; null: the batch's rows (ranks are unchanged by it)
     fit_rows: Pos = 256  # rows EK-FAC/K-FAC's curvature (TRAK's ΦᵀΦ) is fitted on, drawn from the training batches of steps 0 .. h (h: the weights' step)
+    unroll_chunk: Pos | None = 16  # candidates per vmapped JVP of unroll (memory: ~chunk x a batch's logits x a few); null: all at once
+    h_star_rho: Annotated[float, Field(gt=0, lt=1)] = 0.5  # the report's h*: the first horizon whose within-seed Spearman(measured, unroll) falls below this; fixed before looking (not stated)
 
 
 class AttributionConfig(ForkDesign):
@@ -73,7 +91,8 @@ class AttributionConfig(ForkDesign):
             raise ValueError("candidates: name a file, or draw held-out rows (heldout > 0)")
         r2 = self.candidates.replicate_row
         if r2 is not None and (r2 == self.injection_row or r2 >= self.batch_size):
-            raise ValueError(f"candidates.replicate_row: another row of the batch than injection_row {self.injection_row} "
+            what = "candidates.replicate_row (also the pairs' second row)" if self.candidates.pairs else "candidates.replicate_row"
+            raise ValueError(f"{what}: another row of the batch than injection_row {self.injection_row} "
                              f"(0 .. {self.batch_size - 1}), got {r2}")
         if not (self.queries.own or self.queries.heldout or self.queries.probes):
             raise ValueError("queries: at least one kind (own, heldout or probes)")

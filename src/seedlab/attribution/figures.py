@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from seedlab.attribution.horizon import MEASURED, RUN_IT, UNROLL, LinearResponse
 from seedlab.attribution.rundir import BankDir
 from seedlab.attribution.stats import RELIABILITY, REPLICATE, is_baseline
 from seedlab.reporting import Fig, new_figure, save_figure
@@ -104,3 +105,48 @@ def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
                             "seed-mean estimate against the seed-mean measured effect; black: the Spearman–Brown "
                             "reliability R of that seed-mean, dotted: √R. Bars: 95% bootstrap intervals over "
                             "candidates; dashed: baselines.")
+
+
+def linear_response_figure(lr: LinearResponse, rd: BankDir) -> Fig:
+    """The linear-response horizon (attribution/horizon.py), within seed, one panel per query kind,
+    against the updates after s (log x): ρ(measured, unroll) (black, its bootstrap interval shaded),
+    ρ(unroll, e) for every other estimator (thin; baselines dotted), the replicate floor (dashed),
+    the threshold τ (red, dotted) and h* (red line, its interval shaded). Saved as linear_response.png."""
+    title = "The linear-response horizon"
+    if not lr.ran:
+        return Fig(title, None, f"the exact linear response ({UNROLL}) was not run: `{RUN_IT}`")
+    t = lr.table[lr.table.track == "within"]
+    kinds = list(dict.fromkeys(t.query_kind))
+    fig, axes = new_figure(1, len(kinds), w=4.4, h=3.4)
+    left, right = t.after.min() / 1.6, t.after.max() * 1.6
+    for ax, kind in zip(axes, kinds, strict=True):
+        g = t[t.query_kind == kind]
+        for c, gc in g.groupby("compared", sort=False):
+            gc = gc.sort_values("after")
+            if c == MEASURED:
+                ax.fill_between(gc.after, gc.low, gc.high, color="k", alpha=0.12, lw=0)
+                ax.plot(gc.after, gc.rho, color="k", lw=2.2, marker="o", ms=3, label=f"ρ(measured, {UNROLL})")
+            elif c == REPLICATE:
+                ax.plot(gc.after, gc.rho, color="k", lw=1.2, ls="--", label="replicate floor")
+            else:
+                ax.plot(gc.after, gc.rho, color=COLORS.get(c), lw=0.8, ls=":" if gc.baseline.iloc[0] else "-",
+                        marker=".", ms=3, label=f"ρ({UNROLL}, {c})")
+        ax.axhline(lr.threshold, color="tab:red", lw=0.8, ls=":", label=f"τ = {lr.threshold:g}")
+        s = lr.h_star.set_index("query_kind").loc[kind]
+        if s.status == "reached":
+            ax.axvline(s.after, color="tab:red", lw=1.4, label=f"h* = {s.label}")
+        if not np.isnan(s.low_after):  # the interval's upper end "not reached": shaded to the right edge
+            ax.axvspan(s.low_after, right if np.isnan(s.high_after) else s.high_after, color="tab:red", alpha=0.08,
+                       lw=0)
+        ax.axhline(0, color="k", lw=0.4)
+        ax.set(xscale="log", xlim=(left, right), ylim=(-1.05, 1.05), xlabel="updates after s", ylabel="Spearman",
+               title=f"{kind} queries, within seed (h* {s.label if s.status == 'reached' else s.status})")
+        ax.legend(fontsize=5)
+    path = save_figure(fig, rd.figure("linear_response.png"))
+    return Fig(title, path, f"Per seed and query, the Spearman correlation across candidates, averaged over the "
+                            f"queries of a kind and then over seeds. Black: the exact first-order counterfactual "
+                            f"({UNROLL}) against the measured effect, with its {100 * (1 - lr.alpha):g}% bootstrap interval (what is lost to "
+                            f"nonlinearity and chaos); thin lines: each other estimator against {UNROLL} (what it "
+                            f"loses to its own approximations; baselines dotted); dashed: the replicate floor. Red: "
+                            f"the threshold τ = {lr.threshold:g}, h* (the first horizon at which the black line falls "
+                            "below it) and the interval of h* over the bootstrap resamples (shaded).")

@@ -19,6 +19,9 @@ seed × candidate × query × horizon) has the columns
 ``twin_loss``: the two L_query; ``measured_replicate``: the same Δ of the candidate's replicate —
 its text in row ``candidates.replicate_row`` instead, against the same twin — NaN when the bank has
 none). Unfinished runs are left out with a warning (an unfinished replicate: NaN).
+
+With ``candidates.pairs`` the bank also gets ``additivity.parquet``: each pair's Δ beside the sum
+of its two single-row Δs (attribution/additivity.py ``collect_pairs``).
 """
 
 from __future__ import annotations
@@ -90,8 +93,13 @@ def _beside_twin(where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFra
 
 
 def write_measured(root: str | Path) -> pd.DataFrame:
-    """measured.parquet of a bank folder (see the module doc); returns it."""
+    """measured.parquet of a bank folder (see the module doc), and additivity.parquet when the bank
+    has pairs; returns measured.parquet's frame."""
+    from seedlab.attribution.additivity import collect_pairs
+
     bank = open_bank(root)
     df = collect(bank)
     write_parquet(bank.dir.measured, df)
+    if bank.inputs.pairs:
+        write_parquet(bank.dir.additivity, collect_pairs(bank))
     return df

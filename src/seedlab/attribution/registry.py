@@ -10,6 +10,8 @@ Options (keyword arguments of :func:`run` / :func:`estimate`; each estimator rea
   ``trainer.step == s``);
 - ``include_v`` — adam-linear: keep the second-moment term of the first-order update (default True);
 - ``checkpoints`` — tracin-cp: [(state_dict, lr), ...];
+- ``trainer``, ``horizon`` — unroll: the twin's :class:`~seedlab.lm.trainer.Trainer` at the fork point
+  (``step == s``, the model's weights; it is not changed) and the horizon h (updates completed, > s);
 - ``influence`` — ekfac, kfac, trak: :class:`~seedlab.attribution.influence.InfluenceOptions`;
 - ``seed`` — random: its generator's seed (default 0);
 - ``micro_batch`` — rows per forward/backward for the full-batch gradient (memory only).
@@ -77,7 +79,7 @@ class Estimator:
     needs: tuple[str, ...] = ()  # options that must be given
     accepts: tuple[str, ...] = ()  # options it reads (needs included)
     library: str | None = None  # optional import it needs
-    label: str = "estimator"  # "estimator" (as its paper defines it), "variant", "baseline" or "plug-in"
+    label: str = "estimator"  # "estimator" (as its paper defines it), "variant", "reference", "baseline" or "plug-in"
 
 
 def _influence(strategy: str) -> Callable[..., np.ndarray]:
@@ -87,6 +89,12 @@ def _influence(strategy: str) -> Callable[..., np.ndarray]:
         return run_influence(grads.model, grads.case, strategy=strategy, options=influence)
 
     return fn
+
+
+def _unroll(grads: Gradients, *, trainer: Any, horizon: int) -> np.ndarray:
+    from seedlab.attribution.unroll import unroll
+
+    return unroll(grads, trainer, [horizon])[horizon]
 
 
 def _trak(grads: Gradients, *, influence: Any = None) -> np.ndarray:
@@ -119,6 +127,9 @@ ESTIMATORS: dict[str, Estimator] = {
                   _influence("kfac"), (), ("influence",), "kronfluence"),
         Estimator("trak", "TRAK (traker, CPU projector): −(τ(q, c) − τ(q, r)), one model", "convergence", "score",
                   _trak, (), ("influence",), "trak"),
+        Estimator("unroll", "the exact one-step change at s carried through the twin's steps to h (first order): "
+                  "⟨∇L_q(θ_h), Δθ_h⟩", "every horizon", "nats/token", _unroll, ("trainer", "horizon"),
+                  ("trainer", "horizon"), label="reference"),
         Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", est.random_baseline,
                   (), ("seed",), label="baseline"),
         Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", est.loss_baseline,
@@ -129,7 +140,8 @@ ESTIMATORS: dict[str, Estimator] = {
                   label="baseline"),
     )
 }
-OPTIONS = {"lr", "grad_clip", "optimizer", "include_v", "checkpoints", "influence", "seed", "micro_batch"}
+OPTIONS = {"lr", "grad_clip", "optimizer", "include_v", "checkpoints", "influence", "seed", "micro_batch", "trainer",
+           "horizon"}
 PLUGIN_ARGS = ("model", "case", "grads")
 
 

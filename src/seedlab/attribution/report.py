@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from seedlab.attribution import figures, stats
+from seedlab.attribution import figures, horizon, stats
+from seedlab.attribution.additivity import additivity_section
+from seedlab.attribution.config import AttributeConfig
 from seedlab.attribution.registry import ESTIMATORS
 from seedlab.attribution.rundir import BankDir
+from seedlab.config import parse
 from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, pct
 from seedlab.store import write_text
@@ -53,8 +56,11 @@ def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
     a = load(root)
     an = stats.analyse(a.df)
+    tau = parse(AttributeConfig, a.config.get("attribute", {}), "attribute").h_star_rho
+    lr = horizon.linear_response(a.df, threshold=tau)
     rep = Report()
-    rep.add("# Attribution: influence estimates against measured single-row counterfactuals", answer(an.verdict))
+    rep.add("# Attribution: influence estimates against measured single-row counterfactuals",
+            *([horizon.horizon_sentence(lr, an.verdict)] if lr.ran else []), answer(an.verdict))
     rep.add("## Design", intro(a))
     rep.add("## Integrity", integrity_text(a))
     rep.add("## The measured effects", effects_table(an.effects))
@@ -66,12 +72,17 @@ def write_report(root: str | Path) -> Path:
         rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "across", kind)))
     rep.add("## Against the baselines", versus_text(an.versus))
     rep.add("## Decay between horizons", decay_table(an.decay))
+    rep.add(horizon.linear_response_section(lr, an.verdict))
     rep.add("## Sign agreement, weighted by |Δ L|", sign_table(an.sign))
     rep.add("## Magnitude", calibration_table(an.calibration))
     rep.add("## Within each candidate kind", by_kind_table(an.by_candidate_kind))
+    pairs = additivity_section(a.dir.root)  # "" when the bank has no pairs
+    if pairs:
+        rep.add(pairs)
     rep.add("## Figures")
     queries = a.df[a.df.candidate_kind != "control"].drop_duplicates("query_kind")["query"]  # the first of each kind
     for fig in [figures.correlation_figure(an.correlations, a.dir),
+                *([figures.linear_response_figure(lr, a.dir)] if lr.ran else []),
                 *(figures.scatter_figure(a.df, a.dir, q) for q in queries)]:
         rep.add(figure_block(fig))
     names = [e for e in dict.fromkeys(an.correlations.estimator) if e not in stats.REFERENCES]

@@ -20,8 +20,12 @@ The layout::
                                         queries' L_query at every horizon (no weights are stored)
     DIR/seed-<k>/replicates/<name>/     the same files for the candidate's replicate (candidates.replicate_row:
                                         its text in row r' of the batch of s; its arm is ``replicate.<name>``)
+    DIR/seed-<k>/pairs/<first>..<second>/   the same files for a pair (candidates.pairs: first in row r, second
+                                        in row r' of the batch of s; its arm is ``pair.<first>..<second>``;
+                                        queries.parquet: both candidates' texts and the queries)
     DIR/integrity.json                  what was shown: replica control, own-row controls
     DIR/measured.parquet                seedlab attribution bank: measured Δ L_query per seed × candidate × query × horizon
+    DIR/additivity.parquet              with pairs: each pair's Δ beside the sum of its two single-row Δs (attribution/additivity.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
     DIR/report.md, DIR/*.png            seedlab attribution report
 
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.texts import REPLICATE, Inputs, Text
+from seedlab.attribution.texts import PAIR, REPLICATE, Inputs, Text, pair
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import NAME
@@ -47,7 +51,7 @@ from seedlab.forks.folders import DesignFolder, RunFolder, open_design
 
 class ForkFolder(RunFolder):
     """One forked run of one seed: the twin (its weights at the saved steps), its replica (hashes
-    only) or a candidate's (hashes and query losses): forks.folders.RunFolder's files, and ``queries.parquet``."""
+    only) or a candidate's, a replicate's or a pair's (hashes and query losses): forks.folders.RunFolder's files, and ``queries.parquet``."""
 
     @property
     def queries(self) -> Path:
@@ -63,9 +67,12 @@ class BankDir(DesignFolder):
     study, noun, arm_word = "attribution", "bank", "run"
 
     def run(self, seed: int, arm: str) -> ForkFolder:
-        """An arm's run: the twin's, a candidate's, or a candidate's replicate (``replicate.<name>``)."""
+        """An arm's run: the twin's, a candidate's, a candidate's replicate (``replicate.<name>``) or a
+        pair's (``pair.<first>..<second>``)."""
         if arm.startswith(REPLICATE):
             return self.replicate_of(seed, arm.removeprefix(REPLICATE))
+        if arm.startswith(PAIR):
+            return self._named(seed, "pairs", arm.removeprefix(PAIR))
         return self.twin(seed) if arm == "twin" else self.candidate(seed, arm)
 
     def twin(self, seed: int) -> ForkFolder:
@@ -81,6 +88,10 @@ class BankDir(DesignFolder):
         """Candidate ``name``'s replicate: its text in row ``candidates.replicate_row``."""
         return self._named(seed, "replicates", name)
 
+    def pair(self, seed: int, first: str, second: str) -> ForkFolder:
+        """The pair's run: ``first`` in row ``injection_row``, ``second`` in row ``candidates.replicate_row``."""
+        return self.run(seed, pair(first, second))
+
     def _named(self, seed: int, folder: str, name: str) -> ForkFolder:
         if not NAME.match(name):
             raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
@@ -93,6 +104,10 @@ class BankDir(DesignFolder):
     @property
     def measured(self) -> Path:
         return self.root / "measured.parquet"
+
+    @property
+    def additivity(self) -> Path:
+        return self.root / "additivity.parquet"
 
     @property
     def attribution(self) -> Path:

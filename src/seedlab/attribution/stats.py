@@ -80,6 +80,12 @@ def is_baseline(name: str) -> bool:
     return name == KIND or (name in ESTIMATORS and ESTIMATORS[name].label == "baseline")
 
 
+def is_reference(name: str) -> bool:
+    """Not an estimator under test: the replicate floor and the reliability, or an estimator the registry
+    labels "reference" (unroll, the exact linear response: what the estimators approximate)."""
+    return name in REFERENCES or (name in ESTIMATORS and ESTIMATORS[name].label == "reference")
+
+
 def _ordinary(df: pd.DataFrame) -> pd.DataFrame:
     return df[df.candidate_kind != "control"]
 
@@ -157,6 +163,22 @@ class Arrays:
         """The horizon ``h`` as columns: ``{prefix}horizon, {prefix}label, {prefix}after``."""
         label, after = self.labels[h]
         return {f"{prefix}horizon": h, f"{prefix}label": label, f"{prefix}after": after}
+
+    def only(self, names: list[str]) -> Arrays:
+        """The estimators ``names`` alone (in that order), beside the measured effects as they are."""
+        j = [self.estimators.index(n) for n in names]
+        return Arrays(self.queries, self.kinds, self.horizons, self.labels, list(names), self.seeds, self.candidates,
+                      self.X[:, :, j], self.M, self.R)
+
+    def against(self, name: str) -> Arrays:
+        """The other estimators with estimator ``name``'s estimates in place of the measured effect
+        and no replicate: every correlation "with the measured effect" becomes one with ``name`` —
+        within seed Spearman(e, name) per seed, query and horizon; across seeds Spearman of the two
+        seed-means; the reliability that of ``name``'s seed-mean."""
+        j = self.estimators.index(name)
+        rest = [i for i in range(len(self.estimators)) if i != j]
+        return Arrays(self.queries, self.kinds, self.horizons, self.labels, [self.estimators[i] for i in rest],
+                      self.seeds, self.candidates, self.X[:, :, rest], self.X[:, :, j], None)
 
     def without_seed(self, i: int) -> Arrays:
         keep = [j for j in range(len(self.seeds)) if j != i]
@@ -319,7 +341,7 @@ def verdict(corr: pd.DataFrame, vs: pd.DataFrame) -> pd.DataFrame:
     reliability), ``best_baseline``, ``baseline_rho``, ``label``, ``after``."""
     rows = []
     for (track, kind, h), g in corr.groupby(["track", "query_kind", "horizon"], sort=False):
-        est = g[~g.baseline & ~g.estimator.isin(REFERENCES)].sort_values("rho", ascending=False, na_position="last")
+        est = g[~g.baseline & ~g.estimator.map(is_reference)].sort_values("rho", ascending=False, na_position="last")
         bl = g[g.baseline].sort_values("rho", ascending=False, na_position="last")
         v = vs[(vs.track == track) & (vs.query_kind == kind) & (vs.horizon == h)]
         lost = set(v[v.low <= 0].estimator)  # estimators some baseline is not clearly below (undefined ρ: no rival)

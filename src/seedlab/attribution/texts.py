@@ -14,6 +14,13 @@ With ``candidates.replicate_row``, every candidate is also trained in a second a
 *replicate* ``replicate.<name>`` (:func:`replicate`): the same text in row ``replicate_row`` of
 the same batch; names beginning ``replicate.`` are therefore reserved.
 
+With ``candidates.pairs`` (:func:`pairs_of`), a few arms carry two candidates at once, the first
+in row ``injection_row``, the second in row ``replicate_row``: ``pair.<first>..<second>``
+(:func:`pair`; an arm's name is a folder name, so no '+'). An int P draws P disjoint pairs of the
+non-control candidates of distinct texts, seeded by ``candidates.seed`` alone (the same pairs for
+every training seed); a list names them (the own-row control may be one of the two). Names
+beginning ``pair.`` are reserved too.
+
 Queries: each candidate's own text (``self``: self-influence), ``queries.heldout`` held-out rows
 (``query-<i>``, disjoint from the candidate rows) and the probe texts of ``queries.probes``
 (same formats, named ``probe-<i>`` or by their ``name``).
@@ -28,6 +35,7 @@ candidate must give one next-token target and fit a row, and so must a query.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -43,11 +51,17 @@ from seedlab.lm.model import GPTConfig
 OWN_ROW = "own-row"
 SELF = "self"
 REPLICATE = "replicate."  # a candidate's replicate arm: "replicate.<candidate>"
+PAIR, PAIR_SEP = "pair.", ".."  # a pair's arm: "pair.<first>..<second>"
 
 
 def replicate(name: str) -> str:
     """The arm of candidate ``name``'s replicate (its text in row ``candidates.replicate_row``)."""
     return REPLICATE + name
+
+
+def pair(first: str, second: str) -> str:
+    """The arm of the pair (``first`` in row ``injection_row``, ``second`` in row ``replicate_row``)."""
+    return f"{PAIR}{first}{PAIR_SEP}{second}"
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,11 @@ class Inputs:
             out[OWN_ROW] = Text("control", ids, self.corpus.decode(ids))
         return out
 
+    @cached_property
+    def pairs(self) -> dict[str, tuple[str, str]]:
+        """``{arm: (first, second)}`` of ``candidates.pairs`` (:func:`pairs_of`), the same for every seed."""
+        return pairs_of(self.cfg, self.candidates)
+
     def record(self) -> dict:
         """What inputs.json holds (the design's texts; checked when a bank resumes)."""
         c = self.corpus
@@ -129,13 +148,58 @@ def load_inputs(cfg: AttributionConfig, base: Path, *, corpus: str | Path | None
                 raise SeedlabError(f"{kind}.{name}: a name is letters, digits, '.', '_' and '-' (a folder name)")
     names = set(candidates) | set(queries)
     clash = sorted((set(candidates) & set(queries)) | ({OWN_ROW, SELF} & names)
-                   | {n for n in names if n.startswith(REPLICATE)})
+                   | {n for n in names if n.startswith((REPLICATE, PAIR))})
     if clash:
         raise SeedlabError(f"names: {clash[0]!r} is taken (candidates and queries need distinct names, "
-                           f"{OWN_ROW!r} and {SELF!r} are reserved, and so is the prefix {REPLICATE!r})")
+                           f"{OWN_ROW!r} and {SELF!r} are reserved, and so is the prefix {REPLICATE!r}, "
+                           f"and the prefix {PAIR!r})")
     if not candidates and not cfg.candidates.own_row:
         raise SeedlabError("candidates: none (a file with passages, or candidates.heldout > 0)")
+    pairs_of(cfg, candidates)  # checked now, before a folder is touched
     return Inputs(cfg, c, gcfg, candidates, queries)
+
+
+def pairs_of(cfg: AttributionConfig, candidates: dict[str, Text]) -> dict[str, tuple[str, str]]:
+    """``candidates.pairs`` resolved against the candidates (without the own-row control, which
+    depends on the seed): ``{arm name: (first, second)}``, in the config's (or the draw's) order.
+
+    An int P: the non-control candidates of distinct texts (the first of each text, in the design's
+    order), permuted by ``default_rng([candidates.seed, 1])``; pair i is positions (2i, 2i + 1).
+    A list: each name a candidate (or ``own-row`` when ``candidates.own_row``), the two texts
+    different. Bad input is a one-line error (config.py checks a name given twice)."""
+    want = cfg.candidates.pairs
+    if isinstance(want, int):
+        firsts: dict[tuple[int, ...], str] = {}
+        for name, t in candidates.items():
+            firsts.setdefault(t.tokens, name)
+        distinct = list(firsts.values())
+        if 2 * want > len(distinct):
+            raise SeedlabError(f"candidates.pairs: {want} disjoint pairs need {2 * want} candidates of distinct texts "
+                               f"(the own-row control aside), this bank has {len(distinct)}")
+        order = np.random.default_rng([cfg.candidates.seed, 1]).permutation(len(distinct))
+        chosen = [(distinct[order[2 * i]], distinct[order[2 * i + 1]]) for i in range(want)]
+    else:
+        chosen = list(want)
+        known = {*candidates, *([OWN_ROW] if cfg.candidates.own_row else [])}
+        for first, second in chosen:
+            bad = next((n for n in (first, second) if n not in known), None)
+            if bad is not None:
+                some = sorted(known)
+                raise SeedlabError(f"candidates.pairs: {bad!r} is not a candidate (candidates: {', '.join(some[:8])}"
+                                   f"{', …' if len(some) > 8 else ''})")
+            if first in candidates and second in candidates and candidates[first].tokens == candidates[second].tokens:
+                raise SeedlabError(f"candidates.pairs: a pair of identical candidates ({first!r} and {second!r} "
+                                   "have the same text)")
+    out: dict[str, tuple[str, str]] = {}
+    for first, second in chosen:
+        name = pair(first, second)
+        if not NAME.match(name):
+            raise SeedlabError(f"candidates.pairs: the arm name {name!r} is too long for a folder name (100 characters)")
+        if name in out:
+            raise SeedlabError(f"candidates.pairs: ({first!r}, {second!r}) and {out[name]!r} make the same arm name "
+                               f"{name!r} (a name with {PAIR_SEP!r} in it)")
+        out[name] = (first, second)
+    return out
 
 
 def read_texts(path: Path, field: str, prefix: str) -> list[tuple[str, str]]:

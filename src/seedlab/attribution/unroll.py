@@ -1,0 +1,227 @@
+"""``unroll``: the exact linearized counterfactual of one swapped row, carried through the twin's own steps.
+
+Every estimator at θ_s predicts the effect of the swap from the state at the fork point. ``unroll``
+is the reference they approximate: the candidate's run, linearized around the twin's *actual*
+trajectory. Write the trainer's update at step t as a map of the whole optimizer state,
+
+    z_{t+1} = F_t(z_t),   z = (θ, m, v)   (AdamW; plain SGD: z = θ)
+
+with F_t the update on the ordinary batch of (seed, t) at the rate lr_t: the raw gradient
+g = ∇L_t(θ), torch's global-norm clip c = g·min(1, C/(‖g‖ + 1e-6)), then (AdamW, torch's
+arithmetic) m' = β₁m + (1−β₁)c, v' = β₂v + (1−β₂)c², θ' = θ(1 − lr·wd) − (lr/bc₁)·m'/(√(v'/bc₂) + ε)
+with bc_k = 1 − β_kᵗ and the decay on the matrices only (the trainer's groups); SGD: θ' = θ − lr(c + wd·θ).
+
+1. **At s** the swap's change of the state is taken *exactly*, not linearized (as ``adam`` does):
+   with the twin's gradient g and δ_c = (∇ℓ_c − ∇ℓ_r)/N (attribution/estimators.py),
+   Δθ_{s+1} = u(g + δ_c) − u(g) (lm/gradients.py ``AdamStep``), Δm = (1−β₁)(clip(g+δ_c) − clip(g)),
+   Δv = (1−β₂)(clip(g+δ_c)² − clip(g)²); SGD: Δθ = −lr_s(clip(g+δ_c) − clip(g)).
+2. **Then** the tangent is carried through the twin's steps s+1 … h by the Jacobian of each
+   step's map at the twin's state: Δz_{t+1} = ∂F_t(z_t)·Δz_t, a forward-mode ``torch.func.jvp``
+   of the whole update (a Hessian-vector product inside: the gradient is differentiated through the
+   clip, the moments and the square root), vmapped over the candidates in chunks of ``chunk``.
+   The twin is *replayed* from the kept prefix by the bank's own trainer, so the state the Jacobian
+   is taken at is the twin's bit for bit; the replay's weights are checked against the twin's
+   manifest at every saved step (``check``).
+3. **At each horizon h**: Δ L_q ≈ ⟨∇L_q(θ_h), Δθ_h⟩ (the query's gradient at the twin's weights
+   of that horizon, :class:`~seedlab.attribution.estimators.Gradients`).
+
+So ``unroll`` is exact to first order in the swap at every horizon: what separates it from the
+measured effect is the nonlinearity of training in the swap (and chaos, which amplifies it); what
+separates an estimator at θ_s from it is that estimator's own approximation (issue 20's
+decomposition; attribution/horizon.py). Under plain SGD at a small rate it matches the measured
+effect at every horizon (tests/attribution/test_unroll.py).
+
+Numerics: float32 (the model's dtype) throughout the propagation, the step at s in float64.
+Attention runs on torch's MATH kernel inside the JVP (the fused CPU kernel has no forward-mode
+derivative); the primal it linearizes at is the replayed twin's state. Where the twin's v is
+exactly 0, √v has no derivative: the square root's tangent is taken as 0 there (Adam's update is
+sign-like in such a coordinate; a linearization cannot follow it). bf16 runs are linearized in
+float32 around their (autocast) trajectory.
+
+Cost: one replay of the twin per seed, plus per candidate and step one JVP of the update — about
+3-4 forward+backward passes of the batch (docs/benchmarks.md measures it against the bank's
+training of the same candidates).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.func import functional_call, grad, jvp, vmap
+
+from seedlab.attribution.estimators import Gradients
+from seedlab.errors import SeedlabError
+from seedlab.lm.batches import get_batch
+from seedlab.lm.gradients import AdamStep
+from seedlab.lm.model import masked_ce_sum
+from seedlab.lm.trainer import Trainer
+
+State = tuple[tuple[torch.Tensor, ...], ...]  # (θ,) for SGD, (θ, m, v) for AdamW: each a tuple over the parameters
+
+
+@contextlib.contextmanager
+def _math_attention(device: torch.device) -> Iterator[None]:
+    """Attention on torch's MATH kernel (differentiable in forward mode, on any device)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
+def _sqrt0(v: torch.Tensor) -> torch.Tensor:
+    """√v with tangent 0 where v = 0 (the module doc)."""
+    pos = v > 0
+    return torch.where(pos, torch.where(pos, v, torch.ones_like(v)).sqrt(), torch.zeros_like(v))
+
+
+class Step:
+    """The trainer's update at one step as a pure function of the optimizer state (module doc), and
+    its Jacobian-vector product. Built from a :class:`~seedlab.lm.trainer.Trainer` *before* it
+    consumes the batch of its current step (its model, optimizer state, batch and rate)."""
+
+    def __init__(self, trainer: Trainer):
+        model, opt, cfg = trainer.model, trainer.opt, trainer.cfg
+        self.model, self.clip = model, float(cfg.grad_clip)
+        self.names = [n for n, _ in model.named_parameters()]
+        params = [p for _, p in model.named_parameters()]
+        group = {id(p): g for g in opt.param_groups for p in g["params"]}
+        self.wd = [float(group[id(p)]["weight_decay"]) for p in params]
+        self.adam = isinstance(opt, torch.optim.AdamW)
+        self.lr = trainer.lr
+        x, y = get_batch(trainer.tokens, trainer.seed, trainer.step, cfg.batch_size, model.config.block_size)
+        self.x, self.y = x.to(trainer.device), y.to(trainer.device)
+        theta = tuple(p.detach() for p in params)
+        if self.adam:
+            st = [opt.state.get(p, {}) for p in params]
+            self.beta1, self.beta2 = opt.param_groups[0]["betas"]
+            self.eps = float(opt.param_groups[0]["eps"])
+            self.t = (int(st[0]["step"]) if st[0] else 0) + 1  # the step count after the increment
+            m = tuple(s["exp_avg"].detach() if s else torch.zeros_like(p) for s, p in zip(st, theta))
+            v = tuple(s["exp_avg_sq"].detach() if s else torch.zeros_like(p) for s, p in zip(st, theta))
+            self.state: State = (theta, m, v)
+        else:
+            self.state = (theta,)
+
+    def loss(self, theta: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The batch's loss as the trainer computes it: masked CE sum / N (every target counts)."""
+        logits, _ = functional_call(self.model, dict(zip(self.names, theta)), (self.x,))
+        return masked_ce_sum(logits, self.y, torch.ones_like(self.y, dtype=torch.bool)) / self.y.numel()
+
+    def __call__(self, *state: tuple[torch.Tensor, ...]) -> State:
+        """z_{t+1} = F_t(z_t)."""
+        theta = state[0]
+        g = grad(self.loss)(theta)
+        norm = torch.sqrt(sum((gi * gi).sum() for gi in g))
+        k = torch.clamp(self.clip / (norm + 1e-6), max=1.0)
+        c = tuple(gi * k for gi in g)
+        lr = self.lr
+        if not self.adam:
+            return (tuple(p - lr * (ci + wd * p) for p, ci, wd in zip(theta, c, self.wd)),)
+        _, m, v = state
+        b1, b2, t = self.beta1, self.beta2, self.t
+        bc1, bc2 = 1 - b1**t, 1 - b2**t
+        m2 = tuple(b1 * mi + (1 - b1) * ci for mi, ci in zip(m, c))
+        v2 = tuple(b2 * vi + (1 - b2) * ci * ci for vi, ci in zip(v, c))
+        th2 = tuple(p * (1 - lr * wd) - (lr / bc1) * mi / (_sqrt0(vi / bc2) + self.eps)
+                    for p, wd, mi, vi in zip(theta, self.wd, m2, v2))
+        return th2, m2, v2
+
+    def push(self, tangents: State, chunk: int | None) -> State:
+        """∂F_t(z_t)·Δz for a batch of tangents (each tensor with a leading candidate axis)."""
+
+        def one(*tan: tuple[torch.Tensor, ...]) -> State:
+            return jvp(self, self.state, tan)[1]
+
+        with _math_attention(self.x.device):
+            return vmap(one, chunk_size=chunk)(*tangents)
+
+
+def first_step(grads: Gradients, trainer: Trainer) -> State:
+    """The exact change of the optimizer state the swap makes at s, per candidate (module doc, 1.),
+    in the parameters' dtype, stacked over ``grads.case.candidates``: (Δθ,) or (Δθ, Δm, Δv)."""
+    opt, cfg = trainer.opt, trainer.cfg
+    params = [p for _, p in trainer.model.named_parameters()]
+    if list(trainer.model.parameters()) != params:
+        raise SeedlabError("unroll: the model's parameters() and named_parameters() orders differ")
+    g, n = grads.batch().double().cpu(), grads.case.n_targets
+    clip = float(cfg.grad_clip)
+
+    def clipped(x: torch.Tensor) -> torch.Tensor:
+        return x * min(1.0, clip / (float(torch.linalg.vector_norm(x)) + 1e-6))
+
+    adam = isinstance(opt, torch.optim.AdamW)
+    if adam:
+        step = AdamStep(opt, params, lr=trainer.lr, grad_clip=clip)
+        twin = step.update(g)
+        b1, b2 = step.b1, step.b2
+    c0 = clipped(g)
+    rows: list[list[torch.Tensor]] = []
+    for name in grads.case.candidates:
+        gc = g + grads.swap(name).double().cpu() / n
+        c1 = clipped(gc)
+        if adam:
+            rows.append([step.update(gc) - twin, (1 - b1) * (c1 - c0), (1 - b2) * (c1 * c1 - c0 * c0)])
+        else:
+            rows.append([-trainer.lr * (c1 - c0)])
+    return tuple(_unflatten(torch.stack([r[k] for r in rows]), params) for k in range(len(rows[0])))
+
+
+def _unflatten(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """[K, P] flat (parameters() order) -> per-parameter [K, *shape] in each parameter's dtype and device."""
+    out, i = [], 0
+    for p in params:
+        out.append(flat[:, i : i + p.numel()].reshape(flat.shape[0], *p.shape).to(p.dtype).to(p.device))
+        i += p.numel()
+    return tuple(out)
+
+
+def _flat(theta: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Per-parameter [K, *shape] -> [K, P] float64."""
+    return torch.cat([t.reshape(t.shape[0], -1).double() for t in theta], dim=1)
+
+
+def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk: int | None = 16,
+           check: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
+           tick: Callable[[], None] | None = None) -> dict[int, np.ndarray]:
+    """``{h: [candidates × queries]}`` of ⟨∇L_q(θ_h), Δθ_h⟩ for every horizon ``h`` (updates
+    completed, each > s) — the module doc's linear response.
+
+    ``grads``: the :class:`Gradients` of the case at θ_s (``trainer``'s model; its swaps and batch
+    gradient are reused); ``trainer``: the twin at the fork point (``step == s``: the prefix
+    loaded); it is not changed (a fork of it is replayed). ``chunk``: candidates per vmapped JVP
+    (memory; None: all at once). ``check(t, weights)``: called with the replayed twin's weights after
+    every update (the caller compares them with the twin's manifest). ``tick``: called once per update."""
+    s = trainer.step
+    hs = sorted(set(int(h) for h in horizons))
+    if not hs or hs[0] <= s or hs[-1] > trainer.cfg.steps:
+        raise SeedlabError(f"unroll: horizons must be after the injection step {s} and within the run's "
+                           f"{trainer.cfg.steps} updates, got {hs}")
+    if chunk is not None and chunk < 1:
+        raise SeedlabError(f"unroll: chunk must be at least 1, got {chunk}")
+    twin = trainer.fork()
+    tangents = first_step(grads, twin)
+    twin.advance()  # the ordinary update of s: the twin itself
+    out: dict[int, np.ndarray] = {}
+    while True:
+        t = twin.step
+        if check is not None:
+            check(t, twin.weights())
+        if tick is not None:
+            tick()
+        if t in hs:
+            out[t] = _predict(twin, grads, tangents[0])
+        if t == hs[-1]:
+            return out
+        tangents = Step(twin).push(tangents, chunk)
+        twin.advance()
+
+
+def _predict(twin: Trainer, grads: Gradients, dtheta: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """[candidates × queries] of ⟨∇L_q(θ_h), Δθ_h⟩ at the twin's current weights."""
+    at_h = Gradients(twin.model, grads.case, micro_batch=grads.micro_batch)
+    q = torch.stack([at_h.query(name) for name in grads.case.queries])  # [Q, P] float64
+    return (_flat(dtheta).to(q.device) @ q.T).cpu().numpy()
+
