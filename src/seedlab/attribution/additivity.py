@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.measure import _beside_twin
+from seedlab.attribution.measure import beside_twin
 from seedlab.attribution.rundir import Bank, BankDir, ForkFolder
 from seedlab.attribution.texts import OWN_ROW, replicate
 from seedlab.reporting import fmt_num, md_table
@@ -115,7 +115,7 @@ def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
 
 def _effect(where: ForkFolder, twin: pd.DataFrame, seed: int, queries: dict[str, str]) -> pd.Series:
     """A finished run's Δ L_q = L_q(run) − L_q(twin) on the shared queries, indexed by (step, text)."""
-    d = _beside_twin(where, twin, seed)
+    d = beside_twin(where, twin, seed)
     d = d[d.text.isin(queries)]
     return pd.Series((d.loss - d.twin_loss).to_numpy(), index=pd.MultiIndex.from_frame(d[["step", "text"]]))
 

@@ -58,10 +58,10 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
             if not where.finished:
                 missing.append(f"seed {seed} {name}")
                 continue
-            own = _beside_twin(where, twin, seed)
+            own = beside_twin(where, twin, seed)
             again = rd.replicate_of(seed, name)
             if replicates and again.finished:
-                r = _beside_twin(again, twin, seed).assign(measured_replicate=lambda f: f.loss - f.twin_loss)
+                r = beside_twin(again, twin, seed).assign(measured_replicate=lambda f: f.loss - f.twin_loss)
                 own = own.merge(r[["step", "text", "measured_replicate"]], on=["step", "text"], how="left", validate="1:1")
             else:
                 if replicates:
@@ -84,7 +84,7 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)[COLUMNS]
 
 
-def _beside_twin(where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFrame:
+def beside_twin(where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFrame:
     """A run's (step, text, loss) with the twin's loss of the same text at the same step (``twin_loss``)."""
     own = pd.read_parquet(where.queries).merge(twin, on=["step", "text"], how="left", validate="1:1")
     if own["twin_loss"].isna().any():
