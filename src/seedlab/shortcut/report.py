@@ -39,7 +39,7 @@ def write_report(run_dir: str | Path) -> Path:
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
     cadence = train_cadence(folder)
-    rep.add(intro(summary, isinstance(folder, SweepDir)), cadence_text(cadence))
+    rep.add(intro(summary, isinstance(folder, SweepDir), definition(folder)), cadence_text(cadence))
     if isinstance(folder, SweepDir) and folder.preregistration_record.is_file():
         rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(folder))
     rep.add("## Headline: generalization rate", headline_note())
@@ -150,8 +150,24 @@ def cell_label(task: str, wd: float, layers: int, heads: int, ratio: float) -> l
 # ---------------------------------------------------------------- opening paragraph
 
 
-def intro(summary: pd.DataFrame, is_sweep: bool) -> str:
-    """The opening paragraph: what the folder holds, the question and the answer from the data."""
+#: what jobs trained before meta.json recorded the definition (2026-12-01) counted
+OLD_DEFINITION = "adversarial accuracy exactly 100% at one evaluation or adv_every check, validation not checked"
+
+
+def definition(folder: RunDir | SweepDir) -> str:
+    """What ``generalized`` meant when the folder's jobs were trained (meta.json; train.GENERALIZED):
+    one definition, or each with its job count when they differ."""
+    metas = [json.loads(p.read_text()) for p in sorted(folder.root.glob("jobs/*/meta.json"))] \
+        if isinstance(folder, SweepDir) else ([json.loads(folder.meta_path.read_text())] if folder.meta_path.is_file() else [])
+    counts = pd.Series([m.get("generalized", OLD_DEFINITION) for m in metas] or [OLD_DEFINITION]).value_counts()
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return "; ".join(f"{d} in {n} job{'s' * (n != 1)}" for d, n in counts.items())
+
+
+def intro(summary: pd.DataFrame, is_sweep: bool, generalized: str = OLD_DEFINITION) -> str:
+    """The opening paragraph: what the folder holds, the question and the answer from the data;
+    ``generalized``: what the jobs counted as generalized (:func:`definition`)."""
     o = stats.overview(summary)
     caps = sorted({cap_label(layers, heads) for layers, heads in o["capacities"]})
     ratios = ", ".join(fmt_ratio(r) for r in o["ratios"])
@@ -161,7 +177,7 @@ def intro(summary: pd.DataFrame, is_sweep: bool) -> str:
     return (
         f"{n} members ({jobs} job{'s' * (jobs != 1)}) over {len(tasks)} task{'s' * (len(tasks) != 1)} "
         f"({', '.join(tasks)}); capacities {', '.join(caps)}; ratios r = {ratios}; weight decay {wds}. "
-        f"{k} of {n} members generalized (adversarial accuracy reached 100% at some evaluation).{config}\n\n"
+        f"{k} of {n} members generalized ({generalized}).{config}\n\n"
         f"**Question:** does imbalance help a 2-layer model and hurt a 1-layer one?\n\n"
         f"**Answer from this sweep:** {answer(summary)}"
     )
