@@ -16,7 +16,7 @@ from scipy import stats as sps
 from seedlab.attribution.additivity import COLUMNS, DIFF, PAIR, SWAPPED, additivity, additivity_section
 from seedlab.attribution.bank import run_bank
 from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.measure import write_measured
+from seedlab.attribution.additivity import write_additivity
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
@@ -128,7 +128,7 @@ def test_a_bank_with_pairs_resumes_and_reads_back(paired_bank, monkeypatch, caps
               for p in [("passage-0", "heldout-0"), ("passage-1", "passage-2")]}
     additive, measured = pd.read_parquet(rd.additivity), pd.read_parquet(rd.measured)
     shutil.rmtree(rd.pair(0, "passage-1", "passage-2").path)  # as if interrupted there
-    write_measured(root)  # the unfinished pair left out, with a warning
+    write_additivity(root)  # the unfinished pair left out, with a warning
     assert "warning: missing seed 0 pair.passage-1..passage-2 (not finished)" in capsys.readouterr().err
     assert set(pd.read_parquet(rd.additivity).pair) == {"pair.own-row..passage-0", "pair.passage-0..heldout-0"}
     advance, calls = Trainer.advance, [0]

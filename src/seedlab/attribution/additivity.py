@@ -51,10 +51,11 @@ import numpy as np
 import pandas as pd
 
 from seedlab.attribution.measure import beside_twin
-from seedlab.attribution.rundir import Bank, BankDir, ForkFolder
+from seedlab.attribution.rundir import Bank, BankDir, ForkFolder, open_bank
 from seedlab.attribution.texts import OWN_ROW, replicate
 from seedlab.reporting import fmt_num, md_table
 from seedlab.stats import bootstrap_interval, slope_along, spearman_along
+from seedlab.store import write_parquet
 
 COLUMNS = ["seed", "pair", "first", "second", "first_kind", "second_kind", "query", "query_kind", "horizon", "after",
            "label", "measured_pair", "measured_first", "measured_second", "sum", "interaction", "first_other_row",
@@ -111,6 +112,16 @@ def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     return pd.concat(frames, ignore_index=True)[COLUMNS]
+
+
+def write_additivity(root: str | Path) -> pd.DataFrame | None:
+    """additivity.parquet of a bank folder with pairs (:func:`collect_pairs`); returns it (None: no pairs)."""
+    bank = open_bank(root)
+    if not bank.inputs.pairs:
+        return None
+    df = collect_pairs(bank)
+    write_parquet(bank.dir.additivity, df)
+    return df
 
 
 def _effect(where: ForkFolder, twin: pd.DataFrame, seed: int, queries: dict[str, str]) -> pd.Series:

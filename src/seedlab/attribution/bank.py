@@ -53,6 +53,7 @@ import pandas as pd
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import query_loss
+from seedlab.attribution.additivity import write_additivity
 from seedlab.attribution.measure import write_measured
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.attribution.texts import OWN_ROW, REPLICATE, Inputs, load_inputs, replicate
@@ -106,6 +107,7 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
         observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow(inputs))
         run_design(design(inputs, rd, observer, start=lambda: rd.start(record, inputs.record(), env)),
                    apart if parallel else None)
+    write_additivity(rd.root)  # with candidates.pairs
     return write_measured(rd.root)
 
 

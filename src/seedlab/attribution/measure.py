@@ -21,7 +21,7 @@ its text in row ``candidates.replicate_row`` instead, against the same twin — 
 none). Unfinished runs are left out with a warning (an unfinished replicate: NaN).
 
 With ``candidates.pairs`` the bank also gets ``additivity.parquet``: each pair's Δ beside the sum
-of its two single-row Δs (attribution/additivity.py ``collect_pairs``).
+of its two single-row Δs (attribution/additivity.py ``write_additivity``, which reads this module).
 """
 
 from __future__ import annotations
@@ -93,13 +93,8 @@ def beside_twin(where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFram
 
 
 def write_measured(root: str | Path) -> pd.DataFrame:
-    """measured.parquet of a bank folder (see the module doc), and additivity.parquet when the bank
-    has pairs; returns measured.parquet's frame."""
-    from seedlab.attribution.additivity import collect_pairs
-
+    """measured.parquet of a bank folder (see the module doc); returns it."""
     bank = open_bank(root)
     df = collect(bank)
     write_parquet(bank.dir.measured, df)
-    if bank.inputs.pairs:
-        write_parquet(bank.dir.additivity, collect_pairs(bank))
     return df
