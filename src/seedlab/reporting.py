@@ -50,6 +50,13 @@ def fmt_num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def fmt_ci(x: float, low: float = math.nan, high: float = math.nan) -> str:
+    """``0.78 [0.71, 0.82]`` (two decimals: correlations), the interval left out when absent; n/a for NaN."""
+    if math.isnan(x):
+        return "n/a"
+    return f"{x:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+
+
 def num_or_dash(x: float) -> str:
     """A number (:func:`fmt_num`), or — where there is none (NaN, None)."""
     return "—" if x is None or x != x else fmt_num(float(x))

@@ -43,14 +43,13 @@ checked by the bank), which says the injection is exact, not that effects add.
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.measure import beside_twin
+from seedlab.attribution.measure import beside_twin, finished_twins, warn_missing
 from seedlab.attribution.rundir import Bank, BankDir, ForkFolder, open_bank
 from seedlab.attribution.texts import OWN_ROW, replicate
 from seedlab.reporting import fmt_num, md_table
@@ -78,11 +77,7 @@ def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
     labels = cfg.horizon_steps()
     query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
     frames, missing = [], []
-    for seed in cfg.seeds:
-        if not rd.twin(seed).finished:
-            missing.append(f"seed {seed} twin (and its pairs)")
-            continue
-        twin = pd.read_parquet(rd.twin(seed).queries).rename(columns={"loss": "twin_loss"})
+    for seed, twin in finished_twins(bank, missing, "pairs"):
         kinds = {n: t.kind for n, t in bank.inputs.candidates_of(seed).items()}
         for name, (first, second) in bank.inputs.pairs.items():
             runs = {"pair": (name, rd.run(seed, name)), "first": (first, rd.candidate(seed, first)),
@@ -107,8 +102,7 @@ def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
                 "swapped": v["first_other"] + v["second_other"],
             }))
     if warn:
-        for what in dict.fromkeys(missing):
-            print(f"warning: missing {what} (not finished); additivity over the rest", file=sys.stderr)
+        warn_missing(missing, "additivity over the rest")
     if not frames:
         return pd.DataFrame(columns=COLUMNS)
     return pd.concat(frames, ignore_index=True)[COLUMNS]

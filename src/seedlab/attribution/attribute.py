@@ -62,6 +62,7 @@ from seedlab.attribution.texts import SELF
 from seedlab.attribution.unroll import unroll
 from seedlab.config import apply_overrides, parse
 from seedlab.errors import SeedlabError, in_seed
+from seedlab.forks.prefix import first_difference
 from seedlab.lm.batches import batch_indices
 from seedlab.lm.determinism import nondeterminism_is_an_error, settle
 from seedlab.lm.distributed import World
@@ -245,9 +246,11 @@ def twin_check(bank: Bank, seed: int, horizons: Sequence[int]):
 
     def check(t: int, weights: dict) -> None:
         want = manifest.get(str(t))
-        if want is not None and tensor_hashes(weights) != want:
+        bad = None if want is None else first_difference(want, tensor_hashes(weights))
+        if bad is not None:
             raise SeedlabError(f"seed {seed}: the twin replayed for unroll differs from the bank's twin at step {t} "
-                               "(another torch, device or thread count than the bank's? see environment.json)")
+                               f"in tensor {bad!r} (another torch, device or thread count than the bank's? see "
+                               "environment.json)")
 
     return check
 

@@ -63,7 +63,7 @@ from seedlab.attribution.stats import (
     correlations,
 )
 from seedlab.errors import SeedlabError
-from seedlab.reporting import md_table
+from seedlab.reporting import fmt_ci, md_table
 
 UNROLL = "unroll"  # the exact first-order counterfactual's estimator name in attribution.parquet
 MEASURED = "measured"  # ``compared`` of ρ(measured, unroll)
@@ -162,12 +162,6 @@ def h_star(a: Arrays, table: pd.DataFrame, boot: np.ndarray, kind: str, threshol
 # ---------------------------------------------------------------- words
 
 
-def _ci(rho: float, low: float = math.nan, high: float = math.nan) -> str:
-    if math.isnan(rho):
-        return "n/a"
-    return f"{rho:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
-
-
 def _level(alpha: float) -> str:
     return f"{100 * (1 - alpha):g}%"
 
@@ -207,7 +201,7 @@ def _floor_at(s: pd.Series, threshold: float) -> str:
     else:
         why = (f"its interval holds {threshold:g}: a failing linear response and an irreproducible effect cannot be "
                "told apart there")
-    return f", where the replicate floor is {_ci(s.floor, s.floor_low, s.floor_high)} ({why})"
+    return f", where the replicate floor is {fmt_ci(s.floor, s.floor_low, s.floor_high)} ({why})"
 
 
 def _until(lr: LinearResponse, kind: str, even: bool) -> str:
@@ -268,7 +262,7 @@ def _table(g: pd.DataFrame, reference: str, star: str | None) -> str:
 
 
 def _cell(r: pd.Series) -> str:
-    return _ci(r.rho, r.low, r.high) + ("" if math.isnan(r.se_seeds) else f" ±{r.se_seeds:.2f}")
+    return fmt_ci(r.rho, r.low, r.high) + ("" if math.isnan(r.se_seeds) else f" ±{r.se_seeds:.2f}")
 
 
 def linear_response_section(lr: LinearResponse, verdict: pd.DataFrame) -> str:
@@ -299,6 +293,6 @@ def _h_star_line(s: pd.Series, threshold: float, level: str) -> str:
     ci = f"{level} interval {s.low_label} .. {s.high_label}; reached in {100 * s.reached:.0f}% of the resamples"
     if s.status == "not reached":
         return f"h* (ρ(measured, {UNROLL}) < {threshold:g}): not reached by {s.last_label} ({ci})."
-    floor = "no replicate measured" if math.isnan(s.floor) else f"replicate floor {_ci(s.floor, s.floor_low, s.floor_high)}"
+    floor = "no replicate measured" if math.isnan(s.floor) else f"replicate floor {fmt_ci(s.floor, s.floor_low, s.floor_high)}"
     return (f"h* (ρ(measured, {UNROLL}) < {threshold:g}): **{s.label}** ({s.after:g} updates after s; ρ {s.rho:.2f}; "
             f"{ci}); there, {floor}.")

@@ -27,6 +27,7 @@ of its two single-row Δs (attribution/additivity.py ``write_additivity``, which
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -48,11 +49,7 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
     query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
     replicates = cfg.candidates.replicate_row is not None
     frames, missing = [], []
-    for seed in cfg.seeds:
-        if not rd.twin(seed).finished:
-            missing.append(f"seed {seed} twin (and its candidates)")
-            continue
-        twin = pd.read_parquet(rd.twin(seed).queries).rename(columns={"loss": "twin_loss"})
+    for seed, twin in finished_twins(bank, missing, "candidates"):
         for name, text in bank.inputs.candidates_of(seed).items():
             where = rd.candidate(seed, name)
             if not where.finished:
@@ -77,11 +74,27 @@ def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
                 "measured_replicate": own.measured_replicate,
             }))
     if warn:
-        for what in missing:
-            print(f"warning: missing {what} (not finished); measuring the rest", file=sys.stderr)
+        warn_missing(missing, "measuring the rest")
     if not frames:
         raise SeedlabError(f"{bank.root}: no finished candidate run with its twin (run `seedlab attribution bank` to finish it)")
     return pd.concat(frames, ignore_index=True)[COLUMNS]
+
+
+def finished_twins(bank: Bank, missing: list[str], what: str) -> Iterator[tuple[int, pd.DataFrame]]:
+    """Each seed whose twin finished, with the twin's (step, text, twin_loss); an unfinished twin is
+    noted in ``missing`` (with its ``what``, which cannot be measured without it)."""
+    for seed in bank.cfg.seeds:
+        twin = bank.dir.twin(seed)
+        if not twin.finished:
+            missing.append(f"seed {seed} twin (and its {what})")
+            continue
+        yield seed, pd.read_parquet(twin.queries).rename(columns={"loss": "twin_loss"})
+
+
+def warn_missing(missing: list[str], doing: str) -> None:
+    """One warning per unfinished run (in order, once each), saying what is done without them."""
+    for what in dict.fromkeys(missing):
+        print(f"warning: missing {what} (not finished); {doing}", file=sys.stderr)
 
 
 def beside_twin(where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from seedlab.attribution.registry import ESTIMATORS
 from seedlab.attribution.rundir import BankDir
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
-from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, pct
+from seedlab.reporting import Report, figure_block, fmt_ci, fmt_num, fmt_p, md_table, pct
 from seedlab.store import write_text
 
 
@@ -117,12 +117,6 @@ ACROSS_HELP = (
     "seed-mean with its common part — what a perfect predictor of what seeds share would reach.")
 
 
-def _ci(rho: float, low: float = math.nan, high: float = math.nan) -> str:
-    if math.isnan(rho):
-        return "n/a"
-    return f"{rho:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
-
-
 def answer(verdict: pd.DataFrame) -> str:
     """The first paragraph: per query kind, over runs of horizons with the same verdict (within
     seed), the estimator that predicts the measured effect beyond every baseline, or that none does."""
@@ -147,19 +141,19 @@ def _at(run: list, fmt) -> str:
 def _verdict_run(run: list, what: str) -> str:
     when = f"at {run[0].label}" if len(run) == 1 else f"from {run[0].label} to {run[-1].label}"
     floor = ("" if all(math.isnan(r.reference) for r in run)
-             else f"; replicate floor {_at(run, lambda r: _ci(r.reference))}")
+             else f"; replicate floor {_at(run, lambda r: fmt_ci(r.reference))}")
     rival = ("no baseline in this bank" if run[0].best_baseline is None
-             else f"best baseline: {_at(run, lambda r: f'{r.best_baseline} {_ci(r.baseline_rho)}')}")
+             else f"best baseline: {_at(run, lambda r: f'{r.best_baseline} {fmt_ci(r.baseline_rho)}')}")
     if run[0].winner:
         others = list(dict.fromkeys(e for r in run for e in r.others))
         return (f"{when}, **{run[0].winner}** predicts the effect on {what} beyond every baseline (within-seed "
-                f"Spearman {_at(run, lambda r: _ci(r.rho, r.low, r.high))}{floor}; {rival})"
+                f"Spearman {_at(run, lambda r: fmt_ci(r.rho, r.low, r.high))}{floor}; {rival})"
                 + (f" (also: {', '.join(others)})" if others else ""))
     if run[0].best is None:
         return f"{when}, no estimator to compare"
 
     def best(r) -> str:
-        return f"{r.best} {_ci(r.rho, r.low, r.high)} not above {' and '.join(r.unbeaten) or '0'}"
+        return f"{r.best} {fmt_ci(r.rho, r.low, r.high)} not above {' and '.join(r.unbeaten) or '0'}"
 
     return (f"{when}, no estimator predicts the effect on {what} beyond every baseline (best estimator: "
             f"{_at(run, best)}{floor}; {rival})")
@@ -233,7 +227,7 @@ def _grid(g: pd.DataFrame, cell, prefix: str = "") -> str:
 def _corr_cell(r: pd.Series) -> str:
     se = "" if math.isnan(r.se_seeds) else f" ±{r.se_seeds:.2f}"
     bound = "" if math.isnan(r.bound) else f" (√R {r.bound:.2f})"
-    return _ci(r.rho, r.low, r.high) + se + bound
+    return fmt_ci(r.rho, r.low, r.high) + se + bound
 
 
 def correlation_table(g: pd.DataFrame) -> str:
@@ -255,7 +249,7 @@ def versus_text(vs: pd.DataFrame) -> str:
         def cell(r: pd.DataFrame) -> str:
             lost = r[r.low <= 0]
             return "all" if not len(lost) else "; ".join(
-                f"{x.against} {_ci(x.diff, x.low, x.high)}" for x in lost.itertuples())
+                f"{x.against} {fmt_ci(x.diff, x.low, x.high)}" for x in lost.itertuples())
         hs, header = _horizons(g)
         rows = [[e, *(cell(ge[ge.horizon == h]) for h in hs)] for e, ge in g.groupby("estimator", sort=False)]
         out.append(f"### {kind} queries\n\n" + md_table(["estimator", *header], rows))
@@ -275,7 +269,7 @@ def decay_table(d: pd.DataFrame) -> str:
         d, "Per seed, the within-seed Spearman at the first horizon minus that at a later one, paired over seeds: mean "
         "difference (positive: the agreement decays) with its 95% t interval, the paired t-test's p and the "
         "sign-flip permutation test's p (its smallest possible value with n seeds is 2/2ⁿ).",
-        lambda r: f"{_ci(r['diff'], r.ci_low, r.ci_high)}, p_t {fmt_p(r.p_t)}, p_perm {fmt_p(r.p_perm)}",
+        lambda r: f"{fmt_ci(r['diff'], r.ci_low, r.ci_high)}, p_t {fmt_p(r.p_t)}, p_perm {fmt_p(r.p_perm)}",
         title=lambda kind, g: f"### {kind} queries (from {g.from_label.iloc[0]})", prefix="to_")
 
 
@@ -284,7 +278,7 @@ def sign_table(sign: pd.DataFrame) -> str:
         sign, "Per seed, Σ|Δ|·[the estimate has Δ's sign] / Σ|Δ| over the (candidate, query) pairs of a kind "
         "(estimates of exactly 0 left out), then the mean over seeds with its 95% t interval; in parentheses the "
         "base rate: the same for always predicting the |Δ|-weighted majority sign.",
-        lambda r: f"{_ci(r['sign'], r.sign_low, r.sign_high)} (base {_ci(r.base)})")
+        lambda r: f"{fmt_ci(r['sign'], r.sign_low, r.sign_high)} (base {fmt_ci(r.base)})")
 
 
 def calibration_table(cal: pd.DataFrame) -> str:

@@ -52,10 +52,10 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad, jvp, vmap
 
-from seedlab.attribution.estimators import Gradients
+from seedlab.attribution.estimators import Gradients, adamw_state
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import get_batch
-from seedlab.lm.gradients import AdamStep
+from seedlab.lm.gradients import clip_by_norm
 from seedlab.lm.model import masked_ce_sum
 from seedlab.lm.trainer import Trainer
 
@@ -142,26 +142,21 @@ class Step:
 def first_step(grads: Gradients, trainer: Trainer) -> State:
     """The exact change of the optimizer state the swap makes at s, per candidate (module doc, 1.),
     in the parameters' dtype, stacked over ``grads.case.candidates``: (Δθ,) or (Δθ, Δm, Δv)."""
-    opt, cfg = trainer.opt, trainer.cfg
+    opt, clip = trainer.opt, float(trainer.cfg.grad_clip)
     params = [p for _, p in trainer.model.named_parameters()]
     if list(trainer.model.parameters()) != params:
         raise SeedlabError("unroll: the model's parameters() and named_parameters() orders differ")
     g, n = grads.batch().double().cpu(), grads.case.n_targets
-    clip = float(cfg.grad_clip)
-
-    def clipped(x: torch.Tensor) -> torch.Tensor:
-        return x * min(1.0, clip / (float(torch.linalg.vector_norm(x)) + 1e-6))
-
     adam = isinstance(opt, torch.optim.AdamW)
     if adam:
-        step = AdamStep(opt, params, lr=trainer.lr, grad_clip=clip)
+        step = adamw_state(grads, opt, lr=trainer.lr, grad_clip=clip)  # checked: a plain AdamW over the model
         twin = step.update(g)
         b1, b2 = step.b1, step.b2
-    c0 = clipped(g)
+    c0 = clip_by_norm(g, clip)
     rows: list[list[torch.Tensor]] = []
     for name in grads.case.candidates:
         gc = g + grads.swap(name).double().cpu() / n
-        c1 = clipped(gc)
+        c1 = clip_by_norm(gc, clip)
         if adam:
             rows.append([step.update(gc) - twin, (1 - b1) * (c1 - c0), (1 - b2) * (c1 * c1 - c0 * c0)])
         else:
@@ -201,8 +196,8 @@ def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk
                            f"{trainer.cfg.steps} updates, got {hs}")
     if chunk is not None and chunk < 1:
         raise SeedlabError(f"unroll: chunk must be at least 1, got {chunk}")
+    tangents = first_step(grads, trainer)  # reads the state at s (grads were taken at trainer's model)
     twin = trainer.fork()
-    tangents = first_step(grads, twin)
     twin.advance()  # the ordinary update of s: the twin itself
     out: dict[int, np.ndarray] = {}
     while True:

@@ -140,12 +140,17 @@ def pair_stats(a: Delta, b: Delta) -> dict[str, float]:
     }
 
 
+def clip_by_norm(g: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """torch's ``clip_grad_norm_`` on one flat gradient: ``g · min(1, max_norm / (‖g‖ + 1e-6))``."""
+    return g * min(1.0, max_norm / (float(torch.linalg.vector_norm(g)) + 1e-6))
+
+
 class AdamStep:
     """The update the trainer's AdamW makes from one state for a given raw gradient (float64).
 
     For a raw gradient ``g`` (flattened over ``model.parameters()``) at the optimizer state
     *before* the step (moments ``m, v`` and step count ``t - 1``), the trainer clips ``g`` to
-    ``c = g · min(1, clip / (‖g‖ + 1e-6))`` (torch's clip_grad_norm_) and AdamW moves the
+    ``c = g · min(1, clip / (‖g‖ + 1e-6))`` (torch's clip_grad_norm_: :func:`clip_by_norm`) and AdamW moves the
     weights by
 
         u(g) = −lr · m̂ / (√v̂ + ε) − lr · wd · θ,   m̂ = (β₁m + (1−β₁)c) / (1−β₁ᵗ),   v̂ = (β₂v + (1−β₂)c²) / (1−β₂ᵗ).
@@ -171,8 +176,7 @@ class AdamStep:
 
     def update(self, g: torch.Tensor) -> torch.Tensor:
         """``u(g)`` without the weight-decay term (float64, flattened)."""
-        g = g.double().cpu()
-        c = g * min(1.0, self.clip / (float(torch.linalg.vector_norm(g)) + 1e-6))
+        c = clip_by_norm(g.double().cpu(), self.clip)
         m = (self.b1 * self.m + (1 - self.b1) * c) / (1 - self.b1**self.t)
         v = (self.b2 * self.v + (1 - self.b2) * c * c) / (1 - self.b2**self.t)
         return -self.lr * m / (v.sqrt() + self.eps)
