@@ -433,6 +433,7 @@ def test_the_report_states_what_generalized_meant_when_the_jobs_trained(tmp_path
     for key, meta in (("a", {"seconds": 1}), ("b", {"generalized": GENERALIZED}), ("c", {"generalized": GENERALIZED})):
         (tmp_path / "jobs" / key).mkdir(parents=True)
         (tmp_path / "jobs" / key / "meta.json").write_text(json.dumps(meta))
-    assert definition(SweepDir(tmp_path)) == f"{GENERALIZED} in 2 jobs; {OLD_DEFINITION} in 1 job"
+    summary = pd.DataFrame({"job": ["a", "a", "b", "c"]})
+    assert definition(SweepDir(tmp_path), summary) == f"{GENERALIZED} in 2 jobs; {OLD_DEFINITION} in 1 job"
     (tmp_path / "jobs" / "a" / "meta.json").write_text(json.dumps({"generalized": GENERALIZED}))
-    assert definition(SweepDir(tmp_path)) == GENERALIZED and "validation accuracy >= 99%" in GENERALIZED
+    assert definition(SweepDir(tmp_path), summary) == GENERALIZED and "validation accuracy >= 99%" in GENERALIZED

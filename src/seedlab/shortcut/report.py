@@ -39,7 +39,7 @@ def write_report(run_dir: str | Path) -> Path:
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
     cadence = train_cadence(folder)
-    rep.add(intro(summary, isinstance(folder, SweepDir), definition(folder)), cadence_text(cadence))
+    rep.add(intro(summary, isinstance(folder, SweepDir), definition(folder, summary)), cadence_text(cadence))
     if isinstance(folder, SweepDir) and folder.preregistration_record.is_file():
         rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(folder))
     rep.add("## Headline: generalization rate", headline_note())
@@ -154,11 +154,11 @@ def cell_label(task: str, wd: float, layers: int, heads: int, ratio: float) -> l
 OLD_DEFINITION = "adversarial accuracy exactly 100% at one evaluation or adv_every check, validation not checked"
 
 
-def definition(folder: RunDir | SweepDir) -> str:
-    """What ``generalized`` meant when the folder's jobs were trained (meta.json; train.GENERALIZED):
-    one definition, or each with its job count when they differ."""
-    metas = [json.loads(p.read_text()) for p in sorted(folder.root.glob("jobs/*/meta.json"))] \
-        if isinstance(folder, SweepDir) else ([json.loads(folder.meta_path.read_text())] if folder.meta_path.is_file() else [])
+def definition(folder: RunDir | SweepDir, summary: pd.DataFrame) -> str:
+    """What ``generalized`` meant when the folder's jobs (those in ``summary``) were trained
+    (meta.json; train.GENERALIZED): one definition, or each with its job count when they differ."""
+    runs = [folder.job(k) for k in sorted(summary["job"].unique())] if isinstance(folder, SweepDir) else [folder]
+    metas = [json.loads(r.meta_path.read_text()) for r in runs if r.meta_path.is_file()]
     counts = pd.Series([m.get("generalized", OLD_DEFINITION) for m in metas] or [OLD_DEFINITION]).value_counts()
     if len(counts) == 1:
         return str(counts.index[0])
