@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from seedlab.config import Strict
-from seedlab.lm.model import PRESETS, GPTConfig
+from seedlab.lm.gptconfig import PRESETS, GPTConfig
 from seedlab.lm.schedule import default_warmup, midpoint
 
 Pos = Annotated[int, Field(gt=0)]
