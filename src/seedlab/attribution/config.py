@@ -2,8 +2,9 @@
 (:class:`~seedlab.forks.design.ForkDesign`), the candidates that replace the injected row, the
 queries whose loss change is measured, the horizons, and how the estimators are run.
 
-Numbers the twins paper does not state are fields with a default and a
-``(not stated)`` comment; docs/assumptions.md lists them.
+Every field's help is its ``description`` (``seedlab presets show``, ``--help``); numbers the
+twins paper does not state are fields with a default and a ``(not stated)`` there; docs/assumptions.md
+lists them.
 """
 
 from __future__ import annotations
@@ -22,12 +23,18 @@ Horizon = Annotated[int, Field(gt=0)] | Literal["mid", "end"]
 class CandidatesConfig(Strict):
     """What replaces row ``injection_row`` of the batch of step s, one forked run each."""
 
-    file: str | None = None  # passages: .txt (separated by blank lines) or .jsonl ({"text": ..., "name": optional}), relative to the config file
-    heldout: NonNeg = 16  # K rows drawn from the held-out split, block_size + 1 tokens each: ordinary data (not stated)
-    seed: int = 0  # which held-out rows are drawn (the same rows for every training seed) (not stated)
-    own_row: bool = False  # a control candidate equal to the replaced row: its runs must be bitwise the twin's (measured 0)
-    replicate_row: NonNeg | None = None  # every candidate once more, in row r' of the same batch (measured_replicate); null: off (not stated)
-    pairs: NonNeg | list[tuple[str, str]] = 0  # forks carrying two candidates at once, the first in row r, the second in r': P disjoint pairs drawn (seeded by seed) from the non-control candidates, or [[first, second], ...] by name; needs replicate_row (not stated)
+    file: str | None = Field(None, description=(
+        'passages: .txt (separated by blank lines) or .jsonl ({"text": ..., "name": optional}), relative to the config file'))
+    heldout: NonNeg = Field(16, description="K rows drawn from the held-out split, block_size + 1 tokens each: ordinary data "
+                                            "(not stated)")
+    seed: int = Field(0, description="which held-out rows are drawn (the same rows for every training seed) (not stated)")
+    own_row: bool = Field(False, description="a control candidate equal to the replaced row: its runs must be bitwise the "
+                                             "twin's (measured 0)")
+    replicate_row: NonNeg | None = Field(None, description="every candidate once more, in row r' of the same batch "
+                                                           "(measured_replicate); null: off (not stated)")
+    pairs: NonNeg | list[tuple[str, str]] = Field(0, description=(
+        "forks carrying two candidates at once, the first in row r, the second in r': P disjoint pairs drawn (seeded by "
+        "seed) from the non-control candidates, or [[first, second], ...] by name; needs replicate_row (not stated)"))
 
     @model_validator(mode="after")
     def _pairs(self) -> CandidatesConfig:
@@ -48,34 +55,51 @@ class CandidatesConfig(Strict):
 class QueriesConfig(Strict):
     """The texts whose loss change L_query(candidate run) − L_query(twin) is measured."""
 
-    own: bool = True  # each candidate's own text (self-influence)
-    heldout: NonNeg = 8  # M held-out rows, block_size + 1 tokens each, disjoint from the candidate rows (not stated)
-    probes: str | None = None  # user-supplied probe texts, same formats as candidates.file, relative to the config file
+    own: bool = Field(True, description="each candidate's own text (self-influence)")
+    heldout: NonNeg = Field(8, description="M held-out rows, block_size + 1 tokens each, disjoint from the candidate rows "
+                                           "(not stated)")
+    probes: str | None = Field(None, description="user-supplied probe texts, same formats as candidates.file, relative to "
+                                                 "the config file")
 
 
 class AttributeConfig(Strict):
     """How ``seedlab attribution attribute`` runs the estimators on the bank (none of it stated)."""
 
-    estimators: list[str] | None = None  # null: the default estimators and baselines that apply and are installed; package.module:function: a plug-in
-    tracin_every: Pos | None = None  # extra twin checkpoints for tracin-cp every this many updates; null: s and the horizons only
-    influence_at: Literal["horizon", "injection"] = "horizon"  # EK-FAC/K-FAC at the twin's weights at each horizon, or once at θ_s
-    damping: float | None = None  # λ of EK-FAC/K-FAC; null: kronfluence's heuristic (0.1 × mean eigenvalue)
-    modules: Literal["all", "mlp"] = "all"  # the blocks' Linear modules the influence is computed over
-    train_rows: Pos | None = None  # D of the influence formula; null: the batch's rows (ranks are unchanged by it)
-    fit_rows: Pos = 256  # rows EK-FAC/K-FAC's curvature (TRAK's ΦᵀΦ) is fitted on, drawn from the training batches of steps 0 .. h (h: the weights' step)
-    unroll_chunk: Pos | None = 16  # candidates per vmapped JVP of unroll (memory: ~chunk x a batch's logits x a few); null: all at once
-    h_star_rho: Annotated[float, Field(gt=0, lt=1)] = 0.5  # the report's h*: the first horizon whose within-seed Spearman(measured, unroll) falls below this; fixed before looking (not stated)
+    estimators: list[str] | None = Field(None, description=(
+        "the estimators run, by name (package.module:function: a plug-in); null: the default estimators and baselines "
+        "that apply and are installed"))
+    tracin_every: Pos | None = Field(None, description="extra twin checkpoints for tracin-cp every this many updates; null: "
+                                                       "s and the horizons only")
+    influence_at: Literal["horizon", "injection"] = Field("horizon", description=(
+        "EK-FAC/K-FAC at the twin's weights at each horizon, or once at θ_s"))
+    damping: float | None = Field(None, description="λ of EK-FAC/K-FAC; null: kronfluence's heuristic (0.1 × mean eigenvalue)")
+    modules: Literal["all", "mlp"] = Field("all", description="the blocks' Linear modules the influence is computed over")
+    train_rows: Pos | None = Field(None, description="D of the influence formula; null: the batch's rows (ranks are "
+                                                     "unchanged by it)")
+    fit_rows: Pos = Field(256, description=(
+        "rows EK-FAC/K-FAC's curvature (TRAK's ΦᵀΦ) is fitted on, drawn from the training batches of steps 0 .. h "
+        "(h: the weights' step)"))
+    unroll_chunk: Pos | None = Field(16, description=(
+        "candidates per vmapped JVP of unroll (memory: ~chunk x a batch's logits x a few); null: all at once"))
+    h_star_rho: Annotated[float, Field(gt=0, lt=1)] = Field(0.5, description=(
+        "the report's h*: the first horizon whose within-seed Spearman(measured, unroll) falls below this; fixed before "
+        "looking (not stated)"))
 
 
 class AttributionConfig(ForkDesign):
-    seeds: list[int] = [0, 1, 2, 3]  # the across-seed reliability needs at least 2 (not stated)
-    steps: Pos = 250  # optimizer updates of the schedule (its cosine ends here)
-    stop: Pos | None = None  # the last update trained (the "end" horizon); null: steps. Cuts a long schedule short
-    optimizer: Literal["adamw", "sgd"] = "adamw"  # sgd: plain SGD (no momentum), for the first-order check
-    horizons: list[Horizon] = [1, 50, "mid", "end"]  # updates after the injection (s + n), "mid", "end"
-    candidates: CandidatesConfig = CandidatesConfig()
-    queries: QueriesConfig = QueriesConfig()
-    attribute: AttributeConfig = AttributeConfig()
+    """The bank: the fork design (:class:`~seedlab.forks.design.ForkDesign`) with its candidates, queries,
+    horizons and how the estimators run."""
+
+    seeds: list[int] = Field([0, 1, 2, 3], description="training seeds; the across-seed reliability needs at least 2 "
+                                                       "(not stated)")
+    steps: Pos = Field(250, description="optimizer updates of the schedule (its cosine ends here)")
+    stop: Pos | None = Field(None, description='the last update trained (the "end" horizon); null: steps. Cuts a long '
+                                               "schedule short")
+    optimizer: Literal["adamw", "sgd"] = Field("adamw", description="sgd: plain SGD (no momentum), for the first-order check")
+    horizons: list[Horizon] = Field([1, 50, "mid", "end"], description='updates after the injection (s + n), "mid", "end"')
+    candidates: CandidatesConfig = Field(CandidatesConfig(), description="what replaces the injected row, one forked run each")
+    queries: QueriesConfig = Field(QueriesConfig(), description="the texts whose loss change is measured")
+    attribute: AttributeConfig = Field(AttributeConfig(), description="how `seedlab attribution attribute` runs the estimators")
 
     @model_validator(mode="after")
     def _check(self) -> AttributionConfig:

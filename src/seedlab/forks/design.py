@@ -5,8 +5,9 @@ runs forked from it that differ in row ``injection_row`` of the batch of step s.
 :class:`ForkDesign` is a :class:`~seedlab.config.Strict` config holding those fields (and their
 checks); it satisfies :class:`seedlab.lm.trainer.Settings`. A study's config derives from it and
 adds its own (the twins' conditions, the attribution bank's candidates and queries); what its
-runs differ in are arms (forks/arms.py). Numbers the
-twins paper does not state carry a ``(not stated)`` comment; docs/assumptions.md lists them.
+runs differ in are arms (forks/arms.py). Every field's help is its
+``description`` (``seedlab presets show``, ``--help``); numbers the twins paper does not state say
+``(not stated)`` there, and docs/assumptions.md lists them.
 """
 
 from __future__ import annotations
@@ -23,27 +24,29 @@ Pos = Annotated[int, Field(gt=0)]
 
 
 class ForkDesign(Strict):
-    corpus: str  # a prepared corpus folder (seedlab corpus prepare), relative to the current folder like --out
-    model: str = "mini"  # a preset of seedlab.lm.model.PRESETS
-    block_size: Pos | None = None  # tokens per row; null: the preset's (row length: not stated)
-    seeds: list[int] = [0, 1]
-    steps: Pos = 300  # optimizer updates of the schedule (paper: 9,536)
-    batch_size: Pos = 16  # rows per batch, over all ranks (paper: 256)
-    micro_batch: Pos | None = None  # rows per forward/backward on one rank (gradient accumulation); null: all of them
-    injection_step: int = 100  # updates completed before the injected batch (paper: 200)
-    midpoint: Pos | None = None  # the "mid-point" checkpoint / horizon (updates completed); null: half-way from s to the end (not stated)
-    injection_row: int = 0  # which row of that batch is replaced (under torchrun: in rank row // (batch/world))
-    peak_lr: float = 6e-4  # (paper: 6e-4)
-    min_lr: float = 6e-5  # end of the cosine decay (not stated)
-    warmup: Pos | None = None  # null: ends at the injection step, so it happens at peak LR (not stated)
-    weight_decay: float = 0.1  # (not stated; nanoGPT)
-    beta1: float = 0.9
-    beta2: float = 0.95  # (not stated; nanoGPT)
-    grad_clip: float = 1.0  # (not stated; nanoGPT)
-    replicas: list[int] | None = None  # seeds whose twin is trained twice after the injection (the replica control); null: the first seed
-    device: str = "auto"  # "auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 = autocast; fp32 keeps CPU runs bitwise reproducible
-    threads: Pos | None = None  # torch CPU threads per process; null: torch's default
+    corpus: str = Field(description="a prepared corpus folder (seedlab corpus prepare), relative to the current folder like --out")
+    model: str = Field("mini", description="a preset of seedlab.lm.model.PRESETS")
+    block_size: Pos | None = Field(None, description="tokens per row; null: the preset's (row length: not stated)")
+    seeds: list[int] = Field([0, 1], description="training seeds: each one's init and batches (seed, step)")
+    steps: Pos = Field(300, description="optimizer updates of the schedule (paper: 9,536)")
+    batch_size: Pos = Field(16, description="rows per batch, over all ranks (paper: 256)")
+    micro_batch: Pos | None = Field(None, description="rows per forward/backward on one rank (gradient accumulation); null: all of them")
+    injection_step: int = Field(100, description="updates completed before the injected batch (paper: 200)")
+    midpoint: Pos | None = Field(None, description='the "mid-point" checkpoint / horizon (updates completed); null: half-way from s '
+                                                   "to the end (not stated)")
+    injection_row: int = Field(0, description="which row of that batch is replaced (under torchrun: in rank row // (batch/world))")
+    peak_lr: float = Field(6e-4, description="learning rate at the end of the warm-up (paper: 6e-4)")
+    min_lr: float = Field(6e-5, description="end of the cosine decay (not stated)")
+    warmup: Pos | None = Field(None, description="warm-up updates; null: ends at the injection step, so it happens at peak LR (not stated)")
+    weight_decay: float = Field(0.1, description="AdamW's decoupled weight decay, on matrices and embeddings only (not stated; nanoGPT)")
+    beta1: float = Field(0.9, description="AdamW's first-moment decay (not stated; nanoGPT)")
+    beta2: float = Field(0.95, description="AdamW's second-moment decay (not stated; nanoGPT)")
+    grad_clip: float = Field(1.0, description="the gradients' global norm is clipped to this (not stated; nanoGPT)")
+    replicas: list[int] | None = Field(None, description="seeds whose twin is trained twice after the injection (the replica "
+                                                         "control); null: the first seed")
+    device: str = Field("auto", description='"auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu')
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16 = autocast; fp32 keeps CPU runs bitwise reproducible")
+    threads: Pos | None = Field(None, description="torch CPU threads per process; null: torch's default")
 
     @model_validator(mode="after")
     def _fork_design(self) -> ForkDesign:

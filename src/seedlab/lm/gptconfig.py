@@ -13,13 +13,15 @@ Pos = Annotated[int, Field(gt=0)]
 
 
 class GPTConfig(Strict):
-    n_layer: Pos  # transformer blocks
-    n_head: Pos  # attention heads per block (must divide n_embd)
-    n_embd: Pos  # residual width, in features
-    block_size: Pos  # context length, in tokens (rows are block_size tokens)
-    vocab_size: Pos  # token ids 0 .. vocab_size-1 (50304 = GPT-2's 50257 padded to a multiple of 64)
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # probability; keep 0 for bitwise-deterministic twins
-    bias: bool = True  # biases in Linear and LayerNorm (GPT-2: yes)
+    """A GPT's shape (nanoGPT's GPT-2): what seedlab.lm.model.GPT builds."""
+
+    n_layer: Pos = Field(description="transformer blocks")
+    n_head: Pos = Field(description="attention heads per block (must divide n_embd)")
+    n_embd: Pos = Field(description="residual width, in features")
+    block_size: Pos = Field(description="context length, in tokens (rows are block_size tokens)")
+    vocab_size: Pos = Field(description="token ids 0 .. vocab_size-1 (50304 = GPT-2's 50257 padded to a multiple of 64)")
+    dropout: Annotated[float, Field(ge=0, lt=1)] = Field(0.0, description="probability; keep 0 for bitwise-deterministic twins")
+    bias: bool = Field(True, description="biases in Linear and LayerNorm (GPT-2: yes)")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> GPTConfig:

@@ -3,7 +3,8 @@
 ``EnsembleConfig`` is one ensemble (``seedlab shortcut train``): one architecture, many
 members. ``SweepConfig`` is a grid of them (``seedlab shortcut sweep``). Every value the
 paper does not state is a field here with its default, and is listed in
-docs/assumptions.md. Units are in the comments.
+docs/assumptions.md. Every field's help is its ``description`` (``seedlab presets show``,
+``--help``), with its units.
 """
 
 from __future__ import annotations
@@ -38,14 +39,16 @@ Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class ModelConfig(Strict):
-    layers: Pos = 2  # transformer blocks (paper: 1 or 2)
-    heads: Pos = 2  # attention heads per block (paper: 1 or 2)
-    d_model: Pos = 64  # residual width (paper)
-    d_ff: Pos = 128  # MLP hidden width (paper)
-    act: Literal["relu", "gelu"] = "relu"  # MLP nonlinearity (not stated)
-    layer_norm: bool = True  # pre-LN blocks + final LN (not stated)
-    causal: bool = False  # attention mask; the readout token sits last (not stated)
-    init_std: PosFloat = 0.02  # std of N(0, s^2) for every weight matrix; biases 0, LN gains 1
+    """The transformer every member of an ensemble shares."""
+
+    layers: Pos = Field(2, description="transformer blocks (paper: 1 or 2)")
+    heads: Pos = Field(2, description="attention heads per block (paper: 1 or 2)")
+    d_model: Pos = Field(64, description="residual width (paper)")
+    d_ff: Pos = Field(128, description="MLP hidden width (paper)")
+    act: Literal["relu", "gelu"] = Field("relu", description="MLP nonlinearity (not stated)")
+    layer_norm: bool = Field(True, description="pre-LN blocks + final LN (not stated)")
+    causal: bool = Field(False, description="attention mask; the readout token sits last (not stated)")
+    init_std: PosFloat = Field(0.02, description="std of N(0, s^2) for every weight matrix; biases 0, LN gains 1")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelConfig:
@@ -55,22 +58,24 @@ class ModelConfig(Strict):
 
 
 class DataConfig(Strict):
-    length: Pos = 5  # integers per sequence ("five numbers", plain-language summary)
-    vocab: Annotated[int, Field(ge=2)] = 16  # integers are drawn from 0 .. vocab-1 (not stated)
-    n_train: Pos = 16384  # training samples (paper)
-    n_val: Pos = 2048  # validation samples, r = 1 (not stated)
-    n_adv: Pos = 2048  # adversarial samples, r = 0 (not stated)
-    data_seed: int = 0  # fixes the three splits of an experiment (shared by all model seeds)
+    """The three splits of a task (train, val at r = 1, adv at r = 0)."""
+
+    length: Pos = Field(5, description='integers per sequence ("five numbers", plain-language summary)')
+    vocab: Annotated[int, Field(ge=2)] = Field(16, description="integers are drawn from 0 .. vocab-1 (not stated)")
+    n_train: Pos = Field(16384, description="training samples (paper)")
+    n_val: Pos = Field(2048, description="validation samples, r = 1 (not stated)")
+    n_adv: Pos = Field(2048, description="adversarial samples, r = 0 (not stated)")
+    data_seed: int = Field(0, description="fixes the three splits of an experiment (shared by all model seeds)")
 
 
 class OptimConfig(Strict):
     """AdamW (torch.optim.AdamW semantics). Members may override lr and weight_decay."""
 
-    lr: PosFloat = 1e-3  # learning rate, constant: no schedule (not stated)
-    beta1: Beta = 0.9  # (not stated; torch default)
-    beta2: Beta = 0.999  # (not stated; torch default)
-    eps: PosFloat = 1e-8  # (not stated; torch default)
-    weight_decay: NonNeg = 0.1  # decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)
+    lr: PosFloat = Field(1e-3, description="learning rate, constant: no schedule (not stated)")
+    beta1: Beta = Field(0.9, description="Adam's first-moment decay (not stated; torch default)")
+    beta2: Beta = Field(0.999, description="Adam's second-moment decay (not stated; torch default)")
+    eps: PosFloat = Field(1e-8, description="Adam's epsilon (not stated; torch default)")
+    weight_decay: NonNeg = Field(0.1, description="AdamW weight decay, decoupled; applied to every parameter as torch does (paper: 0.1, high 0.4)")
 
     def for_member(self, weight_decay: float | None, lr: float | None) -> tuple[float, float]:
         """The (weight decay, lr) a member trains with: the values it names, this optimizer's for those left null."""
@@ -80,12 +85,12 @@ class OptimConfig(Strict):
 class GradientsConfig(Strict):
     """Gradient dynamics measured during training (-> gradients.parquet); see shortcut/gradients.py."""
 
-    enabled: bool = False
-    every: Pos = 50  # epochs between measurements (and epoch 0)
-    sample: Annotated[int, Field(ge=0)] = 64  # examples per group for per-example gradient norms (0: skip)
-    # nats: the report's saturated window is the measured epochs at which the majority group's mean training loss
-    # (shortcut-consistent at r >= 1/2) is below this; read by the report only, training does not use it
-    saturated_loss: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    enabled: bool = Field(False, description="measure the gradient dynamics (gradients.parquet)")
+    every: Pos = Field(50, description="epochs between measurements (and epoch 0)")
+    sample: Annotated[int, Field(ge=0)] = Field(64, description="examples per group for per-example gradient norms (0: skip)")
+    saturated_loss: Annotated[float, Field(gt=0, lt=1)] = Field(0.05, description=(
+        "nats: the report's saturated window is the measured epochs at which the majority group's mean training loss "
+        "(shortcut-consistent at r >= 1/2) is below this; read by the report only, training does not use it"))
 
 
 #: fields added after sweeps were on record (a path into the config), with the value every older config meant: a
@@ -98,29 +103,30 @@ CHUNK_CPU, CHUNK_CUDA = 8192, 262144  # member-rows per piece for chunk: "auto"
 
 
 class TrainConfig(Strict):
-    epochs: Pos = 15000  # passes over the training split (paper)
-    batch_size: Pos | None = None  # samples per step; null = full batch (not stated)
-    # a batch is run in pieces of about `chunk` member-rows (chunk // members rows each); the
-    # pieces' gradients are summed: same math. "auto": 8,192 on CPU (activations stay
-    # cache-sized, benchmarks/), 262,144 on CUDA (a paper-scale full-batch step of 64 members x
-    # 16,384 rows in 4 pieces, ~2 GB of activations, not thousands of small kernel launches);
-    # null: the whole batch at once
-    chunk: Pos | Literal["auto"] | None = "auto"
-    eval_every: Pos = 10  # epochs between evaluations of train/val/adv (the curves)
-    # epochs between checks of adversarial accuracy alone, between evaluations: the paper counts a
-    # member as generalized when it reaches 100% "at any point", so short-lived hits are not missed;
-    # null: only at the evaluations
-    adv_every: Pos | None = None
-    stop_when_decided: bool = False  # stop once every member has generalized
-    checkpoint_epochs: list[int] = []  # epochs at which all members' weights are saved
-    device: str = "cpu"  # "cpu", "cuda", "cuda:1", ...
-    threads: Pos | None = None  # torch intra-op threads on CPU; null = torch's default
-    # bf16: the training forward's matmuls in bfloat16 (torch.autocast), on CPU as on CUDA; master
-    # weights, AdamW state, the loss, every evaluation and the gradient measurements stay fp32.
-    # fp32 (every preset's default) is what docs/results.md was measured with; see docs/results.md
-    # "Does precision change the science?" before choosing bf16, and `seedlab doctor` for the speed.
-    precision: Literal["fp32", "bf16"] = "fp32"
-    gradients: GradientsConfig = GradientsConfig()
+    """How an ensemble is trained and evaluated."""
+
+    epochs: Pos = Field(15000, description="passes over the training split (paper)")
+    batch_size: Pos | None = Field(None, description="samples per step; null = full batch (not stated)")
+    chunk: Pos | Literal["auto"] | None = Field("auto", description=(
+        "a batch is run in pieces of about `chunk` member-rows (chunk // members rows each); the pieces' gradients are "
+        "summed: same math. \"auto\": 8,192 on CPU (activations stay cache-sized, benchmarks/), 262,144 on CUDA (a "
+        "paper-scale full-batch step of 64 members x 16,384 rows in 4 pieces, ~2 GB of activations, not thousands of "
+        "small kernel launches); null: the whole batch at once"))
+    eval_every: Pos = Field(10, description="epochs between evaluations of train/val/adv (the curves)")
+    adv_every: Pos | None = Field(None, description=(
+        "epochs between checks of adversarial accuracy alone, between evaluations: the paper counts a member as "
+        'generalized when it reaches 100% "at any point", so short-lived hits are not missed; null: only at the '
+        "evaluations"))
+    stop_when_decided: bool = Field(False, description="stop once every member has generalized")
+    checkpoint_epochs: list[int] = Field([], description="epochs at which all members' weights are saved")
+    device: str = Field("cpu", description='"cpu", "cuda", "cuda:1", ...')
+    threads: Pos | None = Field(None, description="torch intra-op threads on CPU; null = torch's default")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description=(
+        "bf16: the training forward's matmuls in bfloat16 (torch.autocast), on CPU as on CUDA; master weights, AdamW "
+        "state, the loss, every evaluation and the gradient measurements stay fp32. fp32 (every preset's default) is "
+        'what docs/results.md was measured with; see docs/results.md "Does precision change the science?" before '
+        "choosing bf16, and `seedlab doctor` for the speed"))
+    gradients: GradientsConfig = Field(GradientsConfig(), description="gradient dynamics measured during training")
 
     def chunk_rows(self) -> int | None:
         """Member-rows per forward piece on this config's device (see ``chunk``)."""
@@ -143,11 +149,11 @@ class MemberGrid(Strict):
     ``weight_decay`` and ``lr`` default to the optimizer's single value.
     """
 
-    task: list[str] = ["sum2-max"]
-    ratio: list[float] = [0.9]  # fraction of shortcut-consistent training samples
-    seed: list[int] = [0]  # model seeds (initialization and batch order)
-    weight_decay: list[NonNeg] | None = None
-    lr: list[PosFloat] | None = None
+    task: list[str] = Field(["sum2-max"], description="tasks (seedlab.shortcut.tasks.TASKS), all with the same number of classes")
+    ratio: list[float] = Field([0.9], description="fractions of shortcut-consistent training samples")
+    seed: list[int] = Field([0], description="model seeds (initialization and batch order)")
+    weight_decay: list[NonNeg] | None = Field(None, description="weight decays; null: optim.weight_decay")
+    lr: list[PosFloat] | None = Field(None, description="learning rates; null: optim.lr")
 
     @field_validator("task")
     @classmethod
@@ -181,11 +187,11 @@ class MemberGrid(Strict):
 class MemberSpec(Strict):
     """One member, listed explicitly (sweeps write their ensembles this way)."""
 
-    task: str
-    ratio: float
-    seed: int
-    weight_decay: NonNeg | None = None  # null: optim.weight_decay
-    lr: PosFloat | None = None  # null: optim.lr
+    task: str = Field(description="the task (seedlab.shortcut.tasks.TASKS)")
+    ratio: float = Field(description="fraction of shortcut-consistent training samples")
+    seed: int = Field(description="model seed (initialization and batch order)")
+    weight_decay: NonNeg | None = Field(None, description="weight decay; null: optim.weight_decay")
+    lr: PosFloat | None = Field(None, description="learning rate; null: optim.lr")
 
     _t = field_validator("task")(classmethod(lambda cls, v: _task_name(v)))
     _r = field_validator("ratio")(classmethod(lambda cls, v: _ratio(v)))
@@ -212,11 +218,11 @@ Members = Annotated[
 class EnsembleConfig(Strict):
     """``seedlab shortcut train CONFIG``: one architecture, many members."""
 
-    model: ModelConfig = ModelConfig()
-    data: DataConfig = DataConfig()
-    optim: OptimConfig = OptimConfig()
-    train: TrainConfig = TrainConfig()
-    members: Members = MemberGrid()  # a grid, or an explicit list
+    model: ModelConfig = Field(ModelConfig(), description="the architecture")
+    data: DataConfig = Field(DataConfig(), description="the task's splits")
+    optim: OptimConfig = Field(OptimConfig(), description="AdamW")
+    train: TrainConfig = Field(TrainConfig(), description="training and evaluation")
+    members: Members = Field(MemberGrid(), description="a grid, or an explicit list")
 
     @model_validator(mode="after")
     def _same_classes(self) -> EnsembleConfig:
@@ -243,13 +249,13 @@ class EnsembleConfig(Strict):
 class SweepGrid(Strict):
     """One grid of a sweep: every combination of the lists below (seeds outermost)."""
 
-    task: list[str] = ["sum2-max"]
-    ratio: list[float] = [0.5, 0.9]  # fractions of shortcut-consistent training samples
-    layers: list[Pos] = [1, 2]
-    heads: list[Pos] = [1]
-    weight_decay: list[NonNeg] | None = None  # null: optim.weight_decay
-    lr: list[PosFloat] | None = None  # null: optim.lr
-    seed: list[int] | Pos = 8  # a list, or a count n meaning 0..n-1
+    task: list[str] = Field(["sum2-max"], description="tasks (seedlab.shortcut.tasks.TASKS)")
+    ratio: list[float] = Field([0.5, 0.9], description="fractions of shortcut-consistent training samples")
+    layers: list[Pos] = Field([1, 2], description="transformer blocks (model.layers)")
+    heads: list[Pos] = Field([1], description="attention heads per block (model.heads)")
+    weight_decay: list[NonNeg] | None = Field(None, description="weight decays; null: optim.weight_decay")
+    lr: list[PosFloat] | None = Field(None, description="learning rates; null: optim.lr")
+    seed: list[int] | Pos = Field(8, description="model seeds: a list, or a count n meaning 0..n-1")
 
     @field_validator("task")
     @classmethod
@@ -290,12 +296,12 @@ Grids = Annotated[
 class SweepConfig(Strict):
     """``seedlab shortcut sweep CONFIG``: shared hyperparameters plus the grid."""
 
-    model: ModelConfig = ModelConfig()  # layers/heads here are overridden by the grid
-    data: DataConfig = DataConfig()
-    optim: OptimConfig = OptimConfig()
-    train: TrainConfig = TrainConfig()
-    grid: Grids = SweepGrid()  # one grid, or several (their union, duplicates dropped)
-    max_members: Pos = 64  # members per ensemble job (bounds memory)
-    # GPUs a Ray task asks for when train.device is CUDA: 1, or a fraction so that several ensemble
-    # jobs share one GPU (0.25: four per GPU); ignored on CPU (and by the local executor)
-    gpus_per_job: Annotated[float, Field(gt=0, le=1)] = 1.0
+    model: ModelConfig = Field(ModelConfig(), description="the architecture; layers/heads here are overridden by the grid")
+    data: DataConfig = Field(DataConfig(), description="the tasks' splits")
+    optim: OptimConfig = Field(OptimConfig(), description="AdamW")
+    train: TrainConfig = Field(TrainConfig(), description="training and evaluation")
+    grid: Grids = Field(SweepGrid(), description="one grid, or several (their union, duplicates dropped)")
+    max_members: Pos = Field(64, description="members per ensemble job (bounds memory)")
+    gpus_per_job: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description=(
+        "GPUs a Ray task asks for when train.device is CUDA: 1, or a fraction so that several ensemble jobs share one "
+        "GPU (0.25: four per GPU); ignored on CPU (and by the local executor)"))

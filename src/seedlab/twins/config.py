@@ -1,8 +1,8 @@
 """The twins design as one config: what is trained (``TwinsConfig``), what is measured
 (``MeasureConfig``), and which outcomes are primary (pre-registered before training).
 
-Numbers the paper does not state are fields with a default and a ``(not stated)``
-comment; docs/assumptions.md lists them.
+Every field's help is its ``description`` (``seedlab presets show``, ``--help``); numbers the
+paper does not state are fields with a default and a ``(not stated)`` there; docs/assumptions.md lists them.
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ OUTCOMES: dict[str, Label] = {
 class MeasureConfig(Strict):
     """How ``seedlab twins measure`` evaluates a finished design (all not stated by the paper)."""
 
-    alphas: list[float] = [i / 10 for i in range(11)]  # interpolation grid, endpoints 0 and 1 included
-    heldout_rows: Pos = 64  # held-out rows (block_size tokens each) for the barrier and held-out CE
-    probe_rows: Pos = 16  # held-out rows whose representations CKA compares
-    eval_rows: Pos = 16  # rows per forward pass while evaluating (memory, not results)
-    seed: int = 0  # which held-out rows are drawn (the same rows for every model)
-    smooth_steps: Pos = 25  # rolling mean of |loss − twin's loss| before finding its peak (steps)
-    smooth_steps_alt: Pos = 5  # (not stated) a second, narrower window: the peak / trough ratio under both
-    just_after_steps: Pos = 5  # the steps after the injected batch that define "just after the injection"
-    # (not stated) "lost" at the end: per seed, the end effect is tested against this fraction of the s + 50 effect
-    # (one-sided paired tests of end − frac × s50 < 0, twins.stats.lost_test); the name is kept from the TOST it replaced
-    equivalence_frac: float = Field(0.5, gt=0, le=1)
+    alphas: list[float] = Field([i / 10 for i in range(11)], description="interpolation grid, endpoints 0 and 1 included")
+    heldout_rows: Pos = Field(64, description="held-out rows (block_size tokens each) for the barrier and held-out CE")
+    probe_rows: Pos = Field(16, description="held-out rows whose representations CKA compares")
+    eval_rows: Pos = Field(16, description="rows per forward pass while evaluating (memory, not results)")
+    seed: int = Field(0, description="which held-out rows are drawn (the same rows for every model)")
+    smooth_steps: Pos = Field(25, description="rolling mean of |loss − twin's loss| before finding its peak (steps)")
+    smooth_steps_alt: Pos = Field(5, description="a second, narrower window: the peak / trough ratio under both (not stated)")
+    just_after_steps: Pos = Field(5, description='the steps after the injected batch that define "just after the injection"')
+    equivalence_frac: float = Field(0.5, gt=0, le=1, description=(
+        '"lost" at the end: per seed, the end effect is tested against this fraction of the s + 50 effect (one-sided paired '
+        "tests of end − frac × s50 < 0, twins.stats.lost_test); the name is kept from the TOST it replaced (not stated)"))
 
     @model_validator(mode="after")
     def _grid(self) -> MeasureConfig:
@@ -59,27 +59,33 @@ class MeasureConfig(Strict):
 class NullsConfig(Strict):
     """The null arms: how each is drawn (none of it stated; the paper has no such controls)."""
 
-    ordinary_row_seed: int = 0  # which held-out row replaces the injected row (as long as the fabricated passage)
-    nudge_tensor: str = "blocks.0.ln_1.weight"  # the one weight element that moves by one unit in the last place, at s (a gain: every row of every batch passes through it)
-    nudge_index: int = 0  # ... its flat index in that tensor (moved toward +inf: torch.nextafter)
-    noise_seed: int = 0  # the random direction of matched-noise (with the training seed)
-    noise_like: Literal["fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row"] = "fluent-fabricated"  # whose update difference at s the noise's norm equals
+    ordinary_row_seed: int = Field(0, description="which held-out row replaces the injected row (as long as the fabricated passage)")
+    nudge_tensor: str = Field("blocks.0.ln_1.weight", description=(
+        "the one weight element that moves by one unit in the last place, at s (a gain: every row of every batch passes "
+        "through it)"))
+    nudge_index: int = Field(0, description="that element's flat index in nudge_tensor (moved toward +inf: torch.nextafter)")
+    noise_seed: int = Field(0, description="the random direction of matched-noise (with the training seed)")
+    noise_like: Literal["fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row"] = Field(
+        "fluent-fabricated", description="whose update difference at s the noise's norm equals")
 
 
 class TwinsConfig(ForkDesign):
     """The design every fork-at-injection study shares (:class:`~seedlab.forks.design.ForkDesign`:
     corpus, model, schedule, injection step and row, replicas, device) and the twins' own fields."""
 
-    conditions: list[str] = list(CONDITIONS)
-    passages: dict[str, str] = {}  # condition -> text file, relative to the config file (they travel with it)
-    subjects: dict[str, str] = {}  # condition -> the passage's subject, checked against the corpus
-    random_chars_tokens: Pos | None = None  # null: the fabricated (else attested) passage's token length
-    random_chars_seed: int = 0  # the random keyboard text is drawn from random.Random(this)
-    checkpoint_every: Pos | None = None  # plus injection, injection + 50, mid-point and final
-    nulls: NullsConfig = NullsConfig()
-    keep: list[Literal["prefix", "final"]] = ["prefix"]  # complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update difference, forks), each condition's end
-    outcomes: dict[str, Label] = dict(OUTCOMES)  # measure -> label, pre-registered when the run starts
-    measure: MeasureConfig = MeasureConfig()
+    conditions: list[str] = Field(list(CONDITIONS), description="the arms trained per seed: the twin, passages and nulls (CONDITIONS)")
+    passages: dict[str, str] = Field({}, description="condition -> text file, relative to the config file (they travel with it)")
+    subjects: dict[str, str] = Field({}, description="condition -> the passage's subject, checked against the corpus")
+    random_chars_tokens: Pos | None = Field(None, description="the random-chars passage's length, in tokens; null: the fabricated (else attested) passage's")
+    random_chars_seed: int = Field(0, description="the random keyboard text is drawn from random.Random(this)")
+    checkpoint_every: Pos | None = Field(None, description="a weights checkpoint every this many updates, plus injection, "
+                                                            "injection + 50, mid-point and final")
+    nulls: NullsConfig = Field(NullsConfig(), description="the null arms: how each is drawn")
+    keep: list[Literal["prefix", "final"]] = Field(["prefix"], description=(
+        "complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update "
+        "difference, forks), each condition's end"))
+    outcomes: dict[str, Label] = Field(dict(OUTCOMES), description="measure -> label, pre-registered when the run starts")
+    measure: MeasureConfig = Field(MeasureConfig(), description="how `seedlab twins measure` evaluates the finished design")
 
     @model_validator(mode="after")
     def _check(self) -> TwinsConfig:
