@@ -1,5 +1,7 @@
 """The estimators by name: :data:`ESTIMATORS`, :func:`get_estimator`, :func:`run`, :func:`estimate`;
 user plug-ins (:func:`plugin`). What each computes: :mod:`seedlab.attribution.estimators`.
+The table reads without torch (the report needs its names, labels, units and summaries); each
+estimator's implementation, and torch with it, is imported when it first runs.
 
 Options (keyword arguments of :func:`run` / :func:`estimate`; each estimator reads its own):
 
@@ -51,16 +53,18 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from seedlab.attribution import estimators as est
-from seedlab.attribution.estimators import Case, Gradients, Texts
 from seedlab.errors import SeedlabError
-from seedlab.lm.model import GPT
+
+if TYPE_CHECKING:
+    import torch
+
+    from seedlab.attribution.estimators import Case, Gradients, Texts
+    from seedlab.lm.model import GPT
 
 INSTALL_HINT = "install seedlab[attribution] (pip install -e '.[attribution]'; pip install --no-deps kronfluence==1.0.1)"
 HINTS = {"kronfluence": INSTALL_HINT, "trak": "pip install traker==0.3.2 (it keeps the installed torch)"}
@@ -80,6 +84,18 @@ class Estimator:
     accepts: tuple[str, ...] = ()  # options it reads (needs included)
     library: str | None = None  # optional import it needs
     label: str = "estimator"  # "estimator" (as its paper defines it), "variant", "reference", "baseline" or "plug-in"
+
+
+def _lazy(name: str) -> Callable[..., np.ndarray]:
+    """attribution/estimators.py's ``name``, imported at its first call: the table (names, labels,
+    units, summaries) reads without torch, the implementations load it when one runs."""
+    def fn(grads: Gradients, **options: Any) -> np.ndarray:
+        from seedlab.attribution import estimators
+
+        return getattr(estimators, name)(grads, **options)
+
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 def _influence(strategy: str) -> Callable[..., np.ndarray]:
@@ -107,20 +123,20 @@ _SGD, _ADAM = ("lr", "grad_clip"), ("lr", "optimizer", "grad_clip")
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e
     for e in (
-        Estimator("sgd", "one plain-SGD step: −lr·⟨∇L_q, clip'(δ_c)⟩", "step s+1", "nats/token", est.sgd_one_step,
+        Estimator("sgd", "one plain-SGD step: −lr·⟨∇L_q, clip'(δ_c)⟩", "step s+1", "nats/token", _lazy("sgd_one_step"),
                   ("lr",), _SGD),
         Estimator("adam", "one AdamW step, exact update: ⟨∇L_q, u(g + δ_c) − u(g)⟩", "step s+1", "nats/token",
-                  est.adam_one_step, ("lr", "optimizer"), _ADAM),
+                  _lazy("adam_one_step"), ("lr", "optimizer"), _ADAM),
         Estimator("adam-linear", "one AdamW step, first order in δ_c (preconditioner and second moment)", "step s+1",
-                  "nats/token", est.adam_linear, ("lr", "optimizer"), (*_ADAM, "include_v"), label="variant"),
+                  "nats/token", _lazy("adam_linear"), ("lr", "optimizer"), (*_ADAM, "include_v"), label="variant"),
         Estimator("tracin", "TracIn, the candidate's one visit: −lr_s·⟨∇L_q, ∇ℓ_c − ∇ℓ_r⟩/N at θ_s", "step s+1",
-                  "nats/token", est.tracin, ("lr",), ("lr",)),
+                  "nats/token", _lazy("tracin"), ("lr",), ("lr",)),
         Estimator("tracin-cp", "TracIn-CP over the twin's later checkpoints: −Σ_k lr_k·⟨∇L_q, ∇ℓ_c − ∇ℓ_r⟩(θ_k)/N "
-                  "(adds visits that never happened)", "the last checkpoint", "nats/token", est.tracin_cp,
+                  "(adds visits that never happened)", "the last checkpoint", "nats/token", _lazy("tracin_cp"),
                   ("checkpoints",), ("checkpoints",), label="variant"),
-        Estimator("cosine", "−cos(∇L_q, ∇ℓ_c − ∇ℓ_r)", "none (direction only)", "cosine", est.cosine),
+        Estimator("cosine", "−cos(∇L_q, ∇ℓ_c − ∇ℓ_r)", "none (direction only)", "cosine", _lazy("cosine")),
         Estimator("adam-cosine", "TrackStar without projection: −cos(P∇L_q, P(∇ℓ_c − ∇ℓ_r)), P = 1/(√v̂+ε)",
-                  "none (direction only)", "cosine", est.adam_cosine, ("optimizer",), ("optimizer",)),
+                  "none (direction only)", "cosine", _lazy("adam_cosine"), ("optimizer",), ("optimizer",)),
         Estimator("ekfac", "influence function, EK-FAC curvature (kronfluence)", "convergence", "nats/token",
                   _influence("ekfac"), (), ("influence",), "kronfluence"),
         Estimator("kfac", "influence function, K-FAC curvature (kronfluence)", "convergence", "nats/token",
@@ -130,13 +146,13 @@ ESTIMATORS: dict[str, Estimator] = {
         Estimator("unroll", "the exact one-step change at s carried through the twin's steps to h (first order): "
                   "⟨∇L_q(θ_h), Δθ_h⟩", "every horizon", "nats/token", _unroll, ("trainer", "horizon"),
                   ("trainer", "horizon"), label="reference"),
-        Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", est.random_baseline,
+        Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", _lazy("random_baseline"),
                   (), ("seed",), label="baseline"),
-        Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", est.loss_baseline,
+        Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", _lazy("loss_baseline"),
                   label="baseline"),
         Estimator("gradnorm", "the row gradient's norm at θ_s: −(‖∇ℓ_c‖ − ‖∇ℓ_r‖)", "none", "score",
-                  est.gradnorm_baseline, label="baseline"),
-        Estimator("length", "the text's token count: −(n(c) − n(r))", "none", "score", est.length_baseline,
+                  _lazy("gradnorm_baseline"), label="baseline"),
+        Estimator("length", "the text's token count: −(n(c) − n(r))", "none", "score", _lazy("length_baseline"),
                   label="baseline"),
     )
 }
@@ -222,6 +238,10 @@ def run(name: str, model: GPT, case: Case, *, grads: Gradients | None = None, **
 
     ``model`` holds θ_s, the weights *before* the injected update (the fork point); it is not
     changed. ``grads`` shares cached gradients between calls (built from model and case)."""
+    import torch
+
+    from seedlab.attribution.estimators import Gradients
+
     _unknown(options)
     e = get_estimator(name)
     kwargs = _check(e, options)
@@ -254,6 +274,8 @@ def estimate(names: str | Iterable[str], model: GPT, x: torch.Tensor, y: torch.T
     ``candidates`` / ``queries`` token-id lists by name (or plain lists: named "0", "1", ...),
     ``pad_id`` the id after a short candidate (masked). Options: see the module doc. Names
     and options are all checked before any gradient is computed."""
+    from seedlab.attribution.estimators import Case, Gradients
+
     names = [names] if isinstance(names, str) else list(names)
     _unknown(options)
     chosen = [get_estimator(n) for n in names]
