@@ -25,9 +25,9 @@ The layout::
                                         queries.parquet: both candidates' texts and the queries)
     DIR/integrity.json                  what was shown: replica control, own-row controls
     DIR/measured.parquet                seedlab attribution bank: measured Δ L_query per seed × candidate × query × horizon
-    DIR/additivity.parquet              with pairs: each pair's Δ beside the sum of its two single-row Δs (attribution/additivity.py)
+    DIR/additivity.parquet              with pairs: each pair's Δ beside the sum of its two single-row Δs (attribution/measure.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
-    DIR/report.md, DIR/*.png            seedlab attribution report
+    DIR/report.md, DIR/*.png            seedlab attribution report (it reads the bank through :func:`read_attributed`)
 
 The folder policy of ``seedlab attribution bank`` (forks/folders.py ``DesignFolder.claim``): an
 absent or empty folder starts a bank; a folder holding the same design (config.json, with fields
@@ -38,15 +38,20 @@ also requires the same inputs (:meth:`BankDir.check_inputs`) and environment (en
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.texts import PAIR, REPLICATE, Inputs, Text, pair
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
-from seedlab.forks.arms import NAME
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
+
+if TYPE_CHECKING:  # texts.py loads torch (it cuts batches): imported where used, so the report reads a bank without it
+    from seedlab.attribution.texts import Inputs, Text
 
 
 class ForkFolder(RunFolder):
@@ -69,6 +74,8 @@ class BankDir(DesignFolder):
     def run(self, seed: int, arm: str) -> ForkFolder:
         """An arm's run: the twin's, a candidate's, a candidate's replicate (``replicate.<name>``) or a
         pair's (``pair.<first>..<second>``)."""
+        from seedlab.attribution.texts import PAIR, REPLICATE
+
         if arm.startswith(REPLICATE):
             return self.replicate_of(seed, arm.removeprefix(REPLICATE))
         if arm.startswith(PAIR):
@@ -90,9 +97,13 @@ class BankDir(DesignFolder):
 
     def pair(self, seed: int, first: str, second: str) -> ForkFolder:
         """The pair's run: ``first`` in row ``injection_row``, ``second`` in row ``candidates.replicate_row``."""
+        from seedlab.attribution.texts import pair
+
         return self.run(seed, pair(first, second))
 
     def _named(self, seed: int, folder: str, name: str) -> ForkFolder:
+        from seedlab.forks.arms import NAME  # arms.py loads torch (perturbations); the report reads without it
+
         if not NAME.match(name):
             raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
         return ForkFolder(self.seed(seed) / folder / name)
@@ -155,6 +166,8 @@ class Bank:
 def open_bank(root: str | Path, corpus: str | Path | None = None) -> Bank:
     """Read a bank folder's config and inputs and open its corpus (its hashes compared with the
     bank's: forks/folders.py ``open_design``); a folder that is not an attribution bank is a one-line error."""
+    from seedlab.attribution.texts import Inputs, Text
+
     rd = BankDir(Path(root))
 
     def config(record: dict) -> AttributionConfig:
@@ -170,3 +183,28 @@ def open_bank(root: str | Path, corpus: str | Path | None = None) -> Bank:
 
     c = disk.corpus
     return Bank(rd, cfg, Inputs(cfg, c, cfg.gpt_config(c.vocab_size), texts("candidates"), texts("queries")))
+
+
+@dataclass
+class Attributed:
+    """What the report reads of an attributed bank (:func:`read_attributed`)."""
+
+    dir: BankDir
+    df: pd.DataFrame  # attribution.parquet
+    config: dict  # config.json, as written
+    integrity: dict  # integrity.json ({} when absent)
+    meta: dict  # attribution.json ({} when absent)
+    pairs: pd.DataFrame | None  # additivity.parquet; None for a bank without pairs
+
+
+def read_attributed(root: str | Path) -> Attributed:
+    """A bank folder's files as the report reads them (no corpus, no torch); a folder not yet
+    attributed is a one-line error."""
+    rd = BankDir(Path(root))
+    config = rd.read_config()
+    if not rd.attribution.is_file():
+        raise SeedlabError(f"{rd.root}: no attribution.parquet (run `seedlab attribution attribute {rd.root}` first)")
+    integrity = json.loads(rd.integrity.read_text()) if rd.integrity.is_file() else {}
+    meta = json.loads(rd.attribution_json.read_text()) if rd.attribution_json.is_file() else {}
+    pairs = pd.read_parquet(rd.additivity) if rd.additivity.is_file() else None
+    return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, pairs)
