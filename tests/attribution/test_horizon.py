@@ -1,4 +1,5 @@
-"""attribution/horizon.py (the linear-response horizon h*) on synthetic frames whose answers are known."""
+"""attribution/horizon.py (the linear-response horizon h*) on synthetic frames whose answers are known, and its
+words (attribution/report_horizon.py) and figure."""
 
 from __future__ import annotations
 
@@ -11,14 +12,8 @@ from helpers import attribution_frame
 from seedlab.attribution import stats
 from seedlab.attribution.config import AttributeConfig
 from seedlab.attribution.figures import linear_response_figure
-from seedlab.attribution.horizon import (
-    MEASURED,
-    UNROLL,
-    first_below,
-    horizon_sentence,
-    linear_response,
-    linear_response_section,
-)
+from seedlab.attribution.horizon import MEASURED, UNROLL, first_below, linear_response
+from seedlab.attribution.report_horizon import horizon_sentence, linear_response_section
 from seedlab.attribution.rundir import BankDir
 from seedlab.config import parse
 from seedlab.errors import SeedlabError

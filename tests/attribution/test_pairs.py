@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from seedlab.attribution.additivity import COLUMNS, DIFF, PAIR, SWAPPED, additivity, additivity_section
+from seedlab.attribution.additivity import DIFF, PAIR, SWAPPED, additivity, summarise
 from seedlab.attribution.bank import run_bank
 from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.additivity import write_additivity
+from seedlab.attribution.measure import PAIR_COLUMNS, write_additivity
+from seedlab.attribution.report_additivity import additivity_section
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
@@ -69,7 +70,7 @@ def test_additivity_columns_are_what_they_say(paired_bank):
     _, _, root = paired_bank
     rd = BankDir(root)
     a, m = pd.read_parquet(rd.additivity), pd.read_parquet(rd.measured)
-    assert list(a.columns) == COLUMNS
+    assert list(a.columns) == PAIR_COLUMNS
     assert len(a) == 3 * 3 * 2  # pairs x shared queries (2 rows, 1 probe: no own text) x horizons
     assert set(a.query_kind) == {"heldout", "probe"} and set(a.label) == {"s+1", "end"}
     assert np.array_equal(a["sum"], a.measured_first + a.measured_second)
@@ -109,12 +110,19 @@ def test_additivity_columns_are_what_they_say(paired_bank):
             diff = st[(st.query_kind == kind) & (st.comparison == DIFF) & (st.horizon == h)].iloc[0]
             assert diff.interaction == pytest.approx(row.interaction - ctl.interaction, abs=1e-15)
             assert row.interaction_low <= row.interaction <= row.interaction_high
-    text = additivity_section(root)
+    summary = summarise(a, resamples=200)
+    pd.testing.assert_frame_equal(summary.numbers, st)  # the same numbers: same resamples, same order of draws
+    assert (summary.rows, summary.own_row, summary.own_row_exact) == (len(a), ["pair.own-row..passage-0"], True)
+    broken = a.copy()
+    broken.loc[broken["first"] == "own-row", "interaction"] = 1e-9
+    assert not summarise(broken, resamples=10).own_row_exact
+    text = additivity_section(summary)
     assert text.startswith("## Additivity: two rows at once\n\nOver 2 pair(s) and 1 seed(s), a pair's effect on the "
                            "shared queries departs from the sum of its two single-row effects by a median relative "
                            "interaction")
     assert "interaction is exactly 0 at every seed, query and horizon: yes." in text and "### heldout queries" in text
-    assert additivity_section(root.parent / "nowhere") == ""
+    assert additivity_section(summarise(a.iloc[:0])) == "## Additivity: two rows at once\n\nNo pair run finished: " \
+        "nothing to compare."
 
 
 def test_a_bank_with_pairs_resumes_and_reads_back(paired_bank, monkeypatch, capsys):

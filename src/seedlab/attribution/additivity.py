@@ -37,28 +37,24 @@ the same numbers with ``swapped`` in place of ``measured_pair``, and their diffe
 percentile intervals of seeded bootstrap resamples of the pairs (one set of resamples for every
 number, so the differences are paired). Pairs with the own-row control are left out of the
 numbers: with it in row r the pair is bitwise the second's replicate (interaction exactly 0,
-checked by the bank), which says the injection is exact, not that effects add.
+checked by the bank and again by :func:`summarise`), which says the injection is exact, not that
+effects add.
+
+additivity.parquet is written by the bank (attribution/measure.py ``write_additivity``, columns
+``PAIR_COLUMNS``); this module only computes from its frame, and attribution/report_additivity.py
+words the result.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.measure import beside_twin, finished_twins, warn_missing
-from seedlab.attribution.rundir import Bank, BankDir, ForkFolder, open_bank
-from seedlab.attribution.texts import OWN_ROW, replicate
-from seedlab.reporting import fmt_num, md_table
 from seedlab.stats import bootstrap_interval, slope_along, spearman_along
-from seedlab.store import write_parquet
 
-COLUMNS = ["seed", "pair", "first", "second", "first_kind", "second_kind", "query", "query_kind", "horizon", "after",
-           "label", "measured_pair", "measured_first", "measured_second", "sum", "interaction", "first_other_row",
-           "second_other_row", "swapped"]
 METRICS = ("pearson", "spearman", "slope", "interaction")
 PAIR, SWAPPED, DIFF = "pair", "swapped", "pair − swapped"
 ALL = "all"  # every shared query, when there are several kinds
@@ -66,63 +62,6 @@ ALPHA = 0.05
 RESAMPLES = 2000
 SEED = 0
 _BLOCK = 1_000_000  # values gathered per bootstrap chunk (memory)
-
-
-def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
-    """additivity.parquet's frame (columns :data:`COLUMNS`, module doc): one row per seed × pair ×
-    shared query × horizon. A pair needs its own run, its first's candidate run and its second's
-    replicate, finished; else it is left out with a warning. The control's runs (its first's
-    replicate, its second's candidate run) unfinished: ``swapped`` NaN, with a warning."""
-    cfg, rd = bank.cfg, bank.dir
-    labels = cfg.horizon_steps()
-    query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
-    frames, missing = [], []
-    for seed, twin in finished_twins(bank, missing, "pairs"):
-        kinds = {n: t.kind for n, t in bank.inputs.candidates_of(seed).items()}
-        for name, (first, second) in bank.inputs.pairs.items():
-            runs = {"pair": (name, rd.run(seed, name)), "first": (first, rd.candidate(seed, first)),
-                    "second": (replicate(second), rd.replicate_of(seed, second)),
-                    "first_other": (replicate(first), rd.replicate_of(seed, first)),
-                    "second_other": (second, rd.candidate(seed, second))}
-            late = [arm for arm, where in runs.values() if not where.finished]
-            missing.extend(f"seed {seed} {arm}" for arm in late)
-            if any(runs[k][0] in late for k in ("pair", "first", "second")):
-                continue
-            eff = {k: _effect(where, twin, seed, query_kind) for k, (arm, where) in runs.items() if arm not in late}
-            idx = eff["pair"].index
-            v = {k: eff[k].reindex(idx).to_numpy() if k in eff else np.full(len(idx), np.nan) for k in runs}
-            step, text = idx.get_level_values(0).to_numpy(), idx.get_level_values(1)
-            frames.append(pd.DataFrame({
-                "seed": seed, "pair": name, "first": first, "second": second, "first_kind": kinds[first],
-                "second_kind": kinds[second], "query": text, "query_kind": text.map(query_kind), "horizon": step,
-                "after": step - cfg.injection_step, "label": [labels[int(t)] for t in step],
-                "measured_pair": v["pair"], "measured_first": v["first"], "measured_second": v["second"],
-                "sum": v["first"] + v["second"], "interaction": v["pair"] - (v["first"] + v["second"]),
-                "first_other_row": v["first_other"], "second_other_row": v["second_other"],
-                "swapped": v["first_other"] + v["second_other"],
-            }))
-    if warn:
-        warn_missing(missing, "additivity over the rest")
-    if not frames:
-        return pd.DataFrame(columns=COLUMNS)
-    return pd.concat(frames, ignore_index=True)[COLUMNS]
-
-
-def write_additivity(root: str | Path) -> pd.DataFrame | None:
-    """additivity.parquet of a bank folder with pairs (:func:`collect_pairs`); returns it (None: no pairs)."""
-    bank = open_bank(root)
-    if not bank.inputs.pairs:
-        return None
-    df = collect_pairs(bank)
-    write_parquet(bank.dir.additivity, df)
-    return df
-
-
-def _effect(where: ForkFolder, twin: pd.DataFrame, seed: int, queries: dict[str, str]) -> pd.Series:
-    """A finished run's Δ L_q = L_q(run) − L_q(twin) on the shared queries, indexed by (step, text)."""
-    d = beside_twin(where, twin, seed)
-    d = d[d.text.isin(queries)]
-    return pd.Series((d.loss - d.twin_loss).to_numpy(), index=pd.MultiIndex.from_frame(d[["step", "text"]]))
 
 
 def ordinary(df: pd.DataFrame) -> pd.DataFrame:
@@ -214,95 +153,21 @@ def additivity(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED
     return pd.DataFrame(rows, columns=cols)
 
 
-# ---------------------------------------------------------------- the report's section
+@dataclass
+class Additivity:
+    """What the report says of a bank's pairs (:func:`summarise`)."""
 
-TITLE = "## Additivity: two rows at once"
-NAMES = {"pearson": "Pearson", "spearman": "Spearman", "slope": "slope (1: additive)",
-         "interaction": "median relative interaction"}
-HELP = (
-    "A pair carries two candidates in one batch, c₁ in row r and c₂ in row r′; its effect Δ(c₁ and c₂) is set against "
-    "Δ(c₁ at r) + Δ(c₂ at r′) (the candidate run and the replicate, which displace the same two rows) on the shared "
-    "queries (a candidate's own text is not measured by the other's run). Per seed over pairs × queries, then the mean "
-    "over seeds: Pearson and Spearman of the pair's Δ against the sum, the OLS slope of the pair's Δ on the sum, and the "
-    "median of |Δ(pair) − sum| / (|Δ(c₁)| + |Δ(c₂)|). **swapped**, the control: the same numbers for Δ(c₁ at r′) + "
-    "Δ(c₂ at r) against the sum — equal to it to first order, as the pair is — i.e. how far two single-row "
-    "measurements that linearity calls equal move apart. **pair − swapped**: the difference (positive interaction: "
-    "the pair departs from additivity more than swapping rows does). Cells: value [95% bootstrap interval over pairs].")
+    rows: int  # rows of additivity.parquet (0: no pair run finished)
+    numbers: pd.DataFrame  # :func:`additivity`'s frame; empty when every pair holds the own-row control
+    own_row: list[str]  # the pairs with the own-row control first
+    own_row_exact: bool  # in those, Δ(c₁ at r) and the interaction exactly 0 at every seed, query and horizon
 
 
-def _cell(r, m: str) -> str:
-    v, lo, hi = r[m], r[f"{m}_low"], r[f"{m}_high"]
-    if math.isnan(v):
-        return "n/a"
-    return fmt_num(v) + ("" if math.isnan(lo) else f" [{fmt_num(lo)}, {fmt_num(hi)}]")
-
-
-def _table(g: pd.DataFrame) -> str:
-    hs = g.drop_duplicates("horizon").sort_values("horizon")
-    rows = []
-    for m in METRICS:
-        for c in (PAIR, SWAPPED, DIFF):
-            gc = g[g.comparison == c].set_index("horizon")
-            rows.append([NAMES[m] if c == PAIR else "", c, *(_cell(gc.loc[h], m) for h in hs.horizon)])
-    n = g.iloc[0]
-    return (f"{n.seeds} seed(s), {n.pairs} pair(s), {n.queries} quer{'y' if n.queries == 1 else 'ies'}.\n\n"
-            + md_table(["", "comparison", *(f"{r.label} ({r.horizon})" for r in hs.itertuples())], rows))
-
-
-def _span(g: pd.DataFrame, m: str) -> str:
-    """The metric at the first horizon, and at the last when there are several."""
-    first, last = g.iloc[0], g.iloc[-1]
-    if len(g) == 1:
-        return f"{fmt_num(first[m])} at {first.label}"
-    return f"{fmt_num(first[m])} at {first.label} … {fmt_num(last[m])} at {last.label}"
-
-
-def answer(stats: pd.DataFrame) -> str:
-    """The one-sentence answer: over every shared query, the median relative interaction of the
-    pair beside the swapped control, and where the difference's interval lies above 0."""
-    kind = ALL if (stats.query_kind == ALL).any() else stats.query_kind.iloc[0]
-    g = stats[stats.query_kind == kind].sort_values("horizon")
-    pair, swapped, diff = (g[g.comparison == c] for c in (PAIR, SWAPPED, DIFF))
-    above = list(diff[diff.interaction_low > 0].label)
-    verdict = ("not clearly more than the two candidates swapping rows moves the sum (the 95% interval of the "
-               "difference reaches 0 at every horizon)" if not above else
-               "more than the two candidates swapping rows moves the sum, at every horizon" if len(above) == len(diff)
-               else f"more than the two candidates swapping rows moves the sum at {', '.join(above)}, not clearly "
-                    "more at the other horizons")
-    what = "the shared queries" if kind == ALL else f"the {kind} queries"
-    n = g.iloc[0]
-    return (f"Over {n.pairs} pair(s) and {n.seeds} seed(s), a pair's effect on {what} departs from the sum of its two "
-            f"single-row effects by a median relative interaction |Δ(pair) − sum| / (|Δ(c₁)| + |Δ(c₂)|) of "
-            f"{_span(pair, 'interaction')} (against {_span(swapped, 'interaction')} for the sum with the two "
-            f"candidates' rows swapped; slope of the pair's Δ on the sum {_span(pair, 'slope')}): {verdict}.")
-
-
-def additivity_section(frame_or_root: pd.DataFrame | str | Path, *, resamples: int = RESAMPLES, seed: int = SEED,
-                       alpha: float = ALPHA) -> str:
-    """The report's section (markdown, its own ``##`` title first): the one-sentence answer, the
-    exact own-row pairs, then per query kind the table of :func:`additivity` by horizon.
-    ``frame_or_root``: additivity.parquet's frame, or a bank folder; a folder without
-    additivity.parquet (a bank without pairs) gives "" (nothing to add)."""
-    if isinstance(frame_or_root, pd.DataFrame):
-        df = frame_or_root
-    else:
-        path = BankDir(Path(frame_or_root)).additivity
-        if not path.is_file():
-            return ""
-        df = pd.read_parquet(path)
-    if not len(df):
-        return f"{TITLE}\n\nNo pair run finished: nothing to compare."
-    out = [TITLE]
-    stats = additivity(df, resamples=resamples, seed=seed, alpha=alpha)
-    out.append(answer(stats) if len(stats) else "Every pair holds the own-row control: no ordinary pair to compare.")
-    own = df[df["first"] == OWN_ROW]
-    if len(own):
-        exact = bool((own.interaction == 0).all() and (own.measured_first == 0).all())
-        out.append(f"Own-row pairs ({', '.join(dict.fromkeys(own.pair))}): with row r replaced by itself the pair is "
-                   f"its second's replicate, so Δ(pair) = Δ(c₂ at r′) and the interaction is exactly 0 at every seed, "
-                   f"query and horizon: {'yes' if exact else 'NO'}.")
-    if len(stats):
-        out.append(HELP)
-        for kind, g in stats.groupby("query_kind", sort=False):
-            out.append(f"### {'every shared query' if kind == ALL else f'{kind} queries'}\n\n{_table(g)}")
-    return "\n\n".join(out)
+def summarise(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> Additivity:
+    """additivity.parquet's frame summarised: :func:`additivity` over the ordinary pairs and the check
+    of the own-row pairs (the own-row control, of kind "control", first: the pair is then bitwise its
+    second's replicate)."""
+    own = df[df.first_kind == "control"]
+    exact = bool((own.interaction == 0).all() and (own.measured_first == 0).all())
+    return Additivity(len(df), additivity(df, resamples=resamples, seed=seed, alpha=alpha),
+                      list(dict.fromkeys(own.pair)), exact)

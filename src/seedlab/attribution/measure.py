@@ -20,8 +20,10 @@ seed × candidate × query × horizon) has the columns
 its text in row ``candidates.replicate_row`` instead, against the same twin — NaN when the bank has
 none). Unfinished runs are left out with a warning (an unfinished replicate: NaN).
 
-With ``candidates.pairs`` the bank also gets ``additivity.parquet``: each pair's Δ beside the sum
-of its two single-row Δs (attribution/additivity.py ``write_additivity``, which reads this module).
+With ``candidates.pairs`` the bank also gets ``additivity.parquet`` (:func:`write_additivity`,
+columns :data:`PAIR_COLUMNS`): each pair's Δ beside the sum of its two single-row Δs, per seed ×
+pair × shared query × horizon (what each column means, and what is computed from it:
+attribution/additivity.py).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from seedlab.store import write_parquet
 
 COLUMNS = ["seed", "candidate", "candidate_kind", "query", "query_kind", "horizon", "after", "label", "measured",
            "loss", "twin_loss", "measured_replicate"]
+PAIR_COLUMNS = ["seed", "pair", "first", "second", "first_kind", "second_kind", "query", "query_kind", "horizon",
+                "after", "label", "measured_pair", "measured_first", "measured_second", "sum", "interaction",
+                "first_other_row", "second_other_row", "swapped"]
 
 
 def collect(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
@@ -111,3 +116,63 @@ def write_measured(root: str | Path) -> pd.DataFrame:
     df = collect(bank)
     write_parquet(bank.dir.measured, df)
     return df
+
+
+# ---------------------------------------------------------------- pairs
+
+
+def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
+    """additivity.parquet's frame (columns :data:`PAIR_COLUMNS`; what each means: attribution/additivity.py): one row per seed × pair ×
+    shared query × horizon. A pair needs its own run, its first's candidate run and its second's
+    replicate, finished; else it is left out with a warning. The control's runs (its first's
+    replicate, its second's candidate run) unfinished: ``swapped`` NaN, with a warning."""
+    cfg, rd = bank.cfg, bank.dir
+    labels = cfg.horizon_steps()
+    query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, missing = [], []
+    for seed, twin in finished_twins(bank, missing, "pairs"):
+        kinds = {n: t.kind for n, t in bank.inputs.candidates_of(seed).items()}
+        for name, (first, second) in bank.inputs.pairs.items():
+            runs = {"pair": (name, rd.run(seed, name)), "first": (first, rd.candidate(seed, first)),
+                    "second": (replicate(second), rd.replicate_of(seed, second)),
+                    "first_other": (replicate(first), rd.replicate_of(seed, first)),
+                    "second_other": (second, rd.candidate(seed, second))}
+            late = [arm for arm, where in runs.values() if not where.finished]
+            missing.extend(f"seed {seed} {arm}" for arm in late)
+            if any(runs[k][0] in late for k in ("pair", "first", "second")):
+                continue
+            eff = {k: _effect(where, twin, seed, query_kind) for k, (arm, where) in runs.items() if arm not in late}
+            idx = eff["pair"].index
+            v = {k: eff[k].reindex(idx).to_numpy() if k in eff else np.full(len(idx), np.nan) for k in runs}
+            step, text = idx.get_level_values(0).to_numpy(), idx.get_level_values(1)
+            frames.append(pd.DataFrame({
+                "seed": seed, "pair": name, "first": first, "second": second, "first_kind": kinds[first],
+                "second_kind": kinds[second], "query": text, "query_kind": text.map(query_kind), "horizon": step,
+                "after": step - cfg.injection_step, "label": [labels[int(t)] for t in step],
+                "measured_pair": v["pair"], "measured_first": v["first"], "measured_second": v["second"],
+                "sum": v["first"] + v["second"], "interaction": v["pair"] - (v["first"] + v["second"]),
+                "first_other_row": v["first_other"], "second_other_row": v["second_other"],
+                "swapped": v["first_other"] + v["second_other"],
+            }))
+    if warn:
+        warn_missing(missing, "additivity over the rest")
+    if not frames:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[PAIR_COLUMNS]
+
+
+def write_additivity(root: str | Path) -> pd.DataFrame | None:
+    """additivity.parquet of a bank folder with pairs (:func:`collect_pairs`); returns it (None: no pairs)."""
+    bank = open_bank(root)
+    if not bank.inputs.pairs:
+        return None
+    df = collect_pairs(bank)
+    write_parquet(bank.dir.additivity, df)
+    return df
+
+
+def _effect(where: ForkFolder, twin: pd.DataFrame, seed: int, queries: dict[str, str]) -> pd.Series:
+    """A finished run's Δ L_q = L_q(run) − L_q(twin) on the shared queries, indexed by (step, text)."""
+    d = beside_twin(where, twin, seed)
+    d = d[d.text.isin(queries)]
+    return pd.Series((d.loss - d.twin_loss).to_numpy(), index=pd.MultiIndex.from_frame(d[["step", "text"]]))

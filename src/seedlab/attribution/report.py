@@ -5,64 +5,45 @@ beyond which baselines — then gives the design and its integrity checks, the s
 effects, the two tracks (within seed beside the replicate floor, across seeds beside the
 reliability of the seed-mean), each estimator against each baseline, the decay between horizons,
 the sign agreement, the calibration of magnitudes, the correlations within each candidate kind,
-the figures (attribution/figures.py) and what the estimators are. Every number comes from
-attribution/stats.py (:func:`~seedlab.attribution.stats.analyse`); this module only words and
-tabulates it.
+the figures (attribution/figures.py) and what the estimators are. It only words and tabulates:
+the bank's files are read by attribution/rundir.py (:func:`~seedlab.attribution.rundir.read_attributed`),
+every number is computed by attribution/stats.py (:func:`~seedlab.attribution.stats.analyse`,
+:func:`~seedlab.attribution.stats.design`, :func:`~seedlab.attribution.stats.integrity`),
+horizon.py (:func:`~seedlab.attribution.horizon.linear_response`) and additivity.py
+(:func:`~seedlab.attribution.additivity.summarise`), and the sections of the last two are worded
+by report_horizon.py and report_additivity.py.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
 import pandas as pd
 
-from seedlab.attribution import figures, horizon, stats
-from seedlab.attribution.additivity import additivity_section
+from seedlab.attribution import additivity, figures, horizon, stats
 from seedlab.attribution.config import AttributeConfig
 from seedlab.attribution.registry import ESTIMATORS
-from seedlab.attribution.rundir import BankDir
+from seedlab.attribution.report_additivity import additivity_section
+from seedlab.attribution.report_horizon import horizon_sentence, linear_response_section
+from seedlab.attribution.rundir import Attributed, read_attributed
 from seedlab.config import parse
-from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_ci, fmt_num, fmt_p, md_table, pct
 from seedlab.store import write_text
 
 
-@dataclass
-class Attributed:
-    """What a bank folder holds once attributed."""
-
-    dir: BankDir
-    df: pd.DataFrame  # attribution.parquet
-    config: dict
-    integrity: dict
-    meta: dict  # attribution.json
-
-
-def load(root: str | Path) -> Attributed:
-    rd = BankDir(Path(root))
-    config = rd.read_config()
-    if not rd.attribution.is_file():
-        raise SeedlabError(f"{rd.root}: no attribution.parquet (run `seedlab attribution attribute {rd.root}` first)")
-    integrity = json.loads(rd.integrity.read_text()) if rd.integrity.is_file() else {}
-    meta = json.loads(rd.attribution_json.read_text()) if rd.attribution_json.is_file() else {}
-    return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta)
-
-
 def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
-    a = load(root)
+    a = read_attributed(root)
     an = stats.analyse(a.df)
     tau = parse(AttributeConfig, a.config.get("attribute", {}), "attribute").h_star_rho
     lr = horizon.linear_response(a.df, threshold=tau)
     rep = Report()
     rep.add("# Attribution: influence estimates against measured single-row counterfactuals",
-            *([horizon.horizon_sentence(lr, an.verdict)] if lr.ran else []), answer(an.verdict))
-    rep.add("## Design", intro(a))
-    rep.add("## Integrity", integrity_text(a))
+            *([horizon_sentence(lr, an.verdict)] if lr.ran else []), answer(an.verdict))
+    rep.add("## Design", intro(a, stats.design(a.df)))
+    rep.add("## Integrity", integrity_text(stats.integrity(a.integrity, a.df)))
     rep.add("## The measured effects", effects_table(an.effects))
     rep.add("## Within seed", WITHIN_HELP)
     for kind in dict.fromkeys(an.correlations.query_kind):
@@ -72,13 +53,12 @@ def write_report(root: str | Path) -> Path:
         rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "across", kind)))
     rep.add("## Against the baselines", versus_text(an.versus))
     rep.add("## Decay between horizons", decay_table(an.decay))
-    rep.add(horizon.linear_response_section(lr, an.verdict))
+    rep.add(linear_response_section(lr, an.verdict))
     rep.add("## Sign agreement, weighted by |Δ L|", sign_table(an.sign))
     rep.add("## Magnitude", calibration_table(an.calibration))
     rep.add("## Within each candidate kind", by_kind_table(an.by_candidate_kind))
-    pairs = additivity_section(a.dir.root)  # "" when the bank has no pairs
-    if pairs:
-        rep.add(pairs)
+    if a.pairs is not None:  # a bank with pairs
+        rep.add(additivity_section(additivity.summarise(a.pairs)))
     rep.add("## Figures")
     queries = a.df[a.df.candidate_kind != "control"].drop_duplicates("query_kind")["query"]  # the first of each kind
     for fig in [figures.correlation_figure(an.correlations, a.dir),
@@ -159,41 +139,33 @@ def _verdict_run(run: list, what: str) -> str:
             f"{_at(run, best)}{floor}; {rival})")
 
 
-def intro(a: Attributed) -> str:
-    c, df = a.config, a.df
+def intro(a: Attributed, d: stats.Design) -> str:
+    c = a.config
     s = c["injection_step"]
-    cands = df[df.candidate_kind != "control"].drop_duplicates(["candidate"]).candidate_kind.value_counts()
-    queries = df[df.query_kind != "self"].drop_duplicates(["query"]).query_kind.value_counts()
-    hs = df.drop_duplicates("horizon").sort_values("horizon")
-    return (f"Bank `{a.dir.root}`: model `{c['model']}`, {len(df.seed.unique())} seed(s) "
-            f"({', '.join(map(str, sorted(df.seed.unique())))}), batches of {c['batch_size']} rows, optimizer "
+    return (f"Bank `{a.dir.root}`: model `{c['model']}`, {len(d.seeds)} seed(s) "
+            f"({', '.join(map(str, d.seeds))}), batches of {c['batch_size']} rows, optimizer "
             f"{c['optimizer']} (peak lr {c['peak_lr']:g}), trained to update {c.get('stop') or c['steps']} of a "
             f"{c['steps']}-update schedule. Row {c['injection_row']} of the batch of step {s} is replaced by each "
-            f"candidate in turn: {', '.join(f'{n} {k}' for k, n in cands.items())}. Queries: "
-            + ("each candidate's own text (self), " if (df.query_kind == "self").any() else "")
-            + f"{', '.join(f'{n} {k}' for k, n in queries.items())}. Horizons (updates completed): "
-            + ", ".join(f"{r.label} = {r.horizon}" for r in hs.itertuples())
-            + f". Estimators: {', '.join(dict.fromkeys(df.estimator))}. Precision {c.get('precision', 'fp32')}.")
+            f"candidate in turn: {', '.join(f'{n} {k}' for k, n in d.candidates.items())}. Queries: "
+            + ("each candidate's own text (self), " if d.self_queries else "")
+            + f"{', '.join(f'{n} {k}' for k, n in d.queries.items())}. Horizons (updates completed): "
+            + ", ".join(f"{label} = {h}" for label, h in d.horizons)
+            + f". Estimators: {', '.join(d.estimators)}. Precision {c.get('precision', 'fp32')}.")
 
 
-def integrity_text(a: Attributed) -> str:
-    seeds = a.integrity.get("seeds", {})
-    rep = [k for k, v in seeds.items() if "replica" in v]
-    own = [k for k, v in seeds.items() if "own_row" in v]
+def integrity_text(i: stats.Integrity) -> str:
     lines = [("Every run of a seed is forked from one copy of its shared prefix, so all are identical at the injection "
               "step by construction.")]
-    if rep:
-        steps = seeds[rep[0]]["replica"]["steps_compared"]
-        lines.append(f"Replica control (seed {', '.join(rep)}): the twin trained again from the prefix was bitwise equal "
-                     f"to the twin at every saved step ({len(steps)} steps, {steps[0]} .. {steps[-1]}): training after "
+    if i.replica_seeds:
+        n, first, last = i.replica_steps
+        lines.append(f"Replica control (seed {', '.join(i.replica_seeds)}): the twin trained again from the prefix was "
+                     f"bitwise equal to the twin at every saved step ({n} steps, {first} .. {last}): training after "
                      "the injection is deterministic, so each measured effect is the row's alone.")
-    if own:
-        ctrl = a.df[a.df.candidate_kind == "control"]
-        zero = bool(len(ctrl)) and bool((ctrl.measured == 0).all())
-        est0 = bool(len(ctrl)) and bool((ctrl.estimate == 0).all())
-        lines.append(f"Own-row control (seed {', '.join(own)}): replacing the row by itself gave runs bitwise equal to "
-                     f"the twin; measured effect exactly 0 at every horizon: {'yes' if zero else 'NO'}; every estimate "
-                     f"exactly 0: {'yes' if est0 else 'NO'}.")
+    if i.own_row_seeds:
+        lines.append(f"Own-row control (seed {', '.join(i.own_row_seeds)}): replacing the row by itself gave runs "
+                     f"bitwise equal to the twin; measured effect exactly 0 at every horizon: "
+                     f"{'yes' if i.control_measured_zero else 'NO'}; every estimate exactly 0: "
+                     f"{'yes' if i.control_estimates_zero else 'NO'}.")
     return "\n\n".join(lines)
 
 
@@ -306,14 +278,13 @@ KIND_SUMMARY = ("baseline, derived here: the mean measured effect of the seed's 
 
 
 def estimator_text(a: Attributed, names) -> str:
-    secs = a.meta.get("seconds", {})
+    secs = stats.seconds_per_seed(a.meta.get("seconds", {}))
     rows = []
     for e in names:
         spec = ESTIMATORS.get(e)
-        per = secs.get(e, {})
         rows.append([e, KIND_SUMMARY if e == stats.KIND else spec.summary if spec else "",
                      "every horizon" if e == stats.KIND else spec.horizon if spec else "",
-                     fmt_num(sum(per.values()) / len(per)) if per else "n/a"])
+                     fmt_num(secs[e]) if e in secs else "n/a"])
     where = a.meta.get("influence_at", "horizon")
     return (md_table(["estimator", "what it computes", "its own horizon", "seconds per seed"], rows) + "\n\n"
             f"EK-FAC/K-FAC were evaluated at {'the twin weights of each horizon' if where == 'horizon' else 'θ_s'} "

@@ -46,7 +46,9 @@ Further: :func:`decay` (per-seed within-seed ρ at the first horizon against eac
 base rate of always predicting the |Δ|-weighted majority sign), :func:`calibration` (OLS slope
 of measured on estimate and the median ratio measured/estimate, nats/token estimators only),
 the within-seed track within each candidate kind of ≥ :data:`MIN_KIND` candidates, and
-:func:`effects` (the size of the measured effects). :func:`analyse` runs them all.
+:func:`effects` (the size of the measured effects). :func:`analyse` runs them all. What the
+report states of the bank itself: :func:`design` (seeds, candidates, queries, horizons,
+estimators), :func:`integrity` (its controls) and :func:`seconds_per_seed`.
 """
 
 from __future__ import annotations
@@ -440,3 +442,58 @@ def effects(df: pd.DataFrame) -> pd.DataFrame:
     g = m.assign(abs=m.measured.abs(), neg=m.measured < 0).groupby(["query_kind", "horizon", "label", "after"])
     return g.agg(mean_abs=("abs", "mean"), median_abs=("abs", "median"), negative=("neg", "mean"),
                  n=("measured", "size")).reset_index()
+
+
+# ---------------------------------------------------------------- the design and its checks
+
+
+@dataclass
+class Design:
+    """What attribution.parquet holds (:func:`design`)."""
+
+    seeds: list[int]
+    candidates: dict[str, int]  # ordinary candidates per kind, the most numerous first
+    queries: dict[str, int]  # queries per kind, the candidates' own texts (self) left out
+    self_queries: bool  # each candidate's own text is a query
+    horizons: list[tuple[str, int]]  # (label, updates completed), in order
+    estimators: list[str]  # in the frame's order
+
+
+def design(df: pd.DataFrame) -> Design:
+    """The seeds, candidates, queries, horizons and estimators of attribution.parquet's frame."""
+    cands = _ordinary(df).drop_duplicates(["candidate"]).candidate_kind.value_counts()
+    queries = df[df.query_kind != "self"].drop_duplicates(["query"]).query_kind.value_counts()
+    hs = df.drop_duplicates("horizon").sort_values("horizon")
+    return Design([int(s) for s in sorted(df.seed.unique())], {k: int(n) for k, n in cands.items()},
+                  {k: int(n) for k, n in queries.items()}, bool((df.query_kind == "self").any()),
+                  [(r.label, int(r.horizon)) for r in hs.itertuples()], list(dict.fromkeys(df.estimator)))
+
+
+@dataclass
+class Integrity:
+    """What the bank showed of itself (:func:`integrity`)."""
+
+    replica_seeds: list[str]  # seeds whose replica control ran
+    replica_steps: tuple[int, int, int] | None  # the first such seed's steps compared: (how many, first, last)
+    own_row_seeds: list[str]  # seeds whose own-row control ran
+    control_measured_zero: bool  # every own-row control's measured effect is exactly 0 (False: none in the frame)
+    control_estimates_zero: bool  # and every estimate of it
+
+
+def integrity(record: dict, df: pd.DataFrame) -> Integrity:
+    """integrity.json's ``record`` (the bank's checks: replica and own-row controls, per seed) and,
+    in attribution.parquet's frame, whether the own-row control's effect and estimates are exactly 0."""
+    seeds = record.get("seeds", {})
+    rep = [k for k, v in seeds.items() if "replica" in v]
+    steps = seeds[rep[0]]["replica"]["steps_compared"] if rep else None
+    ctrl = df[df.candidate_kind == "control"]
+    return Integrity(rep, (len(steps), steps[0], steps[-1]) if steps else None,
+                     [k for k, v in seeds.items() if "own_row" in v],
+                     bool(len(ctrl)) and bool((ctrl.measured == 0).all()),
+                     bool(len(ctrl)) and bool((ctrl.estimate == 0).all()))
+
+
+def seconds_per_seed(seconds: dict[str, dict[str, float]]) -> dict[str, float]:
+    """attribution.json's ``seconds`` ({estimator: {seed: seconds}}): each estimator's mean seconds
+    per seed (an estimator without a timing left out)."""
+    return {e: sum(per.values()) / len(per) for e, per in seconds.items() if per}
