@@ -3,6 +3,9 @@
 :data:`STUDIES` is the registry: a study is one line there. Its module is imported only when one of its
 commands runs (some studies import torch), so ``seedlab --help`` stays fast.
 
+A command that takes a CONFIG and ``--set`` is declared with :func:`config_command`: its ``--help`` lists
+the config's fields, and ``seedlab presets show`` knows which configs a study's presets are.
+
 Bad input anywhere is a :class:`SeedlabError`: one line on stderr, exit code 2.
 """
 
@@ -11,13 +14,16 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
-from typer.core import TyperGroup
+from typer.core import HAS_RICH, TyperCommand, TyperGroup
 from typer.main import get_group
 
 from seedlab.errors import SeedlabError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 class Study(NamedTuple):
@@ -39,6 +45,49 @@ def study_commands(name: str) -> TyperGroup:
     group = get_group(importlib.import_module(STUDIES[name].module).app)
     group.help = STUDIES[name].help
     return group
+
+
+def fields_help(model: type[BaseModel], under: str = "") -> str:
+    """The config's fields for a command's ``--help``, one line each: ``name (default): help``, nested
+    ones dotted and indented under their section; only those under ``under`` (e.g. "attribute") if given."""
+    from seedlab.config import config_fields, yaml_value
+
+    rows = [f for f in config_fields(model) if not under or f.name == under or f.name.startswith(f"{under}.")]
+    lines = ["Config fields (--set NAME=VALUE; a preset's values: seedlab presets show NAME):"]
+    for f in rows:
+        default = yaml_value(f.default)
+        what = "" if f.section else " (required)" if f.required else f" ({default if len(default) <= 40 else default[:39] + '…'})"
+        lines.append(f"{'  ' * f.name.count('.')}{f.name}{what}: {f.help}")
+    return "\n".join(lines)
+
+
+def config_command(target: str, under: str = "") -> type[TyperCommand]:
+    """The Typer command class of a command that takes a CONFIG and ``--set``: its ``--help`` ends with
+    :func:`fields_help` of the config ``target`` (``"package.module:Class"``, imported only when the
+    help is shown, so a study's CLI loads fast). ``seedlab presets show`` finds a study's configs here
+    (:func:`study_configs`). Use: ``@app.command("run", cls=config_command("seedlab.twins.config:TwinsConfig"))``."""
+
+    class ConfigCommand(TyperCommand):
+        config = target
+
+        @property
+        def epilog(self) -> str:
+            from seedlab.config import resolve
+
+            text = fields_help(resolve(target), under)
+            if HAS_RICH and self.rich_markup_mode == "rich":
+                from rich.markup import escape
+
+                text = escape(text)
+            else:
+                text = "\b\n" + text  # click: keep the lines as they are
+            return "\n\n".join(t for t in (self._epilog, text) if t)
+
+        @epilog.setter
+        def epilog(self, text: str | None) -> None:
+            self._epilog = text
+
+    return ConfigCommand
 
 
 class _Root(TyperGroup):
@@ -90,6 +139,43 @@ def presets_copy(
 
     written = presets.copy(name, out, force=force)
     typer.echo(f"{written[0]} ({len(written) - 1} more file(s) beside it)")
+
+
+@presets_app.command("show")
+def presets_show(
+    name: Annotated[str, typer.Argument(help="a preset: NAME, or STUDY/NAME where two studies have one (twins/mini); or a YAML file")],
+) -> None:
+    """Every field of a preset, dotted as --set names it, with its value there, its default and its help."""
+    from seedlab import presets
+    from seedlab.config import config_fields, load_yaml, parse, resolve, yaml_value
+
+    study, path = presets.lookup(name)
+    targets = [t for s in ([study] if study else STUDIES) for t in study_configs(s)]
+    data, errors = load_yaml(path), []
+    for target in targets:  # the first config of the study's commands that it is (shortcut: an ensemble or a sweep)
+        try:
+            cfg = parse(resolve(target), data)
+            break
+        except SeedlabError as err:
+            errors.append(f"{target.rpartition(':')[2]}: {err}")
+    else:
+        raise SeedlabError(f"config: {path} is none of the configs a command reads ({'; '.join(errors)})")
+    title = f"{study}/{path.stem}: {presets.describe(study, path.stem)}" if study else str(path)
+    typer.echo(f"{title}\n{target.replace(':', '.')} (--set NAME=VALUE overrides a field)\n")
+    rows = config_fields(type(cfg), cfg)
+    cells = [("field", "value", "default", "help")] + [
+        (f.name, "", "", f.help) if f.section else
+        (f.name, yaml_value(f.value), "(required)" if f.required else yaml_value(f.default), f.help) for f in rows]
+    widths = [max(len(c[0]) for c in cells)] + [min(max(len(c[i]) for c in cells), 28) for i in (1, 2)]
+    for c in cells:
+        typer.echo("  ".join(x.ljust(w) for x, w in zip(c, widths)) + "  " + c[3])
+
+
+def study_configs(name: str) -> list[str]:
+    """The configs the study's commands read (``"package.module:Class"``, in command order): those of
+    its commands declared with :func:`config_command`."""
+    found = (getattr(c, "config", None) for c in study_commands(name).commands.values())
+    return list(dict.fromkeys(t for t in found if t))
 
 
 @app.command("doctor")

@@ -1,18 +1,23 @@
 """Config plumbing shared by every study: strict pydantic models, YAML loading,
-one-line error messages. (Content hashes of configs live in seedlab/store.py.)
+one-line error messages, and the fields' help. (Content hashes of configs live in seedlab/store.py.)
 
 Every config model derives from :class:`Strict`, so an unknown or mistyped field
-is an error that names it, never a silently ignored key.
+is an error that names it, never a silently ignored key. Every field carries its help as
+``Field(description=...)``: :func:`config_fields` lists them, dotted as ``--set`` names them
+(``seedlab presets show``, and the ``--help`` of every command that takes a CONFIG).
 """
 
 from __future__ import annotations
 
+import importlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import to_jsonable_python
 
 from seedlab.errors import SeedlabError
 
@@ -175,3 +180,50 @@ def load_config(model: type[M], study: str, config: str | Path, overrides: list[
     also the config file's folder, which the config's own relative paths are relative to."""
     path = config_file(study, config)
     return parse(model, apply_overrides(load_yaml(path), list(overrides))), path.parent
+
+
+@dataclass(frozen=True)
+class FieldDoc:
+    """One field of a config, as ``--set`` names it."""
+
+    name: str  # dotted from the top config: "candidates.heldout"
+    help: str  # its Field(description=...)
+    default: Any  # JSON-able; None when required (or a section)
+    required: bool
+    value: Any  # its value in the config walked (JSON-able); without one, the default
+    section: bool  # a nested config: its own fields follow, named ``name.<field>``
+
+
+def config_fields(model: type[BaseModel], config: BaseModel | None = None, prefix: str = "") -> list[FieldDoc]:
+    """Every field of ``model``, depth first in declaration order, with its help, default and (given
+    ``config``, an instance) its value. A field holding a nested config is a section followed by the
+    nested fields; where a union's value is not that config (``grid`` as a list of grids) the field
+    is one row holding the whole value."""
+    dumped = config.model_dump(mode="json") if config is not None else {}
+    out = []
+    for name, f in model.model_fields.items():
+        dotted = f"{prefix}{name}"
+        sub, here = _model_in(f.annotation), getattr(config, name, None)
+        if sub is not None and (config is None or isinstance(here, sub)):
+            out.append(FieldDoc(dotted, f.description or "", None, False, None, True))
+            out += config_fields(sub, here, f"{dotted}.")
+            continue
+        required = f.is_required()
+        default = None if required else to_jsonable_python(f.get_default(call_default_factory=True))
+        out.append(FieldDoc(dotted, f.description or "", default, required,
+                            dumped[name] if config is not None else default, False))
+    return out
+
+
+def yaml_value(v: Any) -> str:
+    """A JSON-able value as ``--set`` would take it: YAML flow style (``[0, 1]``, ``null``, ``mini``)."""
+    text = yaml.safe_dump(v, default_flow_style=True, sort_keys=False, width=float("inf"), allow_unicode=True)
+    return text.removesuffix("\n...\n").strip()
+
+
+def resolve(target: str) -> type[BaseModel]:
+    """The config class a ``"package.module:Class"`` string names (how a study's CLI names its
+    configs without importing them)."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+

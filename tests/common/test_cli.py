@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from seedlab import presets
-from seedlab.cli import STUDIES, app, study_commands
+from seedlab.cli import STUDIES, app, study_commands, study_configs
 
 TINY = {
     "model": {"layers": 1, "heads": 1},
@@ -199,3 +199,47 @@ def test_bad_input_in_every_room_is_one_line_exit_2(seedlab_cli, tmp_path, args)
     assert rc == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
     assert not (tmp_path / "X").exists() and not (tmp_path / "Y").exists()
+
+
+# --------------------------------------------------------------------------- config fields: presets show, --help
+
+
+def test_presets_show_prints_every_field_with_its_value_default_and_help(seedlab_cli):
+    res = CliRunner().invoke(app, ["presets", "show", "attribution/mini"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].startswith("attribution/mini: The attribution bank at CPU scale")
+    row = next(line for line in lines if line.startswith("candidates.heldout "))
+    assert row.split()[:3] == ["candidates.heldout", "25", "16"]  # the field, its value in mini, its default
+    assert row.endswith("K rows drawn from the held-out split, block_size + 1 tokens each: ordinary data (not stated)")
+    assert next(line for line in lines if line.startswith("corpus ")).split()[1:3] == ["runs/corpus-embedded-bpe", "(required)"]
+    # a name one study has needs no study; a shortcut preset is the config its command reads; a file too
+    quick = CliRunner().invoke(app, ["presets", "show", "quick"]).output
+    assert quick.splitlines()[1].startswith("seedlab.shortcut.config.SweepConfig") and "\ngrid.seed " in quick
+    demo = CliRunner().invoke(app, ["presets", "show", "demo"]).output
+    assert demo.splitlines()[1].startswith("seedlab.shortcut.config.EnsembleConfig") and "\nmembers.seed " in demo
+    path = str(presets.find("twins", "mini"))
+    assert "\nmeasure.alphas " in CliRunner().invoke(app, ["presets", "show", path]).output
+    for args, words in ((["nope"], "name: a preset (attribution/gpt2-124m"),
+                        (["mini"], "name: 'mini' is a preset of attribution and twins: say which")):
+        rc, out, err = seedlab_cli("presets", "show", *args)
+        assert rc == 2 and not out and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err
+
+
+def test_every_command_taking_set_lists_its_config_fields_in_help():
+    """A command with --set declares its config (seedlab.cli.config_command): its --help lists the
+    config's fields, each with its default and help, and `presets show` reads the study's presets with it."""
+    runner = CliRunner()
+    for name in STUDIES:
+        for command, cmd in study_commands(name).commands.items():
+            if not any("--set" in getattr(p, "opts", ()) for p in cmd.params):
+                continue
+            assert getattr(cmd, "config", None), f"{name} {command}: --set without config_command"
+            res = runner.invoke(app, [name, command, "--help"], env={"COLUMNS": "300"})
+            assert res.exit_code == 0 and "Config fields (--set NAME=VALUE" in res.output, res.output
+    text = runner.invoke(app, ["twins", "run", "--help"], env={"COLUMNS": "300"}).output
+    assert "steps (300): optimizer updates of the schedule (paper: 9,536)" in text
+    assert "measure.smooth_steps_alt (5): a second, narrower window" in text and "corpus (required): " in text
+    attribute = runner.invoke(app, ["attribution", "attribute", "--help"], env={"COLUMNS": "300"}).output
+    assert "attribute.fit_rows (256): " in attribute and "candidates.heldout" not in attribute  # --set reaches attribute.*
+    assert study_configs("shortcut") == ["seedlab.shortcut.config:EnsembleConfig", "seedlab.shortcut.config:SweepConfig"]

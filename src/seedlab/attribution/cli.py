@@ -8,13 +8,15 @@ from typing import Annotated
 
 import typer
 
+from seedlab.cli import config_command
+
 #: the study's presets: ``seedlab presets`` lists them; every CONFIG argument takes one's name
 PRESETS = "attribution"
 
 app = typer.Typer(no_args_is_help=True)  # its line in `seedlab --help` is its entry in seedlab.cli.STUDIES
 
 
-@app.command("bank")
+@app.command("bank", cls=config_command("seedlab.attribution.config:AttributionConfig"))
 def attribution_bank(
     config: Annotated[str, typer.Argument(help="attribution config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>, replicates/<name>, pairs/<first>..<second>}")],
@@ -40,7 +42,7 @@ def attribution_bank(
     typer.echo(f"{n} candidate runs over {df.seed.nunique()} seed(s), replica control bitwise equal -> {BankDir(out).measured}")
 
 
-@app.command("attribute")
+@app.command("attribute", cls=config_command("seedlab.attribution.config:AttributionConfig", under="attribute"))
 def attribution_attribute(
     bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimators", "--estimator", help=(

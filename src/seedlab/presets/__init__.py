@@ -38,6 +38,22 @@ def find(study: str, name: str) -> Path | None:
     return p if "/" not in name and p.is_file() else None
 
 
+def lookup(name: str) -> tuple[str | None, Path]:
+    """What ``seedlab presets show NAME`` names: a preset ``NAME`` (the one study that has it),
+    ``STUDY/NAME``, or a YAML file (its study None: any study's). Anything else is a one-line error."""
+    if Path(name).is_file():
+        return None, Path(name)
+    study, _, stem = name.rpartition("/")
+    found = [(s, p) for s in ((study,) if study else STUDIES) if s in STUDIES and (p := find(s, stem)) is not None]
+    if len(found) == 1:
+        return found[0]
+    every = ", ".join(f"{s}/{n}" for s in STUDIES for n in names(s))
+    if found:
+        raise SeedlabError(f"name: {name!r} is a preset of {' and '.join(s for s, _ in found)}: "
+                           f"say which ({', '.join(f'{s}/{stem}' for s, _ in found)})")
+    raise SeedlabError(f"name: a preset ({every}) or a YAML file, got {name!r}")
+
+
 def files(study: str, name: str) -> list[str]:
     """The preset's file and the files it names (e.g. the twins passages), relative to its folder:
     every string in the YAML that is the relative path of a file beside it."""

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from seedlab.cli import config_command
+
 #: the study's presets: ``seedlab presets`` lists them; every CONFIG argument takes one's name
 PRESETS = "shortcut"
 
@@ -35,7 +37,7 @@ def shortcut_data(
     typer.echo(f"wrote {out}/{{train,val,adv}}.npz: train {n_train} ({c} consistent), val {n_val}, adv {n_adv}")
 
 
-@app.command("train")
+@app.command("train", cls=config_command("seedlab.shortcut.config:EnsembleConfig"))
 def shortcut_train(
     config: Annotated[str, typer.Argument(help="ensemble config: a YAML file or a preset name (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="run folder")],
@@ -59,7 +61,7 @@ def shortcut_train(
     typer.echo(f"{len(members)} members, {result.epochs_run} epochs in {result.seconds:.1f}s; {g} generalized -> {run.summary_path}")
 
 
-@app.command("sweep")
+@app.command("sweep", cls=config_command("seedlab.shortcut.config:SweepConfig"))
 def shortcut_sweep(
     config: Annotated[str, typer.Argument(help="sweep config: a YAML file or a preset name, e.g. quick (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="sweep folder (resumable: rerun to finish)")],
