@@ -90,9 +90,13 @@ def test_headline_rates_and_paper_numbers(tmp_path):
     flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
     assert "| shown |" in flip_row  # then its fragility (test_fragility.py)
     # the rate at lower cut-offs: 1L r=0.5 members peak at 1.0 (3) or 0.3 + 0.01·seed (never >= 90%)
-    assert "### How the rate depends on the cut-off" in text
-    row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 1L/2H | 0.5 |"))
+    cutoff = text.split("### How the rate depends on the cut-off", 1)[1]
+    row = next(line for line in cutoff.splitlines() if line.startswith("| sum2-max | 0.1 | 1L/2H | 0.5 |"))
     assert row.count("30% [11–60]") == 5
+    # read as a newcomer reads it: the answer, the headline table and its figures, then the long test tables
+    order = ["**Answer from this sweep:**", "## Headline", "## Figures", "### Generalization rate vs spurious ratio",
+             "### Transient generalization", "## Statistics", "### Between ratios", "## Mechanism"]
+    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
 
 
 def test_a_flip_in_direction_only_is_not_called_shown(tmp_path):
@@ -130,7 +134,7 @@ def test_single_capacity_reports_interaction_message(tmp_path):
     make_sweep(tmp_path, {(2, 0.5): 2, (2, 0.9): 8})
     text = write_report(tmp_path).read_text()
     assert "80% [49–94] (8/10); *paper 77%*" in text
-    assert "1L" not in text.split("## Headline", 1)[1].split("## Statistics", 1)[0]
+    assert "1L" not in text.split("## Headline", 1)[1].split("## Figures", 1)[0]  # the headline tables
     assert "not estimable — interaction_logit: dist:cap not identified" in text
     assert "not determinable" in text
     for name in referenced_pngs(text):
@@ -315,8 +319,8 @@ def test_fragility_one_sided_fisher_and_cadence_in_the_report(tmp_path):
     from scipy import stats as sps
 
     from seedlab.reporting import fmt_p, p_text
-    from seedlab.shortcut.report import cadence_text, train_cadence
-    from seedlab.shortcut.rundir import open_folder
+    from seedlab.shortcut.report import cadence_text
+    from seedlab.shortcut.rundir import open_folder, train_cadence
     from seedlab.shortcut.stats import flip_fragility
     from seedlab.stats import fisher_fragility
 
@@ -425,8 +429,8 @@ def fmt(x: float) -> str:
 def test_the_report_states_what_generalized_meant_when_the_jobs_trained(tmp_path):
     import json
 
-    from seedlab.shortcut.report import OLD_DEFINITION, definition
-    from seedlab.shortcut.rundir import SweepDir
+    from seedlab.shortcut.report import definition
+    from seedlab.shortcut.rundir import OLD_DEFINITION, SweepDir
     from seedlab.shortcut.train import GENERALIZED
 
     (tmp_path / "sweep.yaml").write_text("{}")

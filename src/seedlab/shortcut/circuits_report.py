@@ -4,12 +4,14 @@ Each function returns report-ready markdown. The tables of :func:`circuits_secti
 part are taken at each member's LAST checkpoint and group members by cell (task and weight
 decay when the folder has several, capacity, ratio r) and component (``L0H1``, ``L1MLP``):
 
+Every number comes from :mod:`seedlab.shortcut.stats`; this module only words and tabulates it.
+
 - :func:`pair_patching_table`: matched counterfactual pairs of both kinds side by side
   (same-label: the shortcut feature changes; label-changing: the shortcut token stays, the
   label changes): per pair, the fraction of the clean-vs-corrupt logit-difference gap that
   patching one component moves, in both directions; the median over seeds of each seed's
   per-pair median [quartiles], and the share of flagged pairs (gap below ``MIN_GAP`` logits).
-- :func:`path_patching_table`: each member's rule head (:func:`rule_heads`) patched on
+- :func:`path_patching_table`: each member's rule head (:func:`~seedlab.shortcut.stats.rule_heads`) patched on
   label-changing pairs along its whole effect, its direct path to the logits, and its path
   through the MLPs.
 - :func:`path_ablation_table`: per head, the mean over seeds of the accuracy change (points)
@@ -19,7 +21,7 @@ decay when the folder has several, capacity, ratio r) and component (``L0H1``, `
   fingerprints, the direct-path OV fingerprint, and the linear-probe accuracies beside their
   chance levels and row counts.
 
-The second part follows each seed's heads through training (:func:`aligned_roles`,
+The second part follows each seed's heads through training (:func:`~seedlab.shortcut.stats.aligned_roles`,
 :func:`aligned_roles_table`, :func:`aligned_roles_figure`): generalizing members aligned at their
 generalization epoch, the others apart, on their own epochs.
 """
@@ -33,10 +35,9 @@ import pandas as pd
 
 from seedlab.reporting import Fig, fmt_num, md_table, new_figure, num_or_dash, pct, save_figure
 from seedlab.shortcut import stats
-from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, fmt_ratio
-from seedlab.shortcut.interventions import MIN_GAP
-from seedlab.shortcut.stats import CELL, GROUP, SHORTCUT_FINGERPRINT, paper_order
-from seedlab.shortcut.tasks import get_task
+from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, component_colors, fmt_ratio
+from seedlab.shortcut.constants import MIN_GAP
+from seedlab.shortcut.stats import CELL, GROUP, paper_order
 
 PAIR_KINDS = {"same_label": "same-label", "label_changing": "label-changing"}  # patching.parquet's ``pairs``
 PATH_LABELS = {"total": "total", "direct": "direct", "via_mlp": "via MLP"}  # patching.parquet's ``path``
@@ -102,13 +103,13 @@ UNALIGNED_NOTE = """\
 
 def circuits_section(summary: pd.DataFrame, circuits: pd.DataFrame | None, patching: pd.DataFrame | None) -> str:
     """The whole section (``### Circuits at the last checkpoint``, then ``### Head roles through training``); a note
-    for each missing file."""
+    for each missing file. ``patching`` as :func:`seedlab.shortcut.rundir.read_table` reads it (with ``pairs`` and
+    ``path``)."""
     missing = "*No {name} (checkpoint the runs, then `seedlab shortcut analyze DIR`).*"
     parts = ["### Circuits at the last checkpoint"]
     if patching is None or patching.empty:
         parts.append(missing.format(name="patching.parquet"))
     else:
-        patching = _with_kinds(patching)
         parts += [pair_patching_table(summary, patching), path_patching_table(summary, patching)]
     if circuits is None or circuits.empty:
         parts.append(missing.format(name="circuits.parquet"))
@@ -116,11 +117,6 @@ def circuits_section(summary: pd.DataFrame, circuits: pd.DataFrame | None, patch
         parts += [path_ablation_table(summary, circuits), fingerprint_table(summary, circuits),
                   "### Head roles through training, aligned at the generalization epoch", aligned_roles_table(summary, circuits)]
     return "\n\n".join(parts)
-
-
-def _with_kinds(patching: pd.DataFrame) -> pd.DataFrame:
-    """A patching.parquet from before the pair kinds and paths holds same-label pairs, whole components."""
-    return patching.assign(**{c: v for c, v in (("pairs", "same_label"), ("path", "total")) if c not in patching})
 
 
 def _prose(note: str) -> str:
@@ -147,15 +143,10 @@ def _quartiles(g, direction: str, kind: str) -> str:
     return f"{q[0]:.2f} [{q[1]:.2f}, {q[2]:.2f}]"
 
 
-def _select(patching: pd.DataFrame, **values: str) -> pd.DataFrame:
-    return patching[np.logical_and.reduce([patching[c] == v for c, v in values.items()])]
-
-
 def pair_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
     """Both kinds of pairs side by side (those the table has), whole components (``path == total``)."""
-    keys, kinds = [*CELL, "component", "seeds"], [k for k in PAIR_KINDS if (patching["pairs"] == k).any()]
-    groups = pd.concat([stats.patching_medians(summary, _select(patching, pairs=k, path="total")).set_index(keys).add_suffix(f"_{k}")
-                        for k in kinds], axis=1).reset_index()
+    kinds = [k for k in PAIR_KINDS if (patching["pairs"] == k).any()]
+    groups = stats.pair_patching(summary, patching, kinds)
     cols = [("pairs", lambda g: str(int(getattr(g, f"pairs_{kinds[0]}"))))]
     for k, name in ((k, PAIR_KINDS[k]) for k in kinds):
         cols += [
@@ -169,35 +160,15 @@ def pair_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
     return _table(groups, _prose(PAIR_NOTE).format(min_gap=f"{MIN_GAP:g}"), cols)
 
 
-def rule_heads(patching: pd.DataFrame) -> pd.DataFrame:
-    """Each member's rule head at its last checkpoint: ``member, layer, head``.
-
-    The attention head whose clean activation, patched (whole) into the corrupt run of
-    label-changing pairs, raises ld (clean label − corrupt label) the most: the highest median
-    Δld clean→corrupt. Chosen by intervention, not by the direct-path OV fingerprint, which
-    misses a head whose parity only an MLP reads."""
-    t = _select(patching, pairs="label_changing", path="total", direction="clean_to_corrupt")
-    t = t[(t["head"] >= 0) & (t["epoch"] == t.groupby("member")["epoch"].transform("max"))]
-    return t.loc[t.groupby("member")["dld_q50"].idxmax(), ["member", "layer", "head"]].reset_index(drop=True)
-
-
 def path_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
-    """Each member's rule head (:func:`rule_heads`) on label-changing pairs, clean→corrupt, along each path."""
-    t = _select(patching, pairs="label_changing", direction="clean_to_corrupt").merge(rule_heads(patching), on=["member", "layer", "head"])
-    if t.empty:
+    """Each member's rule head (:func:`seedlab.shortcut.stats.rule_heads`) on label-changing pairs, clean→corrupt,
+    along each path (:func:`seedlab.shortcut.stats.path_patching`)."""
+    groups = stats.path_patching(summary, patching, list(PATH_LABELS))
+    if groups is None:
         return _prose(PATH_PATCHING_NOTE) + "\n\n*No label-changing pairs in patching.parquet (rerun `seedlab shortcut analyze DIR`).*"
-
-    def values(d: pd.DataFrame) -> dict[str, float]:
-        out = {"flagged": float((d["n_small_gap"] / d["n_pairs"]).mean())}
-        for path in PATH_LABELS:
-            p = d[d["path"] == path]
-            out |= {f"dld_{path}": float(p["dld_q50"].median()), f"frac_{path}": float(p["frac_q50"].median())}
-        return out
-
     cols = [("flagged", lambda g: pct(g.flagged))]
     cols += [(f"Δld {name}", lambda g, p=p: fmt_num(getattr(g, f"dld_{p}"))) for p, name in PATH_LABELS.items()]
     cols += [(f"fraction {name}", lambda g, p=p: num_or_dash(getattr(g, f"frac_{p}"))) for p, name in PATH_LABELS.items()]
-    groups = stats.per_component(summary, t, values).rename(columns={"component": "rule_head"})
     return _table(groups, _prose(PATH_PATCHING_NOTE), cols, keys=("rule_head", "seeds"))
 
 
@@ -234,59 +205,22 @@ def fingerprint_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
 
 # ---------------------------------------------------------------- head roles through training
 
-#: the per-head measures :func:`aligned_roles` follows (``shortcut_fp``: the task's shortcut fingerprint)
-ROLES = ["shortcut_fp", "qk_rho_value", "attn_pos0", "qk_w_rho_value", "qk_w_pos0", "ov_rho_residue", "probe_sum",
-         "probe_shortcut", *(f"{k}_ablation_{s}" for k in ("zero", "mean", *stats.PATH_ABLATIONS) for s in ("val", "adv"))]
 #: the measures the tables and the figure show: column -> label (ablations in points)
 SHOWN = {"shortcut_fp": "shortcut fp", "ov_rho_residue": "OV ρ", "probe_sum": "probe sum",
          "zero_ablation_val": "Δval", "zero_ablation_adv": "Δadv"}
 
 
-def aligned_roles(circuits: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """Every head of every member at every checkpoint, aligned at the member's generalization epoch.
-
-    Columns: ``*CELL, member, generalized, layer, head, component, epoch, gen_epoch, epochs_from_gen``
-    (``epoch - gen_epoch``; nan, like ``gen_epoch``, for members without a generalization epoch,
-    which are not aligned), then :data:`ROLES`: ``shortcut_fp`` (``qk_rho_value`` for max tasks,
-    ``attn_pos0`` for first tasks, as :data:`seedlab.shortcut.stats.SHORTCUT_FINGERPRINT`) and the
-    per-head measures of circuits.parquet present. Sorted by member, layer, head, epoch.
-    """
-    s = summary[["member", *CELL, "generalized", "gen_epoch"]]
-    t = circuits[circuits["head"] >= 0].merge(s, on="member")
-    gen = t["gen_epoch"].astype("float64").where(t["generalized"].astype(bool))
-    fp = t["task"].map(lambda task: SHORTCUT_FINGERPRINT[get_task(task).shortcut])
-    shortcut_fp = np.where(fp == "attn_pos0", t.get("attn_pos0", np.nan), t.get("qk_rho_value", np.nan))
-    t = t.assign(gen_epoch=gen, epochs_from_gen=t["epoch"] - gen, shortcut_fp=shortcut_fp,
-                 component="L" + t["layer"].astype(str) + "H" + t["head"].astype(str))
-    keys = [*CELL, "member", "generalized", "layer", "head", "component", "epoch", "gen_epoch", "epochs_from_gen"]
-    return t[keys + [c for c in ROLES if c in t]].sort_values(["member", "layer", "head", "epoch"], ignore_index=True)
-
-
-def _moments(d: pd.DataFrame) -> list[float | None]:
-    """One member's checkpoints to show: aligned, the last before gen_epoch, the first at or after it, and the last;
-    otherwise the first and the last (None where there is none)."""
-    epochs = np.sort(d["epoch"].unique())
-    gen = d["gen_epoch"].iloc[0]
-    if np.isnan(gen):
-        return [epochs[0], epochs[-1]]
-    before, after = epochs[epochs < gen], epochs[epochs >= gen]
-    return [before[-1] if len(before) else None, after[0] if len(after) else None, epochs[-1]]
-
-
 def _member_rows(roles: pd.DataFrame, cap: int) -> pd.DataFrame:
-    """One row per (member, head), at most ``cap`` members per cell: the cell, ``member``, ``gen``, ``component``,
-    ``when`` (the moments' epochs, from gen_epoch when aligned) and each shown measure's values at the moments."""
+    """One row per (member, head) of :func:`seedlab.shortcut.stats.role_moments`, in words: the cell, ``member``,
+    ``gen``, ``component``, ``when`` (the moments' epochs, from gen_epoch when aligned) and each shown measure's
+    values at the moments."""
     rows = []
-    for _, cell in stats.by_cell(roles):
-        for member in sorted(cell["member"].unique())[:cap]:
-            d = cell[cell["member"] == member]
-            moments, gen = _moments(d), d["gen_epoch"].iloc[0]
-            when = " / ".join("—" if e is None else str(int(e)) if np.isnan(gen) else f"{int(e - gen):+d}" for e in moments)
-            for comp, h in d.groupby("component", sort=True):
-                at = h.set_index("epoch")
-                cells = {c: " → ".join("—" if e is None else _fmt_role(c, at.at[e, c]) for e in moments) for c in SHOWN}
-                rows.append({**h.iloc[0][CELL].to_dict(), "member": member, "gen": "—" if np.isnan(gen) else str(int(gen)),
-                             "component": comp, "when": when, **cells})
+    for m in stats.role_moments(roles, list(SHOWN), cap):
+        aligned = not np.isnan(m["gen_epoch"])
+        when = " / ".join("—" if e is None else f"{int(e):+d}" if aligned else str(int(e)) for e in m["when"])
+        cells = {c: " → ".join("—" if v is None else _fmt_role(c, v) for v in m[c]) for c in SHOWN}
+        rows.append({**{c: m[c] for c in CELL}, "member": m["member"], "gen": str(int(m["gen_epoch"])) if aligned else "—",
+                     "component": m["component"], "when": when, **cells})
     return pd.DataFrame(rows)
 
 
@@ -297,9 +231,10 @@ def _fmt_role(column: str, v: float) -> str:
 
 
 def aligned_roles_table(summary: pd.DataFrame, circuits: pd.DataFrame, cap: int = MAX_SEEDS_DRAWN) -> str:
-    """Per seed and head, the roles at the moments around its generalization epoch (:func:`aligned_roles`); the
+    """Per seed and head, the roles at the moments around its generalization epoch
+    (:func:`seedlab.shortcut.stats.aligned_roles`); the
     members that never generalized in a table of their own, on their first and last checkpoints."""
-    roles = aligned_roles(circuits, summary)
+    roles = stats.aligned_roles(circuits, summary)
     if roles.empty:
         return "*No attention heads in circuits.parquet.*"
     capped = f"At most {cap} members per cell (the lowest member ids)."
@@ -323,7 +258,7 @@ def aligned_roles_figure(summary: pd.DataFrame, circuits: pd.DataFrame | None, f
     title = "Head roles per seed through training"
     if circuits is None or circuits.empty:
         return Fig(title, None, "no circuits.parquet (checkpoint the runs, then `seedlab shortcut analyze DIR`)")
-    roles = aligned_roles(circuits, summary)
+    roles = stats.aligned_roles(circuits, summary)
     shown = [c for c in ("shortcut_fp", "ov_rho_residue", "probe_sum") if c in roles]
     panels = [(cap, aligned) for cap in sorted({(int(a), int(b)) for a, b in roles[["layers", "heads"]].itertuples(index=False)},
                                                key=paper_order)
@@ -332,8 +267,7 @@ def aligned_roles_figure(summary: pd.DataFrame, circuits: pd.DataFrame | None, f
     if not panels:
         return Fig(title, None, "no attention heads in circuits.parquet")
     fig, axes = new_figure(len(panels), len(shown), w=3.8, h=2.8)
-    comps = sorted(roles["component"].unique())
-    colors = dict(zip(comps, [f"C{i}" for i in range(len(comps))], strict=True))
+    colors = component_colors(roles["component"])
     for row, ((L, H), aligned) in enumerate(panels):
         d = roles[(roles["layers"] == L) & (roles["heads"] == H) & (roles["gen_epoch"].notna() == aligned)]
         members = sorted(d["member"].unique())[:MAX_SEEDS_DRAWN]

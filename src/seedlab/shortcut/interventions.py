@@ -71,11 +71,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seedlab.shortcut.constants import MIN_GAP
 from seedlab.shortcut.fingerprints import check_batch
 from seedlab.shortcut.model import EnsembleTransformer
 
-#: pairs whose clean/corrupt logit-difference gap is below this many logits get no fraction (flagged)
-MIN_GAP = 1.0
 #: the per-pair quantiles :meth:`PairPatching.summary` reports
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 #: the head-path ablations of :func:`path_ablate`

@@ -1,102 +1,75 @@
 """The report of a sweep (or one ensemble run): ``report.md`` plus PNG figures beside it.
 
-Read top to bottom, the module follows the report: load the summary, the opening
-paragraph (question, a data-derived answer with how robust its verdicts are, the evaluation
-cadence), the headline tables laid out like
-the paper's, the statistics (Fisher tests between ratios, the logistic
-capacity × ratio interaction, the rate against the accuracy cut-off and against the
-adversarial split's size), then the figures (:mod:`seedlab.shortcut.figures`) with the
-tables that go with them, and the mechanism (phases, gradient conflict over all parameters
-and within the shortcut head's, circuits). Every number and verdict is computed by
-:mod:`seedlab.shortcut.stats` from the folder's tables; this module only formats them.
+Read top to bottom, the module follows the report: the opening paragraph (question, a
+data-derived answer with how robust its verdicts are, the evaluation cadence), the headline
+tables laid out like the paper's, the headline figures (:mod:`seedlab.shortcut.figures`) with
+the table that goes with them, then the long tables of statistics (Fisher tests between
+ratios, the logistic capacity × ratio interaction, the rate against the accuracy cut-off and
+against the adversarial split's size, the cadence), and the mechanism (phases, gradient
+conflict over all parameters and within the shortcut head's, circuits). The folder's files are
+read by :mod:`seedlab.shortcut.rundir`; every number and verdict is computed by
+:mod:`seedlab.shortcut.stats`; this module only words and tabulates them.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from seedlab.config import load_yaml
-from seedlab.errors import SeedlabError
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, num_or_dash, p_text, pct
 from seedlab.shortcut import figures, stats
 from seedlab.shortcut.circuits_report import aligned_roles_figure, circuits_section
-from seedlab.shortcut.config import DataConfig, GradientsConfig, TrainConfig
 from seedlab.shortcut.figures import cap_label, fmt_ratio
-from seedlab.shortcut.rundir import RunDir, SweepDir, open_folder
-from seedlab.shortcut.stats import CAPACITY, GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, paper_order
-from seedlab.store import file_sha256, write_text
+from seedlab.shortcut.rundir import (
+    Preregistration,
+    RunDir,
+    SweepDir,
+    adv_split_size,
+    generalized_definitions,
+    open_folder,
+    read_preregistration,
+    read_summary,
+    read_table,
+    saturated_loss,
+    train_cadence,
+)
+from seedlab.shortcut.stats import CAPACITY, GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, SHOWN_EPOCHS
+from seedlab.store import write_text
 
 
 def write_report(run_dir: str | Path) -> Path:
     """Write the folder's ``report.md`` and its figures; returns the report's path."""
     folder = open_folder(run_dir)
-    summary = load_summary(folder)
+    summary = read_summary(folder)
     rates = stats.rate_cells(summary)
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
     cadence = train_cadence(folder)
     rep.add(intro(summary, isinstance(folder, SweepDir), definition(folder, summary)), cadence_text(cadence))
-    if isinstance(folder, SweepDir) and folder.preregistration_record.is_file():
-        rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(folder))
+    if isinstance(folder, SweepDir) and (prereg := read_preregistration(folder)) is not None:
+        rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(prereg))
     rep.add("## Headline: generalization rate", headline_note())
     for (task, wd), cells in rates.groupby(GROUP, sort=True):
         rep.add(headline_table(task, wd, cells))
-    rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary),
-            split_size_section(summary, adv_split_size(folder)), cadence_section(summary, folder, cadence))
     rep.add("## Figures")
     rep.add(figure_block(figures.rate_vs_ratio_figure(summary, rates, folder)))
     rep.add(figure_block(figures.curves_figure(summary, folder, *stats.answer_group(summary))))
     rep.add(figure_block(figures.gen_epoch_figure(summary, folder)))
     rep.add(figure_block(figures.transient_figure(summary, folder)), transient_counts(summary))
+    rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary),
+            split_size_section(summary, adv_split_size(folder)), cadence_section(summary, folder, cadence))
     rep.add("## Mechanism", "### Phases", phases_table(summary))
     rep.add(figure_block(figures.aligned_figure(summary, folder)))
     for fig in figures.gradient_figures(summary, folder):
         rep.add(figure_block(fig))
     rep.add(gradient_tables(summary, folder))
     rep.add(head_conflict_section(summary, folder))
-    circuits, patching = (pd.read_parquet(p) if p.is_file() else None for p in (folder.circuits_path, folder.patching_path))
+    circuits, patching = read_table(folder, "circuits"), read_table(folder, "patching")
     for fig in [*figures.circuit_figures(summary, folder), aligned_roles_figure(summary, circuits, folder)]:
         rep.add(figure_block(fig))
     rep.add(circuits_section(summary, circuits, patching))
     return write_text(folder.report_path, rep.text())
-
-
-# ---------------------------------------------------------------- loading
-
-
-def load_summary(folder: RunDir | SweepDir) -> pd.DataFrame:
-    """The folder's per-member summary (a run folder's or a sweep's merged one)."""
-    path = folder.summary_path
-    if not path.is_file():
-        raise SeedlabError(f"{folder.root}: no summary.parquet (run `seedlab shortcut sweep` first)")
-    df = pd.read_parquet(path)
-    if df.empty:
-        raise SeedlabError(f"{path}: no members (the sweep wrote an empty summary)")
-    df["generalized"] = df["generalized"].astype(bool)
-    return df
-
-
-def adv_split_size(folder: RunDir | SweepDir) -> int | None:
-    """``data.n_adv`` of the folder's config (a run's config.yaml, a sweep's sweep.yaml); None without one."""
-    if not folder.config_path.is_file():
-        return None
-    return DataConfig.model_validate(load_yaml(folder.config_path).get("data", {})).n_adv
-
-
-def train_cadence(folder: RunDir | SweepDir) -> dict | None:
-    """How often the run or sweep looked at its members, from the folder's config: ``eval_every`` (epochs between
-    evaluations), ``adv_every`` (epochs between checks of the adversarial split alone; None: only at the evaluations)
-    and ``precision`` ("fp32", the value of a config from before the field existed, or "bf16"); None without a
-    config."""
-    if not folder.config_path.is_file():
-        return None
-    train = load_yaml(folder.config_path).get("train") or {}
-    return {"eval_every": train.get("eval_every", TrainConfig.model_fields["eval_every"].default),
-            "adv_every": train.get("adv_every"), "precision": train.get("precision", "fp32")}
 
 
 # ---------------------------------------------------------------- formats
@@ -150,22 +123,18 @@ def cell_label(task: str, wd: float, layers: int, heads: int, ratio: float) -> l
 # ---------------------------------------------------------------- opening paragraph
 
 
-#: what jobs trained before meta.json recorded the definition (2026-12-01) counted
-OLD_DEFINITION = "adversarial accuracy exactly 100% at one evaluation or adv_every check, validation not checked"
-
-
 def definition(folder: RunDir | SweepDir, summary: pd.DataFrame) -> str:
     """What ``generalized`` meant when the folder's jobs (those in ``summary``) were trained
-    (meta.json; train.GENERALIZED): one definition, or each with its job count when they differ."""
-    runs = [folder.job(k) for k in sorted(summary["job"].unique())] if isinstance(folder, SweepDir) else [folder]
-    metas = [json.loads(r.meta_path.read_text()) for r in runs if r.meta_path.is_file()]
-    counts = pd.Series([m.get("generalized", OLD_DEFINITION) for m in metas] or [OLD_DEFINITION]).value_counts()
+    (:func:`seedlab.shortcut.rundir.generalized_definitions`): one definition, or each with its job count when they
+    differ."""
+    jobs = sorted(summary["job"].unique()) if isinstance(folder, SweepDir) else []
+    counts = stats.definition_counts(generalized_definitions(folder, jobs))
     if len(counts) == 1:
-        return str(counts.index[0])
-    return "; ".join(f"{d} in {n} job{'s' * (n != 1)}" for d, n in counts.items())
+        return counts[0][0]
+    return "; ".join(f"{d} in {n} job{'s' * (n != 1)}" for d, n in counts)
 
 
-def intro(summary: pd.DataFrame, is_sweep: bool, generalized: str = OLD_DEFINITION) -> str:
+def intro(summary: pd.DataFrame, is_sweep: bool, generalized: str) -> str:
     """The opening paragraph: what the folder holds, the question and the answer from the data;
     ``generalized``: what the jobs counted as generalized (:func:`definition`)."""
     o = stats.overview(summary)
@@ -183,15 +152,12 @@ def intro(summary: pd.DataFrame, is_sweep: bool, generalized: str = OLD_DEFINITI
     )
 
 
-def preregistration_section(folder: SweepDir) -> str:
+def preregistration_section(rec: Preregistration) -> str:
     """The pre-registration kept in the sweep folder (``--preregistration``), quoted whole, with its hash."""
-    rec = json.loads(folder.preregistration_record.read_text())
-    text = folder.preregistration_path.read_text()
-    intact = file_sha256(folder.preregistration_path) == rec["sha256"]
-    state = "unchanged since" if intact else "**edited since: its SHA-256 no longer matches**"
-    quoted = "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
-    return (f"This sweep was pre-registered: `preregistration.md` was copied from `{rec['source']}` at {rec['written_utc']} "
-            f"UTC, before its first member was trained (SHA-256 `{rec['sha256'][:12]}`, {state}). Its hypotheses and "
+    state = "unchanged since" if rec.intact else "**edited since: its SHA-256 no longer matches**"
+    quoted = "\n".join(f"> {line}" if line else ">" for line in rec.text.splitlines())
+    return (f"This sweep was pre-registered: `preregistration.md` was copied from `{rec.source}` at {rec.written_utc} "
+            f"UTC, before its first member was trained (SHA-256 `{rec.sha256[:12]}`, {state}). Its hypotheses and "
             "decision rules are quoted below; the statistics that follow are the tests it names, so read this sweep as "
             "confirmatory, apart from any exploration that chose its protocol.\n\n" + quoted)
 
@@ -256,18 +222,11 @@ def headline_note() -> str:
 
 
 def headline_table(task: str, wd: float, cells: pd.DataFrame) -> str:
-    """Rows = capacities (2L first, as in the paper), columns = ratios present."""
-    ratios = sorted(cells["ratio"].unique())
-    caps = sorted(cells[CAPACITY].drop_duplicates().itertuples(index=False, name=None), key=paper_order)
-    rows = []
-    for layers, heads in caps:
-        row = [f"**{cap_label(layers, heads)}**"]
-        for r in ratios:
-            hit = cells[(cells["layers"] == layers) & (cells["heads"] == heads) & np.isclose(cells["ratio"], r)]
-            paper = stats.paper_pct(task, wd, layers, r)
-            row.append(cell_text(hit.iloc[0] if len(hit) else None, paper))
-        rows.append(row)
-    header = ["model"] + [f"r = {fmt_ratio(r)}" for r in ratios]
+    """Rows = capacities (2L first, as in the paper), columns = ratios present (:func:`stats.headline`)."""
+    h = stats.headline(task, wd, cells)
+    rows = [[f"**{cap_label(layers, heads)}**", *(cell_text(*h.cells[layers, heads, r]) for r in h.ratios)]
+            for layers, heads in h.capacities]
+    header = ["model"] + [f"r = {fmt_ratio(r)}" for r in h.ratios]
     return f"### {task}, weight decay {wd:g}\n\n" + md_table(header, rows)
 
 
@@ -404,13 +363,15 @@ def criteria_table(summary: pd.DataFrame, criteria: dict[str, pd.Series]) -> str
 def cadence_section(summary: pd.DataFrame, folder: RunDir | SweepDir, cad: dict | None) -> str:
     """With ``train.adv_every`` set: each cell's rate counted at every check and at the evaluations alone, and the flip
     test both ways (a sensitivity analysis of the cadence; training is the same either way). ``cad``: :func:`train_cadence`."""
-    if not cad or not cad["adv_every"] or not folder.curves_path.is_file():
+    if not cad or not cad["adv_every"]:
         return ""
-    curves = pd.read_parquet(folder.curves_path, columns=[c for c in ("job", "member", "epoch", "split", "acc")
-                                                          if c != "job" or "job" in summary])
+    curves = read_table(folder, "curves", columns=[c for c in ("job", "member", "epoch", "split", "acc")
+                                                   if c != "job" or "job" in summary])
+    if curves is None:
+        return ""
     table, every, evals = stats.cadence_rates(summary, curves)
     rows = [[*cell_label(t.task, t.weight_decay, t.layers, t.heads, t.ratio), str(t.members),
-             f"{t.generalized} ({pct(t.generalized / t.members)})", f"{t.at_evaluations} ({pct(t.at_evaluations / t.members)})",
+             f"{t.generalized} ({pct(t.rate)})", f"{t.at_evaluations} ({pct(t.rate_at_evaluations)})",
              str(t.added)] for t in table.itertuples(index=False)]
     flip = lambda s: "not estimable" if s is None else f"p (flip) = {fmt_p(s['p_flip'])}, {'shown' if s['flip'] else 'not shown'}"
     return (f"### Cadence: every {cad['adv_every']} epoch(s) vs the evaluations every {cad['eval_every']}\n\n"
@@ -466,12 +427,6 @@ def outcome_rows(outcomes: list[stats.OutcomeConflict], *before: str) -> list[li
             for o in outcomes]
 
 
-def saturated_loss(folder: RunDir | SweepDir) -> float:
-    """``train.gradients.saturated_loss`` of the folder's config (its default without a config or the field)."""
-    record = load_yaml(folder.config_path) if folder.config_path.is_file() else {}
-    return GradientsConfig.model_validate((record.get("train") or {}).get("gradients") or {}).saturated_loss
-
-
 def quartiles_text(a: tuple, space: str) -> str:
     """'a / b / c': a row of :func:`stats.amplification`'s quartiles in one space ("logit" or "param")."""
     return " / ".join(num_or_dash(getattr(a, f"{space}_q{q}")) for q in stats.QUARTILES)
@@ -479,9 +434,9 @@ def quartiles_text(a: tuple, space: str) -> str:
 
 def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
     """The conflict measures by outcome at the highest ratio, and amplification per capacity in the saturated window."""
-    if not folder.gradients_path.is_file():
+    grads = read_table(folder, "gradients")
+    if grads is None:
         return ""
-    grads = pd.read_parquet(folder.gradients_path)
     outcomes = stats.conflict_by_outcome(summary, grads)
     threshold = saturated_loss(folder)
     amp = stats.amplification(summary, grads, threshold)
@@ -518,7 +473,6 @@ def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
 
 # ---------------------------------------------------------------- gradient conflict in the shortcut head's parameters
 
-SHOWN_EPOCHS = 6  # measured epochs shown per cell (evenly spaced, first and last included)
 CONFLICT_NAMES = {"cosine": "cosine (all parameters)", "pair_cosine": "pair_cosine (all parameters)",
                   "head_cosine": "cosine (shortcut head)", "head_pair_cosine": "pair_cosine (shortcut head)"}
 
@@ -541,29 +495,26 @@ def conflict_verdict(med: pd.DataFrame) -> str:
 
 def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
     """The gradient conflict over all parameters and within the shortcut circuit's head, per capacity, ratio and epoch."""
-    if not folder.gradients_path.is_file():
+    grads = read_table(folder, "gradients")
+    if grads is None:
         return ""
     head = "### Gradient conflict within the shortcut head's parameters"
-    if not folder.gradients_heads_path.is_file():
+    per_head = read_table(folder, "gradients_heads")
+    if per_head is None:
         return f"{head}\n\n*No gradients_heads.parquet (gradients measured by an older seedlab: train again).*"
-    circuits = pd.read_parquet(folder.circuits_path) if folder.circuits_path.is_file() else None
-    per_head = pd.read_parquet(folder.gradients_heads_path)
-    chosen = stats.shortcut_heads(summary, circuits)
+    circuits = read_table(folder, "circuits")
+    hc = stats.head_conflict(summary, grads, per_head, circuits)
+    task, wd = hc.task, hc.weight_decay
     if circuits is None:
         rule = "No circuits.parquet (`seedlab shortcut analyze DIR`), so no shortcut head is identified: every head is used."
     else:
         rule = ("Each member's shortcut head is the attention head with the highest shortcut fingerprint in "
                 f"circuits.parquet, averaged over its checkpoints (`{SHORTCUT_FINGERPRINT['max']}` for max tasks, "
                 f"`{SHORTCUT_FINGERPRINT['first']}` for first tasks).")
-        if missing := stats.without_shortcut_head(per_head, chosen):
+        if missing := hc.missing:
             rule += f" {missing} member{'s' * (missing != 1)} without circuits use every head."
-    task, wd = stats.answer_group(summary)
-    med = stats.in_group(stats.conflict_medians(summary, pd.read_parquet(folder.gradients_path), per_head, chosen), task, wd)
-    rows = []
-    for (_, _, layers, heads, r), d in stats.by_cell(med):
-        for e in stats.evenly_spaced(d, SHOWN_EPOCHS).itertuples(index=False):
-            cells = [num_or_dash(getattr(e, c)) for c in stats.CONFLICT]
-            rows.append([cap_label(layers, heads), fmt_ratio(r), str(int(e.epoch)), str(int(e.members)), *cells])
+    rows = [[cap_label(e.layers, e.heads), fmt_ratio(e.ratio), str(int(e.epoch)), str(int(e.members)),
+             *(num_or_dash(getattr(e, c)) for c in stats.CONFLICT)] for e in hc.shown.itertuples(index=False)]
     note = (
         f"{head}\n\nThe conflict between the shortcut-consistent and anti-shortcut groups' gradients "
         "(shortcut/gradients.py), over all parameters and restricted to the shortcut head's own parameters (its slices of "
@@ -572,10 +523,10 @@ def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> s
         "groups their mean gradients align (`cosine` → +1), while single examples' gradients in many dimensions stay "
         f"nearly orthogonal (`pair_cosine` → 0). {rule} In {task}, weight decay {wd:g}: median "
         f"over members per capacity, r and measured epoch ({SHOWN_EPOCHS} evenly spaced epochs shown per cell). "
-        f"{conflict_verdict(med)}"
+        f"{conflict_verdict(hc.medians)}"
     )
     table = md_table(["model", "r", "epoch", "members", *(CONFLICT_NAMES[c] for c in stats.CONFLICT)], rows)
-    return "\n\n".join([note, table, head_control(summary, per_head, chosen, task, wd)])
+    return "\n\n".join([note, table, head_control(summary, per_head, hc.chosen, task, wd)])
 
 
 def ci_text(row: pd.Series | None, measure: str) -> str:
@@ -589,22 +540,16 @@ def ci_text(row: pd.Series | None, measure: str) -> str:
 def head_control(summary: pd.DataFrame, per_head: pd.DataFrame, chosen: pd.DataFrame, task: str, wd: float) -> str:
     """The conflict within the shortcut head against the same measures within the member's other heads (the control),
     generalizing and non-generalizing members apart: their shapes at the highest ratio and the means over members
-    with 95% intervals per cell and measured epoch (:func:`stats.head_roles`)."""
+    with 95% intervals per cell and measured epoch (:func:`stats.head_control`)."""
     head = "#### Against a control: the shortcut head and the other heads"
     if chosen.empty:
         return f"{head}\n\n*Needs each member's shortcut head, from circuits.parquet (`seedlab shortcut analyze DIR`).*"
-    roles = stats.head_roles(per_head, chosen)
-    roles = roles[roles["member"].isin(stats.in_group(summary, task, wd)["member"])]
-    shapes = [row for role in stats.HEAD_ROLES
-              for row in outcome_rows(stats.conflict_by_outcome(summary, roles[roles["role"] == role]), role)]
+    by_role, epochs = stats.head_control(summary, per_head, chosen, task, wd)
+    shapes = [row for role, outcomes in by_role for row in outcome_rows(outcomes, role)]
     measures = list(stats.HEAD_CONFLICT)
-    rows = []
-    for (_, _, layers, heads, r, gen), d in stats.by_cell(stats.head_conflict_intervals(summary, roles), "generalized"):
-        for e in stats.evenly_spaced(d.drop_duplicates("epoch"), SHOWN_EPOCHS)["epoch"]:
-            at = {row.role: row for _, row in d[d["epoch"] == e].iterrows()}
-            members = at[stats.HEAD_ROLES[0]]["members"] if stats.HEAD_ROLES[0] in at else 0
-            rows.append([cap_label(layers, heads), fmt_ratio(r), "yes" if gen else "no", str(int(e)), str(int(members)),
-                         *(ci_text(at.get(role), m) for m in measures for role in stats.HEAD_ROLES)])
+    rows = [[cap_label(layers, heads), fmt_ratio(r), "yes" if gen else "no", str(e.epoch), str(e.members),
+             *(ci_text(e.at.get(role), m) for m in measures for role in stats.HEAD_ROLES)]
+            for e in epochs for (_, _, layers, heads, r, gen) in [e.cell]]
     note = (f"{head}\n\nIf the conflict the paper describes lives in the shortcut circuit, it should differ there from "
             "the member's other attention heads (the null): per member, the same measures restricted to each of its other "
             "heads and averaged over them (none in a one-head model, —). Members that generalized and members that did not "

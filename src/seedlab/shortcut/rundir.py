@@ -15,6 +15,9 @@ Three folders, the file contract other tools read:
   ``--preregistration FILE``, ``preregistration.md`` (the file's text) and ``preregistration.json``
   (its SHA-256, where it came from, when), written before the first member is trained.
 
+Readers (the report's, at the end): the summary, any other table, the config's settings the report names, what
+each job counted as generalized, the pre-registration.
+
 Policies: ``shortcut train`` and ``shortcut data`` refuse to overwrite results without
 ``--force``; a sweep resumes (finished jobs are kept, an unfinished job restarts from an
 empty folder) and holds the folder's lock while it runs. How files are written and checked
@@ -26,13 +29,16 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from seedlab.errors import SeedlabError
-from seedlab.config import parse
-from seedlab.shortcut.config import DataConfig
+from seedlab.config import load_yaml, parse
+from seedlab.shortcut.config import DataConfig, GradientsConfig, TrainConfig
 from seedlab.shortcut.tasks import SPLITS, Split, make_splits
 from seedlab.store import (
     file_sha256,
@@ -257,3 +263,102 @@ def write_splits(
     for name, split in splits.items():
         split.save(files[name])
     return splits
+
+
+# ---------------------------------------------------------------- readers (the report's)
+
+
+def read_summary(folder: RunDir | SweepDir) -> pd.DataFrame:
+    """The folder's per-member summary (a run folder's or a sweep's merged one), ``generalized`` as bool."""
+    path = folder.summary_path
+    if not path.is_file():
+        raise SeedlabError(f"{folder.root}: no summary.parquet (run `seedlab shortcut sweep` first)")
+    df = pd.read_parquet(path)
+    if df.empty:
+        raise SeedlabError(f"{path}: no members (the sweep wrote an empty summary)")
+    df["generalized"] = df["generalized"].astype(bool)
+    return df
+
+
+def read_table(folder: RunDir | SweepDir, name: str, **read: Any) -> pd.DataFrame | None:
+    """One of the folder's tables (:meth:`_Results.table`), None where the folder lacks it; ``read``: passed to
+    :func:`pandas.read_parquet` (``columns``, ``filters``). A patching table from before the pair kinds and paths
+    holds same-label pairs patched whole, so it reads as ``pairs = same_label``, ``path = total``."""
+    path = folder.table(name)
+    if not path.is_file():
+        return None
+    df = pd.read_parquet(path, **read)
+    if name == "patching":
+        df = df.assign(**{c: v for c, v in (("pairs", "same_label"), ("path", "total")) if c not in df})
+    return df
+
+
+def table_columns(folder: RunDir | SweepDir, name: str) -> list[str]:
+    """The column names of one of the folder's tables (its schema alone; the table must exist)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(folder.table(name)).names
+
+
+def _config(folder: RunDir | SweepDir) -> dict | None:
+    """The folder's config as written (a run's config.yaml, a sweep's sweep.yaml); None without one."""
+    return load_yaml(folder.config_path) if folder.config_path.is_file() else None
+
+
+def adv_split_size(folder: RunDir | SweepDir) -> int | None:
+    """``data.n_adv`` of the folder's config; None without a config."""
+    record = _config(folder)
+    return None if record is None else DataConfig.model_validate(record.get("data", {})).n_adv
+
+
+def train_cadence(folder: RunDir | SweepDir) -> dict | None:
+    """How often the run or sweep looked at its members, from the folder's config: ``eval_every`` (epochs between
+    evaluations), ``adv_every`` (epochs between checks of the adversarial split alone; None: only at the evaluations)
+    and ``precision`` ("fp32", the value of a config from before the field existed, or "bf16"); None without a
+    config."""
+    record = _config(folder)
+    if record is None:
+        return None
+    train = record.get("train") or {}
+    return {"eval_every": train.get("eval_every", TrainConfig.model_fields["eval_every"].default),
+            "adv_every": train.get("adv_every"), "precision": train.get("precision", "fp32")}
+
+
+def saturated_loss(folder: RunDir | SweepDir) -> float:
+    """``train.gradients.saturated_loss`` of the folder's config (its default without a config or the field)."""
+    record = _config(folder) or {}
+    return GradientsConfig.model_validate((record.get("train") or {}).get("gradients") or {}).saturated_loss
+
+
+#: what jobs trained before meta.json recorded the definition (2026-12-01) counted
+OLD_DEFINITION = "adversarial accuracy exactly 100% at one evaluation or adv_every check, validation not checked"
+
+
+def generalized_definitions(folder: RunDir | SweepDir, jobs: list[str]) -> list[str]:
+    """What ``generalized`` meant when each job (a sweep's ``jobs`` keys, in order; a run folder is its own job) was
+    trained, from its meta.json (train.GENERALIZED; :data:`OLD_DEFINITION` where meta.json predates the record);
+    the jobs without a meta.json are left out, and with none at all the folder reads as :data:`OLD_DEFINITION`."""
+    runs = [folder.job(k) for k in jobs] if isinstance(folder, SweepDir) else [folder]
+    metas = [json.loads(r.meta_path.read_text()) for r in runs if r.meta_path.is_file()]
+    return [m.get("generalized", OLD_DEFINITION) for m in metas] or [OLD_DEFINITION]
+
+
+@dataclass(frozen=True)
+class Preregistration:
+    """A sweep's kept pre-registration: its text, where and when it was copied from, its recorded SHA-256, and
+    whether the text still has that hash."""
+
+    text: str
+    source: str
+    written_utc: str
+    sha256: str
+    intact: bool
+
+
+def read_preregistration(folder: SweepDir) -> Preregistration | None:
+    """The pre-registration kept in the sweep folder (``--preregistration``); None without one."""
+    if not folder.preregistration_record.is_file():
+        return None
+    rec = json.loads(folder.preregistration_record.read_text())
+    return Preregistration(folder.preregistration_path.read_text(), rec["source"], rec["written_utc"], rec["sha256"],
+                           file_sha256(folder.preregistration_path) == rec["sha256"])

@@ -111,6 +111,35 @@ def paper_pct(task: str, wd: float, layers: int, ratio: float) -> int | None:
 # ---------------------------------------------------------------- the question: does imbalance help 2L and hurt 1L?
 
 
+@dataclass(frozen=True)
+class Headline:
+    """One headline table (a task and weight decay): its ratios (columns), capacities (rows, :func:`paper_order`) and
+    per (layers, heads, ratio) the cell's row of :func:`rate_cells` (None where the sweep has no such cell) and the
+    paper's own rate in percent (None where the paper does not report the cell)."""
+
+    ratios: list[float]
+    capacities: list[tuple[int, int]]
+    cells: dict[tuple[int, int, float], tuple[pd.Series | None, int | None]]
+
+
+def headline(task: str, wd: float, cells: pd.DataFrame) -> Headline:
+    """The :class:`Headline` of one group's cells of :func:`rate_cells`."""
+    ratios = sorted(cells["ratio"].unique())
+    caps = sorted(cells[CAPACITY].drop_duplicates().itertuples(index=False, name=None), key=paper_order)
+    grid = {}
+    for layers, heads in caps:
+        for r in ratios:
+            hit = cells[(cells["layers"] == layers) & (cells["heads"] == heads) & np.isclose(cells["ratio"], r)]
+            grid[layers, heads, r] = (hit.iloc[0] if len(hit) else None, paper_pct(task, wd, layers, r))
+    return Headline(ratios, caps, grid)
+
+
+def definition_counts(definitions: list[str]) -> list[tuple[str, int]]:
+    """Each distinct meaning of ``generalized`` among the jobs' (:func:`seedlab.shortcut.rundir.generalized_definitions`)
+    with how many jobs trained under it, most first."""
+    return [(str(d), int(n)) for d, n in pd.Series(definitions).value_counts().items()]
+
+
 def answer_group(summary: pd.DataFrame) -> tuple[str, float]:
     """The (task, weight decay) the answer speaks about: the paper's when present, else the first."""
     groups = sorted(summary[GROUP].drop_duplicates().itertuples(index=False, name=None))
@@ -734,6 +763,61 @@ def evenly_spaced(d: pd.DataFrame, k: int) -> pd.DataFrame:
     return d.iloc[np.unique(np.linspace(0, len(d) - 1, k).round().astype(int))]
 
 
+SHOWN_EPOCHS = 6  # measured epochs the report shows per cell (evenly spaced, first and last included)
+
+
+@dataclass(frozen=True)
+class HeadConflict:
+    """The conflict over all parameters and within each member's shortcut head, in the answer's group."""
+
+    chosen: pd.DataFrame  # each member's shortcut head (:func:`shortcut_heads`)
+    missing: int  # members of the per-head gradients without one (:func:`without_shortcut_head`)
+    task: str
+    weight_decay: float
+    medians: pd.DataFrame  # :func:`conflict_medians` in the group
+    shown: pd.DataFrame  # its rows at :data:`SHOWN_EPOCHS` evenly spaced epochs per cell, in :func:`cell_order`
+
+
+def head_conflict(summary: pd.DataFrame, grads: pd.DataFrame, per_head: pd.DataFrame,
+                  circuits: pd.DataFrame | None) -> HeadConflict:
+    """:class:`HeadConflict` from gradients.parquet, gradients_heads.parquet and circuits.parquet (None: no shortcut
+    head is identified, every head is used)."""
+    chosen = shortcut_heads(summary, circuits)
+    task, wd = answer_group(summary)
+    med = in_group(conflict_medians(summary, grads, per_head, chosen), task, wd)
+    shown = [evenly_spaced(d, SHOWN_EPOCHS) for _, d in by_cell(med)]
+    return HeadConflict(chosen, without_shortcut_head(per_head, chosen), task, wd, med,
+                        pd.concat(shown) if shown else med.iloc[:0])
+
+
+@dataclass(frozen=True)
+class ControlEpoch:
+    """One shown epoch of :func:`head_control`: the cell and outcome, the members with a shortcut head, and per role
+    of :data:`HEAD_ROLES` the row of :func:`head_conflict_intervals` (absent where no member has the role)."""
+
+    cell: tuple  # (*CELL, generalized)
+    epoch: int
+    members: int
+    at: dict[str, pd.Series]
+
+
+def head_control(summary: pd.DataFrame, per_head: pd.DataFrame, chosen: pd.DataFrame, task: str,
+                 wd: float) -> tuple[list[tuple[str, list[OutcomeConflict]]], list[ControlEpoch]]:
+    """The conflict within the shortcut head against the member's other heads (the control), in one group: per role of
+    :data:`HEAD_ROLES` the shapes by outcome (:func:`conflict_by_outcome`), and per cell and outcome the means with
+    their 95% intervals at :data:`SHOWN_EPOCHS` evenly spaced epochs (:func:`head_conflict_intervals`)."""
+    roles = head_roles(per_head, chosen)
+    roles = roles[roles["member"].isin(in_group(summary, task, wd)["member"])]
+    shapes = [(role, conflict_by_outcome(summary, roles[roles["role"] == role])) for role in HEAD_ROLES]
+    epochs = []
+    for key, d in by_cell(head_conflict_intervals(summary, roles), "generalized"):
+        for e in evenly_spaced(d.drop_duplicates("epoch"), SHOWN_EPOCHS)["epoch"]:
+            at = {row.role: row for _, row in d[d["epoch"] == e].iterrows()}
+            members = at[HEAD_ROLES[0]]["members"] if HEAD_ROLES[0] in at else 0
+            epochs.append(ControlEpoch(key, int(e), int(members), at))
+    return shapes, epochs
+
+
 @dataclass(frozen=True)
 class ConflictCheck:
     """One conflict measure against the paper's description, in every 2L cell at the highest ratio."""
@@ -824,6 +908,104 @@ def fingerprint_medians(summary: pd.DataFrame, circuits: pd.DataFrame, columns: 
                                                        for c in columns})
 
 
+def _select(patching: pd.DataFrame, **values: str) -> pd.DataFrame:
+    """The rows of patching.parquet with the given values."""
+    return patching[np.logical_and.reduce([patching[c] == v for c, v in values.items()])]
+
+
+def pair_patching(summary: pd.DataFrame, patching: pd.DataFrame, kinds: list[str]) -> pd.DataFrame:
+    """:func:`patching_medians` of whole components (``path == total``) for each pair kind in ``kinds``, side by
+    side: one row per cell and component, each kind's columns suffixed ``_{kind}``."""
+    keys = [*CELL, "component", "seeds"]
+    return pd.concat([patching_medians(summary, _select(patching, pairs=k, path="total")).set_index(keys).add_suffix(f"_{k}")
+                      for k in kinds], axis=1).reset_index()
+
+
+def rule_heads(patching: pd.DataFrame) -> pd.DataFrame:
+    """Each member's rule head at its last checkpoint: ``member, layer, head``.
+
+    The attention head whose clean activation, patched (whole) into the corrupt run of
+    label-changing pairs, raises ld (clean label − corrupt label) the most: the highest median
+    Δld clean→corrupt. Chosen by intervention, not by the direct-path OV fingerprint, which
+    misses a head whose parity only an MLP reads."""
+    t = _select(patching, pairs="label_changing", path="total", direction="clean_to_corrupt")
+    t = t[(t["head"] >= 0) & (t["epoch"] == t.groupby("member")["epoch"].transform("max"))]
+    return t.loc[t.groupby("member")["dld_q50"].idxmax(), ["member", "layer", "head"]].reset_index(drop=True)
+
+
+def path_patching(summary: pd.DataFrame, patching: pd.DataFrame, paths: list[str]) -> pd.DataFrame | None:
+    """Each member's rule head (:func:`rule_heads`) on label-changing pairs, clean→corrupt, along each of ``paths``,
+    per cell and rule head (``rule_head``) at the last checkpoint: ``flagged`` (the mean share of pairs with too
+    small a gap), and per path ``dld_{path}`` and ``frac_{path}`` (the median over seeds of each seed's per-pair
+    median). None without label-changing pairs."""
+    t = _select(patching, pairs="label_changing", direction="clean_to_corrupt").merge(rule_heads(patching), on=["member", "layer", "head"])
+    if t.empty:
+        return None
+
+    def values(d: pd.DataFrame) -> dict[str, float]:
+        out = {"flagged": float((d["n_small_gap"] / d["n_pairs"]).mean())}
+        for path in paths:
+            p = d[d["path"] == path]
+            out |= {f"dld_{path}": float(p["dld_q50"].median()), f"frac_{path}": float(p["frac_q50"].median())}
+        return out
+
+    return per_component(summary, t, values).rename(columns={"component": "rule_head"})
+
+
+#: the per-head measures :func:`aligned_roles` follows (``shortcut_fp``: the task's shortcut fingerprint)
+ROLES = ["shortcut_fp", "qk_rho_value", "attn_pos0", "qk_w_rho_value", "qk_w_pos0", "ov_rho_residue", "probe_sum",
+         "probe_shortcut", *(f"{k}_ablation_{s}" for k in ("zero", "mean", *PATH_ABLATIONS) for s in ("val", "adv"))]
+
+
+def aligned_roles(circuits: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Every head of every member at every checkpoint, aligned at the member's generalization epoch.
+
+    Columns: ``*CELL, member, generalized, layer, head, component, epoch, gen_epoch, epochs_from_gen``
+    (``epoch - gen_epoch``; nan, like ``gen_epoch``, for members without a generalization epoch,
+    which are not aligned), then :data:`ROLES`: ``shortcut_fp`` (``qk_rho_value`` for max tasks,
+    ``attn_pos0`` for first tasks, as :data:`SHORTCUT_FINGERPRINT`) and the per-head measures of
+    circuits.parquet present. Sorted by member, layer, head, epoch.
+    """
+    s = summary[["member", *CELL, "generalized", "gen_epoch"]]
+    t = circuits[circuits["head"] >= 0].merge(s, on="member")
+    gen = t["gen_epoch"].astype("float64").where(t["generalized"].astype(bool))
+    fp = t["task"].map(lambda task: SHORTCUT_FINGERPRINT[get_task(task).shortcut])
+    shortcut_fp = np.where(fp == "attn_pos0", t.get("attn_pos0", np.nan), t.get("qk_rho_value", np.nan))
+    t = t.assign(gen_epoch=gen, epochs_from_gen=t["epoch"] - gen, shortcut_fp=shortcut_fp,
+                 component="L" + t["layer"].astype(str) + "H" + t["head"].astype(str))
+    keys = [*CELL, "member", "generalized", "layer", "head", "component", "epoch", "gen_epoch", "epochs_from_gen"]
+    return t[keys + [c for c in ROLES if c in t]].sort_values(["member", "layer", "head", "epoch"], ignore_index=True)
+
+
+def _moments(d: pd.DataFrame) -> list[float | None]:
+    """One member's checkpoints to show: aligned, the last before gen_epoch, the first at or after it, and the last;
+    otherwise the first and the last (None where there is none)."""
+    epochs = np.sort(d["epoch"].unique())
+    gen = d["gen_epoch"].iloc[0]
+    if np.isnan(gen):
+        return [epochs[0], epochs[-1]]
+    before, after = epochs[epochs < gen], epochs[epochs >= gen]
+    return [before[-1] if len(before) else None, after[0] if len(after) else None, epochs[-1]]
+
+
+def role_moments(roles: pd.DataFrame, columns: list[str], cap: int) -> list[dict]:
+    """Per member (at most ``cap`` per cell, the lowest ids) and head of :func:`aligned_roles`, its values at the
+    moments around the generalization epoch: the cell, ``member``, ``gen_epoch`` (nan: not aligned), ``component``,
+    ``when`` (each moment's epochs from gen_epoch when aligned, else its epoch; None: no such checkpoint) and per
+    column of ``columns`` its values at the moments (None where there is no checkpoint)."""
+    rows = []
+    for _, cell in by_cell(roles):
+        for member in sorted(cell["member"].unique())[:cap]:
+            d = cell[cell["member"] == member]
+            moments, gen = _moments(d), d["gen_epoch"].iloc[0]
+            when = [None if e is None else e if np.isnan(gen) else e - gen for e in moments]
+            for comp, h in d.groupby("component", sort=True):
+                at = h.set_index("epoch")
+                rows.append({**h.iloc[0][CELL].to_dict(), "member": member, "gen_epoch": gen, "component": comp,
+                             "when": when, **{c: [None if e is None else at.at[e, c] for e in moments] for c in columns}})
+    return rows
+
+
 # ---------------------------------------------------------------- cadence
 
 
@@ -841,12 +1023,114 @@ def at_evaluations(summary: pd.DataFrame, curves: pd.DataFrame) -> pd.Series:
 
 def cadence_rates(summary: pd.DataFrame, curves: pd.DataFrame) -> tuple[pd.DataFrame, dict | None, dict | None]:
     """What a denser adversarial check adds: per cell ``*CELL, members, generalized`` (every check) ``,
-    at_evaluations`` (:func:`at_evaluations`) ``, added``; and the flip test (:func:`simple_slopes`) of the answer's
+    at_evaluations`` (:func:`at_evaluations`) ``, added, rate, rate_at_evaluations`` (the two counts' shares of the
+    members); and the flip test (:func:`simple_slopes`) of the answer's
     group counted both ways (None where the slopes are not estimable)."""
     evals = at_evaluations(summary, curves)
     rows = [(*key, len(d), int(d["generalized"].sum()), int(evals[d.index].sum()),
              int(d["generalized"].sum() - evals[d.index].sum())) for key, d in by_cell(summary)]
     table = pd.DataFrame(rows, columns=[*CELL, "members", "generalized", "at_evaluations", "added"])
+    table = table.assign(rate=table["generalized"] / table["members"],
+                         rate_at_evaluations=table["at_evaluations"] / table["members"])
     group = in_group(summary, *answer_group(summary))
     group = group[group["layers"].isin([1, 2])]
     return table, slopes_or_none(group), slopes_or_none(group.assign(generalized=evals[group.index]))
+
+
+# ---------------------------------------------------------------- what the figures draw
+
+
+def pick_members(d: pd.DataFrame, k: int) -> pd.DataFrame:
+    """Up to k members of ``d``, half from the generalized ones when there are any, so both kinds show."""
+    d = d.sort_values("member")
+    gen, rest = d[d["generalized"]], d[~d["generalized"]]
+    g = gen.head(max(k // 2, k - len(rest)))
+    return pd.concat([g, rest.head(k - len(g))]).sort_values("member")
+
+
+def curve_panels(summary: pd.DataFrame, task: str, wd: float, k: int) -> list[tuple[tuple, pd.DataFrame, int]]:
+    """One panel per capacity and ratio of a group: ``((layers, heads, ratio), up to k members (:func:`pick_members`),
+    the cell's member count)``."""
+    sub = in_group(summary, task, wd)
+    return [(key, pick_members(d, k), len(d)) for key, d in sub.groupby([*CAPACITY, "ratio"], sort=True)]
+
+
+@dataclass(frozen=True)
+class GenEpochs:
+    """The generalization epochs of one cell (weight decays pooled)."""
+
+    layers: int
+    heads: int
+    ratio: float
+    members: int
+    epochs: pd.DataFrame  # the generalizing members' ``weight_decay, gen_epoch`` (float)
+    median: float | None  # the median generalization epoch (None: no member generalized)
+
+
+def gen_epochs(summary: pd.DataFrame) -> dict[str, list[GenEpochs]]:
+    """Per task (sorted), per capacity and ratio (:func:`paper_order`): :class:`GenEpochs`."""
+    out = {}
+    for task in sorted(summary["task"].unique()):
+        t = summary[summary["task"] == task]
+        cells = sorted(t[[*CAPACITY, "ratio"]].drop_duplicates().itertuples(index=False, name=None), key=paper_order)
+        out[task] = []
+        for layers, heads, r in cells:
+            d = t[(t["layers"] == layers) & (t["heads"] == heads) & np.isclose(t["ratio"], r)]
+            g = d[d["generalized"] & d["gen_epoch"].notna()]
+            epochs = g[["weight_decay"]].assign(gen_epoch=g["gen_epoch"].astype(float))
+            median = float(g["gen_epoch"].astype(float).median()) if len(g) else None
+            out[task].append(GenEpochs(layers, heads, r, len(d), epochs, median))
+    return out
+
+
+def aligned_curves(summary: pd.DataFrame, curves: pd.DataFrame, k: int) -> list[tuple[tuple[int, int], int, pd.DataFrame]]:
+    """Per capacity of the generalizing members (:func:`paper_order`): ``((layers, heads), generalized members,
+    the curves of up to k of them (:func:`pick_members`) with ``epochs_from_gen`` = epoch − gen_epoch)``, in the
+    members' order, val before adv."""
+    gen = summary[summary["generalized"]]
+    caps = sorted({(int(a), int(b)) for a, b in gen[["layers", "heads"]].itertuples(index=False)}, key=paper_order)
+    out = []
+    for layers, heads in caps:
+        d = gen[(gen["layers"] == layers) & (gen["heads"] == heads)]
+        parts = []
+        for _, m in pick_members(d, k).iterrows():
+            c = curves[curves["member"] == m["member"]]
+            for split in ("val", "adv"):
+                s = c[c["split"] == split]
+                parts.append(s.assign(epochs_from_gen=s["epoch"] - m["gen_epoch"]))
+        out.append(((layers, heads), len(d), pd.concat(parts)))
+    return out
+
+
+def conflict_over_training(g: pd.DataFrame, column: str) -> tuple[float, list[tuple[int, list[pd.DataFrame], pd.Series]]]:
+    """One conflict measure of gradients.parquet (merged with the members' ``layers, ratio``) at the highest ratio:
+    that ratio, and per depth (deepest first) each member's rows and the median over members per epoch."""
+    top = g["ratio"].max()
+    depths = sorted(g[g["ratio"] == top].groupby("layers"), key=lambda kv: -kv[0])
+    return top, [(layers, [m for _, m in d.groupby("member")], d.groupby("epoch")[column].median()) for layers, d in depths]
+
+
+def fingerprint_series(heads: pd.DataFrame, column: str) -> list[tuple[tuple, pd.Series]]:
+    """Per (layer, head, ratio) of circuits.parquet's head rows (of one capacity): the median over seeds of
+    ``column`` at each checkpoint."""
+    return [(key, g.groupby("epoch")[column].median()) for key, g in heads.groupby(["layer", "head", "ratio"])]
+
+
+def ablation_grid(summary: pd.DataFrame, circuits: pd.DataFrame) -> tuple[list[tuple], list[str], dict[str, np.ndarray]]:
+    """The mean zero-ablation effect (points) of every component at each member's last checkpoint, per capacity and
+    ratio (tasks and weight decays pooled): the cells ``(layers, heads, ratio)`` (:func:`paper_order`), the
+    components, and per split (val, adv) a cells × components grid (NaN where a cell lacks the component)."""
+    last = last_checkpoint(summary, circuits)
+    cells = sorted({(int(a), int(b), float(r)) for a, b, r in last[["layers", "heads", "ratio"]].itertuples(index=False)},
+                   key=paper_order)
+    comps = sorted(last["component"].unique())
+    grids = {}
+    for split in ("val", "adv"):
+        grid = np.full((len(cells), len(comps)), np.nan)
+        for i, (L, H, r) in enumerate(cells):
+            d = last[(last["layers"] == L) & (last["heads"] == H) & np.isclose(last["ratio"], r)]
+            for j, comp in enumerate(comps):
+                v = d.loc[d["component"] == comp, f"zero_ablation_{split}"]
+                grid[i, j] = 100 * v.mean() if len(v) else np.nan
+        grids[split] = grid
+    return cells, comps, grids
