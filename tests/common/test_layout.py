@@ -2,11 +2,13 @@
 
 - A study (every subpackage of seedlab other than the shared ones: today ``shortcut`` and
   ``twins``) never imports another study.
-- The shared code — ``seedlab.forks``, ``seedlab.lm``, ``seedlab.corpus``, ``seedlab.presets`` and
-  the core (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the
+- The shared code — ``seedlab.forks``, ``seedlab.measures``, ``seedlab.lm``, ``seedlab.corpus``,
+  ``seedlab.presets`` and the core (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the
   one top-level module that may import everything (``__main__.py`` only calls it).
 - Layers: ``seedlab.forks`` (the fork design) sits between the studies and ``lm`` + ``corpus``:
   ``lm``, ``corpus`` and the core never import it, and ``lm`` and ``corpus`` never import each other.
+  ``seedlab.measures`` (what several studies measure) sits below the studies too: it may import ``lm``
+  and the core, not ``forks`` or ``corpus``; ``lm``, ``corpus``, ``forks`` and the core never import it.
 - Nothing in src imports ``benchmarks``.
 - Only a study's ``rundir.py`` (and ``seedlab/store.py``) build paths inside a run folder:
   in the studies and in ``cli.py``, any ``X / "literal"``, ``X / f"..."`` or
@@ -30,9 +32,10 @@ import pytest
 import seedlab
 
 SRC = Path(seedlab.__file__).resolve().parent  # src/seedlab
-SHARED_PACKAGES = {"forks", "lm", "corpus", "presets"}
+SHARED_PACKAGES = {"forks", "measures", "lm", "corpus", "presets"}
 #: package -> the shared packages it must not import (the layers below the studies)
-LAYERS = {"lm": {"forks", "corpus"}, "corpus": {"forks", "lm"}, "core": {"forks"}}
+LAYERS = {"lm": {"forks", "corpus", "measures"}, "corpus": {"forks", "lm", "measures"}, "core": {"forks", "measures"},
+          "forks": {"measures"}, "measures": {"forks", "corpus"}}
 #: top-level modules allowed to import any study
 ENTRY_POINTS = {"cli.py", "__main__.py"}
 
@@ -146,7 +149,7 @@ def _by_place(line: str) -> tuple[str, int, str]:
 
 
 def test_the_checks_see_the_studies_and_every_module():
-    assert {"shortcut", "twins", "attribution"} <= _studies() and not {"forks", "lm"} & _studies()
+    assert {"shortcut", "twins", "attribution"} <= _studies() and not {"forks", "lm", "measures"} & _studies()
     names = {p.relative_to(SRC).as_posix() for p in _modules()}
     assert {"cli.py", "store.py", "lm/model.py", "corpus/build.py", "twins/rundir.py", "forks/loop.py"} <= names
 
@@ -165,6 +168,15 @@ def test_only_rundir_builds_run_folder_paths():
     bad = path_violations()
     assert not bad, (f"{len(bad)} path(s) built outside a study's rundir.py (ask the rundir for it):\n"
                      + "\n".join(bad))
+
+
+def test_reports_and_figures_import_neither_torch_nor_scipy_themselves():
+    """A report only renders: every study's report.py and figures.py import no torch and no scipy (the
+    statistics they print are computed in the study's stats.py; tests/twins/test_report_imports.py checks
+    that the twins report loads no torch through what it imports either)."""
+    bad = [f"{_where(path, node)}: imports {module}" for path in _modules() if path.name in ("report.py", "figures.py")
+           for node, module in _imports(path) if module.split(".")[0] in ("torch", "scipy")]
+    assert not bad, "reports that compute:\n" + "\n".join(sorted(set(bad)))
 
 
 # --------------------------------------------------------------------------- the checker itself

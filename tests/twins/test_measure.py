@@ -15,7 +15,7 @@ from helpers import copy_run
 from seedlab.corpus import load
 from seedlab.lm.batches import get_batch
 from seedlab.lm.model import GPT, PRESETS
-from seedlab.twins import metrics
+from seedlab.measures import weights
 
 S, T = 6, 16  # injection step, steps of the twins_design fixture
 CONDS = ("fluent-fabricated", "fluent-attested", "ordinary-row", "nudge", "matched-noise")  # the fixture's, beside the twin
@@ -122,7 +122,7 @@ def test_seed_rows_have_the_aligned_distance(design):
     a = load_file(run / "seed-0" / "twin" / f"step-{T}.safetensors")
     b = load_file(run / "seed-1" / "twin" / f"step-{T}.safetensors")
     gcfg = PRESETS["mini"].model_copy(update={"vocab_size": a["wte.weight"].shape[0], "block_size": 128})
-    assert seed.distance_aligned.iloc[0] == metrics.weight_distance(a, aligned(a, b, gcfg))["all"]
+    assert seed.distance_aligned.iloc[0] == weights.weight_distance(a, aligned(a, b, gcfg))["all"]
 
 
 def test_missing_runs_are_measured_around(design, tmp_path, seedlab_cli):
@@ -192,7 +192,7 @@ def four_seeds(design, tmp_path):
 
 def test_measure_memory_does_not_grow_with_seeds(four_seeds, tmp_path, monkeypatch):
     """A memory probe: every tensor measure gets from a checkpoint read (Run.weights), an
-    interpolation (metrics.interpolate) or a probe batch's residual streams (Evaluator.residuals)
+    interpolation (measures.weights.interpolate) or a probe batch's residual streams (Evaluator.residuals)
     is tracked by a weak reference; at each of those calls and at every held-out evaluation the
     bytes still alive are summed. The peak is the same whether 2 or 4 seeds are measured: measure
     keeps no seed's weights or residuals while it goes on (the seed-vs-seed baselines read the
@@ -218,7 +218,7 @@ def test_measure_memory_does_not_grow_with_seeds(four_seeds, tmp_path, monkeypat
 
     monkeypatch.setattr(Run, "weights", tracked(Run.weights, lambda sd: sd.values()))
     monkeypatch.setattr(measure_mod.Evaluator, "residuals", tracked(measure_mod.Evaluator.residuals, lambda rs: rs))
-    monkeypatch.setattr(metrics, "interpolate", tracked(metrics.interpolate, lambda sd: sd.values()))
+    monkeypatch.setattr(weights, "interpolate", tracked(weights.interpolate, lambda sd: sd.values()))
     monkeypatch.setattr(measure_mod.Evaluator, "heldout_ce", tracked(measure_mod.Evaluator.heldout_ce, lambda _: ()))
     peaks = {}
     for n in (2, 4):

@@ -1,5 +1,5 @@
 """The twins report's figures, one function per figure: each draws from the measured files
-(``twins.measure.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
+(``twins.rundir.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
 (title, file, caption), or a Fig without a file saying what it needs when the data are not there.
 """
 
@@ -9,7 +9,7 @@ import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
 from seedlab.twins import stats
-from seedlab.twins.measure import Measured
+from seedlab.twins.rundir import Measured
 
 COLORS = {"fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green", "seed": "0.4"}
 

@@ -2,7 +2,7 @@
 
 For each seed k and injected condition c (against the twin of the same seed) at the final step:
 
-- **barrier**      the interpolation loss barrier on held-out tokens (twins/metrics.py), α grid from the config;
+- **barrier**      the interpolation loss barrier on held-out tokens (seedlab/measures/weights.py), α grid from the config;
                    ``rise_mid`` is the signed rise above the chord at α = 0.5 (negative on a convex path,
                    where the barrier itself is 0, so differences between conditions stay visible);
 - **heldout_ce**   held-out cross-entropy of c, of the twin, and the difference c − twin (nats/token);
@@ -25,7 +25,7 @@ c − twin, and ``paths.parquet`` the loss along each final interpolation.
 
 The seed-vs-seed rows also have ``distance_aligned``: the same distance after the second seed's twin
 is permuted to the first's (MLP neurons and heads per layer, lm/align.py), the part of the gauge
-freedom that permutations remove; NaN on the other rows.
+freedom that permutations remove (``measures.weights.aligned_distance``); NaN on the other rows.
 
 Cost: a path of K grid points costs K − 2 held-out evaluations (its end losses are the two
 models' held-out CEs, already measured), per pair and per checkpoint after the injection.
@@ -33,13 +33,12 @@ models' held-out CEs, already measured), per pair and per checkpoint after the i
 Files (all written only when measuring succeeds; where: twins/rundir.py): measures.parquet (one row
 per seed × condition plus the seed-vs-seed rows, the table the report and other tools read),
 checkpoints.parquet, timecourse.parquet, paths.parquet, measures.json (settings, what was missing,
-the outcomes used). :class:`Measured` reads them back (the report and its figures).
+the outcomes used). ``twins.rundir.Measured`` reads them back (the report and its figures).
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -50,18 +49,16 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.lm.align import aligned
 from seedlab.lm.batches import get_batch
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT
 from seedlab.progress import Bar
 from seedlab.store import write_json, write_parquet
-from seedlab.twins.config import MeasureConfig, TwinsConfig
-from seedlab.twins.metrics import barrier_curve, identical, linear_cka, loss_path, weight_distance
-from seedlab.twins.rundir import MEASURE_TABLES, Run, RunDir, open_run
-
-#: passages.parquet: condition c's and its twin's CE on every passage (text) at every saved step t >= s
-PASSAGE_COLUMNS = ["seed", "condition", "step", "text", "ce", "twin_ce", "diff"]
+from seedlab.measures.cka import linear_cka
+from seedlab.measures.text import text_ce
+from seedlab.measures.weights import aligned_distance, barrier_curve, identical, loss_path, weight_distance
+from seedlab.twins.config import TwinsConfig
+from seedlab.twins.rundir import PASSAGE_COLUMNS, Run, open_run
 
 
 class Evaluator:
@@ -92,10 +89,9 @@ class Evaluator:
             total += float(loss) * len(x)
         return total / len(self.x)
 
-    @torch.no_grad()
     def passage_ce(self, ids: list[int]) -> float:
-        p = torch.tensor(ids, dtype=torch.int64, device=self.device)[None]
-        return float(self.model(p[:, :-1], p[:, 1:])[1])
+        """The passage's mean CE under the loaded model: the model's own (float32) loss on it."""
+        return text_ce(self.model, ids, dtype=torch.float32)
 
     @torch.no_grad()
     def residuals(self) -> list[torch.Tensor]:
@@ -279,7 +275,7 @@ class Comparisons:
         self.ev.load(state_a, f"seed {a} twin")
         row = self.compare(state_a, state_b, twin_final_ce[a], twin_final_ce[b], res_b,
                            kind="seed", seed=a, condition="twin", seed_b=b, condition_b="twin", step=self.final)
-        row["distance_aligned"] = weight_distance(state_a, aligned(state_a, state_b, self.run.gcfg))["all"]
+        row["distance_aligned"] = aligned_distance(state_a, state_b, self.run.gcfg)
         self.measures.append(row)
 
     def barrier(self, a: dict, b: dict, ce_a: float, ce_b: float) -> tuple[float, float]:
@@ -332,41 +328,3 @@ def _timecourse(run: Run, pairs: list[tuple[int, str]]) -> pd.DataFrame:
         frames.append(df.assign(seed=k, condition=c, diff=df.loss - df.loss_twin))
     cols = ["seed", "condition", "step", "loss", "loss_twin", "diff"]
     return pd.concat(frames, ignore_index=True)[cols] if frames else pd.DataFrame(columns=cols)
-
-
-# --------------------------------------------------------------------------- reading the files back
-
-
-@dataclass
-class Measured:
-    """What :func:`measure` wrote into a run folder, and the run's config.json (what the report reads)."""
-
-    dir: RunDir
-    measures: pd.DataFrame
-    checkpoints: pd.DataFrame
-    timecourse: pd.DataFrame
-    paths: pd.DataFrame
-    passages: pd.DataFrame  # the cross-passage matrix (empty when measured by an older seedlab)
-    meta: dict  # measures.json
-    config: dict
-
-    @classmethod
-    def read(cls, root: str | Path) -> Measured:
-        rd = RunDir(Path(root))
-        tables = [rd.measure_table(name) for name in MEASURE_TABLES]
-        optional = {rd.measure_table("passages")}  # measured by an older seedlab: the report says so
-        missing = [p.name for p in [*tables, rd.measures_json] if not p.is_file() and p not in optional]
-        if missing:
-            raise SeedlabError(f"{rd.root}: no {missing[0]} (run `seedlab twins measure {rd.root}` first)")
-        frames = [pd.read_parquet(p) if p.is_file() else pd.DataFrame(columns=PASSAGE_COLUMNS) for p in tables]
-        return cls(rd, *frames, json.loads(rd.measures_json.read_text()), json.loads(rd.config.read_text()))
-
-    @property
-    def steps(self) -> dict[str, int]:
-        """The named steps (:func:`named_steps`) of the measured run."""
-        return self.meta["steps"]
-
-    @property
-    def settings(self) -> MeasureConfig:
-        """The measurement settings the files were made with (their defaults: MeasureConfig's)."""
-        return MeasureConfig.model_validate(self.meta["preregistration"]["measure"])

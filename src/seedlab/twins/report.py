@@ -1,15 +1,15 @@
 """``seedlab twins report DIR``: ``DIR/report.md`` plus PNG figures beside it.
 
 Read top to bottom, the module follows the report: what ``twins measure`` wrote (read back as a
-``twins.measure.Measured``), the design and its pre-registration, the headline (the paper's
+``twins.rundir.Measured``), the design and its pre-registration, the headline (the paper's
 numbers beside ours), the paired statistics, the normalized effects and the time course; the
-figures are twins/figures.py, one function each. Every number is computed from the measured files; only the paper's own
-numbers are constants.
+figures are twins/figures.py, one function each. The module only words and tabulates: every number
+it prints comes from ``twins.stats.summarize`` (a :class:`~seedlab.twins.stats.Summary`), the paper's
+own from ``twins.stats.PAPER``.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,46 +19,27 @@ from seedlab.config import with_new_defaults
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text
 from seedlab.store import write_text
 from seedlab.twins import figures, stats
-from seedlab.twins.config import INJECTED, MeasureConfig
-from seedlab.twins.measure import Measured
-
-# "Learned, Then Lost" (shared/spec/single-example-counterfactual.md)
-PAPER = {
-    "gain_s50": {"fluent-fabricated": 0.0389, "fluent-attested": 0.0437},  # nats, p < 1e-4
-    "p_final": {"fluent-fabricated": 0.25, "fluent-attested": 0.71},
-    "barrier_fab_att": (0.00680, 0.509, 0.032),  # mean difference, p, MDE
-    "barrier_pct": 3.0,
-    "distance_pct": 44.1,
-    "distance_mid_frac": 0.92,
-    "peak_after": 100,  # steps after the injection where the loss difference peaks (step ~300, s = 200)
-    # the subjects: attested "present in the corpus ("Jimmie Nicol", 4 occurrences)", fabricated "absent from the corpus"
-    "subjects": {"fluent-attested": ("Jimmie Nicol", 4), "fluent-fabricated": ("Gizmo Harrington", 0)},
-}
-
+from seedlab.twins.config import MeasureConfig
+from seedlab.twins.rundir import Measured
+from seedlab.twins.stats import PAPER, Summary
 
 def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
     d = Measured.read(root)
-    outcomes = d.meta["preregistration"]["outcomes"]
-    comp = stats.comparisons(d.measures, outcomes, lost_frac=lost_frac(d))
-    norm = stats.normalized(d.measures)
-    m = d.settings
-    course = stats.time_course(d.timecourse, d.checkpoints, d.steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
-    ckpt = stats.checkpoint_course(d.checkpoints) if len(d.checkpoints) else None
+    s = stats.summarize(d)
     rep = Report()
-    rep.add("# Twins: a measured single-example counterfactual", intro(d))
+    rep.add("# Twins: a measured single-example counterfactual", intro(d, s))
     rep.add("## Pre-registration", preregistration(d))
-    rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d))
-    nulls = stats.null_contrasts(d.measures, d.checkpoints, d.timecourse, outcomes, d.steps["injection"])
-    rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(nulls), nulls_table(nulls, d))
-    rep.add("## Headline: the paper's numbers beside this run's", headline(d, comp, norm, course))
-    rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(comp, d))
-    rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, outcomes))
-    rep.add("## How alike the two fluent passages are (gradmatch)", gradmatch_table(d))
-    rep.add("## Fabricated vs attested, every measure", fab_vs_att(comp))
-    rep.add("## Normalized effects: one example vs a different seed", normalized_table(norm))
-    rep.add("## Barrier and distance over training", over_training_table(ckpt, norm, d))
-    rep.add("## Time course", time_course_table(course, d))
+    rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d, s))
+    rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(s), nulls_table(s))
+    rep.add("## Headline: the paper's numbers beside this run's", headline(d, s))
+    rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(s))
+    rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, s))
+    rep.add("## How alike the two fluent passages are (gradmatch)", gradmatch_table(s))
+    rep.add("## Fabricated vs attested, every measure", fab_vs_att(s.comp))
+    rep.add("## Normalized effects: one example vs a different seed", normalized_table(s))
+    rep.add("## Barrier and distance over training", over_training_table(s))
+    rep.add("## Time course", time_course_table(s, d))
     rep.add("## Figures")
     for fig in (figures.path_figure(d), figures.loss_diff_figure(d), figures.distance_barrier_figure(d),
                 figures.cka_figure(d), figures.passage_figure(d), figures.distance_course_figure(d)):
@@ -66,23 +47,15 @@ def write_report(root: str | Path) -> Path:
     return write_text(d.dir.report, rep.text())
 
 
-def lost_frac(d: Measured) -> float:
-    """The fraction of each seed's s + 50 effect that a "lost" claim shows the end effect below
-    (twins.stats.lost_test): the pre-registered ``measure.equivalence_frac`` (files measured before it
-    existed: its default; before this test it set a TOST margin, with the same value)."""
-    return d.settings.equivalence_frac
-
-
 # ---------------------------------------------------------------- sections
 
 
-def intro(d: Measured) -> str:
-    c, inj = d.config, d.measures[d.measures.kind == "injected"]
-    seeds = sorted(set(inj.seed) | set(d.measures[d.measures.kind == "seed"].seed))
+def intro(d: Measured, s: Summary) -> str:
+    c, seeds = d.config, s.seeds
     lines = [
         (f"Model `{c['model']}`, {c['steps']:,} steps of {c['batch_size']} rows, one row replaced at step "
         f"{c['injection_step']} (row {c['injection_row']}). Seeds measured: {', '.join(map(str, seeds)) or 'none'}; "
-        f"conditions: {', '.join(sorted(set(inj.condition))) or 'none'}, each against the twin of its seed. "
+        f"conditions: {', '.join(s.conditions) or 'none'}, each against the twin of its seed. "
         f"Steps below are optimizer updates completed: s = {d.steps['injection']}, s + 50 = {d.steps['s50']}, "
         f"mid-point = {d.steps['mid']}, end = {d.steps['final']}. Precision {c.get('precision', 'fp32')}"
         + (" (bf16: not shown interchangeable with fp32's effect sizes: docs/results.md, \"Does precision change the "
@@ -90,7 +63,7 @@ def intro(d: Measured) -> str:
     ]
     if d.meta["missing"]:
         lines.append(f"**Not measured (runs not finished):** {', '.join(d.meta['missing'])}.")
-    n = inj.seed.nunique()
+    n = s.injected_seeds
     if n < 8:
         lines.append(f"With {n} seeds the paired tests have little power (the paper used 8): read the minimum "
                      "detectable effects (MDE) before reading a p-value.")
@@ -98,17 +71,15 @@ def intro(d: Measured) -> str:
 
 
 def preregistration(d: Measured) -> str:
-    path = d.dir.preregistration
-    used = d.meta["preregistration"]
+    before, used = d.record("preregistration"), d.meta["preregistration"]
     order = {"primary": 0, "secondary": 1, "exploratory": 2}
     rows = sorted(([k, v] for k, v in used["outcomes"].items()), key=lambda r: (order.get(r[1], 3), r[0]))
     table = md_table(["outcome", "label"], rows)
-    if not path.is_file():
+    if before is None:
         return table + "\n\n**No preregistration.json in the run folder: the outcomes were not fixed before training.**"
-    before = json.loads(path.read_text())
-    text = d.dir.preregistration_text
-    if text.is_file():  # --preregistration: hypotheses and decision rules, quoted
-        quoted = "\n".join("> " + line for line in text.read_text().splitlines())
+    text = d.preregistration_text
+    if text is not None:  # --preregistration: hypotheses and decision rules, quoted
+        quoted = "\n".join("> " + line for line in text.splitlines())
         table = (f"Hypotheses and decision rules kept before the first step (preregistration.md, SHA-256 "
                  f"`{before.get('text_sha256', '?')[:12]}…`):\n\n{quoted}\n\n" + table)
     if before["hash"] == used["hash"]:
@@ -126,10 +97,9 @@ def preregistration(d: Measured) -> str:
 def integrity(d: Measured) -> str:
     """What ``twins run`` showed about the counterfactual (integrity.json): how the conditions were shown
     identical at the injection step, and the replica control's bitwise comparison after it."""
-    path = d.dir.integrity
-    if not path.is_file():
+    rec = d.record("integrity")
+    if rec is None:
         return "**No integrity.json in the run folder** (trained by an older seedlab): the identity of the conditions before the injection and the determinism after it were not recorded."
-    rec = json.loads(path.read_text())
     rows, replicas = [], []
     for seed, r in sorted(rec["seeds"].items(), key=lambda kv: int(kv[0])):
         rep = r.get("replica")
@@ -152,8 +122,8 @@ def integrity(d: Measured) -> str:
 
 def _attestation(d: Measured) -> dict | None:
     """inputs.json's ``attestation`` (twins.passages.attestation), None when the run did not record it."""
-    path = d.dir.inputs
-    return (json.loads(path.read_text()).get("attestation") or None) if path.is_file() else None
+    rec = d.record("inputs")
+    return None if rec is None else (rec.get("attestation") or None)
 
 
 def attestation_rows(d: Measured) -> list[list[str]]:
@@ -172,12 +142,12 @@ def attestation_rows(d: Measured) -> list[list[str]]:
     return rows
 
 
-def exposure(d: Measured) -> str:
+def exposure(d: Measured, s: Summary) -> str:
     """Per attested passage: how often each seed's batches contained the passage's subject (inputs.json)."""
     att = _attestation(d)
     if not att:
         return "*No attestation in inputs.json (trained by an older seedlab): per-seed exposure was not recorded.*"
-    s = d.steps["injection"]
+    inj = d.steps["injection"]
     conds = sorted(att)
     by_seed = {cond: {e["seed"]: e for e in att[cond].get("exposure", [])} for cond in conds}
     seeds = sorted({k for c in conds for k in by_seed[c]})
@@ -186,8 +156,8 @@ def exposure(d: Measured) -> str:
     head = [f"{c}: {att[c]['subject']} ({att[c]['occurrences']} in the training split)" for c in conds]
     paper = {c: PAPER["subjects"][c] for c in conds if c in PAPER["subjects"]}
     return ("**Exposure.** Whole-word occurrences of each passage's subject in the training split, and how many times "
-            f"each seed's batches held one whole: before the injection step (steps 0 .. {s - 1}) / in the ordinary batch "
-            f"of step {s} (every row, the one an injected passage replaces included) / after it. The twin and every "
+            f"each seed's batches held one whole: before the injection step (steps 0 .. {s.last_before}) / in the ordinary batch "
+            f"of step {inj} (every row, the one an injected passage replaces included) / after it. The twin and every "
             "injected run see the same rows except that one. An attested subject seen before the injection is prior "
             "knowledge the passage can reinforce; seen after it, a later reminder."
             + ("" if not paper else " The paper's subjects: " + "; ".join(
@@ -205,55 +175,53 @@ def _p_both(r) -> str:
     return f"{p_text(r['p_t'])} (paired t), {fmt_p(r['p_perm'])} (sign-flip{'' if r['perm_exact'] else ', MC'})"
 
 
-def headline(d: Measured, comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame) -> str:
+def headline(d: Measured, s: Summary) -> str:
+    comp, h = s.comp, s.headline
     rows = []
     for cond in ("fluent-fabricated", "fluent-attested"):
         res = _get(comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
         if res is not None:
             rows.append([f"passage learned at s + 50 ({cond}): twin − injected CE",
-                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4 (test not stated)", f"{-res['diff']:.4f} nats, {_p_both(res)}"])
+                         f"{PAPER['gain_s50'][cond]:.4f} nats, p < 1e-4 (test not stated)", f"{res['gain']:.4f} nats, {_p_both(res)}"])
         res = _get(comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
         if res is not None:
             rows.append([f"passage at the end ({cond})", f"p = {PAPER['p_final'][cond]} (not significant; no test of a loss or MDE stated)",
-                         f"{-res['diff']:.4f} nats, {_p_both(res)}; MDE {fmt_num(res['mde'])}{lost_text(res)}"])
+                         f"{res['gain']:.4f} nats, {_p_both(res)}; MDE {fmt_num(res['mde'])}{lost_text(res)}"])
     res = _get(comp, "fabricated vs attested", "barrier")
     if res is not None:
         diff, p, mde = PAPER["barrier_fab_att"]
-        rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({diff / mde:.2f}× MDE)",
+        rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({stats.PAPER_BARRIER_OVER_MDE:.2f}× MDE)",
                      f"{res['diff']:+.5f}, {_p_both(res)}, MDE {fmt_num(res['mde'])} ({fmt_num(res['diff_over_mde'])}× MDE)"])
-    inj = norm[norm.condition.isin(INJECTED[:2])]
-    if len(inj):
-        rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(inj.barrier.mean(), inj.seed_barrier.iloc[0])])
-        rows.append(["distance, % of inter-seed distance", f"{PAPER['distance_pct']}%", _pct(inj.distance.mean(), inj.seed_distance.iloc[0])])
+    if h.barrier_pct is not None:
+        rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(h.barrier_pct)])
+        rows.append(["distance, % of inter-seed distance", f"{PAPER['distance_pct']}%", _pct(h.distance_pct)])
         rows.append(["distance, % of inter-seed distance after weight matching (lm/align.py)",
-                     "not measured (the 44.1% is \"a lower bound\")", _pct_aligned(inj.distance.mean(), inj)])
-    fl = course[course.condition.isin(INJECTED[:2])]
-    if len(fl):
-        rows.append(["distance at mid-point / at the end", f"{100 * PAPER['distance_mid_frac']:.0f}%", f"{100 * fl.distance_mid_frac.mean():.0f}%"])
-        if len(inj) and fl.barrier_max.notna().any():
+                     "not measured (the 44.1% is \"a lower bound\")", _pct_aligned(h.distance_aligned_pct, h.aligned_measured)])
+    if h.distance_mid_pct is not None:
+        rows.append(["distance at mid-point / at the end", f"{stats.PAPER_DISTANCE_MID_PCT:.0f}%", f"{h.distance_mid_pct:.0f}%"])
+        if h.barrier_max_pct is not None:
             rows.append(["barrier to the twin at any checkpoint, % of inter-seed barrier at the end", "stays small",
-                         f"at most {_pct(fl.barrier_max.max(), inj.seed_barrier.iloc[0])}"])
+                         f"at most {_pct(h.barrier_max_pct)}"])
         rows.append(["loss difference peaks, steps after injection; peak / smoothed trough just after",
                      f"~{PAPER['peak_after']}; ~100× (smoothing not stated)",
-                     f"{fl.peak_step.mean() - d.steps['injection']:.0f}; " + peak_ratios(d, list(fl.condition))])
+                     f"{h.peak_after:.0f}; " + ", ".join(f"{fmt_num(r)}× ({k}-step window)" for k, r in h.peak_ratios)])
     rows += attestation_rows(d)
-    n = int(comp.n.max()) if len(comp) else 0
+    n = h.seeds
     note = ("Fluent conditions pooled where the paper pools them; the CPU scale changes the absolute numbers "
             "(model, corpus and steps are far smaller), so compare directions and orders of magnitude. "
             "Every p is named by its test: the two-sided paired t-test over seeds, or the exact sign-flip "
             "permutation test (MC: Monte Carlo)"
-            + (f", which cannot go below 2/2^{n} = {stats.sign_flip_floor(n):.2g} with {n} seeds, so the paper's "
+            + (f", which cannot go below 2/2^{n} = {h.sign_flip_floor:.2g} with {n} seeds, so the paper's "
                "p < 1e-4 with 8 seeds can only come from a parametric test such as the t-test" if n else "")
             + f". \"Not significant\" is not \"lost\": an end effect counts as lost only when, seed by seed, it is shown "
-            f"smaller than {lost_frac(d):g} × the same seed's effect at s + 50 (one-sided paired t-test), see below.")
+            f"smaller than {s.lost_frac:g} × the same seed's effect at s + 50 (one-sided paired t-test), see below.")
     return md_table(["", "paper", "this run"], rows) + "\n\n" + note
 
 
-def _pct(x: float, base: float) -> str:
-    """x as a percentage of base: one decimal, or two significant digits below 1% (0.017%, not 0.0%)."""
-    if not (base and np.isfinite(base) and base > 0):
+def _pct(v: float) -> str:
+    """A percentage (twins.stats.percent): one decimal, or two significant digits below 1% (0.017%, not 0.0%)."""
+    if not np.isfinite(v):
         return "n/a (no seed pair)"
-    v = 100 * x / base
     return f"{v:.1f}%" if abs(v) >= 1 or v == 0 else f"{v:.2g}%"
 
 
@@ -278,33 +246,27 @@ NULL_NAMES = {"barrier": "barrier", "rise_mid": "rise at α = 0.5", "heldout_ce_
               "distance": "distance to the twin", "cka_mean": "CKA with the twin", "tc_mean_absdiff": "mean |Δ training loss|"}
 
 
-def nulls_answer(nulls: pd.DataFrame) -> str:
+def nulls_answer(s: Summary) -> str:
     """The first answer: does each passage condition differ from an ordinary row, from noise of the same
     size and from a nudge — on how many of the end measures (two-sided paired t, α = 0.05), and which."""
-    if not len(nulls):
+    if not s.null_verdicts:
         return "*No passage condition and null arm measured on the same seeds (add `ordinary-row`, `matched-noise`, `nudge` to `conditions`).*"
-    end = nulls[nulls.step == nulls.step.max()]
-    lines = []
-    for p, g in end.groupby("passage", sort=False):
-        parts = []
-        for n in NULL_WHAT:
-            h = g[g.null == n]
-            if not len(h):
-                continue
-            sig = h[h.p_t < stats.ALPHA]
-            which = ", ".join(f"{NULL_NAMES[r.measure]} {r['diff']:+.3g} ({p_text(r.p_t)})" for _, r in sig.iterrows())
-            parts.append(f"from {NULL_WHAT[n]}: {'differs on ' + str(len(sig)) + ' of ' + str(len(h)) + ' measures — ' + which if len(sig) else 'no difference shown on any of ' + str(len(h)) + ' measures'}")
-        lines.append(f"- **{p}** " + "; ".join(parts) + ".")
-    n = int(end.n.max())
+    parts: dict[str, list[str]] = {}
+    for v in s.null_verdicts:
+        which = ", ".join(f"{NULL_NAMES[r.measure]} {r['diff']:+.3g} ({p_text(r.p_t)})" for _, r in v.differ.iterrows())
+        parts.setdefault(v.passage, []).append(
+            f"from {NULL_WHAT[v.null]}: {'differs on ' + str(len(v.differ)) + ' of ' + str(v.tests) + ' measures — ' + which if len(v.differ) else 'no difference shown on any of ' + str(v.tests) + ' measures'}")
+    lines = [f"- **{p}** " + "; ".join(ps) + "." for p, ps in parts.items()]
     return ("At the end of the run, each passage condition against each null, seed by seed (passage − null, each "
-            f"against its own seed's twin; {n} seeds; two-sided paired t-tests, not corrected for the "
-            f"{len(end)} tests, so read them as exploratory unless pre-registered):\n\n" + "\n".join(lines)
+            f"against its own seed's twin; {s.null_seeds} seeds; two-sided paired t-tests, not corrected for the "
+            f"{s.null_tests} tests, so read them as exploratory unless pre-registered):\n\n" + "\n".join(lines)
             + "\n\nA difference that a null shows as well is not the passage's: an effect the ordinary row has is any "
             "row's; one the matched noise has is a perturbation of that size's; one the nudge has is chaos.")
 
 
-def nulls_table(nulls: pd.DataFrame, d: Measured) -> str:
+def nulls_table(s: Summary) -> str:
     """Every passage − null comparison: every measure at the end, and the barrier and distance at every checkpoint."""
+    nulls = s.nulls
     if not len(nulls):
         return ""
     final = nulls.step.max()
@@ -314,30 +276,26 @@ def nulls_table(nulls: pd.DataFrame, d: Measured) -> str:
             "with it); " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(rows, name)))
 
 
-def passage_matrix(d: Measured, outcomes: dict[str, str]) -> str:
+def passage_matrix(d: Measured, s: Summary) -> str:
     """The cross-passage matrix (mean drop of each text's CE, twin − condition, per condition) at s + 50 and
     at the end; the specificity tests; the attested effect against each seed's exposure to its subject."""
     x = d.passages
     if not len(x):
         return "*Measured by an older seedlab: no passages.parquet (run `seedlab twins measure` again).*"
-    steps = [d.steps["s50"], d.steps["final"]]
-    mat = stats.passage_matrix(x, steps)
     texts = list(dict.fromkeys(x.text))
     out = ["Mean drop of each passage's CE (twin − condition, nats/token; positive: the run predicts the text "
            "better than its twin) — rows: the condition trained, columns: the text read."]
-    for t in steps:
-        at = mat[mat.step == t].pivot_table(index="condition", columns="text", values="drop")
+    for t, at in s.matrix.items():
         rows = [[c, *(f"{at.loc[c, tx]:+.4f}" if tx in at.columns and pd.notna(at.loc[c, tx]) else "n/a" for tx in texts)]
                 for c in at.index]
         out.append(f"**At step {t}** ({'s + 50' if t == d.steps['s50'] else 'the end'}):\n\n" + md_table(["condition", *texts], rows))
-    spec = stats.specificity(x, d.steps, outcomes)
+    spec = s.specificity
     if len(spec):
         out.append("Paired over seeds: the own-passage drop against 0; against the drop on the other fluent "
                    "passage (**specificity**: what is learned of this text beyond what carries over to a text of the "
                    "same kind); against the ordinary-row arm's drop on the same passage (what injecting this text "
                    "adds over injecting any row). " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(spec, lambda r: r["comparison"])))
-    att = _attestation(d)
-    ex = stats.exposure_effect(x, att or {}, d.steps["s50"])
+    ex = s.exposure
     if len(ex):
         rows = [[str(int(r.seed)), fmt_num(r.exposure_before), f"{r['drop']:+.4f}"] for _, r in ex.iterrows()]
         rho = ex.rho.iloc[0]
@@ -348,33 +306,31 @@ def passage_matrix(d: Measured, outcomes: dict[str, str]) -> str:
     return "\n\n".join(out)
 
 
-def gradmatch_table(d: Measured) -> str:
+def gradmatch_table(s: Summary) -> str:
     """``seedlab twins gradmatch``'s table for the run's own passages, per seed and their mean: how far
     apart the two fluent passages' full-batch gradient deltas (the paper's measure) and exact AdamW
     update differences are in size at s."""
-    path = d.dir.gradmatch
-    if not path.is_file():
+    g = s.gradmatch
+    if g is None:
         return "*Not computed: run `seedlab twins gradmatch` on this folder first (then the report again).*"
-    g = pd.read_parquet(path)
-    g = g[g.fabricated.str.startswith("inputs.json") & g.attested.str.startswith("inputs.json")]
     if not len(g):
         return "*gradmatch.parquet has no row for the run's own passages.*"
-    pct = lambda x: "n/a" if pd.isna(x) else f"{100 * x:.3g}%"
-    rows = [["mean" if pd.isna(r.seed) else str(int(r.seed)), pct(r.rel_norm_diff), pct(r.get("adam_rel_norm_diff", np.nan)),
-             fmt_num(r.cosine)] for _, r in g.iterrows()]
+    pct = lambda x: "n/a" if pd.isna(x) else f"{x:.3g}%"
+    rows = [["mean" if pd.isna(r.seed) else str(int(r.seed)), pct(r.delta_pct), pct(r.update_pct), fmt_num(r.cosine)]
+            for _, r in g.iterrows()]
     return ("The relative difference in size of the two fluent passages' effect on the step-s update, per seed "
             "(the paper matched its passages' gradient deltas within 0.14%): the full-batch gradient deltas, the "
             "exact AdamW update differences (what `seedlab twins match` matches by default), and the cosine of the "
             "deltas.\n\n" + md_table(["seed", "gradient deltas", "AdamW updates", "cosine of the deltas"], rows))
 
 
-def learned_then_lost(comp: pd.DataFrame, d: Measured) -> str:
-    rows = comp[comp.measure.isin(["passage_ce_s50", "passage_ce_final"])]
+def learned_then_lost(s: Summary) -> str:
+    rows = s.comp[s.comp.measure.isin(["passage_ce_s50", "passage_ce_final"])]
     if not len(rows):
         return "*No injected condition measured.*"
     text = ("a = the injected run's CE on its own passage, b = its twin's CE on the same passage (nats/token); "
             "negative a − b: the passage was learned. " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(rows, lambda r: r["comparison"])))
-    return text + "\n\n" + lost_table(rows, lost_frac(d))
+    return text + "\n\n" + lost_table(rows, s.lost_frac)
 
 
 def _has_lost_test(r) -> bool:
@@ -401,7 +357,7 @@ def lost_table(rows: pd.DataFrame, frac: float) -> str:
     for _, r in end.iterrows():
         cond = r["comparison"].split(" vs twin")[0]
         if not _has_lost_test(r):
-            cells.append([cond, "n/a", f"{-r['diff']:+.4f}", "n/a", "n/a", "n/a", "n/a", "n/a", stats.verdict(r)])
+            cells.append([cond, "n/a", f"{r['gain']:+.4f}", "n/a", "n/a", "n/a", "n/a", "n/a", stats.verdict(r)])
             continue
         cells.append([cond, f"{r['lost_s50']:+.4f}", f"{r['lost_end']:+.4f}", f"{r['lost_d']:+.4f}", fmt_num(r["lost_ci_high"]),
                       fmt_p(r["lost_p_t"]),
@@ -432,47 +388,48 @@ def fab_vs_att(comp: pd.DataFrame) -> str:
             + md_table(HEAD, _stat_rows(rows, lambda r: stats.MEASURES[r["measure"]][1])))
 
 
-def normalized_table(norm: pd.DataFrame) -> str:
+def normalized_table(s: Summary) -> str:
+    norm = s.norm
     if not len(norm):
         return "*No injected condition measured.*"
-    rows = [[r.condition, str(r.n), f"{r.barrier:.4g}", f"{r.rise_mid:+.3g}", fmt_num(r.seed_barrier), _pct(r.barrier, r.seed_barrier),
-             f"{r.distance:.4g}", fmt_num(r.seed_distance), _pct(r.distance, r.seed_distance),
-             fmt_num(r.seed_distance_aligned), _pct_aligned(r.distance, norm)] for r in norm.itertuples()]
+    ok = stats.aligned_measured(norm)
+    rows = [[r.condition, str(r.n), f"{r.barrier:.4g}", f"{r.rise_mid:+.3g}", fmt_num(r.seed_barrier), _pct(r.barrier_pct),
+             f"{r.distance:.4g}", fmt_num(r.seed_distance), _pct(r.distance_pct),
+             fmt_num(r.seed_distance_aligned), _pct_aligned(r.distance_aligned_pct, ok)] for r in norm.itertuples()]
     return ("Barrier and distance to the twin (mean over seeds), and the same between twins of different seeds. "
             "The inter-seed distance is inflated by gauge freedom (rotated bases computing the same function), "
-            "so the distance ratio is a lower bound, as in the paper. " + gauge_sentence(norm) + "\n\n"
+            "so the distance ratio is a lower bound, as in the paper. " + gauge_sentence(s) + "\n\n"
             + md_table(["condition", "seeds", "barrier", "rise at α=0.5", "seed barrier", "barrier %", "distance", "seed distance",
                         "distance %", "seed distance, aligned", "distance %, aligned"], rows))
 
 
-def _pct_aligned(x: float, norm: pd.DataFrame) -> str:
-    """x as a percentage of the aligned inter-seed distance; says so when measures.parquet predates it."""
-    if len(norm) and np.isfinite(norm.seed_distance.iloc[0]) and not np.isfinite(norm.seed_distance_aligned.iloc[0]):
-        return "n/a (not measured: run `seedlab twins measure` again)"
-    return _pct(x, norm.seed_distance_aligned.iloc[0] if len(norm) else np.nan)
+def _pct_aligned(v: float, measured: bool) -> str:
+    """A percentage of the aligned inter-seed distance; says so when measures.parquet predates it."""
+    return _pct(v) if measured else "n/a (not measured: run `seedlab twins measure` again)"
 
 
-def gauge_sentence(norm: pd.DataFrame) -> str:
+def gauge_sentence(s: Summary) -> str:
     """Both inter-seed distances, raw and after weight matching, and what the matching removes."""
+    norm = s.norm
     raw, al = (norm.seed_distance.iloc[0], norm.seed_distance_aligned.iloc[0]) if len(norm) else (np.nan, np.nan)
     if not np.isfinite(raw):
         return ""
     if not np.isfinite(al):
         return ("The aligned inter-seed distance was not measured (measures.parquet predates it): run "
                 "`seedlab twins measure` again.")
-    return (f"Measured: the inter-seed distance is {fmt_num(raw)} raw and {fmt_num(al)} ({_pct(al, raw)} of it) after "
+    return (f"Measured: the inter-seed distance is {fmt_num(raw)} raw and {fmt_num(al)} ({_pct(s.aligned_share)} of it) after "
             "weight matching: the second seed's twin permuted to the first's, per layer, MLP neurons and attention heads "
             "by linear assignment as in Git Re-Basin (the residual basis is fixed, so every layer is matched in one "
             "pass). Matching removes the permutation part of the gauge freedom, not rotations within a head, so the "
             "ratio against the aligned distance is still a lower bound, a tighter one.")
 
 
-def over_training_table(ckpt: pd.DataFrame | None, norm: pd.DataFrame, d: Measured) -> str:
+def over_training_table(s: Summary) -> str:
+    ckpt = s.ckpt
     if ckpt is None or not len(ckpt):
         return "*No injected condition measured.*"
     if ckpt.barrier.isna().all():
         return "*checkpoints.parquet has no barrier column (measured by an older seedlab): run `seedlab twins measure` again.*"
-    seed_barrier = norm.seed_barrier.iloc[0] if len(norm) else np.nan
     conds = list(dict.fromkeys(ckpt.condition))
     steps = sorted(set(ckpt.step))
     at = ckpt.set_index(["condition", "step"])
@@ -481,7 +438,7 @@ def over_training_table(ckpt: pd.DataFrame | None, norm: pd.DataFrame, d: Measur
         cells = [str(t)]
         for c in conds:
             r = at.loc[(c, t)] if (c, t) in at.index else None
-            cells.append("–" if r is None else f"{r.distance:.3g} / {r.barrier:.3g} ({_pct(r.barrier, seed_barrier)})")
+            cells.append("–" if r is None else f"{r.distance:.3g} / {r.barrier:.3g} ({_pct(r.barrier_pct)})")
         rows.append(cells)
     return ("At every saved step from the injection on, each injected run against its twin (mean over seeds): weight "
             "distance / interpolation barrier on the held-out rows (nats), and in brackets the barrier as % of the "
@@ -490,16 +447,8 @@ def over_training_table(ckpt: pd.DataFrame | None, norm: pd.DataFrame, d: Measur
             + md_table(["step", *conds], rows))
 
 
-def peak_ratios(d: Measured, conditions: list[str]) -> str:
-    """The peak / smoothed trough ratio of ``conditions`` (mean over them) under each window width,
-    measure.smooth_steps first, then measure.smooth_steps_alt."""
-    m = d.settings
-    tc = d.timecourse[d.timecourse.condition.isin(conditions)]
-    w = stats.peak_trough_windows(tc, d.steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
-    return ", ".join(f"{fmt_num(g.peak_over_trough.mean())}× ({k}-step window)" for k, g in w.groupby("window", sort=False))
-
-
-def time_course_table(course: pd.DataFrame, d: Measured) -> str:
+def time_course_table(s: Summary, d: Measured) -> str:
+    course = s.course
     if not len(course):
         return "*No injected condition measured.*"
     rows = [[r.condition, str(r.peak_step), f"{r.peak:.3g}", str(r.trough_step), f"{r.trough:.3g}", fmt_num(r.peak_over_trough),
@@ -512,13 +461,12 @@ def time_course_table(course: pd.DataFrame, d: Measured) -> str:
             "steps': the unsmoothed mean of the steps right after the injected batch, for comparison.\n\n"
             + md_table(["condition", "peak step", "peak", "trough step", "trough", "peak / trough",
                         f"first {d.settings.just_after_steps} steps", "peak / first steps", "at the end", "distance at mid / end"], rows)
-            + "\n\n" + window_table(d))
+            + "\n\n" + window_table(s, d))
 
 
-def window_table(d: Measured) -> str:
+def window_table(s: Summary, d: Measured) -> str:
     """The peak / trough ratio under both window widths (measure.smooth_steps, measure.smooth_steps_alt)."""
-    m = d.settings
-    w = stats.peak_trough_windows(d.timecourse, d.steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
+    m, w = d.settings, s.windows
     if not len(w):
         return ""
     rows = [[r.condition, str(r.window), str(r.peak_step), f"{r.peak:.3g}", str(r.trough_step), f"{r.trough:.3g}",

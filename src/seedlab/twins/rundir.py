@@ -34,30 +34,38 @@ which removes it first.
 ``open_run`` reads ``config.json`` (the resolved TwinsConfig) and ``inputs.json`` (the corpus's
 path and hashes, each passage's token ids), loads the corpus and lists which seed x condition
 runs finished; ``Run.weights`` returns a checkpoint with every tensor's SHA-256 checked
-against the run's ``manifest.json``.
+against the run's ``manifest.json``. :class:`Measured` reads back what ``seedlab twins measure`` and
+``gradmatch`` wrote (the tables the report and its figures draw from; no torch needed).
 """
 
 from __future__ import annotations
 
 import hashlib
-
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+import pandas as pd
 
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
-from seedlab.lm.distributed import World
-from seedlab.lm.model import GPT, GPTConfig
+from seedlab.lm.gptconfig import GPTConfig
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
 from seedlab.store import write_json, write_text
-from seedlab.twins.config import TwinsConfig
+from seedlab.twins.config import MeasureConfig, TwinsConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from seedlab.lm.distributed import World
 
 #: the tables ``seedlab twins measure`` writes, as ``DIR/<name>.parquet``
 MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths", "passages")
+#: passages.parquet: condition c's and its twin's CE on every passage (text) at every saved step t >= s
+PASSAGE_COLUMNS = ["seed", "condition", "step", "text", "ce", "twin_ce", "diff"]
 
 
 class RunDir(DesignFolder):
@@ -97,6 +105,10 @@ class RunDir(DesignFolder):
         with ``keep: [final]``, of every run's end, and the resume states that exist at once (one;
         every condition's at s in the independent audit, until each goes on). JSON, parquet and the
         replica's hashes are small and left out."""
+        import torch
+
+        from seedlab.lm.model import GPT
+
         with torch.device("meta"):
             model = GPT(gcfg)
         weights = sum(v.numel() * v.element_size() for v in model.state_dict().values())
@@ -284,3 +296,58 @@ def open_run(root: str | Path, corpus: str | Path | None = None) -> Run:
             else:
                 run.missing.append(f"seed {seed} {cond}")
     return run
+
+
+# --------------------------------------------------------------------------- reading the measures back
+
+
+@dataclass
+class Measured:
+    """What ``seedlab twins measure`` wrote into a run folder (twins/measure.py), the run's config.json
+    and, when ``seedlab twins gradmatch`` ran, its table: what the report and its figures read."""
+
+    dir: RunDir
+    measures: pd.DataFrame
+    checkpoints: pd.DataFrame
+    timecourse: pd.DataFrame
+    paths: pd.DataFrame
+    passages: pd.DataFrame  # the cross-passage matrix (empty when measured by an older seedlab)
+    meta: dict  # measures.json
+    config: dict
+
+    @classmethod
+    def read(cls, root: str | Path) -> Measured:
+        rd = RunDir(Path(root))
+        tables = [rd.measure_table(name) for name in MEASURE_TABLES]
+        optional = {rd.measure_table("passages")}  # measured by an older seedlab: the report says so
+        missing = [p.name for p in [*tables, rd.measures_json] if not p.is_file() and p not in optional]
+        if missing:
+            raise SeedlabError(f"{rd.root}: no {missing[0]} (run `seedlab twins measure {rd.root}` first)")
+        frames = [pd.read_parquet(p) if p.is_file() else pd.DataFrame(columns=PASSAGE_COLUMNS) for p in tables]
+        return cls(rd, *frames, json.loads(rd.measures_json.read_text()), json.loads(rd.config.read_text()))
+
+    @property
+    def steps(self) -> dict[str, int]:
+        """The named steps of the measured run (twins.measure.named_steps): injection, s50, mid, final."""
+        return self.meta["steps"]
+
+    @property
+    def settings(self) -> MeasureConfig:
+        """The measurement settings the files were made with (their defaults: MeasureConfig's)."""
+        return MeasureConfig.model_validate(self.meta["preregistration"]["measure"])
+
+    @property
+    def gradmatch(self) -> pd.DataFrame | None:
+        """gradmatch.parquet (``seedlab twins gradmatch``), None when it was not run."""
+        return pd.read_parquet(self.dir.gradmatch) if self.dir.gradmatch.is_file() else None
+
+    def record(self, name: str) -> dict | None:
+        """One of the run's records, ``integrity``, ``inputs`` or ``preregistration`` (json), None when absent."""
+        path = {"integrity": self.dir.integrity, "inputs": self.dir.inputs, "preregistration": self.dir.preregistration}[name]
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    @property
+    def preregistration_text(self) -> str | None:
+        """preregistration.md (``--preregistration``), None when the run was not given one."""
+        path = self.dir.preregistration_text
+        return path.read_text() if path.is_file() else None

@@ -8,7 +8,8 @@
                    seeds, whose smallest possible value is ``p_perm_min`` = 2/2ⁿ, 0.0078 for 8 seeds:
                    a p below it can only be the t-test's); the 95% t interval; the minimum
                    detectable effect at 80% power (two-sided paired t, α = 0.05) for this many
-                   seeds (seedlab.stats.paired / mde_paired). The end-of-run passage rows (the
+                   seeds (seedlab.measures.paired.paired_row). ``gain`` = b − a (for a condition vs
+                   its twin on its passage: twin − injected, what was learned). The end-of-run passage rows (the
                    "lost" claim) also carry the ``lost_*`` columns of :func:`lost_test`: per seed,
                    d = end effect − ``lost_frac`` × s + 50 effect (see ``DEFAULT_LOST_FRAC``), tested
                    one-sided (H1: mean d < 0) by a paired t-test and the exact sign-flip test, with
@@ -26,19 +27,25 @@
                    the mid-point as a fraction of its final value (the paper's 92%), and the barrier
                    to the twin at the mid-point and its largest value over the checkpoints.
 - ``checkpoint_course`` per condition and checkpoint step: mean distance, barrier and rise at α = 0.5.
+- ``summarize``    every number ``seedlab twins report`` prints, from a run's measured files
+                   (:class:`Summary`: the tables above, the headline's numbers beside the paper's, the
+                   nulls' answer, the cross-passage matrix, the gradmatch rows), computed once.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
-from seedlab.stats import mde_paired, paired, sign_flip_floor, sign_flip_null
-from seedlab.twins.config import MeasureConfig
+from seedlab.measures.paired import one_sided_sign_flip, paired_row
+from seedlab.stats import sign_flip_floor
+from seedlab.twins.config import INJECTED, MeasureConfig
+from seedlab.twins.rundir import Measured
 
 FAB, ATT = "fluent-fabricated", "fluent-attested"
 #: the fraction of the s + 50 passage effect a "lost" claim tests the end effect against, seed by
@@ -70,24 +77,7 @@ def with_derived(measures: pd.DataFrame) -> pd.DataFrame:
 
 
 def _row(name: str, measure: str, outcome: str, label: str, a, b) -> dict:
-    res = paired(a, b, alpha=ALPHA)
-    mde = mde_paired(res["n"], res["sd_diff"], alpha=ALPHA) if res["n"] >= 2 else np.nan
-    return {"comparison": name, "measure": measure, "outcome": outcome, "label": label, **res,
-            "p_perm_min": sign_flip_floor(res["n"]),
-            "mde": mde, "diff_over_mde": res["diff"] / mde if mde and np.isfinite(mde) and mde > 0 else np.nan}
-
-
-def _one_sided_sign_flip(d: np.ndarray, exact_limit: int = 20, n_resamples: int = 100_000, seed: int = 0) -> tuple[float, bool, float]:
-    """One-sided (H1: mean < 0) sign-flip permutation p of mean(d), counted as scipy's ``permutation_test``
-    (``alternative="less"``): the share of sign patterns s ∈ {-1, +1}ⁿ whose mean of s·d is <= the observed
-    one, null values within γ = 100·eps·|obs| counting as ties. Exact (all 2ⁿ patterns) for n <= exact_limit,
-    else ``n_resamples`` seeded patterns plus the observed one. Returns (p, exact, the smallest p possible:
-    1/2ⁿ exact, else 1/(n_resamples + 1))."""
-    obs = float(np.mean(d))
-    null, extra, exact = sign_flip_null(d, exact_limit, n_resamples, seed)
-    floor = 1 / 2 ** len(d) if exact else 1 / (n_resamples + 1)
-    gamma = abs(obs) * np.finfo(np.float64).eps * 100
-    return float((np.count_nonzero(null <= obs + gamma) + extra) / (len(null) + extra)), exact, floor
+    return {"comparison": name, "measure": measure, "outcome": outcome, "label": label, **paired_row(a, b, alpha=ALPHA)}
 
 
 def lost_test(end, s50, frac: float, *, alpha: float = ALPHA, power: float = 0.8) -> dict:
@@ -135,7 +125,7 @@ def lost_test(end, s50, frac: float, *, alpha: float = ALPHA, power: float = 0.8
         t = mean / se
         p_t = float(sps.t.cdf(t, df))
         lost = bool(p_t < alpha)
-    p_perm, exact, floor = _one_sided_sign_flip(d)
+    p_perm, exact, floor = one_sided_sign_flip(d)
     effect = float(np.squeeze(TTestPower().solve_power(nobs=n, alpha=alpha, power=power, alternative="larger")))
     return out | {"lost_d": mean, "lost_sd": sd, "lost_t": t, "lost_df": df, "lost_p_t": p_t,
                   "lost_ci_high": mean + float(sps.t.ppf(1 - alpha, df)) * se, "lost_p_perm": p_perm,
@@ -182,7 +172,8 @@ def comparisons(measures: pd.DataFrame, outcomes: dict[str, str], *, lost_frac: 
                 rows.append(row)
         rows.append(_row(f"{cond} vs twin, held-out", "heldout_ce", "heldout_ce", outcomes.get("heldout_ce", "exploratory"),
                          g["heldout_ce"], g["heldout_ce_b"]))
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    return out.assign(gain=-out["diff"]) if len(out) else out
 
 
 def normalized(measures: pd.DataFrame) -> pd.DataFrame:
@@ -194,13 +185,18 @@ def normalized(measures: pd.DataFrame) -> pd.DataFrame:
     g = inj.groupby("condition").agg(n=("seed", "size"), barrier=("barrier", "mean"), rise_mid=("rise_mid", "mean"),
                                      distance=("distance", "mean"))
     g["seed_barrier"], g["seed_distance"] = sb, sd
-    g["barrier_pct"] = 100 * g.barrier / sb if sb and sb > 0 else np.nan
-    g["distance_pct"] = 100 * g.distance / sd if sd and sd > 0 else np.nan
+    g["barrier_pct"], g["distance_pct"] = percent(g.barrier, sb), percent(g.distance, sd)
     # the inter-seed distance after weight matching (measure's distance_aligned; nan in older files)
     sda = seed.distance_aligned.mean() if len(seed) and "distance_aligned" in seed else np.nan
     g["seed_distance_aligned"] = sda
-    g["distance_aligned_pct"] = 100 * g.distance / sda if sda and sda > 0 else np.nan
+    g["distance_aligned_pct"] = percent(g.distance, sda)
     return g.reset_index()
+
+
+def percent(x, base: float):
+    """``x`` (a number or a Series) as a percentage of ``base``; nan where there is no positive finite base
+    (no seed pair measured)."""
+    return 100 * x / base if base and np.isfinite(base) and base > 0 else x * np.nan
 
 
 def abs_diff_curves(timecourse: pd.DataFrame, injection: int) -> dict[str, pd.Series]:
@@ -411,3 +407,177 @@ def exposure_effect(passages: pd.DataFrame, attestation: dict, step: int) -> pd.
     if len(ok) >= 3 and ok.exposure_before.nunique() > 1 and ok["drop"].nunique() > 1:
         rho, p = (float(v) for v in sps.spearmanr(ok.exposure_before, ok["drop"]))
     return df.assign(rho=rho, p=p)[["seed", "exposure_before", "drop", "rho", "p"]]
+
+
+# --------------------------------------------------------------------------- what the report prints
+
+#: "Learned, Then Lost" (docs/papers/): the paper's own numbers, printed beside this run's
+PAPER = {
+    "gain_s50": {"fluent-fabricated": 0.0389, "fluent-attested": 0.0437},  # nats, p < 1e-4
+    "p_final": {"fluent-fabricated": 0.25, "fluent-attested": 0.71},
+    "barrier_fab_att": (0.00680, 0.509, 0.032),  # mean difference, p, MDE
+    "barrier_pct": 3.0,
+    "distance_pct": 44.1,
+    "distance_mid_frac": 0.92,
+    "peak_after": 100,  # steps after the injection where the loss difference peaks (step ~300, s = 200)
+    # the subjects: attested "present in the corpus ("Jimmie Nicol", 4 occurrences)", fabricated "absent from the corpus"
+    "subjects": {"fluent-attested": ("Jimmie Nicol", 4), "fluent-fabricated": ("Gizmo Harrington", 0)},
+}
+#: the paper's barrier difference in units of its MDE, and its mid-point distance in % of the end's
+PAPER_BARRIER_OVER_MDE = PAPER["barrier_fab_att"][0] / PAPER["barrier_fab_att"][2]
+PAPER_DISTANCE_MID_PCT = 100 * PAPER["distance_mid_frac"]
+
+
+@dataclass
+class Headline:
+    """The headline's numbers of the two fluent conditions pooled (nan / None where not measured): the
+    barrier and distance to the twin as % of the inter-seed ones (``None``: no fluent condition), the
+    distance as % of the aligned inter-seed distance (``aligned_measured`` False: measures.parquet
+    predates it), the mid-point distance in % of the end's, the largest barrier at any checkpoint in % of
+    the inter-seed barrier at the end (``None`` without a barrier course), and the time course: how many
+    steps after the injection the loss difference peaks (mean over the fluent conditions) and the
+    peak / trough ratio under each window (``(window, mean ratio)``, measure.smooth_steps first)."""
+
+    barrier_pct: float | None
+    distance_pct: float | None
+    distance_aligned_pct: float | None
+    aligned_measured: bool
+    distance_mid_pct: float | None
+    barrier_max_pct: float | None
+    peak_after: float | None
+    peak_ratios: list[tuple[int, float]]
+    seeds: int  # the most seeds any comparison has (0: none)
+    sign_flip_floor: float | None  # 2/2^seeds: the smallest two-sided sign-flip p with that many
+
+
+def aligned_measured(norm: pd.DataFrame) -> bool:
+    """False when measures.parquet has the raw inter-seed distance but predates its aligned one."""
+    return not (len(norm) and np.isfinite(norm.seed_distance.iloc[0]) and not np.isfinite(norm.seed_distance_aligned.iloc[0]))
+
+
+def headline(comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame, windows: pd.DataFrame,
+             injection: int) -> Headline:
+    """The pooled fluent numbers of the headline (see :class:`Headline`); ``windows``: :func:`peak_trough_windows`."""
+    inj = norm[norm.condition.isin(INJECTED[:2])]
+    fl = course[course.condition.isin(INJECTED[:2])]
+    sb = inj.seed_barrier.iloc[0] if len(inj) else np.nan
+    ratios = windows[windows.condition.isin(list(fl.condition))]
+    n = int(comp.n.max()) if len(comp) else 0
+    return Headline(
+        barrier_pct=percent(inj.barrier.mean(), sb) if len(inj) else None,
+        distance_pct=percent(inj.distance.mean(), inj.seed_distance.iloc[0]) if len(inj) else None,
+        distance_aligned_pct=percent(inj.distance.mean(), inj.seed_distance_aligned.iloc[0]) if len(inj) else None,
+        aligned_measured=aligned_measured(inj),
+        distance_mid_pct=100 * fl.distance_mid_frac.mean() if len(fl) else None,
+        barrier_max_pct=percent(fl.barrier_max.max(), sb) if len(fl) and len(inj) and fl.barrier_max.notna().any() else None,
+        peak_after=fl.peak_step.mean() - injection if len(fl) else None,
+        peak_ratios=[(int(k), float(g.peak_over_trough.mean())) for k, g in ratios.groupby("window", sort=False)],
+        seeds=n, sign_flip_floor=sign_flip_floor(n) if n else None,
+    )
+
+
+@dataclass
+class NullVerdict:
+    """One passage condition against one null at the end: how many measures were compared, and the
+    rows of those that differ (two-sided paired t, p < ALPHA)."""
+
+    passage: str
+    null: str
+    tests: int
+    differ: pd.DataFrame
+
+
+def null_answer(nulls: pd.DataFrame) -> tuple[list[NullVerdict], int, int]:
+    """The first answer, from :func:`null_contrasts`: per passage (in the table's order) and null (in
+    :data:`NULL_CONDITIONS`' order) a :class:`NullVerdict` at the end; the most seeds and the number of
+    end tests."""
+    if not len(nulls):
+        return [], 0, 0
+    end = nulls[nulls.step == nulls.step.max()]
+    out = []
+    for p, g in end.groupby("passage", sort=False):
+        for n in NULL_CONDITIONS:
+            h = g[g.null == n]
+            if len(h):
+                out.append(NullVerdict(p, n, len(h), h[h.p_t < ALPHA]))
+    return out, int(end.n.max()), len(end)
+
+
+def passage_matrix_wide(passages: pd.DataFrame, steps: list[int]) -> dict[int, pd.DataFrame]:
+    """:func:`passage_matrix` as one table per step: conditions (rows) x texts (columns), the mean drop."""
+    mat = passage_matrix(passages, steps)
+    return {t: mat[mat.step == t].pivot_table(index="condition", columns="text", values="drop") for t in steps}
+
+
+def gradmatch_rows(g: pd.DataFrame) -> pd.DataFrame:
+    """gradmatch.parquet's rows for the run's own passages (per seed, and the mean: seed nan), with the
+    two relative size differences in percent (``delta_pct``, ``update_pct``: nan in files that predate the
+    AdamW one) and the cosine of the gradient deltas."""
+    g = g[g.fabricated.str.startswith("inputs.json") & g.attested.str.startswith("inputs.json")]
+    update = g["adam_rel_norm_diff"] if "adam_rel_norm_diff" in g else pd.Series(np.nan, index=g.index)
+    return pd.DataFrame({"seed": g["seed"], "delta_pct": 100 * g["rel_norm_diff"], "update_pct": 100 * update,
+                         "cosine": g["cosine"]})
+
+
+@dataclass
+class Summary:
+    """Every number ``seedlab twins report`` prints, computed once from the measured files (:func:`summarize`)."""
+
+    seeds: list[int]  # every seed measured (an injected condition's or a seed-vs-seed row's)
+    conditions: list[str]  # the injected conditions measured, sorted
+    injected_seeds: int  # how many seeds have an injected condition measured
+    last_before: int  # the last step before the injection, s − 1
+    lost_frac: float
+    comp: pd.DataFrame  # comparisons
+    norm: pd.DataFrame  # normalized
+    course: pd.DataFrame  # time_course
+    windows: pd.DataFrame  # peak_trough_windows, every condition, measure.smooth_steps and smooth_steps_alt
+    ckpt: pd.DataFrame | None  # checkpoint_course (+ barrier_pct, of the inter-seed barrier at the end); None: no checkpoints
+    nulls: pd.DataFrame  # null_contrasts
+    null_verdicts: list[NullVerdict]
+    null_seeds: int
+    null_tests: int
+    headline: Headline
+    aligned_share: float  # the aligned inter-seed distance as % of the raw one
+    matrix: dict[int, pd.DataFrame]  # passage_matrix_wide at s + 50 and at the end (empty: no passages.parquet)
+    specificity: pd.DataFrame
+    exposure: pd.DataFrame  # exposure_effect at s + 50
+    gradmatch: pd.DataFrame | None  # gradmatch_rows; None: gradmatch.parquet absent
+
+
+def summarize(d: Measured) -> Summary:
+    """Every table and number of the report of the measured run ``d``."""
+    outcomes = d.meta["preregistration"]["outcomes"]
+    m, steps = d.settings, d.steps
+    frac = lost_frac(m)
+    comp = comparisons(d.measures, outcomes, lost_frac=frac)
+    norm = normalized(d.measures)
+    course = time_course(d.timecourse, d.checkpoints, steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
+    windows = peak_trough_windows(d.timecourse, steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
+    ckpt = checkpoint_course(d.checkpoints) if len(d.checkpoints) else None
+    if ckpt is not None:
+        ckpt["barrier_pct"] = percent(ckpt.barrier, norm.seed_barrier.iloc[0] if len(norm) else np.nan)
+    nulls = null_contrasts(d.measures, d.checkpoints, d.timecourse, outcomes, steps["injection"])
+    verdicts, null_seeds, null_tests = null_answer(nulls)
+    inj, x = d.measures[d.measures.kind == "injected"], d.passages
+    raw, al = (norm.seed_distance.iloc[0], norm.seed_distance_aligned.iloc[0]) if len(norm) else (np.nan, np.nan)
+    att = (d.record("inputs") or {}).get("attestation") or {}
+    has_passages = bool(len(x))
+    return Summary(
+        seeds=sorted(set(inj.seed) | set(d.measures[d.measures.kind == "seed"].seed)),
+        conditions=sorted(set(inj.condition)), injected_seeds=inj.seed.nunique(), last_before=steps["injection"] - 1,
+        lost_frac=frac, comp=comp, norm=norm, course=course, windows=windows, ckpt=ckpt, nulls=nulls,
+        null_verdicts=verdicts, null_seeds=null_seeds, null_tests=null_tests,
+        headline=headline(comp, norm, course, windows, steps["injection"]), aligned_share=percent(al, raw),
+        matrix=passage_matrix_wide(x, [steps["s50"], steps["final"]]) if has_passages else {},
+        specificity=specificity(x, steps, outcomes) if has_passages else pd.DataFrame(),
+        exposure=exposure_effect(x, att, steps["s50"]) if has_passages else pd.DataFrame(),
+        gradmatch=None if d.gradmatch is None else gradmatch_rows(d.gradmatch),
+    )
+
+
+def lost_frac(settings: MeasureConfig) -> float:
+    """The fraction of each seed's s + 50 effect that a "lost" claim shows the end effect below
+    (:func:`lost_test`): the pre-registered ``measure.equivalence_frac`` (files measured before it
+    existed: its default; before this test it set a TOST margin, with the same value)."""
+    return settings.equivalence_frac

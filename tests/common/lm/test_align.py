@@ -8,7 +8,7 @@ import torch
 
 from seedlab.lm.align import LayerPerm, aligned, identity, match, permute, unit_vectors
 from seedlab.lm.model import GPT, GPTConfig
-from seedlab.twins.metrics import identical, weight_distance
+from seedlab.measures.weights import identical, weight_distance
 
 CFG = GPTConfig(n_layer=2, n_head=4, n_embd=32, block_size=16, vocab_size=64)
 

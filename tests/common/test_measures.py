@@ -1,4 +1,5 @@
-"""twins.metrics: interpolation, loss barrier, linear CKA, weight distance."""
+"""seedlab.measures, the measures shared by the studies: interpolation, loss barrier, linear CKA,
+weight distance (raw and aligned), a text's CE (bitwise the twins' and the attribution study's), paired rows."""
 
 from __future__ import annotations
 
@@ -10,16 +11,21 @@ import torch
 
 from seedlab.errors import SeedlabError
 from seedlab.lm.model import GPT, PRESETS
-from seedlab.twins.metrics import (
+from seedlab.lm.align import aligned
+from seedlab.measures.cka import linear_cka
+from seedlab.measures.paired import paired_row
+from seedlab.measures.text import text_ce
+from seedlab.measures.weights import (
+    aligned_distance,
     barrier,
     barrier_curve,
     identical,
     interpolate,
     layer_groups,
-    linear_cka,
     loss_path,
     weight_distance,
 )
+from seedlab.stats import mde_paired, paired, sign_flip_floor
 
 MINI = PRESETS["mini"]
 ALPHAS = np.linspace(0, 1, 11)
@@ -192,3 +198,35 @@ def test_weight_distance_overall_and_per_group():
     assert dist["ln_f"] == 0.0  # LN gains 1 / biases 0 for every seed
     assert all(v > 0 for k, v in dist.items() if k != "ln_f")
     assert all(v == 0.0 for v in weight_distance(a, a).values())
+
+
+def test_aligned_distance_is_the_distance_to_the_matched_model_and_never_larger():
+    a, b = _sd(0), _sd(1)
+    assert aligned_distance(a, b, MINI) == weight_distance(a, aligned(a, b, MINI))["all"] <= weight_distance(a, b)["all"]
+    assert aligned_distance(a, a, MINI) == 0.0
+
+
+def test_text_ce_is_bitwise_the_models_own_loss_and_the_attribution_query_loss():
+    """float32: what GPT.forward returns with targets (twins measure's passage CE); float64 (the default):
+    attribution.estimators.query_loss. Eval mode either way, the model's mode restored."""
+    from seedlab.attribution.estimators import query_loss
+
+    model = GPT(MINI, seed=3)
+    ids = torch.randint(0, MINI.vocab_size, (40,), generator=torch.Generator().manual_seed(0)).tolist()
+    p = torch.tensor(ids)[None]
+    with torch.no_grad():
+        model.eval()
+        own = float(model(p[:, :-1], p[:, 1:])[1])
+        model.train()
+    assert text_ce(model, ids, dtype=torch.float32) == own
+    assert text_ce(model, ids) == query_loss(model, ids) and model.training
+
+
+def test_paired_row_is_paired_with_the_floor_and_the_mde():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(1, 1, 6), rng.normal(0, 1, 6)
+    row, res = paired_row(a, b), paired(a, b)
+    assert {k: row[k] for k in res} == res
+    assert row["p_perm_min"] == sign_flip_floor(6) and row["mde"] == mde_paired(6, res["sd_diff"])
+    assert row["diff_over_mde"] == res["diff"] / row["mde"]
+    assert np.isnan(paired_row([1.0, 2.0], [0.0, 1.0])["diff_over_mde"])  # sd of the differences 0: no MDE to divide by

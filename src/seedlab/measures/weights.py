@@ -1,4 +1,4 @@
-"""Measures that compare two models of the same architecture (seed-matched twins).
+"""Measures that compare two models of the same architecture (seed-matched runs).
 
 Models are state dicts ``{name: tensor}`` with the same names and shapes. The measures:
 
@@ -8,19 +8,17 @@ Models are state dicts ``{name: tensor}`` with the same names and shapes. The me
   of ``θ(α)`` on a fixed batch, the rise above the chord between the end losses is
   ``r(α) = L(α) - ((1 - α)·L(0) + α·L(1))``, and the barrier is ``max_α r(α)`` over a grid
   ``0 = α_0 < ... < α_K = 1``. It is ≥ 0 because ``r(0) = r(1) = 0``, and it is 0 when the loss is
-  convex along the line (the twins sit in one linearly connected basin). Units: those of the loss
+  convex along the line (the runs sit in one linearly connected basin). Units: those of the loss
   (nats/token for the GPT).
 - ``loss_path`` -- ``L(α)`` on a grid, from a caller-supplied ``loss_fn(state_dict) -> float``
   (optionally with the end losses ``L(0), L(1)`` supplied, so they are not evaluated again).
   A positive barrier means the loss rises above the chord somewhere along the line, i.e. the path
   is not convex there (negative curvature along it); it says nothing about a quadratic basin.
-- ``linear_cka`` -- linear centered kernel alignment (Kornblith et al. 2019) between two
-  representations ``X`` [n, d1] and ``Y`` [n, d2] of the same n examples. With column-centered
-  ``Xc, Yc``: ``CKA = ||Ycᵀ Xc||_F² / (||Xcᵀ Xc||_F · ||Ycᵀ Yc||_F)`` in [0, 1]; invariant to
-  orthogonal transforms, isotropic scaling and translation of either side, 1 for identical ones.
 - ``weight_distance`` -- Euclidean distance ``||θ_a - θ_b||_2`` per layer group (``wte``, ``wpe``,
   ``blocks.{l}``, ``ln_f``: see ``layer_groups``) and overall, ``all = sqrt(Σ_g dist_g²)``;
-  same units as the weights.
+  same units as the weights. ``aligned_distance``: the same after ``b``'s MLP units and heads are
+  permuted to match ``a`` (lm/align.py, Git Re-Basin's weight matching), which removes the
+  permutation part of the gauge freedom between two seeds.
 """
 
 from __future__ import annotations
@@ -33,6 +31,8 @@ import torch
 from torch import Tensor
 
 from seedlab.errors import SeedlabError
+from seedlab.lm.align import aligned
+from seedlab.lm.gptconfig import GPTConfig
 
 StateDict = dict[str, Tensor]
 
@@ -94,20 +94,6 @@ def identical(a: StateDict, b: StateDict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@torch.no_grad()
-def linear_cka(x: Tensor, y: Tensor) -> float:
-    """Linear CKA of representations x [..., d1] and y [..., d2] (leading dims flattened to n examples).
-
-    Computed in float64; nan when either side is constant over the examples (CKA undefined)."""
-    x, y = x.reshape(-1, x.shape[-1]).double(), y.reshape(-1, y.shape[-1]).double()
-    if x.shape[0] != y.shape[0]:
-        raise SeedlabError(f"linear_cka: representations of different example counts: {x.shape[0]} vs {y.shape[0]}")
-    x, y = x - x.mean(0), y - y.mean(0)  # center each feature over the examples
-    hsic = torch.linalg.matrix_norm(y.T @ x) ** 2  # ||Ycᵀ Xc||_F²
-    norm = torch.linalg.matrix_norm(x.T @ x) * torch.linalg.matrix_norm(y.T @ y)
-    return float(hsic / norm) if norm > 0 else math.nan
-
-
 def _group(key: str) -> str:
     parts = key.split(".")
     return ".".join(parts[:2]) if parts[0] == "blocks" else parts[0]
@@ -127,3 +113,9 @@ def weight_distance(a: StateDict, b: StateDict) -> dict[str, float]:
     for k in a:
         sq[_group(k)] += float(((a[k].double() - b[k].double()) ** 2).sum())
     return {"all": math.sqrt(sum(sq.values())), **{g: math.sqrt(s) for g, s in sq.items()}}
+
+
+def aligned_distance(a: StateDict, b: StateDict, gcfg: GPTConfig) -> float:
+    """The overall weight distance from ``a`` to ``b`` permuted to match it (``lm.align.aligned``: MLP
+    units and heads per layer; the same function as ``b``): never larger than the raw distance."""
+    return weight_distance(a, aligned(a, b, gcfg))["all"]
