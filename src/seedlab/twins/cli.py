@@ -129,20 +129,17 @@ def twins_match(
     n = len(cfg.seeds)
     typer.echo(f"variants at step {cfg.injection_step}, mean of {n} seed(s): |Δ| the gradient delta, |u| the AdamW update "
                "difference, |G|/N the passage row's own gradient")
-    norms = res.norms.groupby(["condition", "passage"], sort=False)[["tokens", "norm", "adam_norm", "row_norm"]].mean()
-    for (side, label), r in norms.iterrows():
+    for (side, label), r in res.variant_means().iterrows():
         typer.echo(f"  {side:<17} {label}: {int(r.tokens)} tokens, |Δ| {r.norm:.5g}, |u| {r.adam_norm:.5g}, |G|/N {r.row_norm:.5g}")
-    mean = res.mean
-    shown = mean.head(10)
-    typer.echo(f"pairs, closest first in {MEASURE_WORDS[by]} ({len(shown)} of {len(mean)}; every pair, every seed: {res.table}):")
+    shown = res.closest(10)
+    typer.echo(f"pairs, closest first in {MEASURE_WORDS[by]} ({len(shown)} of {len(res.mean)}; every pair, every seed: {res.table}):")
     for _, r in shown.iterrows():
         typer.echo(f"  {r.fabricated} vs {r.attested}: update sizes {percent(r.adam_rel_norm_diff)}, gradient deltas "
                    f"{percent(r.rel_norm_diff)}, row gradients {percent(r.row_rel_norm_diff)}; cosine of the deltas "
                    f"{r.cosine:.3f}, of the updates {r.adam_cosine:.3f}")
-    b = res.best
-    seeds = res.per_seed(b.fabricated, b.attested)["diff"]
+    b, (lo, hi) = res.best, res.best_range()
     close = (f"{MEASURE_WORDS[by]} differ by {percent(b['diff'])} (mean of {n} seed(s); "
-             f"{percent(seeds.min())} to {percent(seeds.max())} by seed)")
+             f"{percent(lo)} to {percent(hi)} by seed)")
     if not res.met:
         where = (f"every pair: {res.path}" if res.path is not None
                  else f"{res.table}, from an earlier match, left as it was")

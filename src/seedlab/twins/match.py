@@ -101,6 +101,21 @@ class Matched:
         p = self.pairs
         return p[p["seed"].notna() & (p["fabricated"] == fabricated) & (p["attested"] == attested)]
 
+    def variant_means(self) -> pd.DataFrame:
+        """Per side and variant (in the order measured), the mean over seeds of its tokens, ``norm`` (|Δ|, the
+        gradient delta), ``adam_norm`` (|u|, the AdamW update difference) and ``row_norm`` (|G|/N)."""
+        cols = ["tokens", "norm", "adam_norm", "row_norm"]
+        return self.norms.groupby(["condition", "passage"], sort=False)[cols].mean()
+
+    def closest(self, k: int = 10) -> pd.DataFrame:
+        """The ``k`` seed-mean pairs closest in the criterion (``diff``), closest first."""
+        return self.mean.head(k)
+
+    def best_range(self) -> tuple[float, float]:
+        """The best pair's smallest and largest ``diff`` over the seeds."""
+        seeds = self.per_seed(self.best.fabricated, self.best.attested)["diff"]
+        return seeds.min(), seeds.max()
+
 
 def match_passages(cfg: TwinsConfig, out: str | Path, variants: Mapping[str, Sequence[str | Path]] | None = None, *,
                    base: Path = Path("."), tolerance: float = TOLERANCE, by: str = "update", force: bool = False,
