@@ -124,7 +124,7 @@ class TrainConfig(Strict):
     precision: Literal["fp32", "bf16"] = Field("fp32", description=(
         "bf16: the training forward's matmuls in bfloat16 (torch.autocast), on CPU as on CUDA; master weights, AdamW "
         "state, the loss, every evaluation and the gradient measurements stay fp32. fp32 (every preset's default) is "
-        'what docs/results.md was measured with; see docs/results.md "Does precision change the science?" before '
+        'what docs/results/shortcut.md was measured with; see docs/results/precision.md "Does precision change the science?" before '
         "choosing bf16, and `seedlab doctor` for the speed"))
     gradients: GradientsConfig = Field(GradientsConfig(), description="gradient dynamics measured during training")
 
