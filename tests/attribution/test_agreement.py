@@ -220,7 +220,7 @@ def test_report_sections_and_figures(tiny_bank, tmp_path):
     path = write_report(bank)
     text = path.read_text()
     assert text.split("\n\n")[1].startswith("**self queries.** ") and "predicts" in text.split("\n\n")[1]
-    for section in ("## Design", "## Integrity", "## The measured effects", "## Within seed", "## Across seeds",
+    for section in ("## Design", "## Integrity", "## The measured effects", "## Headline: within seed", "## Across seeds",
                     "### self queries", "### heldout queries", "### probe queries", "## Against the baselines",
                     "## Decay between horizons", "## Sign agreement", "## Magnitude", "## Within each candidate kind",
                     "## What the estimators are"):

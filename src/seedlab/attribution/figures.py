@@ -1,22 +1,41 @@
-"""The attribution report's figures, one function each: it draws from attribution.parquet (and its
-summary), saves a PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`, or a Fig
-without a file saying what is missing.
+"""The attribution report's figures, one function each: it draws what attribution/stats.py and
+horizon.py computed (and attribution.parquet's points), saves a PNG beside report.md and returns a
+:class:`~seedlab.reporting.Fig`, or a Fig without a file saying what is missing. It computes
+nothing. Every estimator has one colour in every panel and figure (:func:`color`).
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pandas as pd
 
 from seedlab.attribution.horizon import MEASURED, RUN_IT, UNROLL, LinearResponse
 from seedlab.attribution.rundir import BankDir
-from seedlab.attribution.stats import RELIABILITY, REPLICATE, is_baseline
+from seedlab.attribution.stats import KIND, REFERENCES, RELIABILITY, REPLICATE, is_baseline
 from seedlab.reporting import Fig, new_figure, save_figure
 
+#: the one colour map: every registered estimator and the kind baseline (the references are black)
 COLORS = {"sgd": "tab:blue", "adam": "tab:orange", "tracin": "tab:green", "cosine": "tab:purple", "ekfac": "tab:red",
           "kfac": "tab:brown", "random": "0.75", "loss": "tab:olive", "gradnorm": "tab:cyan", "length": "tab:pink",
-          "kind": "tab:gray", "adam-linear": "moccasin", "tracin-cp": "palegreen", "adam-cosine": "orchid",
-          "trak": "darkred"}
+          KIND: "tab:gray", "adam-linear": "moccasin", "tracin-cp": "palegreen", "adam-cosine": "orchid",
+          "trak": "darkred", UNROLL: "goldenrod"}
+REFERENCE_COLOR = "k"  # the replicate floor, the reliability R, and τ and h* (fixed marks)
+#: colours for names not in COLORS (plug-ins), none of them in COLORS
+SPARE = ("teal", "navy", "maroon", "darkkhaki", "slateblue", "sienna", "deeppink", "olivedrab")
+
+
+UNDEFINED = ("every Spearman correlation is undefined (the measured effects, or the estimates, are the same for every "
+             "candidate: 0 everywhere at this scale?), so there is nothing to draw")
+
+
+def color(name: str) -> str:
+    """An estimator's colour, the same in every figure: :data:`COLORS`, black for the references, and
+    for any other name (a plug-in) one of :data:`SPARE` chosen by a stable hash of the name."""
+    if name in REFERENCES:
+        return REFERENCE_COLOR
+    return COLORS.get(name) or SPARE[zlib.crc32(name.encode()) % len(SPARE)]
 
 
 def scatter_figure(df: pd.DataFrame, rd: BankDir, query: str) -> Fig:
@@ -76,6 +95,8 @@ def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
     title = "Spearman correlation vs horizon, within seed and across seeds"
     if not len(corr):
         return Fig(title, None, "nothing to correlate")
+    if corr.rho.isna().all():
+        return Fig(title, None, UNDEFINED)
     kinds = list(dict.fromkeys(corr.query_kind))
     fig, axes = new_figure(2, len(kinds), w=4.0, h=3.2)
     for t, (track, name) in enumerate((("within", "within seed"), ("across", "across seeds (seed-means)"))):
@@ -85,15 +106,15 @@ def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
             for i, (e, ge) in enumerate(g.groupby("estimator", sort=False)):
                 ge = ge.sort_values("after")
                 if e in (REPLICATE, RELIABILITY):
-                    ax.plot(ge.after, ge.rho, color="k", lw=2, label=e if e == REPLICATE else "reliability R")
+                    ax.plot(ge.after, ge.rho, color=color(e), lw=2, label=e if e == REPLICATE else "reliability R")
                     if e == RELIABILITY:
-                        ax.plot(ge.after, ge.bound, color="k", lw=1, ls=":", label="√R")
+                        ax.plot(ge.after, ge.bound, color=color(e), lw=1, ls=":", label="√R")
                     continue
                 err = np.vstack([ge.rho - ge.low, ge.high - ge.rho])
                 base = bool(ge.baseline.iloc[0])
                 x = ge.after * 1.04 ** (i - g.estimator.nunique() / 2)  # side by side: the bars do not hide each other
                 ax.errorbar(x, ge.rho, yerr=np.nan_to_num(err), marker="o", ms=2 if base else 3, capsize=2,
-                            lw=0.8 if base else 1.2, ls="--" if base else "-", color=COLORS.get(e), label=e)
+                            lw=0.8 if base else 1.2, ls="--" if base else "-", color=color(e), label=e)
             ax.set(xscale="log", xlabel="updates after the injection", ylabel="Spearman (estimate, measured)",
                    title=f"{kind} queries, {name}", ylim=(-1.05, 1.05))
             ax.axhline(0, color="k", lw=0.4)
@@ -109,13 +130,16 @@ def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
 
 def linear_response_figure(lr: LinearResponse, rd: BankDir) -> Fig:
     """The linear-response horizon (attribution/horizon.py), within seed, one panel per query kind,
-    against the updates after s (log x): ρ(measured, unroll) (black, its bootstrap interval shaded),
-    ρ(unroll, e) for every other estimator (thin; baselines dotted), the replicate floor (dashed),
-    the threshold τ (red, dotted) and h* (red line, its interval shaded). Saved as linear_response.png."""
+    against the updates after s (log x): ρ(measured, unroll) (thick, unroll's colour, its bootstrap
+    interval shaded), ρ(unroll, e) for every other estimator (thin, e's colour; baselines dotted) and
+    in black the replicate floor (dashed), the threshold τ (dotted) and h* (a vertical line, its
+    interval shaded grey). Saved as linear_response.png."""
     title = "The linear-response horizon"
     if not lr.ran:
         return Fig(title, None, f"the exact linear response ({UNROLL}) was not run: `{RUN_IT}`")
     t = lr.table[lr.table.track == "within"]
+    if t.rho.isna().all():
+        return Fig(title, None, UNDEFINED)
     kinds = list(dict.fromkeys(t.query_kind))
     fig, axes = new_figure(1, len(kinds), w=4.4, h=3.4)
     left, right = t.after.min() / 1.6, t.after.max() * 1.6
@@ -124,29 +148,31 @@ def linear_response_figure(lr: LinearResponse, rd: BankDir) -> Fig:
         for c, gc in g.groupby("compared", sort=False):
             gc = gc.sort_values("after")
             if c == MEASURED:
-                ax.fill_between(gc.after, gc.low, gc.high, color="k", alpha=0.12, lw=0)
-                ax.plot(gc.after, gc.rho, color="k", lw=2.2, marker="o", ms=3, label=f"ρ(measured, {UNROLL})")
+                ax.fill_between(gc.after, gc.low, gc.high, color=color(UNROLL), alpha=0.2, lw=0)
+                ax.plot(gc.after, gc.rho, color=color(UNROLL), lw=2.2, marker="o", ms=3,
+                        label=f"ρ(measured, {UNROLL})")
             elif c == REPLICATE:
-                ax.plot(gc.after, gc.rho, color="k", lw=1.2, ls="--", label="replicate floor")
+                ax.plot(gc.after, gc.rho, color=color(c), lw=1.2, ls="--", label="replicate floor")
             else:
-                ax.plot(gc.after, gc.rho, color=COLORS.get(c), lw=0.8, ls=":" if gc.baseline.iloc[0] else "-",
+                ax.plot(gc.after, gc.rho, color=color(c), lw=0.8, ls=":" if gc.baseline.iloc[0] else "-",
                         marker=".", ms=3, label=f"ρ({UNROLL}, {c})")
-        ax.axhline(lr.threshold, color="tab:red", lw=0.8, ls=":", label=f"τ = {lr.threshold:g}")
+        ax.axhline(lr.threshold, color=REFERENCE_COLOR, lw=0.8, ls=":", label=f"τ = {lr.threshold:g}")
         s = lr.h_star.set_index("query_kind").loc[kind]
         if s.status == "reached":
-            ax.axvline(s.after, color="tab:red", lw=1.4, label=f"h* = {s.label}")
+            ax.axvline(s.after, color=REFERENCE_COLOR, lw=1.4, label=f"h* = {s.label}")
         if not np.isnan(s.low_after):  # the interval's upper end "not reached": shaded to the right edge
-            ax.axvspan(s.low_after, right if np.isnan(s.high_after) else s.high_after, color="tab:red", alpha=0.08,
-                       lw=0)
+            ax.axvspan(s.low_after, right if np.isnan(s.high_after) else s.high_after, color=REFERENCE_COLOR,
+                       alpha=0.08, lw=0)
         ax.axhline(0, color="k", lw=0.4)
         ax.set(xscale="log", xlim=(left, right), ylim=(-1.05, 1.05), xlabel="updates after s", ylabel="Spearman",
                title=f"{kind} queries, within seed (h* {s.label if s.status == 'reached' else s.status})")
         ax.legend(fontsize=5)
     path = save_figure(fig, rd.figure("linear_response.png"))
     return Fig(title, path, f"Per seed and query, the Spearman correlation across candidates, averaged over the "
-                            f"queries of a kind and then over seeds. Black: the exact first-order counterfactual "
-                            f"({UNROLL}) against the measured effect, with its {100 * (1 - lr.alpha):g}% bootstrap interval (what is lost to "
-                            f"nonlinearity and chaos); thin lines: each other estimator against {UNROLL} (what it "
-                            f"loses to its own approximations; baselines dotted); dashed: the replicate floor. Red: "
-                            f"the threshold τ = {lr.threshold:g}, h* (the first horizon at which the black line falls "
-                            "below it) and the interval of h* over the bootstrap resamples (shaded).")
+                            f"queries of a kind and then over seeds. Thick, in {UNROLL}'s colour: the exact "
+                            f"first-order counterfactual ({UNROLL}) against the measured effect, with its "
+                            f"{100 * (1 - lr.alpha):g}% bootstrap interval (what is lost to nonlinearity and chaos); "
+                            f"thin lines: each other estimator against {UNROLL} (what it loses to its own "
+                            f"approximations; baselines dotted). Black: the replicate floor (dashed), the threshold "
+                            f"τ = {lr.threshold:g} (dotted), h* (the first horizon at which the thick line falls below "
+                            "it) and the interval of h* over the bootstrap resamples (shaded).")

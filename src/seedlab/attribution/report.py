@@ -1,11 +1,13 @@
 """``seedlab attribution report DIR``: ``DIR/report.md`` plus PNG figures beside it.
 
-The report leads with the answer — which estimator predicts the measured effect, at which horizons,
-beyond which baselines — then gives the design and its integrity checks, the size of the measured
-effects, the two tracks (within seed beside the replicate floor, across seeds beside the
-reliability of the seed-mean), each estimator against each baseline, the decay between horizons,
-the sign agreement, the calibration of magnitudes, the correlations within each candidate kind,
-the figures (attribution/figures.py) and what the estimators are. It only words and tabulates:
+It reads as a newcomer reads: the answer first — until when the exact linear response carries
+(h*), which estimator predicts the measured effect, at which horizons, beyond which baselines —
+then the headline table (the within-seed correlations beside the replicate floor) and the figures
+(attribution/figures.py); then the design, its integrity checks and the size of the measured
+effects; then the long tables: the across-seed track (beside the reliability of the seed-mean),
+each estimator against each baseline, the decay between horizons, the linear-response horizon,
+the sign agreement, the calibration of magnitudes, the correlations within each candidate kind
+and, with pairs, additivity; last, what the estimators are. It only words and tabulates:
 the bank's files are read by attribution/rundir.py (:func:`~seedlab.attribution.rundir.read_attributed`),
 every number is computed by attribution/stats.py (:func:`~seedlab.attribution.stats.analyse`,
 :func:`~seedlab.attribution.stats.design`, :func:`~seedlab.attribution.stats.integrity`),
@@ -42,12 +44,18 @@ def write_report(root: str | Path) -> Path:
     rep = Report()
     rep.add("# Attribution: influence estimates against measured single-row counterfactuals",
             *([horizon_sentence(lr, an.verdict)] if lr.ran else []), answer(an.verdict))
+    rep.add("## Headline: within seed", WITHIN_HELP)
+    for kind in dict.fromkeys(an.correlations.query_kind):
+        rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "within", kind)))
+    rep.add("## Figures")
+    queries = a.df[a.df.candidate_kind != "control"].drop_duplicates("query_kind")["query"]  # the first of each kind
+    for fig in [figures.correlation_figure(an.correlations, a.dir),
+                *([figures.linear_response_figure(lr, a.dir)] if lr.ran else []),
+                *(figures.scatter_figure(a.df, a.dir, q) for q in queries)]:
+        rep.add(figure_block(fig))
     rep.add("## Design", intro(a, stats.design(a.df)))
     rep.add("## Integrity", integrity_text(stats.integrity(a.integrity, a.df)))
     rep.add("## The measured effects", effects_table(an.effects))
-    rep.add("## Within seed", WITHIN_HELP)
-    for kind in dict.fromkeys(an.correlations.query_kind):
-        rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "within", kind)))
     rep.add("## Across seeds", ACROSS_HELP)
     for kind in dict.fromkeys(an.correlations.query_kind):
         rep.add(f"### {kind} queries", correlation_table(_of(an.correlations, "across", kind)))
@@ -59,12 +67,6 @@ def write_report(root: str | Path) -> Path:
     rep.add("## Within each candidate kind", by_kind_table(an.by_candidate_kind))
     if a.pairs is not None:  # a bank with pairs
         rep.add(additivity_section(additivity.summarise(a.pairs)))
-    rep.add("## Figures")
-    queries = a.df[a.df.candidate_kind != "control"].drop_duplicates("query_kind")["query"]  # the first of each kind
-    for fig in [figures.correlation_figure(an.correlations, a.dir),
-                *([figures.linear_response_figure(lr, a.dir)] if lr.ran else []),
-                *(figures.scatter_figure(a.df, a.dir, q) for q in queries)]:
-        rep.add(figure_block(fig))
     names = [e for e in dict.fromkeys(an.correlations.estimator) if e not in stats.REFERENCES]
     rep.add("## What the estimators are", estimator_text(a, names))
     return write_text(a.dir.report, rep.text())
