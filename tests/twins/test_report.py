@@ -12,6 +12,10 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
     rc, _, err = seedlab_cli("twins", "report", str(run))
     assert rc == 0, err
     text = (run / "report.md").read_text()
+    # the answer first, then the headline and the figures, then the long tables (the nulls' 48 rows among them)
+    order = ["**In short**", "- **Learned?**", "## Headline", "## Figures", "## Pre-registration",
+             "## Is it the passage?", "## Learned, then lost?", "## Time course"]
+    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
     for section in ("## Pre-registration", "## Headline", "## Learned, then lost?", "## Fabricated vs attested",
                     "## Normalized effects", "## Barrier and distance over training", "## Time course", "44.1%",
                     "unchanged since", "**Is it lost?**", "| trough step |", "peak / smoothed trough"):

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 
-@pytest.mark.xfail(strict=True, reason="forks/folders.py (DesignFolder, under twins.rundir) imports torch and "
-                                       "lm.distributed at its top; this passes once it does not")
+@pytest.mark.xfail(strict=True, reason="forks/folders.py (DesignFolder, under twins.rundir) imports World from "
+                                       "lm/distributed.py, which imports torch at its top; this passes once neither does")
 @pytest.mark.parametrize("module", ["seedlab.twins.report", "seedlab.twins.figures", "seedlab.twins.rundir"])
 def test_the_report_loads_no_torch(module):
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch loaded'"

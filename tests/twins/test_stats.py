@@ -201,3 +201,29 @@ def test_every_row_names_the_floor_of_its_sign_flip_p():
     assert (comp.p_perm_min == sign_flip_floor(8)).all() and (comp.p_perm >= comp.p_perm_min).all()
     s50 = comp[comp.measure == "passage_ce_s50"].iloc[0]
     assert s50.p_t < 1e-4 and s50.p_perm == sign_flip_floor(8)  # 'p < 1e-4' with 8 seeds: the t-test's
+
+
+def test_percent_is_nan_without_a_positive_base():
+    assert stats.percent(1.0, 4.0) == 25.0 and (stats.percent(pd.Series([1.0, 2.0]), 4.0) == [25.0, 50.0]).all()
+    for base in (0.0, -1.0, np.nan, np.inf):
+        assert np.isnan(stats.percent(1.0, base))
+
+
+def test_summary_computes_each_number_once_from_the_measured_files(design):
+    """summarize: the headline's pooled numbers are the tables' own (the windows computed once, for the
+    headline and the window table alike), and the nulls' answer counts the end rows of null_contrasts."""
+    from seedlab.twins.rundir import Measured
+
+    d = Measured.read(design / "run")
+    s = stats.summarize(d)
+    fl = s.norm[s.norm.condition.isin(["fluent-fabricated", "fluent-attested"])]
+    assert s.headline.barrier_pct == stats.percent(fl.barrier.mean(), fl.seed_barrier.iloc[0])
+    assert s.headline.distance_pct == stats.percent(fl.distance.mean(), fl.seed_distance.iloc[0])
+    w = s.windows[s.windows.condition.isin(fl.condition)]
+    assert s.headline.peak_ratios == [(int(k), g.peak_over_trough.mean()) for k, g in w.groupby("window", sort=False)]
+    assert [k for k, _ in s.headline.peak_ratios] == [d.settings.smooth_steps, d.settings.smooth_steps_alt]
+    end = s.nulls[s.nulls.step == s.nulls.step.max()]
+    assert sum(v.tests for v in s.null_verdicts) == s.null_tests == len(end)
+    assert sum(len(v.differ) for v in s.null_verdicts) == int((end.p_t < stats.ALPHA).sum())
+    assert (s.comp.gain == -s.comp["diff"]).all() and s.last_before == d.steps["injection"] - 1
+    assert set(s.matrix) == {d.steps["s50"], d.steps["final"]} and s.gradmatch is None

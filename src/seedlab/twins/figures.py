@@ -1,6 +1,9 @@
 """The twins report's figures, one function per figure: each draws from the measured files
 (``twins.rundir.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
 (title, file, caption), or a Fig without a file saying what it needs when the data are not there.
+Every figure colours a condition by :func:`color` (one map, :data:`COLORS`), so a condition has one
+colour in every panel of every figure. A condition whose measure is exactly 0 everywhere is not drawn
+on a log axis: the caption names it instead (a panel where every condition is 0 is left out).
 """
 
 from __future__ import annotations
@@ -11,7 +14,19 @@ from seedlab.reporting import Fig, new_figure, save_figure
 from seedlab.twins import stats
 from seedlab.twins.rundir import Measured
 
-COLORS = {"fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green", "seed": "0.4"}
+#: the colour of every condition (twins/config.py CONDITIONS) and of "seed" (twins of different seeds), in every figure
+COLORS = {"twin": "k", "fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green",
+          "ordinary-row": "tab:orange", "nudge": "tab:purple", "matched-noise": "tab:brown", "seed": "0.4"}
+
+
+def color(condition: str) -> str:
+    """The one colour of ``condition`` (or "seed") in every twins figure."""
+    return COLORS[condition]
+
+
+def _zero_text(conds: list[str], what: str) -> str:
+    """The caption's sentence for the conditions whose ``what`` is exactly 0 everywhere ("" for none)."""
+    return f" {what} is exactly 0 for {', '.join(conds)} (not drawn on the log axis)." if conds else ""
 
 
 def path_figure(d: Measured) -> Fig:
@@ -20,10 +35,10 @@ def path_figure(d: Measured) -> Fig:
         return Fig(title, None, "no pair measured")
     fig, (a1, a2, a3) = new_figure(1, 3, w=4.2)
     for (kind, cond, _seed, _seed_b), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
-        color = COLORS["seed"] if kind == "seed" else COLORS.get(cond, "k")
+        c = color("seed" if kind == "seed" else cond)
         label = "different seeds" if kind == "seed" else cond
-        a1.plot(g.alpha, g.loss, color=color, alpha=0.7, lw=1, label=label)
-        (a2 if kind == "seed" else a3).plot(g.alpha, g.rise, color=color, alpha=0.7, lw=1, label=label)
+        a1.plot(g.alpha, g.loss, color=c, alpha=0.7, lw=1, label=label)
+        (a2 if kind == "seed" else a3).plot(g.alpha, g.rise, color=c, alpha=0.7, lw=1, label=label)
     a1.set(xlabel="α (0: run, 1: its twin / other seed)", ylabel="held-out CE (nats)", title="loss")
     a2.set(xlabel="α", ylabel="rise above the chord (nats)", title="twins of different seeds")
     a3.set(xlabel="α", ylabel="rise above the chord (nats)", title="each condition vs its twin")
@@ -50,15 +65,17 @@ def loss_diff_figure(d: Measured) -> Fig:
         return Fig(title, None, "no injected condition measured")
     s, m = d.steps["injection"], d.settings
     fig, (raw, sm) = new_figure(1, 2, w=5.2, h=3.6)
-    zeros = 0
+    zeros, flat = 0, []
     for cond, curve in stats.abs_diff_curves(tc, s).items():
-        color = COLORS.get(cond)
         shown = curve[curve > 0]  # a log axis cannot show an exact 0 (a step where every seed's losses are equal)
+        if not len(shown):
+            flat.append(cond)
+            continue
         zeros += len(curve) - len(shown)
-        raw.plot(shown.index, shown, color=color, lw=0.6, label=cond)
-        sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps), color=color, label=f"{cond}, {m.smooth_steps} steps")
+        raw.plot(shown.index, shown, color=color(cond), lw=0.6, label=cond)
+        sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps), color=color(cond), label=f"{cond}, {m.smooth_steps} steps")
         if m.smooth_steps_alt != m.smooth_steps:
-            sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps_alt), color=color, lw=0.8, ls="--",
+            sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps_alt), color=color(cond), lw=0.8, ls="--",
                     label=f"{cond}, {m.smooth_steps_alt} steps")
     raw.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats)", title="unsmoothed")
     sm.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)", title="centred rolling mean")
@@ -70,7 +87,8 @@ def loss_diff_figure(d: Measured) -> Fig:
                f"axis: left unsmoothed, right a centred rolling mean over {m.smooth_steps} steps (solid) and "
                f"{m.smooth_steps_alt} steps (dashed), from which the report's peak / trough ratios come; the paper's curve "
                "peaks ~100 steps after the injection and then decays slowly."
-               + (f" {zeros} step(s) where the difference is exactly 0 are not drawn on the left." if zeros else ""))
+               + (f" {zeros} step(s) where the difference is exactly 0 are not drawn on the left." if zeros else "")
+               + _zero_text(flat, "The difference"))
 
 
 def distance_barrier_figure(d: Measured) -> Fig:
@@ -80,11 +98,15 @@ def distance_barrier_figure(d: Measured) -> Fig:
     sb, sd = seed.barrier.mean(), seed.distance.mean()
     if not len(seed) or not len(inj) or not sb > 0:
         return Fig(title, None, "needs at least two seeds' twins (with a barrier between them) and one injected condition")
-    fig, (ax,) = new_figure(1, 1, w=5.0, h=4.0)
     shown = inj[inj.barrier > 0]
+    flat = sorted(set(inj.condition) - set(shown.condition))
+    if not len(shown):
+        return Fig(title, None, f"every injected run's barrier to its twin is exactly 0 ({', '.join(flat)}: no grid point "
+                   "above the chord), so there is nothing to draw on a log axis; the distances are in the tables")
+    fig, (ax,) = new_figure(1, 1, w=5.0, h=4.0)
     for cond, g in shown.groupby("condition"):
-        ax.scatter(g.distance / sd, g.barrier / sb, color=COLORS.get(cond), label=cond, s=18)
-    ax.scatter([1], [1], color=COLORS["seed"], marker="*", s=120, label="different seed (= 1, 1)")
+        ax.scatter(g.distance / sd, g.barrier / sb, color=color(cond), label=cond, s=18)
+    ax.scatter([1], [1], color=color("seed"), marker="*", s=120, label="different seed (= 1, 1)")
     ax.set(xscale="log", yscale="log", xlabel="distance / inter-seed distance", ylabel="barrier / inter-seed barrier")
     lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
     ax.plot([lo, 1], [lo, 1], color="k", lw=0.5, ls=":")
@@ -96,7 +118,8 @@ def distance_barrier_figure(d: Measured) -> Fig:
                "barrier means the loss rises above the chord somewhere on the path (it is not convex there); no line is "
                "fitted through these points."
                + (f" {dropped} pair(s) with a barrier of exactly 0 (no grid point above the chord) are not drawn, so the "
-                  "points are not a sample of all pairs." if dropped else ""))
+                  "points are not a sample of all pairs." if dropped else "")
+               + _zero_text(flat, "The barrier"))
 
 
 def cka_figure(d: Measured) -> Fig:
@@ -110,7 +133,7 @@ def cka_figure(d: Measured) -> Fig:
     width = 0.8 / len(groups)
     for i, (name, g) in enumerate(groups):
         if len(g):
-            ax.bar(np.arange(len(cols)) + i * width, g[cols].mean(), width, color=COLORS.get(name), label=name if name != "seed" else "different seed")
+            ax.bar(np.arange(len(cols)) + i * width, g[cols].mean(), width, color=color(name), label=name if name != "seed" else "different seed")
     ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [c.removeprefix("cka.") for c in cols])
     lo = float(np.nanmin(m[cols].to_numpy()))
     ax.set(ylabel="linear CKA", ylim=(max(0.0, lo - 0.05 * (1 - lo) - 1e-3), 1.0))
@@ -128,7 +151,7 @@ def passage_figure(d: Measured) -> Fig:
     fig, (ax,) = new_figure(1, 1, w=6.0, h=3.6)
     for cond, g in c.groupby("condition"):
         gain = (g.twin_passage_ce - g.passage_ce).groupby(g.step)
-        ax.errorbar(gain.mean().index, gain.mean(), yerr=gain.std().fillna(0), color=COLORS.get(cond), marker="o", ms=3, capsize=2, label=cond)
+        ax.errorbar(gain.mean().index, gain.mean(), yerr=gain.std().fillna(0), color=color(cond), marker="o", ms=3, capsize=2, label=cond)
     ax.axhline(0, color="k", lw=0.5)
     ax.axvline(d.steps["injection"], color="k", lw=0.5, ls=":")
     ax.set(xlabel="step", ylabel="twin's CE − injected run's CE (nats)")
@@ -145,23 +168,25 @@ def distance_course_figure(d: Measured) -> Fig:
     if not len(c):
         return Fig(title, None, "no injected condition measured")
     has_barrier = "barrier" in c and c.barrier.notna().any()
-    fig, axes = new_figure(1, 2 if has_barrier else 1, w=5.0, h=3.4)
+    means = c.groupby(["condition", "step"]).barrier.mean() if has_barrier else None
+    flat = [k for k, v in means.groupby(level="condition") if not (v > 0).any()] if has_barrier else []
+    drawn = has_barrier and len(flat) < c.condition.nunique()
+    fig, axes = new_figure(1, 2 if drawn else 1, w=5.0, h=3.4)
     ax = axes[0]
     for cond, g in c.groupby("condition"):
         mean = g.groupby("step").distance.mean()
-        ax.plot(mean.index, mean / mean.iloc[-1], marker="o", ms=3, color=COLORS.get(cond), label=cond)
+        ax.plot(mean.index, mean / mean.iloc[-1], marker="o", ms=3, color=color(cond), label=cond)
     ax.set(xlabel="step", ylabel="distance / final distance", title="weight distance")
-    if has_barrier:
+    if drawn:
         seed = d.measures[d.measures.kind == "seed"]
         b = axes[1]
-        for cond, g in c.groupby("condition"):
+        for cond, g in c[~c.condition.isin(flat)].groupby("condition"):
             per = g.groupby("step").barrier
             b.errorbar(per.mean().index, per.mean(), yerr=per.std().fillna(0), marker="o", ms=3, capsize=2,
-                       color=COLORS.get(cond), label=cond)
+                       color=color(cond), label=cond)
         if len(seed):
-            b.axhline(seed.barrier.mean(), color=COLORS["seed"], lw=1, ls="--", label="different seeds (end)")
-        means = c.groupby(["condition", "step"]).barrier.mean().to_numpy()
-        positive = means[means > 0]
+            b.axhline(seed.barrier.mean(), color=color("seed"), lw=1, ls="--", label="different seeds (end)")
+        positive = means.to_numpy()[means.to_numpy() > 0]
         b.set_yscale("symlog", linthresh=float(positive.min()) / 2 if len(positive) else 1e-6)  # linear near 0, log above
         b.set(xlabel="step", ylabel="barrier on held-out rows (nats)", title="interpolation barrier", ylim=(0, None))
         _legend(b)
@@ -171,7 +196,10 @@ def distance_course_figure(d: Measured) -> Fig:
     barrier_text = (" Right: the interpolation barrier between each injected run and its twin at the same step, on the "
                     "held-out rows (mean ± sd over seeds; symmetric-log axis, linear near 0), and the barrier between "
                     "twins of different seeds at the end (dashed). The paper: the barrier stays small throughout."
-                    if has_barrier else " (checkpoints.parquet has no barrier column: measure again for the barrier panel.)")
+                    + _zero_text(flat, "The barrier") if drawn else
+                    f" No barrier panel: the barrier to the twin is exactly 0 at every checkpoint for every condition "
+                    f"({', '.join(flat)}). The paper: the barrier stays small throughout." if has_barrier else
+                    " (checkpoints.parquet has no barrier column: measure again for the barrier panel.)")
     return Fig(title, save_figure(fig, d.dir.figure("distance_course.png")),
                f"Left: weight distance to the twin at each checkpoint as a fraction of its final value (mean over seeds); dotted: "
                f"the mid-point (step {d.steps['mid']}). The paper: 92% of the final distance by the mid-point." + barrier_text)

@@ -1,9 +1,9 @@
 """``seedlab twins report DIR``: ``DIR/report.md`` plus PNG figures beside it.
 
-Read top to bottom, the module follows the report: what ``twins measure`` wrote (read back as a
-``twins.rundir.Measured``), the design and its pre-registration, the headline (the paper's
-numbers beside ours), the paired statistics, the normalized effects and the time course; the
-figures are twins/figures.py, one function each. The module only words and tabulates: every number
+Read top to bottom, the module follows the report: the answer in a few lines and the design, the
+headline (the paper's numbers beside ours) and the figures (twins/figures.py, one function each);
+then how the run was made (its pre-registration, integrity and exposure) and the long tables: the
+passages against the nulls, the paired statistics, the normalized effects and the time course. The module only words and tabulates: every number
 it prints comes from ``twins.stats.summarize`` (a :class:`~seedlab.twins.stats.Summary`), the paper's
 own from ``twins.stats.PAPER``.
 """
@@ -28,11 +28,15 @@ def write_report(root: str | Path) -> Path:
     d = Measured.read(root)
     s = stats.summarize(d)
     rep = Report()
-    rep.add("# Twins: a measured single-example counterfactual", intro(d, s))
+    rep.add("# Twins: a measured single-example counterfactual", answer(s), intro(d, s))
+    rep.add("## Headline: the paper's numbers beside this run's", headline(d, s))
+    rep.add("## Figures")
+    for fig in (figures.path_figure(d), figures.loss_diff_figure(d), figures.distance_barrier_figure(d),
+                figures.cka_figure(d), figures.passage_figure(d), figures.distance_course_figure(d)):
+        rep.add(figure_block(fig))
     rep.add("## Pre-registration", preregistration(d))
     rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d, s))
     rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(s), nulls_table(s))
-    rep.add("## Headline: the paper's numbers beside this run's", headline(d, s))
     rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(s))
     rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, s))
     rep.add("## How alike the two fluent passages are (gradmatch)", gradmatch_table(s))
@@ -40,14 +44,45 @@ def write_report(root: str | Path) -> Path:
     rep.add("## Normalized effects: one example vs a different seed", normalized_table(s))
     rep.add("## Barrier and distance over training", over_training_table(s))
     rep.add("## Time course", time_course_table(s, d))
-    rep.add("## Figures")
-    for fig in (figures.path_figure(d), figures.loss_diff_figure(d), figures.distance_barrier_figure(d),
-                figures.cka_figure(d), figures.passage_figure(d), figures.distance_course_figure(d)):
-        rep.add(figure_block(fig))
     return write_text(d.dir.report, rep.text())
 
 
 # ---------------------------------------------------------------- sections
+
+
+def answer(s: Summary) -> str:
+    """The report's answer in a few lines, each number as the sections below print it: was each fluent
+    passage learned at s + 50, is it lost by the end, does it differ from the nulls, and how far one
+    example moves the run against a different seed."""
+    lines = []
+    learned, lost = [], []
+    for cond in ("fluent-fabricated", "fluent-attested"):
+        res = _get(s.comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
+        if res is not None:
+            learned.append(f"{cond} {res['gain']:.4f} nats ({p_text(res['p_t'])}, paired t)")
+        res = _get(s.comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
+        if res is not None:
+            lost.append(f"{cond}: {stats.verdict(res)}")
+    if learned:
+        lines.append("- **Learned?** At s + 50 the injected run predicts its own passage better than its twin by "
+                     + "; ".join(learned) + " (twin − injected CE, mean over seeds).")
+    if lost:
+        lines.append(f"- **Then lost?** At the end (lost: less than {s.lost_frac:g} × the s + 50 effect left, seed by seed): "
+                     + "; ".join(lost) + ".")
+    by: dict[str, list[str]] = {}
+    for v in s.null_verdicts:
+        by.setdefault(v.passage, []).append(f"{v.null} on {len(v.differ)} of {v.tests}")
+    if by:
+        lines.append("- **Is it the passage?** Of the measures at the end (two-sided paired t, uncorrected), "
+                     + "; ".join(f"{p} differs from {', '.join(parts)}" for p, parts in by.items()) + ".")
+    h = s.headline
+    if h.barrier_pct is not None:
+        lines.append(f"- **One example vs a different seed:** the fluent passages move the barrier by {_pct(h.barrier_pct)} "
+                     f"and the weights by {_pct(h.distance_pct)} of what a different seed does (the paper: "
+                     f"{PAPER['barrier_pct']}% and {PAPER['distance_pct']}%).")
+    if not lines:
+        return "*Nothing to answer yet: no injected condition measured.*"
+    return "**In short** (the tables and tests behind each line follow):\n\n" + "\n".join(lines)
 
 
 def intro(d: Measured, s: Summary) -> str:
@@ -58,7 +93,7 @@ def intro(d: Measured, s: Summary) -> str:
         f"conditions: {', '.join(s.conditions) or 'none'}, each against the twin of its seed. "
         f"Steps below are optimizer updates completed: s = {d.steps['injection']}, s + 50 = {d.steps['s50']}, "
         f"mid-point = {d.steps['mid']}, end = {d.steps['final']}. Precision {c.get('precision', 'fp32')}"
-        + (" (bf16: not shown interchangeable with fp32's effect sizes: docs/results.md, \"Does precision change the "
+        + (" (bf16: not shown interchangeable with fp32's effect sizes: docs/results/precision.md, \"Does precision change the "
            "science?\")." if c.get("precision") == "bf16" else ".")),
     ]
     if d.meta["missing"]:
