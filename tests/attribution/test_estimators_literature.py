@@ -1,6 +1,6 @@
 """The estimators as the literature defines them, against brute force on the tiny fork of conftest.py:
 the exact AdamW update (two real torch AdamW steps), TracIn's one term at s, TrackStar's
-Adam-preconditioned cosine, the baselines, and plug-in estimators (the README's example included)."""
+Adam-preconditioned cosine, the baselines, and plug-in estimators (docs/attribution.md's example included)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from seedlab.lm.batches import inject
 from seedlab.lm.model import masked_ce_sum
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "attribution.md"
 
 
 def _case(fork) -> Case:
@@ -210,8 +210,8 @@ def test_baselines(fork):
 
 
 def readme_plugin() -> str:
-    """The plug-in example of the README's attribution section (its first ```python block)."""
-    section = README.read_text().split("## The attribution study", 1)[1]
+    """The plug-in example of the attribution guide, docs/attribution.md (its first ```python block)."""
+    section = GUIDE.read_text().split("# The attribution study", 1)[1]
     return textwrap.dedent(re.search(r"```python\n(.*?)```", section, re.S).group(1))
 
 
@@ -295,7 +295,7 @@ def test_attribute_runs_a_plugin_beside_the_builtins(tiny_bank, tmp_path, monkey
     assert "measured_replicate" in df  # measure.collect's, or NaN where the bank has none
     assert dict(df.drop_duplicates("estimator").set_index("estimator").estimator_label) == {
         "tracin": "estimator", "my_estimators:grad_dot": "plug-in"}
-    # the README's plug-in is −⟨∇L_q, ∇ℓ_c − ∇ℓ_r⟩ = tracin · N / lr_s
+    # the guide's plug-in is −⟨∇L_q, ∇ℓ_c − ∇ℓ_r⟩ = tracin · N / lr_s
     cfg = open_bank(bank).cfg
     key = ["seed", "candidate", "query", "horizon"]
     both = df[df.estimator == "tracin"].merge(df[df.estimator != "tracin"], on=key)
