@@ -43,6 +43,13 @@ def test_headline_grid_holds_every_capacity_and_ratio_with_the_papers_numbers():
     assert stats.headline("sum3-max", 0.1, stats.rate_cells(s.assign(task="sum3-max"))).cells[1, 2, 0.5][1] is None
 
 
+def test_contrast_table_sorts_and_marks_the_reverse_fragilities():
+    s = pd.concat([_summary({(2, 0.5): [None] * 10, (2, 0.9): [10] * 7 + [None] * 3}),
+                   _summary({(1, 0.5): [10] * 3 + [None] * 7, (1, 0.9): [None] * 10})], ignore_index=True)
+    c = stats.contrast_table(s.assign(member=range(len(s))))
+    assert list(c["layers"]) == [1, 2] and list(c["reverse"]) == [True, False] and list(c["fragility"]) == [2, 2]
+
+
 def test_definition_counts_most_jobs_first():
     assert stats.definition_counts(["a", "b", "b"]) == [("b", 2), ("a", 1)]
     assert stats.definition_counts(["a"]) == [("a", 1)]

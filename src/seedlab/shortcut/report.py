@@ -34,7 +34,7 @@ from seedlab.shortcut.rundir import (
     saturated_loss,
     train_cadence,
 )
-from seedlab.shortcut.stats import CAPACITY, GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, SHOWN_EPOCHS
+from seedlab.shortcut.stats import GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, SHOWN_EPOCHS
 from seedlab.store import write_text
 
 
@@ -237,13 +237,9 @@ def cell_text(c: pd.Series | None, paper: int | None) -> str:
 
 # ---------------------------------------------------------------- statistics
 
-# the contrasts table's rows: capacities within a task (1L first), weight decays innermost
-CONTRAST_ROWS = ["task", *CAPACITY, "weight_decay"]
-
-
 def ratio_contrasts_section(summary: pd.DataFrame) -> str:
     head = "### Between ratios, within each capacity (Fisher's exact test)"
-    con = stats.ratio_contrasts(summary, fragility=True)
+    con = stats.contrast_table(summary)
     if con.empty:
         return f"{head}\n\nNo contrasts: every capacity was trained at a single ratio."
     note = ("Two-sided p, not adjusted for the number of pairs. *Fragility*: how many members' outcomes (generalized or "
@@ -260,9 +256,9 @@ def ratio_contrasts_section(summary: pd.DataFrame) -> str:
             f"{pct(c.rate_a)} vs {pct(c.rate_b)}",
             fmt_num(float(c.odds_ratio)),
             fmt_p(float(c.p)),
-            "—" if pd.isna(c.fragility) else f"{int(c.fragility)}{' (reverse)' * (c.p >= 0.05)}",
+            "—" if pd.isna(c.fragility) else f"{int(c.fragility)}{' (reverse)' * c.reverse}",
         ]
-        for c in con.sort_values(CONTRAST_ROWS, kind="stable").itertuples(index=False)
+        for c in con.itertuples(index=False)
     ]
     header = ["task", "model", "wd", "r (a vs b)", "rate", "odds ratio a/b", "p", "fragility"]
     return f"{head}\n\n{note}\n\n" + md_table(header, rows)

@@ -291,6 +291,17 @@ def ratio_contrasts(df: pd.DataFrame, fragility: bool = False) -> pd.DataFrame:
     return out
 
 
+#: the contrasts table's rows: capacities within a task (1L first), weight decays innermost
+CONTRAST_ROWS = ["task", *CAPACITY, "weight_decay"]
+
+
+def contrast_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """The report's Fisher contrasts: :func:`ratio_contrasts` with ``fragility``, sorted by :data:`CONTRAST_ROWS`, and
+    ``reverse`` (p >= 0.05: its fragility is the reverse one, the changes that would make it significant)."""
+    con = ratio_contrasts(summary, fragility=True).sort_values(CONTRAST_ROWS, kind="stable")
+    return con.assign(reverse=con["p"] >= 0.05)
+
+
 def _design(df: pd.DataFrame, reference: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Design matrix ``[1, dist, cap, dist*cap]`` (:data:`TERMS`) and the 0/1 outcome; cap = 1 for
     the depth that is not ``reference`` (so ``dist`` is the reference depth's slope)."""
