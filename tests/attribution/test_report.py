@@ -1,22 +1,18 @@
-"""The attribution report only renders: its modules load no torch and import no scipy, every number
-it prints comes from a computing module (tested here: stats.design, stats.integrity,
-stats.seconds_per_seed; rundir.read_attributed reads the files), its sections come in a newcomer's
-order, and every estimator has one colour in every figure."""
+"""The attribution report only renders (that its modules load no torch and import no scipy:
+tests/common/test_render_only.py): every number it prints comes from a computing module (tested
+here: stats.design, stats.integrity, stats.seconds_per_seed; rundir.read_attributed reads the
+files), its sections come in a newcomer's order, and every estimator has one colour in every figure."""
 
 from __future__ import annotations
 
-import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.colors import same_color
+from matplotlib.colors import same_color, to_rgba
 
-import seedlab.attribution
 from helpers import attribution_frame
 from seedlab.attribution import figures, stats
 from seedlab.attribution.horizon import UNROLL, linear_response
@@ -25,8 +21,6 @@ from seedlab.attribution.report import write_report
 from seedlab.attribution.rundir import BankDir, read_attributed
 from seedlab.errors import SeedlabError
 
-HERE = Path(seedlab.attribution.__file__).parent
-RENDERERS = ("report.py", "report_horizon.py", "report_additivity.py", "figures.py")
 HORIZONS = ((5, "s+1"), (6, "s+2"), (14, "end"))
 CONFIG = {"model": "mini", "injection_step": 4, "batch_size": 4, "optimizer": "adamw", "peak_lr": 0.01, "steps": 14,
           "injection_row": 0, "attribute": {"h_star_rho": 0.5}}
@@ -41,10 +35,10 @@ def _frame():
         size=len(m))}, horizons=HORIZONS, own=0.3, n=12, replicate=lambda h: 0.2, kinds=("passage", "heldout"))
 
 
-def _bank(root: Path, df: pd.DataFrame | None = None) -> Path:
+def _bank(root: Path) -> Path:
     """An attributed bank folder without training: attribution.parquet, config, integrity and timings."""
     root.mkdir(parents=True)
-    (_frame() if df is None else df).to_parquet(root / "attribution.parquet")
+    _frame().to_parquet(root / "attribution.parquet")
     (root / "config.json").write_text(json.dumps(CONFIG))
     (root / "integrity.json").write_text(json.dumps({"seeds": {"0": {"replica": {"steps_compared": [4, 5, 6, 14]},
                                                                      "own_row": {}}, "1": {"own_row": {}}}}))
@@ -52,36 +46,7 @@ def _bank(root: Path, df: pd.DataFrame | None = None) -> Path:
     return root
 
 
-# ---------------------------------------------------------------- what the report's modules import
-
-
-#: run in a fresh interpreter: import a module, and name the chain of seedlab modules that loads torch, if any
-WHO_LOADS_TORCH = """
-import importlib, importlib.abc, sys, traceback
-class Watch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name == "torch":
-            chain = [f"{f.filename.split('seedlab/')[-1]}:{f.lineno}" for f in traceback.extract_stack()
-                     if "/seedlab/" in f.filename]
-            sys.exit("torch loaded by " + " <- ".join(reversed(chain)))
-sys.meta_path.insert(0, Watch())
-importlib.import_module(sys.argv[1])
-"""
-
-
-@pytest.mark.parametrize("module", ["seedlab.attribution.report", "seedlab.attribution.figures",
-                                    "seedlab.attribution.registry"])
-def test_a_report_module_loads_no_torch(module):
-    run = subprocess.run([sys.executable, "-c", WHO_LOADS_TORCH, module], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr.strip().splitlines()[-1]
-
-
-@pytest.mark.parametrize("name", RENDERERS)
-def test_a_report_module_imports_no_scipy_itself(name):
-    tree = ast.parse((HERE / name).read_text())
-    imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    imported += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-    assert not [m for m in imported if m == "scipy" or m.startswith("scipy.")]
+# ---------------------------------------------------------------- the estimator table
 
 
 def test_the_estimator_table_is_read_without_running_anything():
@@ -148,16 +113,10 @@ def test_one_colour_map_every_estimator_its_own_colour():
     names = [*ESTIMATORS, stats.KIND]
     assert set(names) <= set(figures.COLORS)
     colours = [figures.color(n) for n in names]
-    assert len({tuple(np.round(_rgba(c), 3)) for c in colours}) == len(names)  # distinct
+    assert len({tuple(np.round(to_rgba(c), 3)) for c in colours}) == len(names)  # distinct
     assert not any(same_color(c, s) for c in colours for s in (*figures.SPARE, figures.REFERENCE_COLOR))
     assert all(same_color(figures.color(r), "k") for r in stats.REFERENCES)
     assert figures.color("mypkg.mod:score") == figures.color("mypkg.mod:score") in figures.SPARE  # a plug-in: stable
-
-
-def _rgba(c):
-    from matplotlib.colors import to_rgba
-
-    return to_rgba(c)
 
 
 def test_each_estimator_has_its_colour_in_every_panel_and_figure(tmp_path, monkeypatch):
