@@ -32,7 +32,8 @@ SPLIT_COLORS = {"val": "tab:blue", "adv": "tab:orange"}
 #: a model's depth, in every figure that tells depths apart (2L and 1L: the contrast the question is about)
 DEPTH_COLORS = {2: "tab:green", 1: "tab:purple", 3: "tab:brown", 4: "tab:pink"}
 WD_COLORS = ("tab:cyan", "tab:olive", "tab:gray", "tab:red")  # weight decays, in ascending order
-RATIO_STYLES = ("-", "--", ":", "-.")  # spurious ratios, in ascending order, where colour means something else
+#: a second condition inside one colour (a depth's head counts, the ratios of one head), in ascending order
+LINE_STYLES = ("-", "--", ":", "-.")
 
 
 def depth_color(layers: int) -> str:
@@ -84,7 +85,7 @@ def rate_vs_ratio_figure(summary: pd.DataFrame, rates: pd.DataFrame, folder: Fol
             y = 100 * d["rate"].to_numpy()
             err = [y - 100 * d["lo"].to_numpy(), 100 * d["hi"].to_numpy() - y]
             label = cap_label(layers, heads) + (f" wd={wd:g}" if many_wd else "")
-            style = RATIO_STYLES[heads_of[layers].index(heads) % len(RATIO_STYLES)]  # a depth's head counts apart
+            style = LINE_STYLES[heads_of[layers].index(heads) % len(LINE_STYLES)]  # a depth's head counts apart
             ax.errorbar(x, y, yerr=err, marker="osD^v"[wds.index(wd) % 5], ms=4, capsize=3, lw=1.2, ls=style,
                         color=depth_color(layers), label=label)
         ax.axvline(chance(task), ls="--", color="gray", lw=1, label="chance")
@@ -312,7 +313,7 @@ def fingerprints_figure(c: pd.DataFrame, folder: Folder) -> Fig:
             ax = axes[row * len(prints) + col]
             for (layer, head, r), med in stats.fingerprint_series(d, name):
                 ax.plot(med.index, med.values, marker=".", lw=1, color=colors[f"L{layer}H{head}"],
-                        ls=RATIO_STYLES[ratios.index(r) % len(RATIO_STYLES)], label=f"L{layer}H{head} r={r:g}")
+                        ls=LINE_STYLES[ratios.index(r) % len(LINE_STYLES)], label=f"L{layer}H{head} r={r:g}")
             ax.set(title=f"{cap_label(L, H)}: {label}", xlabel="epoch", ylim=(-1.05, 1.05) if "rho" in name else (0, 1.02))
             if col == 0:
                 ax.legend(fontsize=6)

@@ -256,7 +256,7 @@ def ratio_contrasts_section(summary: pd.DataFrame) -> str:
             f"{pct(c.rate_a)} vs {pct(c.rate_b)}",
             fmt_num(float(c.odds_ratio)),
             fmt_p(float(c.p)),
-            "—" if pd.isna(c.fragility) else f"{int(c.fragility)}{' (reverse)' * c.reverse}",
+            "—" if pd.isna(c.fragility) else f"{int(c.fragility)}{' (reverse)' if c.reverse else ''}",
         ]
         for c in con.itertuples(index=False)
     ]

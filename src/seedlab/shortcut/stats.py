@@ -1,7 +1,7 @@
 """Everything the shortcut report says, computed: rates, tests, verdicts, counts and medians.
 
-The report (:mod:`seedlab.shortcut.report`, :mod:`seedlab.shortcut.circuits_report`) only
-formats what the functions here return. Most take the per-member ``summary`` frame: one row
+The report (:mod:`seedlab.shortcut.report`, :mod:`seedlab.shortcut.circuits_report`,
+:mod:`seedlab.shortcut.figures`) only words, tabulates and draws what the functions here return. Most take the per-member ``summary`` frame: one row
 per trained model (task, ratio, layers, heads, weight_decay, lr, seed, generalized, ...). A
 *cell* is the members that share :data:`CELL`: everything but the seed.
 
@@ -24,8 +24,12 @@ per trained model (task, ratio, layers, heads, weight_decay, lr, seed, generaliz
   level α only when both slopes are, each at α).
 - criteria         -- the rate had "generalized" meant a lower accuracy cut-off, or a smaller
   adversarial split.
-- transience, phases, gradient conflict and amplification, the shortcut head.
-- circuits         -- each member's last checkpoint, summarized per cell and component.
+- transience, phases, gradient conflict and amplification, the shortcut head and the conflict within it
+  against the other heads (:func:`head_conflict`, :func:`head_control`).
+- circuits         -- each member's last checkpoint, summarized per cell and component; each member's rule
+  head, and its heads' roles through training (:func:`aligned_roles`, :func:`role_moments`).
+- figures          -- what :mod:`seedlab.shortcut.figures` draws: the members each panel shows, the medians
+  and means it marks.
 
 The logistic fits code capacity from ``layers`` and compare only 1- and 2-layer models: they refuse a
 frame holding any other depth (a 3-layer model is not a 1-layer one).
