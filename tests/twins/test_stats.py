@@ -227,3 +227,20 @@ def test_summary_computes_each_number_once_from_the_measured_files(design):
     assert sum(len(v.differ) for v in s.null_verdicts) == int((end.p_t < stats.ALPHA).sum())
     assert (s.comp.gain == -s.comp["diff"]).all() and s.last_before == d.steps["injection"] - 1
     assert set(s.matrix) == {d.steps["s50"], d.steps["final"]} and s.gradmatch is None
+
+
+def test_what_the_figures_draw_on_hand_made_tables():
+    m = pd.DataFrame({"kind": ["seed", "injected", "injected", "injected"], "condition": ["twin", "a", "a", "b"],
+                      "seed": [0, 0, 1, 0], "barrier": [0.2, 0.1, 0.0, 0.0], "distance": [4.0, 1.0, 2.0, 1.0],
+                      "cka.blocks.0": [0.5, 0.9, 0.7, 1.0]})
+    sc = stats.seed_scaled(m)
+    assert sc.points[["distance_rel", "barrier_rel"]].values.tolist() == [[0.25, 0.5]] and sc.dropped == 2 and sc.flat == ["b"]
+    assert stats.seed_scaled(m.assign(barrier=0.0)) is None  # no inter-seed barrier to scale by
+    assert stats.cka_means(m)["cka.blocks.0"].to_dict() == {"a": 0.8, "b": 1.0, "seed": 0.5}
+    ck = pd.DataFrame({"condition": ["a", "a", "a", "a", "b", "b"], "seed": [0, 1, 0, 1, 0, 0], "step": [S, S, 20, 20, S, 20],
+                       "barrier": [0.0, 0.0, 0.1, 0.3, 0.0, 0.0], "distance": [0.0, 0.0, 1.0, 3.0, 0.0, 2.0]})
+    bc = stats.barrier_course(ck, m)
+    assert bc.flat == ["b"] and bc.smallest == pytest.approx(0.2) and bc.seed_barrier == 0.2
+    assert bc.course.step.tolist() == [S, 20] and bc.course["mean"].tolist() == pytest.approx([0.0, 0.2])
+    assert stats.barrier_course(ck.drop(columns="barrier"), m) is None
+    assert stats.distance_fraction_course(ck).frac.tolist() == [0.0, 1.0, 0.0, 1.0]

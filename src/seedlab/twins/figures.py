@@ -1,5 +1,5 @@
-"""The twins report's figures, one function per figure: each draws from the measured files
-(``twins.rundir.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
+"""The twins report's figures, one function per figure: each draws what twins/stats.py computes from
+the measured files (``twins.rundir.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
 (title, file, caption), or a Fig without a file saying what it needs when the data are not there.
 Every figure colours a condition by :func:`color` (one map, :data:`COLORS`), so a condition has one
 colour in every panel of every figure. A condition whose measure is exactly 0 everywhere is not drawn
@@ -65,18 +65,13 @@ def loss_diff_figure(d: Measured) -> Fig:
         return Fig(title, None, "no injected condition measured")
     s, m = d.steps["injection"], d.settings
     fig, (raw, sm) = new_figure(1, 2, w=5.2, h=3.6)
-    zeros, flat = 0, []
-    for cond, curve in stats.abs_diff_curves(tc, s).items():
-        shown = curve[curve > 0]  # a log axis cannot show an exact 0 (a step where every seed's losses are equal)
-        if not len(shown):
-            flat.append(cond)
-            continue
-        zeros += len(curve) - len(shown)
+    course = stats.loss_diff_course(tc, s, [m.smooth_steps, m.smooth_steps_alt])  # exact zeros left out of the raw curve
+    for cond, shown in course.raw.items():
         raw.plot(shown.index, shown, color=color(cond), lw=0.6, label=cond)
-        sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps), color=color(cond), label=f"{cond}, {m.smooth_steps} steps")
-        if m.smooth_steps_alt != m.smooth_steps:
-            sm.plot(curve.index, stats.smoothed(curve, m.smooth_steps_alt), color=color(cond), lw=0.8, ls="--",
-                    label=f"{cond}, {m.smooth_steps_alt} steps")
+        for w, curve in course.smooth[cond].items():
+            first = w == m.smooth_steps
+            sm.plot(curve.index, curve, color=color(cond), lw=None if first else 0.8, ls="-" if first else "--",
+                    label=f"{cond}, {w} steps")
     raw.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats)", title="unsmoothed")
     sm.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)", title="centred rolling mean")
     for ax in (raw, sm):
@@ -87,39 +82,34 @@ def loss_diff_figure(d: Measured) -> Fig:
                f"axis: left unsmoothed, right a centred rolling mean over {m.smooth_steps} steps (solid) and "
                f"{m.smooth_steps_alt} steps (dashed), from which the report's peak / trough ratios come; the paper's curve "
                "peaks ~100 steps after the injection and then decays slowly."
-               + (f" {zeros} step(s) where the difference is exactly 0 are not drawn on the left." if zeros else "")
-               + _zero_text(flat, "The difference"))
+               + (f" {course.zeros} step(s) where the difference is exactly 0 are not drawn on the left." if course.zeros else "")
+               + _zero_text(course.flat, "The difference"))
 
 
 def distance_barrier_figure(d: Measured) -> Fig:
     title = "Distance vs barrier, normalized by seed variance"
-    m = d.measures
-    seed, inj = m[m.kind == "seed"], m[m.kind == "injected"]
-    sb, sd = seed.barrier.mean(), seed.distance.mean()
-    if not len(seed) or not len(inj) or not sb > 0:
+    sc = stats.seed_scaled(d.measures)
+    if sc is None:
         return Fig(title, None, "needs at least two seeds' twins (with a barrier between them) and one injected condition")
-    shown = inj[inj.barrier > 0]
-    flat = sorted(set(inj.condition) - set(shown.condition))
-    if not len(shown):
-        return Fig(title, None, f"every injected run's barrier to its twin is exactly 0 ({', '.join(flat)}: no grid point "
+    if not len(sc.points):
+        return Fig(title, None, f"every injected run's barrier to its twin is exactly 0 ({', '.join(sc.flat)}: no grid point "
                    "above the chord), so there is nothing to draw on a log axis; the distances are in the tables")
     fig, (ax,) = new_figure(1, 1, w=5.0, h=4.0)
-    for cond, g in shown.groupby("condition"):
-        ax.scatter(g.distance / sd, g.barrier / sb, color=color(cond), label=cond, s=18)
+    for cond, g in sc.points.groupby("condition"):
+        ax.scatter(g.distance_rel, g.barrier_rel, color=color(cond), label=cond, s=18)
     ax.scatter([1], [1], color=color("seed"), marker="*", s=120, label="different seed (= 1, 1)")
     ax.set(xscale="log", yscale="log", xlabel="distance / inter-seed distance", ylabel="barrier / inter-seed barrier")
     lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
     ax.plot([lo, 1], [lo, 1], color="k", lw=0.5, ls=":")
     ax.legend(fontsize=7)
-    dropped = len(inj) - len(shown)
     return Fig(title, save_figure(fig, d.dir.figure("distance_vs_barrier.png")),
                "Each point is one seed's injected run against its twin, on log axes. Below the diagonal: the example moved "
                "the weights more than the function (the paper: 44% of seed distance, 3% of seed barrier). A positive "
                "barrier means the loss rises above the chord somewhere on the path (it is not convex there); no line is "
                "fitted through these points."
-               + (f" {dropped} pair(s) with a barrier of exactly 0 (no grid point above the chord) are not drawn, so the "
-                  "points are not a sample of all pairs." if dropped else "")
-               + _zero_text(flat, "The barrier"))
+               + (f" {sc.dropped} pair(s) with a barrier of exactly 0 (no grid point above the chord) are not drawn, so the "
+                  "points are not a sample of all pairs." if sc.dropped else "")
+               + _zero_text(sc.flat, "The barrier"))
 
 
 def cka_figure(d: Measured) -> Fig:
@@ -129,11 +119,10 @@ def cka_figure(d: Measured) -> Fig:
     if not cols or not len(m):
         return Fig(title, None, "no pair measured")
     fig, (ax,) = new_figure(1, 1, w=5.6, h=3.4)
-    groups = [(c, g) for c, g in m[m.kind == "injected"].groupby("condition")] + [("seed", m[m.kind == "seed"])]
-    width = 0.8 / len(groups)
-    for i, (name, g) in enumerate(groups):
-        if len(g):
-            ax.bar(np.arange(len(cols)) + i * width, g[cols].mean(), width, color=color(name), label=name if name != "seed" else "different seed")
+    means = stats.cka_means(m)
+    width = 0.8 / len(means)
+    for i, (name, row) in enumerate(means.iterrows()):
+        ax.bar(np.arange(len(cols)) + i * width, row, width, color=color(name), label=name if name != "seed" else "different seed")
     ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [c.removeprefix("cka.") for c in cols])
     lo = float(np.nanmin(m[cols].to_numpy()))
     ax.set(ylabel="linear CKA", ylim=(max(0.0, lo - 0.05 * (1 - lo) - 1e-3), 1.0))
@@ -149,9 +138,8 @@ def passage_figure(d: Measured) -> Fig:
     if not len(c):
         return Fig(title, None, "no injected condition measured")
     fig, (ax,) = new_figure(1, 1, w=6.0, h=3.6)
-    for cond, g in c.groupby("condition"):
-        gain = (g.twin_passage_ce - g.passage_ce).groupby(g.step)
-        ax.errorbar(gain.mean().index, gain.mean(), yerr=gain.std().fillna(0), color=color(cond), marker="o", ms=3, capsize=2, label=cond)
+    for cond, g in stats.mean_sd_course(c, c.twin_passage_ce - c.passage_ce).groupby("condition"):  # the gain: twin − injected
+        ax.errorbar(g.step, g["mean"], yerr=g.sd, color=color(cond), marker="o", ms=3, capsize=2, label=cond)
     ax.axhline(0, color="k", lw=0.5)
     ax.axvline(d.steps["injection"], color="k", lw=0.5, ls=":")
     ax.set(xlabel="step", ylabel="twin's CE − injected run's CE (nats)")
@@ -167,27 +155,22 @@ def distance_course_figure(d: Measured) -> Fig:
     c = d.checkpoints
     if not len(c):
         return Fig(title, None, "no injected condition measured")
-    has_barrier = "barrier" in c and c.barrier.notna().any()
-    means = c.groupby(["condition", "step"]).barrier.mean() if has_barrier else None
-    flat = [k for k, v in means.groupby(level="condition") if not (v > 0).any()] if has_barrier else []
-    drawn = has_barrier and len(flat) < c.condition.nunique()
+    bc = stats.barrier_course(c, d.measures)
+    has_barrier = bc is not None
+    flat = bc.flat if has_barrier else []
+    drawn = has_barrier and len(bc.course)
     fig, axes = new_figure(1, 2 if drawn else 1, w=5.0, h=3.4)
     ax = axes[0]
-    for cond, g in c.groupby("condition"):
-        mean = g.groupby("step").distance.mean()
-        ax.plot(mean.index, mean / mean.iloc[-1], marker="o", ms=3, color=color(cond), label=cond)
+    for cond, g in stats.distance_fraction_course(c).groupby("condition"):
+        ax.plot(g.step, g.frac, marker="o", ms=3, color=color(cond), label=cond)
     ax.set(xlabel="step", ylabel="distance / final distance", title="weight distance")
     if drawn:
-        seed = d.measures[d.measures.kind == "seed"]
         b = axes[1]
-        for cond, g in c[~c.condition.isin(flat)].groupby("condition"):
-            per = g.groupby("step").barrier
-            b.errorbar(per.mean().index, per.mean(), yerr=per.std().fillna(0), marker="o", ms=3, capsize=2,
-                       color=color(cond), label=cond)
-        if len(seed):
-            b.axhline(seed.barrier.mean(), color=color("seed"), lw=1, ls="--", label="different seeds (end)")
-        positive = means.to_numpy()[means.to_numpy() > 0]
-        b.set_yscale("symlog", linthresh=float(positive.min()) / 2 if len(positive) else 1e-6)  # linear near 0, log above
+        for cond, g in bc.course.groupby("condition"):
+            b.errorbar(g.step, g["mean"], yerr=g.sd, marker="o", ms=3, capsize=2, color=color(cond), label=cond)
+        if np.isfinite(bc.seed_barrier):
+            b.axhline(bc.seed_barrier, color=color("seed"), lw=1, ls="--", label="different seeds (end)")
+        b.set_yscale("symlog", linthresh=bc.smallest / 2 if np.isfinite(bc.smallest) else 1e-6)  # linear near 0, log above
         b.set(xlabel="step", ylabel="barrier on held-out rows (nats)", title="interpolation barrier", ylim=(0, None))
         _legend(b)
     for a in axes:

@@ -581,3 +581,109 @@ def lost_frac(settings: MeasureConfig) -> float:
     (:func:`lost_test`): the pre-registered ``measure.equivalence_frac`` (files measured before it
     existed: its default; before this test it set a TOST margin, with the same value)."""
     return settings.equivalence_frac
+
+
+# --------------------------------------------------------------------------- what the figures draw
+
+
+@dataclass
+class LossDiffCourse:
+    """The loss-difference figure's curves (:func:`abs_diff_curves`): per condition with a nonzero step,
+    the unsmoothed curve without its exact zeros (a log axis cannot show them) and the curve smoothed over
+    each window; ``zeros``: how many steps were left out; ``flat``: the conditions whose difference is 0 at
+    every step."""
+
+    raw: dict[str, pd.Series]
+    smooth: dict[str, dict[int, pd.Series]]
+    zeros: int
+    flat: list[str]
+
+
+def loss_diff_course(timecourse: pd.DataFrame, injection: int, windows: list[int]) -> LossDiffCourse:
+    """See :class:`LossDiffCourse`; ``windows`` in the order given, repeats dropped."""
+    out = LossDiffCourse({}, {}, 0, [])
+    for cond, curve in abs_diff_curves(timecourse, injection).items():
+        shown = curve[curve > 0]
+        if not len(shown):
+            out.flat.append(cond)
+            continue
+        out.zeros += len(curve) - len(shown)
+        out.raw[cond] = shown
+        out.smooth[cond] = {w: smoothed(curve, w) for w in dict.fromkeys(windows)}
+    return out
+
+
+@dataclass
+class SeedScaled:
+    """Each seed's injected run against its twin at the end with its distance and barrier as multiples of
+    the inter-seed ones (``distance_rel``, ``barrier_rel``), the pairs with a positive barrier only (a log
+    axis); ``dropped``: how many pairs have a barrier of exactly 0; ``flat``: the conditions with no
+    positive barrier on any seed."""
+
+    points: pd.DataFrame
+    dropped: int
+    flat: list[str]
+
+
+def seed_scaled(measures: pd.DataFrame) -> SeedScaled | None:
+    """See :class:`SeedScaled`; None without an injected condition or a positive inter-seed barrier."""
+    seed, inj = measures[measures.kind == "seed"], measures[measures.kind == "injected"]
+    sb, sd = seed.barrier.mean(), seed.distance.mean()
+    if not len(seed) or not len(inj) or not sb > 0:
+        return None
+    shown = inj[inj.barrier > 0]
+    points = shown.assign(distance_rel=shown.distance / sd, barrier_rel=shown.barrier / sb)
+    return SeedScaled(points, len(inj) - len(shown), sorted(set(inj.condition) - set(shown.condition)))
+
+
+def cka_means(measures: pd.DataFrame) -> pd.DataFrame:
+    """Per injected condition (sorted) and then "seed" (twins of different seeds): the mean linear CKA of
+    each layer (``cka.*`` columns) over seeds; a group without rows is left out."""
+    cols = [c for c in measures.columns if c.startswith("cka.")]
+    m = measures
+    groups = [(c, g) for c, g in m[m.kind == "injected"].groupby("condition")] + [("seed", m[m.kind == "seed"])]
+    return pd.DataFrame({name: g[cols].mean() for name, g in groups if len(g)}, index=cols).T
+
+
+def mean_sd_course(checkpoints: pd.DataFrame, values: pd.Series) -> pd.DataFrame:
+    """Per condition and checkpoint step: the mean and sd over seeds of ``values`` (aligned with the
+    checkpoints' rows; sd 0 where one seed)."""
+    rows = []
+    for cond, g in checkpoints.assign(v=values).groupby("condition"):
+        per = g.v.groupby(g.step)
+        rows.append(pd.DataFrame({"condition": cond, "mean": per.mean(), "sd": per.std().fillna(0)}))
+    return pd.concat(rows).rename_axis("step").reset_index() if rows else pd.DataFrame(columns=["step", "condition", "mean", "sd"])
+
+
+def distance_fraction_course(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """Per condition and checkpoint step: the mean distance to the twin over seeds as a fraction of its value at the last step."""
+    rows = []
+    for cond, g in checkpoints.groupby("condition"):
+        mean = g.groupby("step").distance.mean()
+        rows.append(pd.DataFrame({"condition": cond, "frac": mean / mean.iloc[-1]}))
+    return pd.concat(rows).rename_axis("step").reset_index()
+
+
+@dataclass
+class BarrierCourse:
+    """The barrier to the twin over the checkpoints (:func:`mean_sd_course`) of the conditions with a
+    positive mean somewhere; ``flat``: those whose mean is 0 at every checkpoint; ``smallest``: the smallest
+    positive mean (nan: none); ``seed_barrier``: the inter-seed barrier at the end (nan: no seed pair)."""
+
+    course: pd.DataFrame
+    flat: list[str]
+    smallest: float
+    seed_barrier: float
+
+
+def barrier_course(checkpoints: pd.DataFrame, measures: pd.DataFrame) -> BarrierCourse | None:
+    """See :class:`BarrierCourse`; None when checkpoints.parquet has no barrier (an older seedlab)."""
+    if "barrier" not in checkpoints or not checkpoints.barrier.notna().any():
+        return None
+    means = checkpoints.groupby(["condition", "step"]).barrier.mean()
+    flat = [k for k, v in means.groupby(level="condition") if not (v > 0).any()]
+    positive = means.to_numpy()[means.to_numpy() > 0]
+    seed = measures[measures.kind == "seed"]
+    kept = checkpoints[~checkpoints.condition.isin(flat)]
+    return BarrierCourse(mean_sd_course(kept, kept.barrier), flat, float(positive.min()) if len(positive) else np.nan,
+                         seed.barrier.mean() if len(seed) else np.nan)
