@@ -114,7 +114,7 @@ class Inputs:
         c = self.corpus
         return {
             "corpus": str(c.path.resolve()),
-            "corpus_sha256": {k: v["sha256"] for k, v in c.meta["splits"].items()},
+            "corpus_sha256": c.split_hashes(),
             "eot_id": c.eot_id,
             "candidates": [t.record(k) for k, t in self.candidates.items()],  # lists: the design's order
             "queries": [t.record(k) for k, t in self.queries.items()],

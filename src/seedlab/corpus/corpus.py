@@ -39,6 +39,11 @@ class Corpus:
     def vocab_size(self) -> int:
         return int(self.meta["tokenizer"]["vocab_size"])
 
+    def split_hashes(self) -> dict[str, str]:
+        """``{split: SHA-256}`` of every split's token file, as meta.json records them (what a run
+        folder's inputs.json keeps as ``corpus_sha256``, to tell the corpus it was trained on)."""
+        return {name: s["sha256"] for name, s in self.meta["splits"].items()}
+
     def encode(self, text: str) -> list[int]:
         return [int(i) for i in self.tokenizer.encode(text)]
 

@@ -248,7 +248,7 @@ def inputs_record(corpus, passages: dict[str, list[int]], attestation: dict | No
     config's folder; ``attestation``: each subject's occurrences and per-seed exposure (twins/passages.py)."""
     return {
         "corpus": str(corpus.path.resolve()),
-        "corpus_sha256": {k: v["sha256"] for k, v in corpus.meta["splits"].items()},
+        "corpus_sha256": corpus.split_hashes(),
         "eot_id": corpus.eot_id,
         "passages": {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in passages.items()},
         "attestation": attestation or {},
