@@ -62,7 +62,7 @@ from seedlab.attribution.texts import SELF
 from seedlab.attribution.unroll import unroll
 from seedlab.config import apply_overrides, parse
 from seedlab.errors import SeedlabError, in_seed
-from seedlab.forks.prefix import first_difference
+from seedlab.forks.prefix import first_difference, read_prefix
 from seedlab.lm.batches import batch_indices
 from seedlab.lm.determinism import nondeterminism_is_an_error, settle
 from seedlab.lm.distributed import World
@@ -198,9 +198,7 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
     cfg, inputs = bank.cfg, bank.inputs
     s = cfg.injection_step
     trainer = Trainer(cfg.model_copy(update={"device": str(device)}), inputs.gcfg, seed, inputs.corpus.train)
-    trainer.load_state(bank.dir.prefix(seed))  # θ_s and the optimizer before step s, every tensor's hash checked
-    if trainer.step != s:
-        raise SeedlabError(f"{bank.dir.prefix(seed)}: holds step {trainer.step}, not the injection step {s}")
+    read_prefix(trainer, bank.dir.prefix(seed), s)  # θ_s and the optimizer before step s, every tensor's hash checked
     cands = {n: t.tokens for n, t in bank.finished_candidates(seed).items()}
     queries = (dict(cands) if cfg.queries.own else {}) | {n: t.tokens for n, t in inputs.queries.items()}
     x, y = inputs.ordinary_batch(seed)

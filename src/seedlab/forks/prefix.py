@@ -2,6 +2,7 @@
 
 - :class:`SharedPrefix` — steps 0 .. s-1 of a seed, trained once (or read back from its state
   file) and kept; :meth:`~SharedPrefix.fork` hands out independent copies at step s.
+- :func:`read_prefix` — a kept prefix's state file read back into a trainer, at the step it must hold.
 - :func:`advance_to` — a run from wherever it stands to a given update, trained as an
   :class:`~seedlab.forks.arms.Arm` says (rows of some batches replaced, the weights perturbed at
   one step), and a callback at chosen steps (write a checkpoint, hash the weights, evaluate queries).
@@ -53,9 +54,7 @@ class SharedPrefix:
         if self._kept is None:
             trainer = self.new_trainer()
             if self.saved:
-                losses = trainer.load_state(self.path)
-                if trainer.step != self.step:
-                    raise SeedlabError(f"{self.path}: holds the state after {trainer.step} updates, not {self.step}")
+                losses = read_prefix(trainer, self.path, self.step)
             else:
                 losses = advance_to(trainer, self.step, on_step=self.on_step)
                 if self.path is not None and self.world.main:
@@ -68,6 +67,16 @@ class SharedPrefix:
         deep-copied together), and a copy of its losses."""
         trainer, losses = self.kept()
         return trainer.fork(), list(losses)
+
+
+def read_prefix(trainer: Trainer, path: Path, step: int, manifest: Mapping[str, Hashes] | None = None) -> list[float]:
+    """Load a kept prefix's state file into ``trainer`` (every tensor's hash checked; its weights also
+    against ``manifest``, ``{str(step): hashes}``, when given) and return its losses; a file holding the
+    state after another number of updates than ``step`` (the fork step) is a one-line error."""
+    losses = trainer.load_state(path, None if manifest is None else dict(manifest))
+    if trainer.step != step:
+        raise SeedlabError(f"{path}: holds the state after {trainer.step} updates, not {step}")
+    return losses
 
 
 def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, stops: Collection[int] = (),

@@ -45,6 +45,7 @@ import torch
 from seedlab.corpus import Corpus, whole_word
 from seedlab.errors import SeedlabError
 from seedlab.forks.design import ForkDesign
+from seedlab.forks.prefix import read_prefix
 from seedlab.lm.batches import check_passage, get_batch
 from seedlab.lm.determinism import settle
 from seedlab.lm.distributed import World
@@ -260,7 +261,7 @@ def _model_at_injection(run: Run, seed: int, twin_state: dict, dev: torch.device
     if not prefix.is_file():
         return model, None
     trainer = Trainer(cfg.model_copy(update={"device": str(dev)}), run.gcfg, seed, run.corpus.train)
-    trainer.load_state(prefix, {str(s): run.dir.condition(seed, "twin").read_manifest()[str(s)]})
+    read_prefix(trainer, prefix, s, {str(s): run.dir.condition(seed, "twin").read_manifest()[str(s)]})
     return model, AdamStep(trainer.opt, trainer.params, lr=trainer.lr, grad_clip=cfg.grad_clip)
 
 

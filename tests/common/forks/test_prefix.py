@@ -9,7 +9,7 @@ import pytest
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.forks.arms import injection
-from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference, replica_control
+from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference, read_prefix, replica_control
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
@@ -38,6 +38,20 @@ def test_the_prefix_is_trained_once_saved_and_forked(tmp_path):
     assert tensor_hashes(again.fork()[0].weights()) == tensor_hashes(kept.weights())
     with pytest.raises(SeedlabError, match="holds the state after 4 updates, not 5"):
         SharedPrefix(tmp_path / "prefix.safetensors", _new, 5).kept()
+
+
+def test_read_prefix_checks_the_step_and_the_manifest(tmp_path):
+    """The one reader of a kept prefix (the prefix itself, gradmatch, the estimators): the state at the
+    fork step, every tensor's hash checked, its weights also against a run's manifest when given."""
+    path = tmp_path / "prefix.safetensors"
+    kept, losses = SharedPrefix(path, _new, 4).kept()
+    trainer = _new()
+    assert read_prefix(trainer, path, 4) == losses and tensor_hashes(trainer.weights()) == tensor_hashes(kept.weights())
+    with pytest.raises(SeedlabError, match=rf"^{path}: holds the state after 4 updates, not 5$"):
+        read_prefix(_new(), path, 5)
+    read_prefix(_new(), path, 4, {"4": tensor_hashes(kept.weights())})
+    with pytest.raises(SeedlabError, match=r"do not match manifest.json \(corrupted checkpoint\)"):
+        read_prefix(_new(), path, 4, {"4": {k: "0" * 64 for k in tensor_hashes(kept.weights())}})
 
 
 def test_under_torchrun_only_rank_0_writes_the_prefix(tmp_path):
