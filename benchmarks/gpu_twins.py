@@ -87,11 +87,12 @@ def main() -> None:
     result: dict = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
                     "design": {"steps": STEPS, "injection_step": S, "batch_size": BATCH, "micro_batch": MICRO}}
     t0 = time.perf_counter()
-    run_twins(cfg, work / "fork", base=base, progress=False)  # fails unless the replica control is bitwise equal
+    # each folder trained afresh (force: the times are the training's, not a resume's)
+    run_twins(cfg, work / "fork", base=base, force=True, progress=False)  # fails unless the replica control is bitwise equal
     result["fork_seconds"] = time.perf_counter() - t0
     result["replica"] = json.loads((work / "fork" / "integrity.json").read_text())["seeds"]["0"]["replica"]
     t0 = time.perf_counter()
-    run_twins(cfg, work / "independent", base=base, independent=True, progress=False)  # fails on a hash mismatch at S
+    run_twins(cfg, work / "independent", base=base, independent=True, force=True, progress=False)  # fails on a hash mismatch at S
     result["independent_seconds"] = time.perf_counter() - t0
     a, b = manifests(work / "fork"), manifests(work / "independent")
     result["independent_equals_fork"] = {cond: {step: a[cond][step] == b[cond].get(step) for step in a[cond]} for cond in a}

@@ -248,10 +248,11 @@ def test_bf16_forward_runs_the_matmuls_in_bf16_and_the_loss_in_fp32():
 
 
 def test_the_run_folder_records_the_precision_and_the_environment(tmp_path):
-    from seedlab.doctor import cpu
+    from seedlab.machine import cpu, environment
 
     cfg = _cfg(train={"epochs": 2, "precision": "bf16", "threads": 1}, members={"seed": [0]})
     train_ensemble(cfg, tmp_path / "run", progress=False)
     env = json.loads((tmp_path / "run" / "meta.json").read_text())["environment"]
-    assert env["device_name"] == cpu()["model"] and env["threads"] == 1 and env["torch"] == torch.__version__
+    assert env["cpu"] == cpu()["model"] and env["threads"] == 1 and env["torch"] == torch.__version__
+    assert env == environment(torch.device("cpu"), "bf16")  # the record every study keeps
     assert EnsembleConfig.model_validate(__import__("yaml").safe_load((tmp_path / "run" / "config.yaml").read_text())).train.precision == "bf16"

@@ -36,11 +36,12 @@ The twin records every text's loss (all candidates' and the queries) at every ho
 an unfinished one restarts from the kept prefix; the prefix itself is read back if it was saved.
 
 The twin and every candidate are arms of the fork design (forks/arms.py), trained by its one loop
-(forks/loop.py ``run_design``); this module says what a bank records (:class:`QueryLosses`) and
-checks (:class:`OwnRow`). Where each file lives: attribution/rundir.py. On ``device``, no
-torchrun; the seeds one after another here, or (``jobs`` > 1, ``executor="ray"``) each in a
-process of its own on one thread (:func:`bank_seed`: the same loop, so the same bits), then
-integrity.json once every seed is done.
+(forks/loop.py ``run_design``) and started as every fork command starts (forks/start.py ``begin``:
+the folder claimed and locked, the inputs and environment checked); this module says what a bank
+records (:class:`QueryLosses`) and checks (:class:`OwnRow`). Where each file lives:
+attribution/rundir.py. On ``device``, no torchrun; the seeds one after another here, or (``jobs``
+> 1, ``executor="ray"``) each in a process of its own on one thread (:func:`bank_seed`: the same
+loop, so the same bits), then integrity.json once every seed is done.
 """
 
 from __future__ import annotations
@@ -53,21 +54,21 @@ import pandas as pd
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import query_loss
-from seedlab.attribution.additivity import write_additivity
-from seedlab.attribution.measure import write_measured
+from seedlab.attribution.measure import write_additivity, write_measured
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.attribution.texts import OWN_ROW, REPLICATE, Inputs, load_inputs, replicate
 from seedlab.errors import SeedlabError, in_seed
 from seedlab.forks.arms import TWIN, Arm, injection
-from seedlab.forks.folders import RunFolder, environment
+from seedlab.forks.folders import RunFolder
 from seedlab.forks.loop import (Design, Manifest, Observer, Observers, ProgressBar, Recording, SeedResult, run_design,
                                 run_seed, seed_updates)
 from seedlab.forks.prefix import first_difference
-from seedlab.lm.determinism import nondeterminism_is_an_error, settle
+from seedlab.forks.start import begin, settled
+from seedlab.lm.determinism import nondeterminism_is_an_error
 from seedlab.lm.distributed import World
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
-from seedlab.store import folder_lock, write_parquet
+from seedlab.store import write_parquet
 
 
 def config_record(cfg: AttributionConfig) -> dict:
@@ -81,9 +82,10 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
     """Train (or finish) the bank in ``out`` and write its measured effects; returns measured.parquet's frame.
 
     Every input is checked before the folder is touched (corpus hashes, every text's length, the
-    folder's design and environment): bad input writes nothing. ``base``: the config file's folder.
-    ``executor``/``jobs``: the seeds one after another here (local, 1), or each in a process of its
-    own on one thread, ``jobs`` at once (local) or as Ray tasks (``ray_address``; module doc)."""
+    folder's design and environment; a folder another bank is using is refused): bad input writes
+    nothing. ``base``: the config file's folder. ``executor``/``jobs``: the seeds one after another
+    here (local, 1), or each in a process of its own on one thread, ``jobs`` at once (local) or as
+    Ray tasks (``ray_address``; module doc)."""
     from seedlab.executors import preflight_ray
 
     if executor not in ("local", "ray"):
@@ -94,19 +96,14 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
         preflight_ray(ray_address)
     parallel = executor == "ray" or jobs > 1
     inputs = load_inputs(cfg, base)
-    rd, record = BankDir(Path(out)), config_record(cfg)
-    rd.claim(record, force=force)  # another design refused (one line); the same one resumes
-    rd.check_inputs(inputs.record())
-    device = World().device(cfg.device)
-    settle(device, 1 if parallel else cfg.threads, cfg.precision)
-    env = environment(device, cfg.precision)
-    rd.check_environment(env, allow_change=allow_env_change)
-    with folder_lock(rd.root, "{folder} is in use by another bank (pid {pid})"), \
+    rd = BankDir(Path(out))
+    # another design refused (one line; the same one resumes), the same texts, the environment, the lock
+    with begin(rd, config_record(cfg), inputs.record(), device=World().device(cfg.device), precision=cfg.precision,
+               threads=1 if parallel else cfg.threads, force=force, allow_env_change=allow_env_change) as started, \
             Bar("bank", 0, "steps", enabled=progress) as bar:
-        apart = partial(seeds_apart, env=env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
+        apart = partial(seeds_apart, env=started.env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
         observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow(inputs))
-        run_design(design(inputs, rd, observer, start=lambda: rd.start(record, inputs.record(), env)),
-                   apart if parallel else None)
+        run_design(design(inputs, rd, observer, start=started.first_files), apart if parallel else None)
     write_additivity(rd.root)  # with candidates.pairs
     return write_measured(rd.root)
 
@@ -137,16 +134,12 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
     """One seed of a started bank (``spec``: its folder, the seed, the bank's environment), in a
     process of its own: the bank's config and inputs read back (rundir.py ``open_bank``), one thread,
     then forks/loop.py ``run_seed`` as the bank's own process runs it. Another environment than the
-    bank's, or any failure, is a one-line error naming the seed."""
+    bank's (forks/start.py ``settled``, as the bank's own process settles), or any failure, is a
+    one-line error naming the seed."""
     root, seed, env = spec
     try:
         bank = open_bank(root)
-        device = World().device(bank.cfg.device)
-        settle(device, 1, bank.cfg.precision)
-        here = environment(device, bank.cfg.precision)
-        k = next((k for k in sorted(set(env) | set(here)) if env.get(k) != here.get(k)), None)
-        if k is not None:
-            raise SeedlabError(f"environment: {k} = {here.get(k)!r} in its process, {env.get(k)!r} in the bank's")
+        settled(World().device(bank.cfg.device), 1, bank.cfg.precision, like=env, of="the bank's")
         with nondeterminism_is_an_error():
             return run_seed(design(bank.inputs, bank.dir, Observers(QueryLosses(bank.inputs), OwnRow(bank.inputs))), seed)
     except Exception as err:  # one line, whatever it was

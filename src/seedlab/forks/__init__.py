@@ -5,6 +5,7 @@ for bit. The twins study and the attribution bank are such designs; a new one de
 - design.py   :class:`ForkDesign`, the config fields every fork design shares
 - arms.py     :class:`Arm`: one run of a seed as data (injections ``{(step, row): tokens}``, a perturbation)
 - prefix.py   the shared prefix, ``advance_to``, the replica control and hash comparisons
-- folders.py  the design's folder and its runs' folders, the folder policy (claim), the environment, open_design
+- folders.py  the design's folder and its runs' folders, the folder policy (claim), the environment check, open_design
+- start.py    ``begin``: the one start of a fork command (claim, inputs, settle, environment, lock, first files)
 - loop.py     ``run_design``: per seed the prefix, each arm, the replica control, the integrity record
 """

@@ -5,7 +5,7 @@ The layout every fork design shares (a study's rundir.py subclasses these with i
 
     DIR/config.json                     the resolved config (and how it is run)
     DIR/inputs.json                     the corpus's hashes and the injected texts (checked on resume)
-    DIR/environment.json                torch, CUDA, device, precision, threads, deterministic settings
+    DIR/environment.json                torch, CUDA, device, CPU, precision, threads, deterministic settings
     DIR/seed-<k>/prefix.safetensors     the shared prefix's complete state at the fork step
     DIR/seed-<k>/<arm>/                 one run (:class:`RunFolder`): step-<t>.safetensors, manifest.json,
                                         losses.parquet, state.safetensors (resume), done.json
@@ -15,26 +15,28 @@ The layout every fork design shares (a study's rundir.py subclasses these with i
 
 - :meth:`DesignFolder.claim` — the folder policy: an absent or empty folder starts a design; the
   same design (config.json) resumes; anything else is refused unless ``force`` (which removes it).
-- :meth:`DesignFolder.check_environment` — bitwise identity is promised on one environment only:
-  resuming under another is refused in one line unless the user allows it (``--allow-env-change``).
+- :meth:`DesignFolder.check_inputs` — a design resumes on the corpus (and the texts) it started with.
+- :meth:`DesignFolder.check_environment` — bitwise identity is promised on one environment only
+  (seedlab/machine.py ``environment``): resuming under another is refused in one line unless the
+  user allows it (``--allow-env-change``).
 - :func:`open_design` — config, inputs and the corpus (moved? re-prepared?) of a design on disk.
+
+A fork command goes through these in one order, once: forks/start.py ``begin``.
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
-from seedlab.store import is_done, mark_done, read_manifest, read_verified, write_json, write_json_if_changed
+from seedlab.machine import compare
+from seedlab.store import LOCK, is_done, mark_done, read_manifest, read_verified, write_json, write_json_if_changed
 
 
 @dataclass(frozen=True)
@@ -179,9 +181,10 @@ class DesignFolder:
     def claim(self, record: Mapping[str, Any], *, force: bool, world: World = World()) -> None:
         """The folder policy, before anything is written: a folder holding another design (its
         config.json, as :meth:`upgrade` reads it, differs from ``record``) is refused in one line unless
-        ``force``, which removes it whatever it holds; the same design, interrupted, resumes."""
+        ``force``, which removes it whatever it holds; the same design, interrupted, resumes. A folder
+        holding nothing but the lock file (store.py ``folder_lock``) is empty."""
         out = self.root
-        if not (out.exists() and any(out.iterdir())):
+        if not (out.exists() and any(p.name != LOCK for p in out.iterdir())):
             return
         old = json.loads(self.config.read_text()) if self.config.is_file() else None
         if (old is None or self.upgrade(old) != dict(record)) and not force:
@@ -191,6 +194,7 @@ class DesignFolder:
         world.barrier()  # every rank has compared before rank 0 removes anything
         if force and world.main:
             shutil.rmtree(out)
+        world.barrier()  # and no rank reads the folder before it is gone
 
     def started_inputs(self, inputs: Mapping[str, Any]) -> dict | None:
         """The inputs.json of a design started before (None: a new one), after checking that
@@ -203,24 +207,34 @@ class DesignFolder:
                                "(its hashes differ: re-prepared?); use that corpus, or --force to start over")
         return old
 
-    def check_environment(self, env: Mapping[str, Any], *, allow_change: bool) -> None:
+    def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """A design started before resumes only on the corpus it started with (:meth:`started_inputs`);
+        a study's folder also compares the texts its inputs.json holds. Nothing is written here."""
+        self.started_inputs(inputs)
+
+    def check_environment(self, env: Mapping[str, Any], *, allow_change: bool) -> str | None:
         """A design started before resumes only in the environment it started in (torch, CUDA,
-        device, precision, threads, deterministic settings): bitwise identity is promised on one
-        environment. Another is refused in one line unless ``allow_change``. Nothing is written here."""
+        device, CPU, precision, threads, deterministic settings: seedlab/machine.py ``environment``):
+        bitwise identity is promised on one environment. A value that differs is refused in one line
+        unless ``allow_change``. A key only one of the two records holds (a folder started by a seedlab
+        that recorded fewer, or more) cannot be compared: it is not refused, and the returned one-line
+        note names it (None: nothing to say). Nothing is written here."""
         if not self.environment.is_file():
-            return  # a new design, or one from a seedlab that did not record it (nothing to compare)
+            return None  # a new design, or one from a seedlab that did not record it (nothing to compare)
         first = json.loads(self.environment.read_text())["environment"]
-        changed = [k for k in sorted(set(first) | set(env)) if first.get(k) != env.get(k)]
-        if changed and not allow_change:
-            k = changed[0]
-            raise SeedlabError(f"environment: {self.root} was started with {k} = {first.get(k)!r}, now {env.get(k)!r} "
+        k, unmatched = compare(first, env)
+        if k is not None and not allow_change:
+            raise SeedlabError(f"environment: {self.root} was started with {k} = {first[k]!r}, now {env[k]!r} "
                                "(bitwise identity holds on one environment only); resume it there, or pass "
                                "--allow-env-change to go on and have the change recorded")
+        then, now = ([key for key in unmatched if key not in rec] for rec in (first, env))
+        said = [f"{', '.join(keys)} {what}" for keys, what in ((then, "not recorded then"), (now, "no longer recorded")) if keys]
+        return f"note: environment: {self.root} was started by another seedlab ({'; '.join(said)}): not compared" if said else None
 
     def start(self, record: Mapping[str, Any], inputs: Mapping[str, Any], env: Mapping[str, Any]) -> None:
         """Once every input is checked, before the first step: config.json and inputs.json, each
         written once (a resumed design leaves them untouched), and environment.json (a resume
-        under another environment, allowed, is appended to its ``changes``)."""
+        under another environment, allowed, or recorded with other keys, is appended to its ``changes``)."""
         write_json_if_changed(self.config, record)
         if not self.inputs.is_file():
             write_json(self.inputs, inputs)
@@ -231,24 +245,6 @@ class DesignFolder:
         last = (old["changes"] or [old["environment"]])[-1]
         if dict(env) != last:
             write_json(self.environment, old | {"changes": [*old["changes"], dict(env)]})
-
-
-def environment(device: torch.device, precision: str) -> dict[str, Any]:
-    """What the bits of a run depend on besides its config: torch and CUDA versions, the device
-    (and the CPU's kernel capability), precision, CPU threads and the deterministic settings.
-    Called after :func:`seedlab.lm.determinism.settle`."""
-    from seedlab.lm.determinism import settings
-
-    return {
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "device": device.type,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "precision": precision,
-        "threads": torch.get_num_threads(),
-        **settings(),
-    }
 
 
 @dataclass(frozen=True)
@@ -276,6 +272,6 @@ def open_design(folder: DesignFolder, parse: Callable[[dict], Any], corpus: str 
         raise SeedlabError(f"corpus: no prepared corpus at {str(path)!r} ({how})")
     c = load(path, verify=False)
     want = inputs.get("corpus_sha256")
-    if want and {k: v["sha256"] for k, v in c.meta["splits"].items()} != want:
+    if want and c.split_hashes() != want:
         raise SeedlabError(f"corpus: {path} is not the corpus this {noun} was trained on (hashes differ)")
     return OnDisk(cfg, inputs, c)

@@ -151,7 +151,7 @@ class Design:
     observer: Observer = field(default_factory=Observer)
     world: World = field(default_factory=World)
     independent: bool = False  # the audit: every arm trains its own prefix; hashes compared at s
-    start: Callable[[], None] = lambda: None  # writes the folder's first files (config, inputs...), once the arms are checked
+    start: Callable[[], None] = lambda: None  # writes the folder's first files once the arms are checked (forks/start.py: Started.first_files)
 
 
 def run_design(d: Design, run_seeds: Callable[[Design], Mapping[int, SeedResult]] | None = None

@@ -8,7 +8,8 @@
 - :func:`deterministic` — a block run with deterministic algorithms (required, or only preferred:
   ``strict=False`` warns where torch has none, for a library's kernels such as kronfluence's),
   the process's setting restored afterwards.
-- :func:`settings` — what was set, for a run folder's environment record.
+
+What was set is read back into a run's environment record by seedlab/machine.py ``determinism``.
 
 On CPU the kernels are deterministic already; only the threads are set. NCCL's reduction order
 is pinned where the process group starts (lm/distributed.py).
@@ -22,8 +23,8 @@ from collections.abc import Iterator
 
 import torch
 
-from seedlab.doctor import warn_precision
 from seedlab.errors import SeedlabError
+from seedlab.precision import warn_precision
 
 #: the fixed cuBLAS workspace deterministic cuBLAS needs (set before the first matmul)
 CUBLAS_WORKSPACE = ":4096:8"
@@ -32,7 +33,7 @@ CUBLAS_WORKSPACE = ":4096:8"
 def settle(device: torch.device, threads: int | None = None, precision: str = "fp32") -> None:
     """The process-wide settings of a bitwise-reproducible command on ``device`` (see the module docstring);
     a bf16 ``precision`` is refused where the device cannot run it and warned about where it is emulated
-    (:func:`seedlab.doctor.check_precision`)."""
+    (seedlab/precision.py, the precision policy)."""
     warn_precision(precision, str(device))
     if threads:
         torch.set_num_threads(threads)
@@ -72,12 +73,3 @@ def nondeterminism_is_an_error() -> Iterator[None]:
             raise
         raise SeedlabError(f"non-deterministic operation: {first}") from None
 
-
-def settings() -> dict:
-    """The process's determinism settings as they stand (a run folder's environment record)."""
-    return {
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-    }

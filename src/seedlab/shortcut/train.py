@@ -40,7 +40,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from seedlab.doctor import cpu, warn_precision
+from seedlab.machine import environment
+from seedlab.precision import warn_precision
 from seedlab.progress import Bar
 from seedlab.shortcut.config import EnsembleConfig, GradientsConfig, Member
 from seedlab.shortcut.gradients import measure as measure_gradients
@@ -288,18 +289,9 @@ def train_ensemble(
         write_json(
             run.meta_path,
             {"config_hash": content_hash(cfg), "epochs_run": epoch, "seconds": round(seconds, 3), "members": S,
-             "generalized": GENERALIZED, "environment": environment(dev)},
-        )
+             "generalized": GENERALIZED, "environment": environment(dev, tc.precision)},
+        )  # a member's outcome is a chaotic trajectory: a rerun on another CPU, torch or thread count is another draw
     return Result(members, summary, curves, grads, seconds, epoch, grads_heads)
-
-
-def environment(dev: torch.device) -> dict:
-    """What a member's bits depend on besides its config: a chaotic trajectory (the outcome of a member) can change
-    with the kernels' rounding, so a rerun elsewhere (another CPU model, torch or thread count) is another draw."""
-    c = cpu()
-    return {"torch": torch.__version__, "cuda": torch.version.cuda, "device": str(dev),
-            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else c["model"],
-            "cpu_flags": c["flags"], "cpu_capability": c["capability"], "threads": torch.get_num_threads()}
 
 
 # --------------------------------------------------------------------------- callbacks of the loop

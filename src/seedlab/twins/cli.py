@@ -31,14 +31,11 @@ def twins_run(
     from seedlab.config import load_config
     from seedlab.lm.distributed import init_world
     from seedlab.twins.config import TwinsConfig
-    from seedlab.twins.rundir import RunDir, run_record
     from seedlab.twins.train import run_twins
 
     cfg, base = load_config(TwinsConfig, PRESETS, config, set_)
     world = init_world()
-    record = run_record(cfg, independent=independent, world=world)
-    RunDir(out).claim(record, force=force, world=world)  # another run refused; the same one resumes
-    df = run_twins(cfg, out, base=base, independent=independent, progress=progress, world=world,
+    df = run_twins(cfg, out, base=base, independent=independent, force=force, progress=progress, world=world,
                    allow_env_change=allow_env_change, preregistration=preregistration)
     if world.main:
         how = ("checked: every tensor's SHA-256 equal across conditions" if independent else

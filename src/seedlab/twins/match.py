@@ -36,8 +36,9 @@ and prefix at s, and the numbers differ by seed as much as between pairs (the mi
 The folder (:class:`MatchDir`) holds what the prefixes depend on: ``config.json`` (the fork design's
 fields that shape steps 0 .. s-1: :func:`prefix_record`), ``inputs.json`` (the corpus's hashes) and
 ``environment.json``; another design, another corpus or another environment is refused in one
-line (``--force`` starts over, ``--allow-env-change`` goes on). It is not a run folder: ``seedlab
-twins run`` trains its own prefixes (the same bits, from the same design).
+line (``--force`` starts over, ``--allow-env-change`` goes on), and a folder another match is using
+is refused too: the start of every fork command (forks/start.py ``begin``). It is not a run folder:
+``seedlab twins run`` trains its own prefixes (the same bits, from the same design).
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ import numpy as np
 import pandas as pd
 
 from seedlab.errors import SeedlabError
-from seedlab.forks.folders import environment
 from seedlab.forks.prefix import SharedPrefix
-from seedlab.lm.determinism import nondeterminism_is_an_error, settle
+from seedlab.forks.start import begin
+from seedlab.lm.determinism import nondeterminism_is_an_error
 from seedlab.lm.distributed import World
 from seedlab.lm.gradients import AdamStep
 from seedlab.lm.trainer import Trainer
@@ -141,39 +142,33 @@ def match_passages(cfg: TwinsConfig, out: str | Path, variants: Mapping[str, Seq
     cands = Candidates.build(variants, own, corpus, gcfg.block_size, cfg.subjects,
                              missing="the config has no passage for it; give variants")
     defaults = {c: cands.labels[c][0] for c in SIDES if c not in (variants or {})}
-    folder = MatchDir(Path(out))
-    record = prefix_record(cfg)
-    folder.claim(record, force=force)  # another design refused (or, --force, removed)
-    device = world.device(cfg.device)
-    settle(device, cfg.threads, cfg.precision)  # before the first matrix multiply
-    inputs = {"corpus": str(corpus.path.resolve()), "corpus_sha256": {k: v["sha256"] for k, v in corpus.meta["splits"].items()},
-              "eot_id": corpus.eot_id}
-    env = environment(device, cfg.precision)
-    folder.started_inputs(inputs)  # the corpus the kept prefixes were trained on
-    folder.check_environment(env, allow_change=allow_env_change)
-    folder.start(record, inputs, env)
-
+    folder, device = MatchDir(Path(out)), world.device(cfg.device)
+    inputs = {"corpus": str(corpus.path.resolve()), "corpus_sha256": corpus.split_hashes(), "eot_id": corpus.eot_id}
     s, norm_rows, pair_rows = cfg.injection_step, [], []
-    todo = sum(s for k in cfg.seeds if not folder.prefix(k).is_file())
-    with Bar("match", todo, "prefix steps", enabled=progress and todo > 0) as bar, nondeterminism_is_an_error():
-        for k in cfg.seeds:
-            prefix = SharedPrefix(folder.prefix(k), lambda k=k: Trainer(cfg, gcfg, k, corpus.train, world), s,
-                                  on_step=lambda k=k: bar.step(f"seed {k}"), world=world)
-            trainer, _ = prefix.kept()  # trained as `twins run` trains it, or read back (its hashes checked)
-            model = model_at(gcfg, trainer.weights(), device, f"seed {k} prefix")
-            adam = AdamStep(trainer.opt, trainer.params, lr=trainer.lr, grad_clip=cfg.grad_clip)
-            del trainer, prefix
-            norms, pairs = seed_rows(cfg, gcfg, corpus, k, model, adam, cands)
-            norm_rows += norms
-            pair_rows += pairs
-    table, _ = pairs_table(pd.DataFrame(pair_rows))
-    cols = list(MEASURES[by])
-    table["diff"] = table[cols].max(axis=1, skipna=False)
-    table["tolerance"] = tolerance
-    table["within"] = (table["diff"] <= tolerance).fillna(False).astype(bool)
-    mean = table[table["seed"].isna()]
-    best = mean.loc[mean.index[int(np.argmin(mean["diff"].fillna(np.inf).to_numpy()))]]
-    written = write_parquet(folder.table, table) if bool(best["within"]) or not folder.table.exists() else None
+    # another design refused (or, --force, removed), the corpus the kept prefixes were trained on, the environment
+    with begin(folder, prefix_record(cfg), inputs, device=device, precision=cfg.precision, threads=cfg.threads,
+               force=force, allow_env_change=allow_env_change, world=world) as started:
+        started.first_files()
+        todo = sum(s for k in cfg.seeds if not folder.prefix(k).is_file())
+        with Bar("match", todo, "prefix steps", enabled=progress and todo > 0) as bar, nondeterminism_is_an_error():
+            for k in cfg.seeds:
+                prefix = SharedPrefix(folder.prefix(k), lambda k=k: Trainer(cfg, gcfg, k, corpus.train, world), s,
+                                      on_step=lambda k=k: bar.step(f"seed {k}"), world=world)
+                trainer, _ = prefix.kept()  # trained as `twins run` trains it, or read back (its hashes checked)
+                model = model_at(gcfg, trainer.weights(), device, f"seed {k} prefix")
+                adam = AdamStep(trainer.opt, trainer.params, lr=trainer.lr, grad_clip=cfg.grad_clip)
+                del trainer, prefix
+                norms, pairs = seed_rows(cfg, gcfg, corpus, k, model, adam, cands)
+                norm_rows += norms
+                pair_rows += pairs
+        table, _ = pairs_table(pd.DataFrame(pair_rows))
+        cols = list(MEASURES[by])
+        table["diff"] = table[cols].max(axis=1, skipna=False)
+        table["tolerance"] = tolerance
+        table["within"] = (table["diff"] <= tolerance).fillna(False).astype(bool)
+        mean = table[table["seed"].isna()]
+        best = mean.loc[mean.index[int(np.argmin(mean["diff"].fillna(np.inf).to_numpy()))]]
+        written = write_parquet(folder.table, table) if bool(best["within"]) or not folder.table.exists() else None
     return Matched(pd.DataFrame(norm_rows), table, best, by, tolerance, defaults, written, folder.table)
 
 

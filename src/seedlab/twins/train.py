@@ -19,7 +19,9 @@ restarts from its last checkpoint's complete state, a missing one forks the kept
 
 Every condition is an arm of the fork design (forks/arms.py: the twin, or its passage in row
 ``injection_row`` of the batch of s), and the loop that trains them is the fork design's
-(forks/loop.py ``run_design``); this module says what a twins design records and checks first.
+(forks/loop.py ``run_design``), started as every fork command starts (forks/start.py ``begin``:
+the folder claimed and locked, the environment checked); this module says what a twins design
+records and checks first.
 Where each file lives: twins/rundir.py. Under torchrun every rank runs this same code on
 its slice of each batch (lm/distributed.py); rank 0 writes the files.
 """
@@ -33,46 +35,50 @@ import pandas as pd
 
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import TWIN, Arm, injection, matched_noise, nudge
-from seedlab.forks.folders import environment
 from seedlab.forks.loop import Design, ProgressBar, Recording, run_design
+from seedlab.forks.start import begin
 from seedlab.lm.batches import check_passage
-from seedlab.lm.determinism import settle
 from seedlab.lm.distributed import World, check_divisible
 from seedlab.progress import Bar
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.passages import attestation, load_passages
-from seedlab.twins.rundir import RunDir, config_record, inputs_record
+from seedlab.twins.rundir import RunDir, config_record, inputs_record, run_record
 
 
 def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), independent: bool = False,
-              progress: bool = True, world: World | None = None, allow_env_change: bool = False,
+              force: bool = False, progress: bool = True, world: World | None = None, allow_env_change: bool = False,
               preregistration: str | Path | None = None) -> pd.DataFrame:
     """Train every seed x condition and the replica controls (resuming what an interrupted run
     left); returns all per-step losses (seed, condition, step, loss).
 
-    ``config.json`` (the resolved config) is written once every input is validated, before
-    any training: a folder is only created for a run that can start. ``base``: the config's
-    folder (passage files are relative to it). A resumed run must be in the environment it was
-    started in (torch, device, threads...), unless ``allow_env_change``. ``preregistration``: a text
-    file of hypotheses and decision rules, kept in the folder before the first step (the report quotes it)."""
+    Every input is checked before the folder is touched, then the fork command's start
+    (forks/start.py ``begin``): the folder policy (a folder holding another run is refused unless
+    ``force``, which removes it), the same passages and corpus as a run started before, the
+    environment it was started in (torch, device, threads...: refused unless ``allow_env_change``),
+    the pre-registration and the disk plan, and the folder's lock (another process training in it
+    is refused); ``config.json`` (the resolved config) is written before any training: a folder is
+    only created for a run that can start. ``base``: the config's folder (passage files are
+    relative to it). ``preregistration``: a text file of hypotheses and decision rules, kept in
+    the folder before the first step (the report quotes it)."""
     world = world or World()
     corpus, gcfg, passages, attested = load_inputs(cfg, base, world)  # everything checked before the folder is touched
-    device = world.device(cfg.device)
-    settle(device, cfg.threads, cfg.precision)
-    rd, inputs, env = RunDir(Path(out)), inputs_record(corpus, passages, attested), environment(device, cfg.precision)
-    rd.check_inputs(inputs)  # a resumed run: the same passages and corpus
-    rd.check_environment(env, allow_change=allow_env_change)
     text = _read_preregistration(preregistration)
-    rd.check_preregistration(text)
-    disk = rd.check_disk(rd.disk_plan(cfg, gcfg, independent=independent))  # refused when it cannot fit
-    if world.main and progress:
-        print(disk, file=sys.stderr)
+    rd, inputs = RunDir(Path(out)), inputs_record(corpus, passages, attested)
     arms = conditions(cfg, passages, corpus.eot_id)
-    first_files = lambda: rd.start(config_record(cfg, independent=independent, world=world), inputs, env,
-                                   cfg.preregistration(), text)
-    with Bar("twins", 0, "steps", enabled=progress and world.main) as bar:
+
+    def check_disk() -> None:  # refused when it cannot fit
+        line = rd.check_disk(rd.disk_plan(cfg, gcfg, independent=independent))
+        if world.main and progress:
+            print(line, file=sys.stderr)
+
+    first_files = lambda env: rd.start(config_record(cfg, independent=independent, world=world), inputs, env,
+                                       cfg.preregistration(), text)
+    with begin(rd, run_record(cfg, independent=independent, world=world), inputs, device=world.device(cfg.device),
+               precision=cfg.precision, threads=cfg.threads, force=force, allow_env_change=allow_env_change,
+               world=world, checks=(lambda: rd.check_preregistration(text), check_disk), first_files=first_files) as started, \
+            Bar("twins", 0, "steps", enabled=progress and world.main) as bar:
         _, losses = run_design(Design(cfg, gcfg, corpus.train, corpus.eot_id, rd, lambda seed: arms,
-                                      recording(cfg, arms), ProgressBar(bar), world, independent, first_files))
+                                      recording(cfg, arms), ProgressBar(bar), world, independent, started.first_files))
     return losses.rename(columns={"arm": "condition"})
 
 

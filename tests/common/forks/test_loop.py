@@ -9,7 +9,8 @@ import torch
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import TWIN, Arm, Perturbation, injection
 from seedlab.forks.design import ForkDesign
-from seedlab.forks.folders import DesignFolder, environment
+from seedlab.forks.folders import DesignFolder
+from seedlab.machine import environment
 from seedlab.forks.loop import Design, Observer, Recording, run_design
 from seedlab.lm.trainer import Trainer
 
