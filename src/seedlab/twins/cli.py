@@ -8,13 +8,15 @@ from typing import Annotated
 
 import typer
 
+from seedlab.cli import config_command
+
 #: the study's presets: ``seedlab presets`` lists them; every CONFIG argument takes one's name
 PRESETS = "twins"
 
 app = typer.Typer(no_args_is_help=True)  # its line in `seedlab --help` is its entry in seedlab.cli.STUDIES
 
 
-@app.command("run")
+@app.command("run", cls=config_command("seedlab.twins.config:TwinsConfig"))
 def twins_run(
     config: Annotated[str, typer.Argument(help="twins config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="run folder: seed-<k>/<condition>/step-<t>.safetensors")],
@@ -87,7 +89,7 @@ def twins_gradmatch(
     typer.echo(f"best: {b.fabricated} vs {b.attested}, differ by {b.rel_norm_diff:.2%} (mean of {n} seed(s)) -> {res.path}")
 
 
-@app.command("match")
+@app.command("match", cls=config_command("seedlab.twins.config:TwinsConfig"))
 def twins_match(
     config: Annotated[str, typer.Argument(help="twins config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="folder for each seed's prefix at s (seed-<k>/prefix.safetensors, kept and read back) and match.parquet")],
