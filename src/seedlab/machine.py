@@ -7,6 +7,8 @@ determinism settings as they stand.
   ``environment.json`` (checked when it resumes) and a shortcut job's ``meta.json`` record it.
 - :func:`compare` — two such records: which key differs, and which only one of them holds (a
   record written by an older seedlab lacks the keys added since).
+
+torch is imported where it is asked, so reading a record (``compare``) loads none.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 #: /proc/cpuinfo flags that decide how fast a CPU multiplies (x86)
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -25,6 +28,8 @@ FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
 def cpu() -> dict:
     """The CPU's model and its matmul-relevant flags (Linux: /proc/cpuinfo; elsewhere: what platform says)."""
+    import torch
+
     info = Path("/proc/cpuinfo")
     model, flags = platform.processor() or platform.machine(), set()
     if info.is_file():
@@ -40,6 +45,8 @@ def cpu() -> dict:
 
 def determinism() -> dict:
     """The process's determinism settings as they stand (lm/determinism.py ``settle`` sets them)."""
+    import torch
+
     return {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
@@ -53,6 +60,8 @@ def environment(device: torch.device, precision: str) -> dict[str, Any]:
     the device type (and, on CUDA, the GPU's name), the CPU's model, flags and torch's kernel
     capability for it, ``precision``, torch's CPU threads and the determinism settings. A fork
     command records it after :func:`seedlab.lm.determinism.settle`."""
+    import torch
+
     c = cpu()
     return {
         "torch": torch.__version__,

@@ -31,12 +31,14 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seedlab.errors import SeedlabError
-from seedlab.lm.distributed import World
 from seedlab.machine import compare
 from seedlab.store import LOCK, is_done, mark_done, read_manifest, read_verified, write_json, write_json_if_changed
+
+if TYPE_CHECKING:
+    from seedlab.lm.distributed import World
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,11 @@ class DesignFolder:
         return self.root / "inputs.json"
 
     @property
+    def lock(self) -> Path:
+        """The lock file a command holds while it works in the folder (store.py ``folder_lock``)."""
+        return self.root / LOCK
+
+    @property
     def environment(self) -> Path:
         return self.root / "environment.json"
 
@@ -178,12 +185,14 @@ class DesignFolder:
         in the fields its config gained since); compared by :meth:`claim`."""
         return old
 
-    def claim(self, record: Mapping[str, Any], *, force: bool, world: World = World()) -> None:
+    def claim(self, record: Mapping[str, Any], *, force: bool, world: World | None = None) -> None:
         """The folder policy, before anything is written: a folder holding another design (its
         config.json, as :meth:`upgrade` reads it, differs from ``record``) is refused in one line unless
         ``force``, which removes it whatever it holds; the same design, interrupted, resumes. A folder
         holding nothing but the lock file (store.py ``folder_lock``) is empty."""
-        out = self.root
+        from seedlab.lm.distributed import World
+
+        out, world = self.root, world or World()
         if not (out.exists() and any(p.name != LOCK for p in out.iterdir())):
             return
         old = json.loads(self.config.read_text()) if self.config.is_file() else None
@@ -193,7 +202,9 @@ class DesignFolder:
             raise SeedlabError(f"--out: {out} holds {what}; use another folder, or --force to overwrite it")
         world.barrier()  # every rank has compared before rank 0 removes anything
         if force and world.main:
-            shutil.rmtree(out)
+            for p in out.iterdir():  # all but the lock file, which the command starting here may hold
+                if p.name != LOCK:
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         world.barrier()  # and no rank reads the folder before it is gone
 
     def started_inputs(self, inputs: Mapping[str, Any]) -> dict | None:

@@ -10,7 +10,8 @@ of your own), from Python as from the CLI. :func:`begin`, in this order, before 
    folder started in (``DesignFolder.check_environment``; ``allow_env_change``); a key only one of
    the two records holds is a one-line note on stderr, not a refusal;
 5. the study's own **checks** (``checks``: the twins' pre-registration and disk plan);
-6. the **lock** (store.py ``folder_lock``): one command in a folder at a time, held until the block ends;
+6. the **lock** (store.py ``folder_lock``): one command in a folder at a time, held until the block ends
+   (a folder some command has locked before is locked before step 1, so ``--force`` never removes a folder in use);
 7. the **first files** (config.json, inputs.json, environment.json, and a study's own:
    ``first_files``), written when :meth:`Started.first_files` is called: forks/loop.py
    ``run_design`` calls it (``Design.start``) once every arm is checked; a command without arms
@@ -82,15 +83,17 @@ def begin(folder: DesignFolder, record: Mapping[str, Any], inputs: Mapping[str, 
     environment's (what they return is ignored); ``first_files(env)``: writes the first files
     (default: ``folder.start(record, inputs, env)``)."""
     world = world or World()
-    folder.claim(record, force=force, world=world)
-    folder.check_inputs(inputs)
-    env = settled(device, threads, precision)
-    note = folder.check_environment(env, allow_change=allow_env_change)
-    if note is not None and world.main:
-        print(note, file=sys.stderr)
-    for check in checks:
-        check()
-    write = first_files or (lambda env: folder.start(record, inputs, env))
     busy = f"--out: {{folder}} is in use by another {folder.noun} (pid {{pid}}); wait for it or stop it"
-    with folder_lock(folder.root, busy) if world.main else contextlib.nullcontext():
-        yield Started(folder, env, write)
+    held = world.main and folder.lock.is_file()  # a folder a command has locked before is locked first: --force never removes one in use
+    with folder_lock(folder.root, busy) if held else contextlib.nullcontext():
+        folder.claim(record, force=force, world=world)
+        folder.check_inputs(inputs)
+        env = settled(device, threads, precision)
+        note = folder.check_environment(env, allow_change=allow_env_change)
+        if note is not None and world.main:
+            print(note, file=sys.stderr)
+        for check in checks:
+            check()
+        write = first_files or (lambda env: folder.start(record, inputs, env))
+        with folder_lock(folder.root, busy) if world.main and not held else contextlib.nullcontext():
+            yield Started(folder, env, write)

@@ -139,6 +139,28 @@ def test_run_twins_refuses_a_folder_in_use(tmp_path, twins_inputs):
         assert [p.name for p in out.iterdir()] == [LOCK]
 
 
+def test_force_never_removes_a_folder_in_use(tmp_path, twins_inputs):
+    """--force on a folder another process trains in: refused before the claim removes anything."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"another": "design"}))
+    with folder_lock(out):
+        before = _files(out)
+        with pytest.raises(SeedlabError, match=r"is in use by another run"):
+            run_twins(_twins(twins_inputs), out, progress=False, force=True)
+        assert _files(out) == before
+
+
+def test_force_keeps_the_lock_file_it_holds(tmp_path):
+    """--force removes what another design left, but not the lock its own command holds."""
+    out = tmp_path / "o"
+    (out / "seed-0").mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps({"another": "design"}))
+    with folder_lock(out):
+        DesignFolder(out).claim({"design": 1}, force=True)
+        assert [p.name for p in out.iterdir()] == [LOCK]
+
+
 # --------------------------------------------------------------------------- the environment record
 
 
