@@ -1,0 +1,56 @@
+"""experiments/compare_folders.py: two run folders are the same results, or it says which file differs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "compare_folders.py"
+
+
+def _folder(root: Path) -> Path:
+    (root / "seed-0" / "twin").mkdir(parents=True)
+    pd.DataFrame({"step": [0, 1], "loss": [2.5, 2.25]}).to_parquet(root / "seed-0" / "twin" / "losses.parquet")
+    (root / "seed-0" / "twin" / "manifest.json").write_text(json.dumps({"1": {"w": "ab"}}))
+    (root / "environment.json").write_text(json.dumps({"cpu": "one"}))
+    (root / "report.md").write_text("# R\n\n## A\n\n| a | 1 |\n\n## B\n\n| b | 2 |\n")
+    return root
+
+
+def _compare(a: Path, b: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True)
+
+
+def test_the_same_results_in_another_order_and_machine_pass(tmp_path):
+    a, b = _folder(tmp_path / "a"), tmp_path / "b"
+    shutil.copytree(a, b)
+    (b / "environment.json").write_text(json.dumps({"cpu": "another"}))  # the machine is not a result
+    (b / "report.md").write_text("# R\n\n## B\n\n| b | 2 |\n\n## A, reworded\n\n| a | 1 |\n")  # reordered, same rows
+    (b / ".lock").write_text("123")
+    r = _compare(a, b)
+    assert r.returncode == 0, r.stdout
+    assert "reordered: report.md" in r.stdout and "0 differences" in r.stdout
+
+
+def test_a_changed_value_a_changed_hash_or_a_missing_file_fails(tmp_path):
+    a = _folder(tmp_path / "a")
+    for change in ("value", "hash", "missing", "row"):
+        b = tmp_path / change
+        shutil.copytree(a, b)
+        twin = b / "seed-0" / "twin"
+        if change == "value":
+            pd.DataFrame({"step": [0, 1], "loss": [2.5, 2.2500000000000004]}).to_parquet(twin / "losses.parquet")
+        elif change == "hash":
+            (twin / "manifest.json").write_text(json.dumps({"1": {"w": "ac"}}))
+        elif change == "missing":
+            (twin / "losses.parquet").unlink()
+        else:
+            (b / "report.md").write_text("# R\n\n## A\n\n| a | 1.0 |\n\n## B\n\n| b | 2 |\n")
+        r = _compare(a, b)
+        assert r.returncode == 1, (change, r.stdout)
+        assert ("only in before" if change == "missing" else "differs:") in r.stdout, (change, r.stdout)
