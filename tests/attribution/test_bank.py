@@ -23,12 +23,15 @@ from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
 from seedlab.lm.model import GPT
 from seedlab.lm.trainer import Trainer
+from seedlab.store import LOCK
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _files(folder):
-    return sorted((p.relative_to(folder).as_posix(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file())
+    """Every file and its mtime, but the lock file (it holds the pid of the last command that locked it)."""
+    return sorted((p.relative_to(folder).as_posix(), p.stat().st_mtime_ns) for p in folder.rglob("*")
+                  if p.is_file() and p.name != LOCK)
 
 
 # --------------------------------------------------------------------------- what a bank holds
