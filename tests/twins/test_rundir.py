@@ -12,6 +12,7 @@ import yaml
 from seedlab.errors import SeedlabError
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, PRESETS
+from seedlab.store import LOCK
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.rundir import RunDir, config_record, run_record
 
@@ -66,8 +67,8 @@ def test_the_folder_policy(tmp_path):
         claim(other)
     with pytest.raises(SeedlabError, match="holds another twins design"):
         claim(cfg, independent=True)
-    claim(other, force=True)  # --force: removed
-    assert not rd.root.exists()
+    claim(other, force=True)  # --force: emptied (but for the lock file a starting command may hold)
+    assert list(rd.root.iterdir()) == []
 
 
 def test_start_writes_the_preregistration_once(tmp_path):
@@ -145,11 +146,11 @@ def test_a_resume_under_another_environment_is_refused(setup, tmp_path, seedlab_
     assert env["changes"] == [] and env["environment"]["threads"] == 1 and env["environment"]["device"] == "cpu"
     elsewhere = env | {"environment": env["environment"] | {"torch": "0.0.0"}}
     (out / "environment.json").write_text(json.dumps(elsewhere))
-    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != LOCK}  # the lock: its holder's pid
     rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
     assert rc == 2 and err.count("\n") == 1
     assert err.startswith(f"error: environment: {out} was started with torch = '0.0.0', now ")
-    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before  # nothing written
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != LOCK} == before  # nothing written
     rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--allow-env-change")
     assert rc == 0, err
     assert json.loads((out / "environment.json").read_text())["changes"] == [env["environment"]]
