@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +12,9 @@ import torch
 from safetensors.torch import save_file
 
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "compare_folders.py"
+_spec = importlib.util.spec_from_file_location("compare_folders", SCRIPT)
+compare_folders = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare_folders)
 
 
 def _folder(root: Path) -> Path:
@@ -26,22 +28,24 @@ def _folder(root: Path) -> Path:
     return root
 
 
-def _compare(a: Path, b: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), str(a), str(b)], capture_output=True, text=True)
+def _compare(a: Path, b: Path, capsys) -> tuple[int, str]:
+    """The script's exit code and what it printed."""
+    rc = compare_folders.main([str(a), str(b)])
+    return rc, capsys.readouterr().out
 
 
-def test_the_same_results_in_another_order_and_machine_pass(tmp_path):
+def test_the_same_results_in_another_order_and_machine_pass(tmp_path, capsys):
     a, b = _folder(tmp_path / "a"), tmp_path / "b"
     shutil.copytree(a, b)
     (b / "environment.json").write_text(json.dumps({"cpu": "another"}))  # the machine is not a result
     (b / "report.md").write_text("# R\n\n## B\n\n| b | 2 |\n\n## A, reworded\n\n| a | 1 |\n")  # reordered, same rows
     (b / ".lock").write_text("123")
-    r = _compare(a, b)
-    assert r.returncode == 0, r.stdout
-    assert "reordered: report.md" in r.stdout and "0 differences" in r.stdout
+    rc, out = _compare(a, b, capsys)
+    assert rc == 0, out
+    assert "reordered: report.md" in out and "0 differences" in out
 
 
-def test_a_changed_value_a_changed_hash_or_a_missing_file_fails(tmp_path):
+def test_a_changed_value_a_changed_hash_or_a_missing_file_fails(tmp_path, capsys):
     a = _folder(tmp_path / "a")
     for change in ("value", "hash", "missing", "row", "tensor", "record"):
         b = tmp_path / change
@@ -59,6 +63,6 @@ def test_a_changed_value_a_changed_hash_or_a_missing_file_fails(tmp_path):
             (twin / "losses.parquet").unlink()
         else:
             (b / "report.md").write_text("# R\n\n## A\n\n| a | 1.0 |\n\n## B\n\n| b | 2 |\n")
-        r = _compare(a, b)
-        assert r.returncode == 1, (change, r.stdout)
-        assert ("only in before" if change == "missing" else "differs:") in r.stdout, (change, r.stdout)
+        rc, out = _compare(a, b, capsys)
+        assert rc == 1, (change, out)
+        assert ("only in before" if change == "missing" else "differs:") in out, (change, out)

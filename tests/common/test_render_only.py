@@ -2,7 +2,7 @@
 
 A study is a package under src/seedlab that has a ``report.py`` (found, not listed). Its *report
 modules* are ``report.py``, ``figures.py`` and any ``*_report.py`` or ``report_*.py`` beside them.
-Each of them, imported alone in a fresh interpreter, leaves ``torch`` out of ``sys.modules`` (not
+Each of them, imported in a fresh interpreter (all of them in one, one after another), leaves ``torch`` out of ``sys.modules`` (not
 even through the modules it imports: reading a run's tables and drawing them needs no torch), and
 its own source imports neither scipy nor statsmodels (the statistics live in a module that only
 computes, which the report imports).
@@ -11,6 +11,7 @@ computes, which the report imports).
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -47,11 +48,13 @@ def test_the_studies_are_found():
     assert all((SRC / s / "report.py") in MODULES for s in studies)
 
 
-#: run in a fresh interpreter: import the module, print the chain of seedlab imports that first asked for torch
-#: (empty when none did)
+#: run in one fresh interpreter: import the modules one after another and print, as JSON, for each the
+#: chain of seedlab imports that first asked for torch while it was imported ("" when none did). Once one
+#: has loaded torch the later ones cannot be judged: they get None. (One interpreter, not one per module:
+#: each start costs ~3 s, and while none loads torch every later import is as fresh as the first.)
 PROBE = """
-import importlib, sys, traceback
-chain = []
+import importlib, json, sys, traceback
+chain, out = [], {}
 class Finder:
     def find_spec(self, name, path, target=None):
         if name == "torch" and not chain:
@@ -59,16 +62,29 @@ class Finder:
                          if "src/seedlab/" in f.filename)
         return None
 sys.meta_path.insert(0, Finder())
-importlib.import_module(sys.argv[1])
-print(" <- ".join(reversed(chain)) if "torch" in sys.modules else "")
+for name in sys.argv[1:]:
+    if "torch" in sys.modules:
+        out[name] = None
+        continue
+    importlib.import_module(name)
+    out[name] = " <- ".join(reversed(chain)) if "torch" in sys.modules else ""
+print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("path", MODULES, ids=module_name)
-def test_a_report_module_loads_no_torch(path):
-    r = subprocess.run([sys.executable, "-c", PROBE, module_name(path)], capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def torch_chains() -> dict[str, str | None]:
+    r = subprocess.run([sys.executable, "-c", PROBE, *map(module_name, MODULES)], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
-    assert not r.stdout.strip(), f"importing {module_name(path)} loads torch: {r.stdout.strip()}"
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_a_report_module_loads_no_torch(path, torch_chains):
+    chain = torch_chains[module_name(path)]
+    assert chain is not None, f"not judged: a report module imported before {module_name(path)} loaded torch (see its failure)"
+    assert not chain, f"importing {module_name(path)} loads torch: {chain}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=module_name)
