@@ -14,6 +14,7 @@ from pathlib import Path
 
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import TWIN, Arm, injection
+from seedlab.forks.folders import corpus_record
 from seedlab.forks.loop import Design, ProgressBar, Recording, run_design
 from seedlab.forks.start import begin
 from seedlab.lm.batches import check_passage
@@ -58,8 +59,7 @@ def run(cfg: RepeatsConfig, out: str | Path, *, force: bool = False, progress: b
     check_divisible(cfg.batch_size, cfg.micro_batch, world)
     ordinary = ordinary_stretch(cfg, corpus, len(passage))
     folder = RepeatsFolder(Path(out))
-    inputs = {"corpus": str(corpus.path.resolve()), "corpus_sha256": corpus.split_hashes(), "eot_id": corpus.eot_id,
-              "passage": passage, "ordinary": ordinary}
+    inputs = {**corpus_record(corpus), "passage": passage, "ordinary": ordinary}
     with begin(folder, config_record(cfg, world.size), inputs, device=world.device(cfg.device), precision=cfg.precision,
                threads=cfg.threads, force=force, allow_env_change=allow_env_change, world=world) as started, \
             Bar("repeats", 0, "steps", enabled=progress and world.main) as bar:

@@ -44,6 +44,7 @@ import torch
 from seedlab.attribution.config import AttributionConfig
 from seedlab.corpus.sources import jsonl_objects, read_txt
 from seedlab.errors import SeedlabError
+from seedlab.forks.folders import corpus_record
 from seedlab.forks.arms import NAME
 from seedlab.lm.batches import check_passage, get_batch
 from seedlab.lm.model import GPTConfig
@@ -111,11 +112,8 @@ class Inputs:
 
     def record(self) -> dict:
         """What inputs.json holds (the design's texts; checked when a bank resumes)."""
-        c = self.corpus
         return {
-            "corpus": str(c.path.resolve()),
-            "corpus_sha256": c.split_hashes(),
-            "eot_id": c.eot_id,
+            **corpus_record(self.corpus),
             "candidates": [t.record(k) for k, t in self.candidates.items()],  # lists: the design's order
             "queries": [t.record(k) for k, t in self.queries.items()],
         }

@@ -258,6 +258,13 @@ class DesignFolder:
             write_json(self.environment, old | {"changes": [*old["changes"], dict(env)]})
 
 
+def corpus_record(corpus: Any) -> dict[str, Any]:
+    """The corpus's part of a design's inputs.json: where it was (``corpus``), its splits' hashes
+    (``corpus_sha256``) and its end-of-text id: what :meth:`DesignFolder.started_inputs` checks on a
+    resume and :func:`open_design` reads back. A study adds its own keys (texts) after these."""
+    return {"corpus": str(corpus.path.resolve()), "corpus_sha256": corpus.split_hashes(), "eot_id": corpus.eot_id}
+
+
 @dataclass(frozen=True)
 class OnDisk:
     """A fork design on disk as later stages read it: its config (parsed), its inputs.json record,

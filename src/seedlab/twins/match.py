@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from seedlab.errors import SeedlabError
+from seedlab.forks.folders import corpus_record
 from seedlab.forks.prefix import SharedPrefix
 from seedlab.forks.start import begin
 from seedlab.lm.determinism import nondeterminism_is_an_error
@@ -143,7 +144,7 @@ def match_passages(cfg: TwinsConfig, out: str | Path, variants: Mapping[str, Seq
                              missing="the config has no passage for it; give variants")
     defaults = {c: cands.labels[c][0] for c in SIDES if c not in (variants or {})}
     folder, device = MatchDir(Path(out)), world.device(cfg.device)
-    inputs = {"corpus": str(corpus.path.resolve()), "corpus_sha256": corpus.split_hashes(), "eot_id": corpus.eot_id}
+    inputs = corpus_record(corpus)
     s, norm_rows, pair_rows = cfg.injection_step, [], []
     # another design refused (or, --force, removed), the corpus the kept prefixes were trained on, the environment
     with begin(folder, prefix_record(cfg), inputs, device=device, precision=cfg.precision, threads=cfg.threads,

@@ -53,7 +53,7 @@ from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.lm.gptconfig import GPTConfig
 from seedlab.forks.design import ForkDesign
-from seedlab.forks.folders import DesignFolder, RunFolder, open_design
+from seedlab.forks.folders import DesignFolder, RunFolder, corpus_record, open_design
 from seedlab.store import write_json, write_text
 from seedlab.twins.config import MeasureConfig, TwinsConfig
 
@@ -247,9 +247,7 @@ def inputs_record(corpus, passages: dict[str, list[int]], attestation: dict | No
     """What ``inputs.json`` holds: what later tools (measure, gradmatch, report) need without the
     config's folder; ``attestation``: each subject's occurrences and per-seed exposure (twins/passages.py)."""
     return {
-        "corpus": str(corpus.path.resolve()),
-        "corpus_sha256": corpus.split_hashes(),
-        "eot_id": corpus.eot_id,
+        **corpus_record(corpus),
         "passages": {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in passages.items()},
         "attestation": attestation or {},
     }
