@@ -47,6 +47,12 @@ class ForkDesign(Strict):
     device: str = Field("auto", description='"auto": cuda:<LOCAL_RANK> when there is a GPU, else cpu')
     precision: Literal["fp32", "bf16"] = Field("fp32", description="bf16 = autocast; fp32 keeps CPU runs bitwise reproducible")
     threads: Pos | None = Field(None, description="torch CPU threads per process; null: torch's default")
+    arm_batch: Pos | None = Field(None, description="runs trained together in one stack of tensors (forks/stacked.py: a seed's "
+                                                   "arms and replica, and other seeds'); 1: one after another (the serial loop); "
+                                                   "null: as many as fit stack_memory")
+    stack_memory: Annotated[float, Field(gt=0)] = Field(2.0, description="GiB a stack may hold (weights, gradients, AdamW "
+                                                                          "moments of its runs, and one group's activations); "
+                                                                          "sizes arm_batch when it is null")
 
     @model_validator(mode="after")
     def _fork_design(self) -> ForkDesign:

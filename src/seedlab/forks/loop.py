@@ -29,6 +29,7 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
+from seedlab.forks import stacked
 from seedlab.forks.arms import TWIN, Arm, check_arms
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder
@@ -167,9 +168,16 @@ def run_design(d: Design, run_seeds: Callable[[Design], Mapping[int, SeedResult]
         d.start()
     d.world.barrier()
     d.observer.started(_total(d))
+    stack = stacked.serial_because(d) is None
     with nondeterminism_is_an_error():
-        done = run_seeds(d) if run_seeds else {seed: run_seed(d, seed) for seed in d.cfg.seeds}
+        if run_seeds:
+            done = run_seeds(d)
+        elif stack:  # every seed's runs in stacks together (forks/stacked.py)
+            done = stacked.run_seeds(d, d.cfg.seeds)
+        else:
+            done = {seed: run_seed(d, seed) for seed in d.cfg.seeds}
     integrity = {"mode": "independent" if d.independent else "fork",
+                 **({"arms": "stacked (forks/stacked.py)"} if stack else {}),
                  "seeds": {str(seed): done[seed][0] for seed in d.cfg.seeds}}
     frames = [f for seed in d.cfg.seeds for f in done[seed][1]]
     if d.world.main:
@@ -180,7 +188,10 @@ def run_design(d: Design, run_seeds: Callable[[Design], Mapping[int, SeedResult]
 
 def run_seed(d: Design, seed: int) -> SeedResult:
     """One seed: the prefix (or each arm's own, independent), the twin, the replica's first stretch,
-    every other arm, the rest of the replica. Returns the seed's integrity record and its runs' losses."""
+    every other arm, the rest of the replica — or, where the design stacks its arms (forks/stacked.py
+    ``serial_because`` is None), all of them in stacks. Returns the seed's integrity record and its runs' losses."""
+    if stacked.serial_because(d) is None:
+        return stacked.run_seeds(d, [seed])[seed]
     s, arms, w = d.cfg.injection_step, list(d.arms(seed)), d.folder.arm_word
     start, at_s = _starts(d, seed, arms, lambda: Trainer(d.cfg, d.gcfg, seed, d.tokens, d.world))
     record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s" if d.independent

@@ -188,7 +188,7 @@ class RunDir(DesignFolder):
 
 #: the fields of the fork design (forks/design.py) that steps 0 .. s-1 do not depend on; every other
 #: one (corpus, model, schedule, batches, device, precision, threads...) is in a match folder's config.json
-NOT_PREFIX = frozenset({"seeds", "replicas", "midpoint", "injection_row"})
+NOT_PREFIX = frozenset({"seeds", "replicas", "midpoint", "injection_row", "arm_batch", "stack_memory"})
 KIND = "twins match"
 
 

@@ -59,7 +59,7 @@ def test_a_passage_repeated_at_three_steps_differs_from_the_twin_exactly_there(c
         return advance(self, rows, **kw)
 
     monkeypatch.setattr(Trainer, "advance", spy)
-    integrity, losses = run_design(design(corpus, tmp_path / "d", arms))
+    integrity, losses = run_design(design(corpus, tmp_path / "d", arms, arm_batch=1))  # the serial loop (stacked: test_stacked.py)
     assert sorted(v for v in injected.values() if v) == [[S], [S, S + 10], [S, S + 10, S + 20]]
     m = {a.name: DesignFolder(tmp_path / "d").run(0, a.name).read_manifest() for a in arms}
     assert all(m[a.name][str(S)] == m["twin"][str(S)] for a in arms)  # identical at the fork
@@ -115,7 +115,7 @@ def test_the_replica_control_fails_fast(corpus, tmp_path, monkeypatch):
 
     monkeypatch.setattr(Trainer, "advance", noisy)
     arms = [TWIN, injection("other", TEXT, S, 0)]
-    d = design(corpus, tmp_path / "d", arms, observer=drift)
+    d = design(corpus, tmp_path / "d", arms, observer=drift, arm_batch=1)  # the serial loop (stacked: test_stacked.py)
     d.recording = Recording(hashed={"twin": frozenset({S, S + 3, END}), "other": frozenset({S, END})})
     with pytest.raises(SeedlabError, match=rf"^seed 0: the replica control differs from the twin at step {S + 3} in"):
         run_design(d)

@@ -1,0 +1,296 @@
+"""Runs as an axis: A training runs of one GPT shape and one schedule in one set of tensors.
+
+A :class:`Stack` holds the weights and AdamW moments of A runs with a leading run axis (``[A, *shape]``
+for every tensor of lm/model.py's GPT) and advances them together: each run on its own batch
+(the ordinary batch of its seed and the step, with its own rows replaced), one batched matmul per
+projection for all of them, one fused optimizer step, each run's gradient clipped by its own norm.
+It is the hot path of a fork design (forks/loop.py), whose arms differ in one row of one batch and
+otherwise share everything but their bits.
+
+    x      = W_E[a][idx[a]] + W_pos[a]                  idx [A, B, T]      (one embedding lookup for all A)
+    for each block:
+        x  = x + c_proj(attn(LN_1(x)))                  every projection one baddbmm over the run axis
+        x  = x + c_proj(gelu(c_fc(LN_2(x))))            attention: one SDPA over A·B sequences
+    logits = LN_f(x) W_E[a]ᵀ                            the tied head, one bmm
+    loss_a = masked CE sum of run a / (B·T)             lm/trainer.py ``Trainer.backward``'s loss, per run
+
+**Bitwise the solo run.** Every op is chosen so that run a's numbers are those of lm/trainer.py's
+``Trainer`` on the same run, bit for bit, on CPU in fp32 (tested: ``tests/lm/test_stack.py``): a
+batched matmul of [A, n, k] by [A, k, m] is A gemms of the solo shape; the layer norms run per
+run (one kernel per run: a layer norm with per-run gains is not bitwise the fused one); the loss is
+each run's own sum; the clip is each run's own global norm; fused AdamW is elementwise. So a run
+does not depend on its neighbours, its position or how many runs are stacked (the replica control
+and the own-row control hold inside a stack), and a stack resumes from per-run state files written
+in the solo format. On CUDA and in bf16 the kernels make no such promise: forks/loop.py compares
+the stack with a solo run and records what it found.
+
+A run leaves and enters the stack as a solo :class:`~seedlab.lm.trainer.Trainer`
+(:meth:`Stack.member`, :meth:`Stack.put`): a perturbation, an observer's forward pass and a
+checkpoint all see the solo object they would see in the serial loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from seedlab.errors import SeedlabError
+from seedlab.lm.batches import get_batch, inject
+from seedlab.lm.model import GPTConfig
+from seedlab.lm.schedule import lr_of
+from seedlab.lm.trainer import Settings, Trainer
+
+Rows = Mapping[int, Sequence[int]] | None  # one run's replaced rows at a step ({row: token ids}; None: none)
+
+
+class Stack:
+    """A solo trainers' runs (same config, shape, device and step) stacked on a leading axis.
+
+    ``Stack(trainers)`` copies their weights and optimizer state; the trainers are not used again."""
+
+    def __init__(self, trainers: Sequence[Trainer], *, group_runs: int = 8, head_runs: int = 2):
+        if not trainers:
+            raise SeedlabError("stack: no runs to stack")
+        first = trainers[0]
+        self.cfg: Settings = first.cfg
+        self.gcfg: GPTConfig = first.model.config
+        self.tokens, self.device, self.world = first.tokens, first.device, first.world
+        self.seeds = [t.seed for t in trainers]
+        self.group_runs = group_runs  # runs whose forward and backward run together (:meth:`_group`)
+        self.head_runs = head_runs  # runs whose logits are computed together (:meth:`_head`)
+        self.step = first.step
+        if self.world.size != 1:
+            raise SeedlabError("stack: runs stack on one process only (under torchrun the arms run serially)")
+        for t in trainers:
+            if t.step != self.step or t.model.config != self.gcfg or t.cfg is not self.cfg or t.device != self.device:
+                raise SeedlabError("stack: every run must have the same config, shape, device and step")
+        self.names = [n for n, _ in first.model.named_parameters()]
+        dims = {n: p.dim() for n, p in first.model.named_parameters()}
+        #: the solo optimizer's parameter order (its state's indices): matrices and embeddings (decayed), then the rest
+        self.opt_order = [n for n in self.names if dims[n] >= 2] + [n for n in self.names if dims[n] < 2]
+        per = [dict(t.model.named_parameters()) for t in trainers]
+        self.p = {n: torch.nn.Parameter(torch.stack([m[n].detach() for m in per])) for n in self.names}
+        self.params = list(self.p.values())
+        decay = [self.p[n] for n in self.opt_order if dims[n] >= 2]
+        rest = [self.p[n] for n in self.opt_order if dims[n] < 2]
+        self.opt = type(first.opt)([{"params": decay, "weight_decay": first.opt.param_groups[0]["weight_decay"]},
+                                    {"params": rest, "weight_decay": 0.0}], **_defaults(first.opt))
+        self._load_opt([t.opt.state_dict()["state"] for t in trainers])
+        self._batches: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def size(self) -> int:
+        """A: the runs stacked."""
+        return len(self.seeds)
+
+    # ------------------------------------------------------------------ state in and out
+    def _load_opt(self, states: list[dict[int, dict[str, torch.Tensor]]]) -> None:
+        """The solo optimizers' states (indexed in :attr:`opt_order`), stacked per tensor."""
+        if not states[0]:
+            if any(states):
+                raise SeedlabError("stack: some runs have optimizer state and some none")
+            return
+        for j, n in enumerate(self.opt_order):
+            st = {}
+            for key in states[0][j]:
+                parts = [s[j][key] for s in states]
+                if key == "step":
+                    if any(not torch.equal(parts[0], x) for x in parts):
+                        raise SeedlabError("stack: every run must have taken the same number of optimizer steps")
+                    st[key] = parts[0].clone()
+                else:
+                    st[key] = torch.stack(parts).to(self.device)
+            self.opt.state[self.p[n]] = st
+
+    def member(self, i: int) -> Trainer:
+        """Run ``i`` as a solo trainer: a copy of its weights and optimizer state at this step."""
+        solo = Trainer(self.cfg, self.gcfg, self.seeds[i], self.tokens, self.world)
+        with torch.no_grad():
+            for n, q in solo.model.named_parameters():
+                q.copy_(self.p[n][i])
+        state = {}
+        for j, n in enumerate(self.opt_order):
+            st = self.opt.state.get(self.p[n])
+            if st:
+                state[j] = {k: (v.clone() if k == "step" else v[i].clone()) for k, v in st.items()}
+        if state:
+            solo.opt.load_state_dict({"state": state, "param_groups": solo.opt.state_dict()["param_groups"]})
+        solo.step = self.step
+        return solo
+
+    def weights(self, i: int) -> dict[str, torch.Tensor]:
+        """Run ``i``'s weights (views into the stack: hash or copy them, do not keep them)."""
+        return {n: self.p[n].detach()[i] for n in self.names}
+
+    @torch.no_grad()
+    def put(self, i: int, trainer: Trainer) -> None:
+        """Run ``i``'s weights set to ``trainer``'s (after a perturbation); its optimizer state is kept."""
+        for n, q in trainer.model.named_parameters():
+            self.p[n][i].copy_(q.detach())
+
+    # ------------------------------------------------------------------ training
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next update (every run's: one schedule)."""
+        return lr_of(self.cfg, self.step)
+
+    def advance(self, rows: Sequence[Rows], *, pad_id: int = 0) -> list[float]:
+        """One update of every run: run a on the batch of (its seed, this step) with ``rows[a]`` replaced;
+        each run's gradient clipped by its own global norm, then one AdamW step. Returns each run's loss."""
+        if len(rows) != self.size:
+            raise SeedlabError(f"stack: {len(rows)} runs' rows for a stack of {self.size}")
+        losses = self.backward(rows, pad_id=pad_id)
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr
+        self._clip()
+        self.opt.step()
+        self.step += 1
+        self._batches.clear()
+        return losses
+
+    def backward(self, rows: Sequence[Rows], *, pad_id: int = 0) -> list[float]:
+        """Every run's raw gradient (as ``Trainer.backward``: the masked CE sum over the rows / B·T,
+        micro-batch by micro-batch) into the stacked ``.grad``; returns each run's loss."""
+        T = self.gcfg.block_size
+        xs, ys, ms = [], [], []
+        for seed, replaced in zip(self.seeds, rows):
+            x, y = self._batch(seed)
+            mask = torch.ones_like(x, dtype=torch.bool)
+            for row, passage in (replaced or {}).items():
+                x, y, only = inject(x, y, row, passage, pad_id)
+                mask &= only
+            xs.append(x), ys.append(y), ms.append(mask)
+        x, y, mask = (torch.stack(t).to(self.device) for t in (xs, ys, ms))  # [A, B, T]
+        A, B = x.shape[:2]
+        n = B * T
+        self.opt.zero_grad(set_to_none=False)
+        for q in self.params:
+            if q.grad is None:
+                q.grad = torch.zeros_like(q)
+        losses = [self._group(slice(c, c + self.group_runs), x, y, mask, n) for c in range(0, A, self.group_runs)]
+        return torch.cat(losses).tolist()
+
+    def _group(self, runs: slice, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
+        """Forward and backward of a few runs (their activations stay in cache), micro-batch by micro-batch,
+        their gradients written into the stack's ``.grad``; returns their losses."""
+        B, micro = x.shape[1], self.cfg.micro_batch or x.shape[1]
+        p = {k: v.detach()[runs].requires_grad_() for k, v in self.p.items()}  # this group's own leaves
+        wte, total = p["wte.weight"], 0
+        for i in range(0, B, micro):
+            table = wte.detach().requires_grad_()  # the embedding's use of the tied table: its gradient kept apart
+            with self._autocast():
+                h = self.trunk(x[runs, i:i + micro], p | {"wte.weight": table})  # [runs, b, T, C]
+            g_h, g_head, part = self._head(h.detach(), wte.detach(), y[runs, i:i + micro], mask[runs, i:i + micro], n)
+            h.backward(g_h)
+            g = g_head + table.grad  # as autograd sums a tied tensor's two uses (commutative: the same bits)
+            if wte.grad is None:
+                wte.grad = g
+            else:
+                wte.grad += g  # micro-batches accumulate as Trainer.backward's do
+            total = total + part
+        with torch.no_grad():
+            for k, v in p.items():
+                self.p[k].grad[runs] = v.grad
+        return total
+
+    def _head(self, h: torch.Tensor, wte: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: int):
+        """The tied head and the loss, forward and backward, ``head_runs`` runs at a time (their logits,
+        [runs, b·T, vocab], the step's largest tensor, stay in cache). Returns the gradient of the runs'
+        summed loss with respect to ``h`` and to the head's use of the token table, and each run's loss."""
+        g_h, g_w, parts = [], [], []
+        for c in range(0, h.shape[0], self.head_runs):
+            hc = h[c:c + self.head_runs].requires_grad_()
+            wc = wte[c:c + self.head_runs].requires_grad_()
+            with torch.enable_grad(), self._autocast():
+                logits = torch.bmm(hc.flatten(1, 2), wc.transpose(1, 2))  # [runs, b·T, V]
+                part = _masked_ce_sums(logits, y[c:c + self.head_runs], mask[c:c + self.head_runs]) / n
+            part.sum().backward()
+            g_h.append(hc.grad), g_w.append(wc.grad), parts.append(part.detach())
+        return torch.cat(g_h), torch.cat(g_w), torch.cat(parts)
+
+    def _batch(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ordinary batch of (seed, this step), read once for every run of that seed."""
+        key = (seed, self.step)
+        if key not in self._batches:
+            self._batches[key] = get_batch(self.tokens, seed, self.step, self.cfg.batch_size, self.gcfg.block_size)
+        return self._batches[key]
+
+    def _autocast(self):
+        if self.cfg.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @torch.no_grad()
+    def _clip(self) -> None:
+        """``clip_grad_norm_`` per run: each run's global norm over its tensors, each run's coefficient."""
+        grads = [self.p[n].grad for n in self.names]  # the order Trainer.advance clips them in (model.parameters())
+        A = self.size
+        norms = torch.stack([torch.linalg.vector_norm(g.reshape(A, -1), dim=1) for g in grads], dim=1)  # [A, tensors]
+        total = torch.stack([torch.linalg.vector_norm(norms[a]) for a in range(A)])
+        coef = torch.clamp(self.cfg.grad_clip / (total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coef.view(A, *([1] * (g.dim() - 1))))
+
+    def trunk(self, idx: torch.Tensor, p: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """``idx`` [A, B, T] int64 -> the final layer norm's output [A, B, T, C]: run a's GPT on its rows
+        up to the head (``p``: the runs' tensors, default the stack's own)."""
+        A, B, T = idx.shape
+        p, L, H = self.p if p is None else p, self.gcfg.n_layer, self.gcfg.n_head
+        table = p["wte.weight"]
+        V, C = table.shape[1:]
+        offset = (torch.arange(A, device=idx.device) * V).view(A, 1, 1)
+        x = F.embedding(idx + offset, table.reshape(A * V, C)) + p["wpe.weight"][:, None, :T]
+        for l in range(L):
+            b = f"blocks.{l}."
+            h = _ln(p, x, b + "ln_1")
+            q, k, v = _linear(p, h, b + "attn.c_attn").split(C, dim=-1)
+            heads = lambda t: t.reshape(A * B, T, H, C // H).transpose(1, 2)  # [A·B, head, T, d_head]
+            z = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+            x = x + _linear(p, z.transpose(1, 2).contiguous().view(A, B, T, C), b + "attn.c_proj")
+            h = F.gelu(_linear(p, _ln(p, x, b + "ln_2"), b + "mlp.c_fc"))
+            x = x + _linear(p, h, b + "mlp.c_proj")
+        return _ln(p, x, "ln_f")
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """``idx`` [A, B, T] int64 -> logits [A, B, T, vocab]: run a's GPT on its rows."""
+        A, B, T = idx.shape
+        h = self.trunk(idx)
+        return torch.bmm(h.view(A, B * T, -1), self.p["wte.weight"].transpose(1, 2)).view(A, B, T, -1)
+
+
+
+def _linear(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str) -> torch.Tensor:
+    """nn.Linear per run: [A, ..., in] -> [A, ..., out], one batched matmul (A gemms of the solo shape)."""
+    A, W, bias = x.shape[0], p[name + ".weight"], p.get(name + ".bias")
+    flat = x.reshape(A, -1, x.shape[-1])
+    out = torch.bmm(flat, W.transpose(1, 2)) if bias is None else torch.baddbmm(bias.unsqueeze(1), flat, W.transpose(1, 2))
+    return out.view(*x.shape[:-1], W.shape[1])
+
+
+def _ln(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str) -> torch.Tensor:
+    """nn.LayerNorm per run: one kernel per run, so each run's bits are its solo run's (a layer norm
+    with per-run gains applied after is not bitwise the fused kernel)."""
+    w, b = p[name + ".weight"].unbind(), p.get(name + ".bias")
+    b = [None] * len(w) if b is None else b.unbind()  # unbind, not x[a]: one backward node, not A zero-filled copies
+    return torch.stack([F.layer_norm(xa, xa.shape[-1:], wa, ba) for xa, wa, ba in zip(x.unbind(), w, b)])
+
+
+def _masked_ce_sums(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """lm/model.py ``masked_ce_sum`` of every run at once: [A, ..., V], [A, ...], [A, ...] -> [A]
+    (one cross-entropy over every row; each run's sum over its own positions, bitwise its solo sum)."""
+    A = logits.shape[0]
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.flatten(), reduction="none")
+    return torch.where(mask.flatten(), ce, torch.zeros_like(ce)).view(A, -1).sum(dim=1)
+
+
+def _defaults(opt: torch.optim.Optimizer) -> dict:
+    """The constructor arguments of a solo trainer's optimizer (lm/trainer.py), to build the stack's alike."""
+    d = opt.defaults
+    if isinstance(opt, torch.optim.AdamW):
+        return {"lr": d["lr"], "betas": d["betas"], "fused": d.get("fused") or None}
+    if isinstance(opt, torch.optim.SGD):
+        return {"lr": d["lr"]}
+    raise SeedlabError(f"stack: no stacked form of the optimizer {type(opt).__name__}")
