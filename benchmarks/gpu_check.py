@@ -411,6 +411,7 @@ def twins(ctx: Context, sec: Section) -> None:
         runs[mode] = {k: json.loads((ctx.work / f"twins-{mode}" / "seed-0" / k / "manifest.json").read_text())
                       for k in cfg.conditions}
         integrity = json.loads((ctx.work / f"twins-{mode}" / "integrity.json").read_text())
+        shutil.rmtree(ctx.work / f"twins-{mode}")  # GPT-2's checkpoints and states: gigabytes a folder
         arms = integrity.get("arms", "serial")
         sec.details[mode] = {"seconds": dt, "arms": arms, "seed_0": integrity["seeds"]["0"]}
         if not independent:
@@ -472,6 +473,7 @@ def attribution(ctx: Context, sec: Section) -> None:
     sec.details["design"] = {"seeds": seeds, "steps": cfg.steps, "injection_step": cfg.injection_step, "corpus": corpus.name,
                              "stack_memory_gib": cfg.stack_memory}
     banks: dict[str, dict] = {}
+    sec.details["banks"] = banks  # each bank's seconds, runs, updates, GFLOP and integrity records
 
     def bank(name: str, **update) -> dict:
         c = cfg.model_copy(update=update)
@@ -481,7 +483,7 @@ def attribution(ctx: Context, sec: Section) -> None:
         dt = time.perf_counter() - t0
         runs, updates, gflop = bank_counts(c, base)
         integrity = json.loads(BankDir(folder).integrity.read_text())
-        rec = {"folder": folder, "seconds": dt, "seeds": c.seeds, "arm_batch": c.arm_batch, "runs": runs, "updates": updates,
+        rec = {"folder": str(folder), "seconds": dt, "seeds": c.seeds, "arm_batch": c.arm_batch, "runs": runs, "updates": updates,
                "gflop": gflop, "arms": integrity.get("arms", "serial"),
                "seeds_record": {k: {key: v[key] for key in ("replica", "own_row", "stack") if key in v}
                                 for k, v in integrity["seeds"].items()}}
@@ -494,7 +496,7 @@ def attribution(ctx: Context, sec: Section) -> None:
     one = seeds[:1]
     serial = bank("serial", seeds=one, arm_batch=1)
     stacked = bank("stacked", seeds=one, arm_batch=None)
-    a, b = (pd.read_parquet(BankDir(r["folder"]).measured).sort_values(["seed", "candidate", "query", "horizon"])
+    a, b = (pd.read_parquet(BankDir(Path(r["folder"])).measured).sort_values(["seed", "candidate", "query", "horizon"])
             for r in (serial, stacked))
     bitwise = bool(np.array_equal(a.measured.to_numpy(), b.measured.to_numpy()))
     scale = float(np.abs(a.measured).max()) or 1.0
@@ -511,7 +513,7 @@ def attribution(ctx: Context, sec: Section) -> None:
     t0 = time.perf_counter()
     attribute(serial["folder"], estimators=["unroll"], progress=False)
     wall = time.perf_counter() - t0
-    inner = json.loads(BankDir(serial["folder"]).attribution_json.read_text())["seconds"]["unroll"][str(one[0])]
+    inner = json.loads(BankDir(Path(serial["folder"])).attribution_json.read_text())["seconds"]["unroll"][str(one[0])]
     sec.details["unroll"] = {"seconds": inner, "wall_s": wall, "vs_serial_bank": inner / serial["seconds"],
                              "vs_stacked_bank": inner / stacked["seconds"]}
     sec.row("unroll, one seed", inner, "s", precision=cfg.precision, size=f"seed {one[0]}", seconds=wall,
@@ -520,6 +522,8 @@ def attribution(ctx: Context, sec: Section) -> None:
     fit = min(len(seeds), int(0.9 * sec.left() / stacked["seconds"])) if sec.left() < math.inf else len(seeds)
     if fit < 2:
         sec.details["whole_bank"] = f"skipped: {sec.left():.0f} s of the budget left, {stacked['seconds']:.0f} s a seed"
+        sec.row("whole bank, stacked", None, "s", precision=cfg.precision, size=f"{len(seeds)} seeds",
+                note=sec.details["whole_bank"])
         return
     whole = bank("whole", seeds=seeds[:fit], arm_batch=None)
     est = whole["seconds"] * len(seeds) / fit
@@ -570,8 +574,9 @@ def table(result: dict) -> str:
     lines = ["| " + " | ".join(ROW_KEYS) + " |", "|" + "---|" * len(ROW_KEYS)]
     for sec in result["sections"].values():
         lines += ["| " + " | ".join(cell(row[k]) for k in ROW_KEYS) + " |" for row in sec["rows"]]
-    tail = [f"- {study}: {s['seconds']:.0f} s of {cell(s['budget_s'])} s budget; "
-            + ("ok" if s["ok"] else f"FAILED: {s['error']}") for study, s in result["sections"].items()]
+    budget = lambda s: "no budget" if s["budget_s"] is None else f"budget {s['budget_s']:.0f} s"
+    tail = [f"- {study}: {s['seconds']:.0f} s ({budget(s)}); " + ("ok" if s["ok"] else f"FAILED: {s['error']}")
+            for study, s in result["sections"].items()]
     return head + "\n".join(lines) + "\n\n" + "\n".join(tail) + "\n"
 
 

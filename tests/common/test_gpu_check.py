@@ -78,3 +78,22 @@ def test_the_gpu_sizes_are_valid_configs(check, tmp_path):
 def test_only_names_studies(check, tmp_path):
     with pytest.raises(SystemExit):
         check.main(["--only", "twins,nope", "--out", str(tmp_path)])
+
+
+def test_a_failing_section_is_recorded_and_the_others_kept(check, tmp_path, monkeypatch):
+    def fine(ctx, sec):
+        sec.row("measured", 1.0, "s")
+
+    def fails(ctx, sec):
+        sec.row("before the failure", 2.0, "s")
+        raise RuntimeError("only a GPU shows this\nsecond line")
+
+    monkeypatch.setitem(check.SECTIONS, "shortcut", fine)
+    monkeypatch.setitem(check.SECTIONS, "twins", fails)
+    assert check.main(["--dry-run", "--device", "cpu", "--only", "shortcut,twins", "--out", str(tmp_path)]) == 1
+    sections = json.loads((tmp_path / "gpu_check.json").read_text())["sections"]
+    assert list(sections) == ["shortcut", "twins"] and sections["shortcut"]["ok"]
+    twins = sections["twins"]
+    assert not twins["ok"] and twins["error"] == "RuntimeError: only a GPU shows this" and "Traceback" in twins["traceback"]
+    assert [r["measure"] for r in twins["rows"]] == ["before the failure", "FAILED"]
+    assert "FAILED: RuntimeError: only a GPU shows this" in (tmp_path / "gpu_check.md").read_text()
