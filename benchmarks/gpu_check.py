@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -337,8 +338,7 @@ def shortcut(ctx: Context, sec: Section) -> None:
     z, dev = ctx.sizes, ctx.device
     cfg, _ = load_config(EnsembleConfig, "shortcut", "paper-ensemble",
                          [f"train.device={dev.type}", "train.chunk=auto", *z.shortcut_data])
-    cache: dict[tuple[int, int], float] = {}
-    flops = lambda L, H: cache[(L, H)] if (L, H) in cache else cache.setdefault((L, H), member_flops(cfg, L, H))
+    flops = functools.cache(lambda layers, heads: member_flops(cfg, layers, heads))
     gflop = flops(cfg.model.layers, cfg.model.heads) / 1e9
     x, y, _ = (t[0].to(dev) for t in member_data(cfg, cfg.expand()[:1])["train"])  # the plain loop's data: member 0's
     sec.details |= {"gflop_per_member_epoch": gflop, "n_train": cfg.data.n_train, "chunk_member_rows": cfg.train.chunk_rows(),
