@@ -33,6 +33,13 @@ and keeps every weight addressable by name for the circuit analyses.
 When no hook is registered, the last block computes queries, the attention output
 and the MLP at the readout position only: the logits read nothing else, so this is
 the same function with less work. With any hook registered, every position is computed.
+
+Training in bf16 runs :meth:`~EnsembleTransformer.forward_folded` instead: the same function
+(no hooks) with each layer norm's gain and bias folded into the projection that reads it and
+1/sqrt(d_head) folded into W_Q (:meth:`~EnsembleTransformer.folded_weights`), its matmul weights
+cast to bfloat16 once per optimizer step by the caller, and its attention mask in bfloat16, so
+no per-activation affine, scale, mask promotion or weight cast is left in the step
+(docs/benchmarks.md, issue 30). The fp32 forward is untouched by it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seedlab.errors import SeedlabError
 from seedlab.hooks import HookedModule, HookPoint
 from seedlab.shortcut.config import ModelConfig
 
@@ -193,19 +201,20 @@ class EnsembleTransformer(HookedModule):
             return result.sum(-2) + _per_member(a.b_O, result[..., 0, :])
         return self._mm(z.flatten(-2), a.W_O.reshape(S, H * dh, d), a.b_O)
 
-    def _mask(self, Pq: int, P: int, H: int, device: torch.device) -> Tensor:
+    def _mask(self, Pq: int, P: int, H: int, device: torch.device, dtype: torch.dtype = torch.float32) -> Tensor:
         """[Pq*H, P*H] additive mask: 0 where query row (i, h) may see key row (j, g), else -inf.
 
         Rows see their own head only; with ``causal``, key positions up to their own. The Pq
         queries are the last Pq positions (all of them, or the readout token alone).
         """
-        key = (Pq, P, H, str(device))
+        key = (Pq, P, H, str(device), dtype)
         if key not in self._masks:
             i = torch.arange(P - Pq, P).view(Pq, 1, 1, 1)
             j = torch.arange(P).view(1, 1, P, 1)
             h, g = torch.arange(H).view(1, H, 1, 1), torch.arange(H).view(1, 1, 1, H)
             ok = (h == g) & ((j <= i) | (not self.cfg.causal))
-            self._masks[key] = torch.zeros(ok.shape).masked_fill(~ok, float("-inf")).reshape(Pq * H, P * H).to(device)
+            mask = torch.zeros(ok.shape).masked_fill(~ok, float("-inf")).reshape(Pq * H, P * H)
+            self._masks[key] = mask.to(device=device, dtype=dtype)
         return self._masks[key]
 
     def _mlp(self, m: _MLP, h: Tensor) -> Tensor:
@@ -233,16 +242,79 @@ class EnsembleTransformer(HookedModule):
         final = self._ln(resid[:, :, -1], self.ln_final)  # the readout token
         return self._mm(final, self.unembed.W_U, self.unembed.b_U)
 
+    # ---------------------------------------------------------------- the folded (bf16) training forward
+    def folded_weights(self) -> dict[str, Tensor]:
+        """The weights :meth:`forward_folded` reads, computed from the parameters (with their graph), in fp32.
+
+        Each layer norm's gain w and bias b are folded into the projection that reads it,
+        (x̂ ⊙ w + b) W + c = x̂ (w ⊙ W) + (b W + c), and 1/sqrt(d_head) into W_Q and b_Q. Keys:
+        "embed" ([S, vocab+1, d]), "pos" ([S, length+1, d]), then "blocks.{l}.{q,k,v,o,in,out}.{W,b}"
+        and "unembed.{W,b}", each W as [S, in, out] (heads flattened in TransformerLens order), each b as [S, out].
+        """
+        S, out = self.S, {"embed": self.embed.W_E, "pos": self.pos_embed.W_pos}
+
+        def put(key: str, W: Tensor, b: Tensor, ln: _LN | None, scale: float = 1.0) -> None:
+            if ln is not None and self.cfg.layer_norm:
+                W, b = ln.w.unsqueeze(-1) * W, b + torch.bmm(ln.b.unsqueeze(1), W).squeeze(1)
+            out[f"{key}.W"], out[f"{key}.b"] = (W * scale, b * scale) if scale != 1.0 else (W, b)
+
+        for l, blk in enumerate(self.blocks):
+            a, key = blk.attn, f"blocks.{l}"
+            H, d, dh = a.W_Q.shape[1:]
+            flat = lambda W: W.permute(0, 2, 1, 3).reshape(S, d, H * dh)  # noqa: B023 -- [S,H,d,dh] -> [S,d,H*dh]
+            put(f"{key}.q", flat(a.W_Q), a.b_Q.reshape(S, -1), blk.ln1, 1 / math.sqrt(dh))
+            put(f"{key}.k", flat(a.W_K), a.b_K.reshape(S, -1), blk.ln1)
+            put(f"{key}.v", flat(a.W_V), a.b_V.reshape(S, -1), blk.ln1)
+            put(f"{key}.o", a.W_O.reshape(S, H * dh, d), a.b_O, None)
+            put(f"{key}.in", blk.mlp.W_in, blk.mlp.b_in, blk.ln2)
+            put(f"{key}.out", blk.mlp.W_out, blk.mlp.b_out, None)
+        put("unembed", self.unembed.W_U, self.unembed.b_U, self.ln_final)
+        return out
+
+    def forward_folded(self, x: Tensor, w: dict[str, Tensor]) -> Tensor:
+        """The forward without hooks, on :meth:`folded_weights` ``w`` (its matmul weights cast, e.g. to bf16):
+        x [S, B, length] -> logits [S, B, n_classes] in the matmul weights' dtype.
+
+        The residual stream stays in the embeddings' dtype (fp32) and each layer norm (without its
+        affine, folded into ``w``) runs on it; the matmuls, softmax and MLP run in the weights' dtype.
+        The same function as :meth:`forward`, rounded differently; the last block works at the readout only.
+        """
+        if self.n_hooks:
+            raise SeedlabError("forward_folded runs without hooks: use the model's forward to hook it")
+        S, B, L = x.shape
+        V, dt, n = self.vocab + 1, w["unembed.W"].dtype, self.cfg.layers
+        norm = (lambda t: F.layer_norm(t, t.shape[-1:]).to(dt)) if self.cfg.layer_norm else (lambda t: t.to(dt))
+        act = F.relu if self.cfg.act == "relu" else F.gelu
+        tokens = torch.cat([x, x.new_full((S, B, 1), self.vocab)], -1)
+        offsets = torch.arange(S, device=x.device).view(S, 1, 1) * V
+        resid = F.embedding(tokens + offsets, w["embed"].reshape(S * V, -1)) + w["pos"][:, None, : L + 1]
+        for l, blk in enumerate(self.blocks):
+            key, last_only = f"blocks.{l}", l == n - 1
+            H = blk.attn.W_Q.shape[1]
+            h = norm(resid)
+            q = self._mm(h[:, :, -1:] if last_only else h, w[f"{key}.q.W"], w[f"{key}.q.b"])
+            k, v = self._mm(h, w[f"{key}.k.W"], w[f"{key}.k.b"]), self._mm(h, w[f"{key}.v.W"], w[f"{key}.v.b"])
+            P, Pq, dh = k.shape[2], q.shape[2], k.shape[-1] // H
+            # the block-diagonal attention of _attention, scale already in W_Q, mask in the compute dtype
+            cross = torch.bmm(q.reshape(S * B, Pq * H, dh), k.reshape(S * B, P * H, dh).transpose(1, 2))
+            A = (cross + self._mask(Pq, P, H, x.device, dt)).softmax(-1)
+            z = torch.bmm(A, v.reshape(S * B, P * H, dh)).view(S, B, Pq, H * dh)
+            resid = (resid[:, :, -1:] if last_only else resid) + self._mm(z, w[f"{key}.o.W"], w[f"{key}.o.b"])
+            mlp = self._mm(act(self._mm(norm(resid), w[f"{key}.in.W"], w[f"{key}.in.b"])), w[f"{key}.out.W"], w[f"{key}.out.b"])
+            resid = resid + mlp
+        return self._mm(norm(resid[:, :, -1]), w["unembed.W"], w["unembed.b"])
+
     # ---------------------------------------------------------------- losses
-    def losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-member summed cross-entropy and number correct: two [S] tensors."""
-        ce, correct = self.row_losses(x, y)
+    def losses(self, x: Tensor, y: Tensor, folded: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        """Per-member summed cross-entropy and number correct: two [S] tensors (``folded``: :meth:`row_losses`)."""
+        ce, correct = self.row_losses(x, y, folded)
         return ce.sum(1), correct.sum(1)
 
-    def row_losses(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    def row_losses(self, x: Tensor, y: Tensor, folded: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """Per-row cross-entropy and whether the row is classified correctly: two [S, B] tensors.
-        The loss is fp32 even when the forward runs in bf16 (autocast)."""
-        logits = self(x).float()
+        With ``folded`` weights, through :meth:`forward_folded`. The loss is fp32 even when the
+        forward runs in bf16 (folded weights in bf16, or autocast)."""
+        logits = (self(x) if folded is None else self.forward_folded(x, folded)).float()
         S, B, C = logits.shape
         ce = F.cross_entropy(logits.reshape(S * B, C), y.reshape(S * B), reduction="none").view(S, B)
         return ce, logits.argmax(-1) == y

@@ -168,13 +168,14 @@ def train_epoch(
     """One pass over the training split: a step per batch, each batch in ``chunk``-row pieces.
 
     ``order`` ([S, n], each member's own shuffle) is needed for mini-batches; full batch ignores it.
-    ``precision`` "bf16": the forward's matmuls in bfloat16 (:func:`autocast`); the loss and the
-    gradients' accumulation into the fp32 weights stay fp32.
+    ``precision`` "bf16": the forward's matmuls and attention in bfloat16 (:class:`Bf16Step`); the
+    loss, the residual stream, the layer norms and the gradients' accumulation stay fp32.
     """
     n = x.shape[1]
     for b0 in range(0, n, batch_size):
         opt.zero_grad()
         rows = min(batch_size, n - b0)
+        bf16 = Bf16Step(model) if precision == "bf16" else None
         for c0 in range(b0, b0 + rows, chunk):
             c1 = min(c0 + chunk, b0 + rows)
             if order is None:
@@ -183,15 +184,54 @@ def train_epoch(
                 idx = order[:, c0:c1]
                 xb = torch.gather(x, 1, idx.unsqueeze(-1).expand(-1, -1, x.shape[2]))
                 yb = torch.gather(y, 1, idx)
-            with autocast(x.device, precision):
-                loss, _ = model.losses(xb, yb)
             # members' losses are independent: the sum's gradient is each member's own
-            (loss.sum() / rows).backward()
+            if bf16 is None:
+                loss, _ = model.losses(xb, yb)
+                (loss.sum() / rows).backward()
+            else:
+                bf16.backward(xb, yb, rows)
+        if bf16 is not None:
+            bf16.finish()
         opt.step()
 
 
+class Bf16Step:
+    """One optimizer step's bf16 forward and backward, its weights cast once.
+
+    The model's :meth:`~EnsembleTransformer.folded_weights` (fp32, with the graph to the
+    parameters) are cast to bfloat16 once (the embeddings stay fp32: the residual stream is
+    fp32); each piece of the batch runs :meth:`~EnsembleTransformer.forward_folded` on the casts
+    and adds its gradient with respect to them into fp32 sums (:meth:`backward`); :meth:`finish`
+    carries the sums through the cast and the fold into the parameters' ``.grad``, once per step.
+    autocast, by contrast, casts every weight again in every piece and every activation at
+    every matmul (docs/benchmarks.md, issue 30).
+    """
+
+    def __init__(self, model: EnsembleTransformer):
+        self.model = model
+        self.folded = model.folded_weights()
+        keep = {"embed", "pos"}
+        self.cast = {k: (v if k in keep else v.to(torch.bfloat16)).detach().requires_grad_() for k, v in self.folded.items()}
+        self.grads: list[torch.Tensor] | None = None
+
+    def backward(self, x: torch.Tensor, y: torch.Tensor, rows: int) -> None:
+        """Add the gradient of this piece's summed loss / ``rows`` into the step's fp32 sums."""
+        loss, _ = self.model.losses(x, y, self.cast)
+        grads = torch.autograd.grad(loss.sum() / rows, list(self.cast.values()))
+        if self.grads is None:
+            self.grads = [g.float() for g in grads]
+        else:
+            for acc, g in zip(self.grads, grads, strict=True):
+                acc.add_(g)
+
+    def finish(self) -> None:
+        """The summed gradients into the fp32 parameters' ``.grad`` (accumulated, as ``backward()`` does)."""
+        torch.autograd.backward(list(self.folded.values()), self.grads)
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` to bfloat16 on ``device`` for "bf16" (CPU as CUDA), nothing for "fp32"."""
+    """``torch.autocast`` to bfloat16 on ``device`` for "bf16" (CPU as CUDA), nothing for "fp32": what a
+    plain loop adds for bf16, and how seedlab's bf16 forward ran before :class:`Bf16Step`."""
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
