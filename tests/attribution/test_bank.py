@@ -22,6 +22,7 @@ from seedlab.attribution.rundir import BankDir
 from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
 from seedlab.lm.model import GPT
+from seedlab.lm.stack import Stack
 from seedlab.lm.trainer import Trainer
 from seedlab.store import LOCK
 
@@ -58,7 +59,9 @@ def test_layout_hashes_and_measured(tiny_bank):
             # forked from one prefix: every run is bitwise the twin at s
             assert where.read_manifest()[str(s)] == twin.read_manifest()[str(s)]
     integrity = json.loads(rd.integrity.read_text())["seeds"]
-    assert integrity["0"]["replica"] == {"bitwise_equal_to_twin": True, "steps_compared": [s, *horizons]}
+    replica = integrity["0"]["replica"]  # trained inside the twin's stack (forks/stacked.py), at its far end
+    assert replica.pop("position").endswith(f"of a stack of {integrity['0']['stack']['arm_batch']}")
+    assert replica == {"bitwise_equal_to_twin": True, "steps_compared": [s, *horizons]}
     assert "replica" not in integrity["1"] and integrity["1"]["own_row"]["bitwise_equal_to_twin"]
 
     m = pd.read_parquet(rd.measured)
@@ -95,16 +98,23 @@ def test_plain_sgd_first_step_matches_the_one_step_estimate(tmp_path, design):
     assert (np.sign(big.estimate) == np.sign(big.measured)).all()
 
 
-def test_the_replica_control_catches_a_non_deterministic_op(tmp_path, design, monkeypatch):
-    forward = GPT.forward
+@pytest.mark.parametrize("arm_batch", [1, None])
+def test_the_replica_control_catches_a_non_deterministic_op(tmp_path, design, monkeypatch, arm_batch):
+    """Noise in the forward pass (a non-deterministic kernel), in the serial loop (the GPT's forward) and in a
+    stack (lm/stack.py's trunk): the replica control stops the bank at the first horizon."""
+    if arm_batch == 1:
+        forward = GPT.forward
 
-    def noisy(self, *args, **kwargs):
-        logits, loss = forward(self, *args, **kwargs)
-        return logits + 1e-3 * torch.rand_like(logits), loss
+        def noisy(self, *args, **kwargs):
+            logits, loss = forward(self, *args, **kwargs)
+            return logits + 1e-3 * torch.rand_like(logits), loss
 
-    monkeypatch.setattr(GPT, "forward", noisy)
-    cfg, base = design(seeds=[0])
-    with pytest.raises(SeedlabError, match=r"seed 0: the replica control differs .* at step 5 in tensor"):
+        monkeypatch.setattr(GPT, "forward", noisy)
+    else:
+        trunk = Stack.trunk
+        monkeypatch.setattr(Stack, "trunk", lambda self, *a, **k: (h := trunk(self, *a, **k)) + 1e-3 * torch.rand_like(h))
+    cfg, base = design(seeds=[0], arm_batch=arm_batch)
+    with pytest.raises(SeedlabError, match=r"seed 0: the replica control.* differs .* at step 5 in tensor"):
         run_bank(cfg, tmp_path / "bank", base=base, progress=False)
     assert not BankDir(tmp_path / "bank").replica(0).finished
 
@@ -114,7 +124,8 @@ class Killed(Exception):
 
 
 def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, tiny_bank, monkeypatch):
-    cfg, base = design()
+    """The serial loop (arm_batch: 1), killed in the twin, resumes to the stacked reference bank's bits."""
+    cfg, base = design(arm_batch=1)
     advance, calls = Trainer.advance, [0]
 
     def counted(self, *args, kill_at=None, **kwargs):
@@ -144,7 +155,40 @@ def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, 
     assert calls[0] == 0
 
 
+def test_a_stacked_bank_killed_mid_stack_resumes_to_the_same_results(tmp_path, design, tiny_bank, monkeypatch):
+    """Stacks of 4, killed in the second stack: the twin's stack is done, the candidates there start again from
+    the prefix (the bank keeps no resumable state of theirs), and the bank is bitwise the reference."""
+    cfg, base = design(arm_batch=4)
+    advance, seen = Stack.advance, []
+
+    def killed(self, rows, **kw):
+        seen.append(self.step)
+        if seen.count(7) == 2:  # the second stack, after 3 of its updates
+            raise Killed
+        return advance(self, rows, **kw)
+
+    monkeypatch.setattr(Stack, "advance", killed)
+    with pytest.raises(Killed):
+        run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    rd = BankDir(tmp_path / "bank")
+    assert rd.twin(0).finished and rd.replica(0).finished and not rd.candidate(0, "heldout-2").finished
+    monkeypatch.setattr(Stack, "advance", advance)
+    run_bank(cfg, tmp_path / "bank", base=base, progress=False)
+    ref = BankDir(tiny_bank / "bank")
+    pd.testing.assert_frame_equal(pd.read_parquet(rd.measured), pd.read_parquet(ref.measured))
+    assert _manifests(tmp_path / "bank") == _manifests(tiny_bank / "bank")
+
+
 # --------------------------------------------------------------------------- replicates, seeds in parallel
+
+
+def _shown(bank: BankDir) -> dict:
+    """integrity.json less how the runs were stacked (forks/stacked.py: the stack sizes, the replica's position)."""
+    record = json.loads(bank.integrity.read_text())
+    for seed in record["seeds"].values():
+        seed.pop("stack", None)
+        seed.get("replica", {}).pop("position", None)
+    return record
 
 
 def _manifests(root):
@@ -159,7 +203,7 @@ def test_replicates_and_parallel_seeds_are_bitwise_the_sequential_bank(tmp_path,
     hashes = _manifests(one.root)
     assert len(hashes) == 2 * (1 + 5 + 5) + 1  # seeds x (twin, candidates, replicates) + seed 0's replica
     assert hashes == _manifests(two.root) and "seed-1/replicates/own-row/manifest.json" in hashes
-    assert json.loads(one.integrity.read_text()) == json.loads(two.integrity.read_text())
+    assert _shown(one) == _shown(two)  # how the runs were stacked differs (one stack of both seeds, or one per process)
     pd.testing.assert_frame_equal(pd.read_parquet(one.measured), pd.read_parquet(two.measured))
     # the replicates change no other run: the twin and the candidates hash as in the bank without them
     without = _manifests(ref.root)

@@ -21,6 +21,7 @@ from seedlab.attribution.report_additivity import additivity_section
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
+from seedlab.lm.stack import Stack
 from seedlab.lm.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -139,13 +140,18 @@ def test_a_bank_with_pairs_resumes_and_reads_back(paired_bank, monkeypatch, caps
     write_additivity(root)  # the unfinished pair left out, with a warning
     assert "warning: missing seed 0 pair.passage-1..passage-2 (not finished)" in capsys.readouterr().err
     assert set(pd.read_parquet(rd.additivity).pair) == {"pair.own-row..passage-0", "pair.passage-0..heldout-0"}
-    advance, calls = Trainer.advance, [0]
+    advance, stacked, calls = Trainer.advance, Stack.advance, [0]
 
     def counted(self, *args, **kwargs):
         calls[0] += 1
         return advance(self, *args, **kwargs)
 
+    def counted_stack(self, rows, **kwargs):  # a stack's update is one update of each of its runs
+        calls[0] += len(rows)
+        return stacked(self, rows, **kwargs)
+
     monkeypatch.setattr(Trainer, "advance", counted)
+    monkeypatch.setattr(Stack, "advance", counted_stack)
     run_bank(cfg, root, base=folder, progress=False)
     assert calls[0] == cfg.end - cfg.injection_step  # that pair alone, from the kept prefix
     for p, (hashes, queries) in before.items():

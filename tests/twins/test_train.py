@@ -186,16 +186,25 @@ def test_the_replica_control_is_recorded(setup, tmp_path):
     assert rec["mode"] == "fork"
     seed = rec["seeds"]["3"]
     assert seed["identical_at_injection"].startswith("by construction")
+    assert seed["replica"].pop("position") == "2 of a stack of 3"  # the twin's stack: twin, fluent-attested, replica
     assert seed["replica"] == {"bitwise_equal_to_twin": True, "steps_compared": [8, 10, 12]}  # s, the mid-point, the end
+    assert seed["stack"] == {"arm_batch": 3, "solo_check": {"step": 10, "bitwise_equal_to_solo": True}}
     assert not list((tmp_path / "seed-3" / "replica").glob("*.safetensors"))  # hashes only
     assert (tmp_path / "seed-3" / "prefix.safetensors").is_file()  # keep: [prefix], the default
 
 
-def test_the_replica_control_catches_a_non_deterministic_operation(setup, tmp_path, monkeypatch):
+@pytest.mark.parametrize("arm_batch", [1, None])
+def test_the_replica_control_catches_a_non_deterministic_operation(setup, tmp_path, monkeypatch, arm_batch):
+    """Noise in every forward pass, in the serial loop (the GPT's) and in a stack (lm/stack.py's trunk)."""
+    from seedlab.lm.stack import Stack
+
     base, cfg = setup
     _noisy_forward(monkeypatch)
-    design = parse(TwinsConfig, cfg | {"steps": 12, "conditions": ["twin", "fluent-attested"]})
-    with pytest.raises(SeedlabError, match=r"^seed 3: the replica control differs from the twin at step 10 in tensor") as err:
+    trunk = Stack.trunk
+    monkeypatch.setattr(Stack, "trunk", lambda self, *a, **k: (h := trunk(self, *a, **k)) + 1e-3 * torch.rand_like(h))
+    design = parse(TwinsConfig, cfg | {"steps": 12, "conditions": ["twin", "fluent-attested"], "arm_batch": arm_batch})
+    with pytest.raises(SeedlabError, match=r"^seed 3: the replica control( \(position 2 of a stack of 3\))? differs from "
+                                           r"the twin at step 10 in tensor") as err:
         run_twins(design, tmp_path, base=base, progress=False)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "integrity.json").exists()

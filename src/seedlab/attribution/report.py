@@ -163,12 +163,32 @@ def integrity_text(i: stats.Integrity) -> str:
         lines.append(f"Replica control (seed {', '.join(i.replica_seeds)}): the twin trained again from the prefix was "
                      f"bitwise equal to the twin at every saved step ({n} steps, {first} .. {last}): training after "
                      "the injection is deterministic, so each measured effect is the row's alone.")
+    if i.stacked is not None:
+        lines.append(stacked_text(i.stacked))
     if i.own_row_seeds:
         lines.append(f"Own-row control (seed {', '.join(i.own_row_seeds)}): replacing the row by itself gave runs "
                      f"bitwise equal to the twin; measured effect exactly 0 at every horizon: "
                      f"{'yes' if i.control_measured_zero else 'NO'}; every estimate exactly 0: "
                      f"{'yes' if i.control_estimates_zero else 'NO'}.")
     return "\n\n".join(lines)
+
+
+def stacked_text(st: dict) -> str:
+    """How the runs trained in stacks, and whether a stacked run is bitwise its solo run (the solo check)."""
+    where = f" (the replica control at position {st['replica_position']})" if st["replica_position"] else ""
+    line = (f"The runs trained in stacks of up to {st['arm_batch']} (forks/stacked.py: several runs, of one seed and of "
+            f"others, in one set of tensors){where}.")
+    solo = st["solo_check"]
+    if solo is None:
+        return line + " No solo check ran."
+    if solo["bitwise_equal_to_solo"]:
+        return line + (f" Solo check: the first seed's twin trained alone to step {solo['step']} was bitwise the stacked "
+                       "twin: every run is, bit for bit, the run the serial loop trains.")
+    far = f" (max |Δw| = {solo['max_abs_difference']:.3g})" if "max_abs_difference" in solo else ""
+    return line + (f" Solo check: the first seed's twin trained alone to step {solo['step']} was NOT bitwise the stacked "
+                   f"twin{far}: the stack's kernels round differently from the solo run's, so the runs are the serial loop's "
+                   "to float tolerance only; differences between runs of the bank are still the rows' alone (the replica "
+                   "control holds inside the stack).")
 
 
 def effects_table(e: pd.DataFrame) -> str:

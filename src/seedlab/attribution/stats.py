@@ -478,6 +478,7 @@ class Integrity:
     own_row_seeds: list[str]  # seeds whose own-row control ran
     control_measured_zero: bool  # every own-row control's measured effect is exactly 0 (False: none in the frame)
     control_estimates_zero: bool  # and every estimate of it
+    stacked: dict | None = None  # how the runs trained in stacks (forks/stacked.py): arm_batch, the replica's position, the solo check; None: serially
 
 
 def integrity(record: dict, df: pd.DataFrame) -> Integrity:
@@ -487,10 +488,16 @@ def integrity(record: dict, df: pd.DataFrame) -> Integrity:
     rep = [k for k, v in seeds.items() if "replica" in v]
     steps = seeds[rep[0]]["replica"]["steps_compared"] if rep else None
     ctrl = df[df.candidate_kind == "control"]
+    stacked = None
+    if str(record.get("arms", "")).startswith("stacked"):
+        stacks = [v.get("stack", {}) for v in seeds.values()]
+        stacked = {"arm_batch": max((s.get("arm_batch", 0) for s in stacks), default=0),
+                   "replica_position": seeds[rep[0]]["replica"].get("position") if rep else None,
+                   "solo_check": next((s["solo_check"] for s in stacks if "solo_check" in s), None)}
     return Integrity(rep, (len(steps), steps[0], steps[-1]) if steps else None,
                      [k for k, v in seeds.items() if "own_row" in v],
                      bool(len(ctrl)) and bool((ctrl.measured == 0).all()),
-                     bool(len(ctrl)) and bool((ctrl.estimate == 0).all()))
+                     bool(len(ctrl)) and bool((ctrl.estimate == 0).all()), stacked)
 
 
 def seconds_per_seed(seconds: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -7,7 +7,7 @@
                                                   its perturbation, then one update of the whole stack
         the replica                               bitwise its twin at every recorded step, or a one-line error
         each run finished, in the design's order  losses, manifest, the observer's record, the done marker
-    the solo check                                the first seed's twin trained alone to its first recorded step after s:
+    the solo check                                the first twin trained here, again alone, to its first recorded step after s:
                                                   bitwise the stacked twin (fp32 on CPU), or how far apart (recorded)
 
 A run in a stack is, bit for bit, the run the serial loop (forks/loop.py) trains on CPU in fp32: every
@@ -106,8 +106,8 @@ class _Loop:
         for seed in self.seeds:
             arms = self.arms[seed]
             self.runs += [_Run(seed, a, d.folder.run(seed, a.name)) for a in arms]
-            if seed in d.cfg.replica_seeds:
-                self.runs.append(_Run(seed, arms[0], d.folder.replica(seed), replica=True))
+            if seed in d.cfg.replica_seeds:  # right after its twin (it trains at the far end of the twin's stack)
+                self.runs.insert(len(self.runs) - len(arms) + 1, _Run(seed, arms[0], d.folder.replica(seed), replica=True))
         self.batch = arm_batch(d, len(self.runs))
         word = d.folder.arm_word
         self.records = {seed: {"identical_at_injection": f"by construction: every {word} forked from one copy of the prefix",
@@ -116,7 +116,7 @@ class _Loop:
         self.frames: dict[int, list[pd.DataFrame]] = {seed: [] for seed in self.seeds}
         self.at_s: dict[int, dict] = {seed: {} for seed in self.seeds}
         self.emitted = 0
-        self.solo: dict | None = None  # the solo check's twin at its step: {"step", "hashes", "weights"}
+        self.solo: dict | None = None  # the solo check's twin at its step: {"seed", "step", "hashes", "weights"}
 
     # ---------------------------------------------------------------- the whole loop
     def run(self) -> dict:
@@ -191,20 +191,18 @@ class _Loop:
 
     # ---------------------------------------------------------------- the solo check
     def _solo_check(self) -> None:
-        """The first seed's twin trained alone (lm/trainer.py) from the prefix to its first recorded step
-        after s; compared with the stacked twin there (:meth:`_compare_solo`)."""
-        twin = next(r for r in self.runs if r.seed == self.seeds[0] and not r.replica)
-        hashed = self.d.recording.hashed.get(twin.arm.name, frozenset())
-        after = sorted(t for t in hashed if t > self.s)
-        if not after:
+        """The first twin trained here (not finished before) trained again alone (lm/trainer.py) from its
+        prefix to its first recorded step after s; compared with the stacked twin there (:meth:`_compare_solo`).
+        Nothing when every twin finished before (its record then says no solo check ran here)."""
+        twin = next((r for r in self.runs if r.arm.is_twin and not r.replica and not r.done), None)
+        after = sorted(t for t in self.d.recording.hashed.get("twin", frozenset()) if t > self.s)
+        if twin is None or not after:
             return
         step = after[0]
-        if twin.done and str(step) not in twin.manifest:
-            return
         trainer, _ = self.prefixes[twin.seed].fork()
         self.d.observer.run(f"seed {twin.seed} solo check", step - self.s)
         advance_to(trainer, step, on_step=lambda: self.d.observer.step("solo check"))
-        self.solo = {"step": step, "hashes": tensor_hashes(trainer.weights()),
+        self.solo = {"seed": twin.seed, "step": step, "hashes": tensor_hashes(trainer.weights()),
                      "weights": {k: v.detach().clone() for k, v in trainer.weights().items()}}
         if str(step) in twin.manifest:  # recorded before an interruption
             self._compare_solo(twin.seed, twin.manifest[str(step)], None)
@@ -308,7 +306,7 @@ class _Loop:
                 _save(d, r.where, solo, r.losses, r.manifest)
         if t in watched:
             d.observer.visit(r.seed, r.arm, solo or stack.member(i))
-        if self.solo is not None and r.arm.is_twin and r.seed == self.seeds[0] and t == self.solo["step"]:
+        if self.solo is not None and r.arm.is_twin and r.seed == self.solo["seed"] and t == self.solo["step"]:
             self._compare_solo(r.seed, r.manifest[str(t)], stack.weights(i))
 
     # ---------------------------------------------------------------- finishing, in the design's order
@@ -326,11 +324,11 @@ class _Loop:
                 if r.where.finished:
                     record["replica"] = r.where.read_manifest()["record"]
                 else:
-                    record["replica"] = {"bitwise_equal_to_twin": True, "steps_compared": sorted(r.compared),
-                                         "position": r.position}
+                    mine = {"bitwise_equal_to_twin": True, "steps_compared": sorted(r.compared)}  # the serial loop's record
                     if d.world.main:
-                        write_json(r.where.manifest, {"record": record["replica"]})
+                        write_json(r.where.manifest, {"record": mine})
                         r.where.mark_finished(self.end)
+                    record["replica"] = mine | {"position": r.position}  # where it sat: integrity.json only
                 continue
             trained = not r.where.finished
             if trained:
