@@ -51,7 +51,7 @@ class Stack:
 
     ``Stack(trainers)`` copies their weights and optimizer state; the trainers are not used again."""
 
-    def __init__(self, trainers: Sequence[Trainer], *, group_runs: int = 8, head_runs: int = 2):
+    def __init__(self, trainers: Sequence[Trainer], *, group_runs: int | None = None, head_runs: int | None = None):
         if not trainers:
             raise SeedlabError("stack: no runs to stack")
         first = trainers[0]
@@ -59,8 +59,11 @@ class Stack:
         self.gcfg: GPTConfig = first.model.config
         self.tokens, self.device, self.world = first.tokens, first.device, first.world
         self.seeds = [t.seed for t in trainers]
-        self.group_runs = group_runs  # runs whose forward and backward run together (:meth:`_group`)
-        self.head_runs = head_runs  # runs whose logits are computed together (:meth:`_head`)
+        # On a CPU, a few runs at a time keep the activations in cache; on a GPU every launch counts, so all at once
+        cpu = first.device.type == "cpu"
+        self.group_runs = group_runs or (8 if cpu else len(trainers))  # runs whose forward and backward run together
+        self.head_runs = head_runs or (2 if cpu else len(trainers))  # runs whose logits are computed together
+        self.exact_ln = cpu  # per-run layer norms (bitwise the solo kernel) or one batched one (:func:`_ln`)
         self.step = first.step
         if self.world.size != 1:
             raise SeedlabError("stack: runs stack on one process only (under torchrun the arms run serially)")
@@ -245,14 +248,14 @@ class Stack:
         x = F.embedding(idx + offset, table.reshape(A * V, C)) + p["wpe.weight"][:, None, :T]
         for l in range(L):
             b = f"blocks.{l}."
-            h = _ln(p, x, b + "ln_1")
+            h = _ln(p, x, b + "ln_1", self.exact_ln)
             q, k, v = _linear(p, h, b + "attn.c_attn").split(C, dim=-1)
             heads = lambda t: t.reshape(A * B, T, H, C // H).transpose(1, 2)  # [A·B, head, T, d_head]
             z = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
             x = x + _linear(p, z.transpose(1, 2).contiguous().view(A, B, T, C), b + "attn.c_proj")
-            h = F.gelu(_linear(p, _ln(p, x, b + "ln_2"), b + "mlp.c_fc"))
+            h = F.gelu(_linear(p, _ln(p, x, b + "ln_2", self.exact_ln), b + "mlp.c_fc"))
             x = x + _linear(p, h, b + "mlp.c_proj")
-        return _ln(p, x, "ln_f")
+        return _ln(p, x, "ln_f", self.exact_ln)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """``idx`` [A, B, T] int64 -> logits [A, B, T, vocab]: run a's GPT on its rows."""
@@ -270,9 +273,16 @@ def _linear(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str) -> torch.
     return out.view(*x.shape[:-1], W.shape[1])
 
 
-def _ln(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str) -> torch.Tensor:
-    """nn.LayerNorm per run: one kernel per run, so each run's bits are its solo run's (a layer norm
-    with per-run gains applied after is not bitwise the fused kernel)."""
+def _ln(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str, exact: bool = True) -> torch.Tensor:
+    """nn.LayerNorm per run. ``exact``: one kernel per run, so each run's bits are its solo run's (a layer
+    norm with per-run gains applied after is not bitwise the fused kernel); else (CUDA, where a kernel per
+    run is a launch per run) one normalization for all runs, then each run's gain and bias: the same for
+    every position of the axis, so runs in a stack still cannot differ by where they sit."""
+    if not exact:
+        w, b = p[name + ".weight"], p.get(name + ".bias")
+        shape = (x.shape[0], *[1] * (x.dim() - 2), x.shape[-1])
+        y = F.layer_norm(x, x.shape[-1:]) * w.view(shape)
+        return y if b is None else y + b.view(shape)
     w, b = p[name + ".weight"].unbind(), p.get(name + ".bias")
     b = [None] * len(w) if b is None else b.unbind()  # unbind, not x[a]: one backward node, not A zero-filled copies
     return torch.stack([F.layer_norm(xa, xa.shape[-1:], wa, ba) for xa, wa, ba in zip(x.unbind(), w, b)])

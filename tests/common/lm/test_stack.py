@@ -89,3 +89,17 @@ def test_runs_that_cannot_stack_are_refused():
         Stack([])
     with pytest.raises(SeedlabError, match="2 runs' rows for a stack of 1"):
         Stack([trainers(0)]).advance([None, None])
+
+
+def test_the_batched_layer_norm_is_the_same_for_every_position():
+    """The GPU's choice (one layer norm for all runs, then each run's gain): within float rounding of the
+    solo run, and a run's numbers do not depend on where it sits in the stack."""
+    a = trainers(0)
+    stack = Stack([a.fork(), a.fork(), a.fork()], group_runs=3, head_runs=3)
+    stack.exact_ln = False
+    solo = a.fork()
+    for _ in range(3):
+        stack.advance([None, {0: list(range(12))}, None])
+        solo.advance()
+    assert same(stack.weights(0), stack.weights(2)) and not same(stack.weights(0), stack.weights(1))
+    assert max(float((stack.weights(0)[k] - v).abs().max()) for k, v in solo.weights().items()) < 1e-4
