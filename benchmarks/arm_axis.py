@@ -133,7 +133,12 @@ def digest(folder: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def whole(name: str, argv: list[str], out: Path, updates: int) -> dict:
+ONLY = ""  # --only
+
+
+def whole(name: str, argv: list[str], out: Path, updates: int) -> dict | None:
+    if ONLY not in name:
+        return None
     env = os.environ | {"PYTHONHASHSEED": "0"}
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "seedlab", *argv, "--out", str(out), "--no-progress"], check=True, env=env,
@@ -174,8 +179,9 @@ def designs(which: list[str], args) -> list[dict]:
                                  ("twins stacked, 2 threads", ["--set", "threads=2"])):
                 out = Path(tmp) / label.replace(" ", "_").replace(",", "")
                 rows.append(whole(label, base + extra, out, updates))
+    rows = [r for r in rows if r is not None]
     for r in rows:
-        first = next(x for x in rows if x["design"].split()[0] == r["design"].split()[0])
+        first = next((x for x in rows if x["design"].split()[0] == r["design"].split()[0] and "today" in x["design"]), r)
         r["vs_today"] = first["wall_s"] / r["wall_s"]
     return rows
 
@@ -191,6 +197,7 @@ def main() -> None:
     ap.add_argument("--twins-seeds", type=int, default=2)
     ap.add_argument("--twins-steps", type=int, default=200)
     ap.add_argument("--plot", default=None, help="write part 1's plot here (PNG)")
+    ap.add_argument("--only", default="", help="part 2: only the configurations whose label contains this (e.g. stacked)")
     ap.add_argument("--json", default=None, help="write every row here")
     args = ap.parse_args()
     if not Path(args.corpus, "meta.json").is_file():
@@ -201,8 +208,10 @@ def main() -> None:
     vocab = load(args.corpus).vocab_size
     print(f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"torch {torch.__version__}", flush=True)
-    steps = by_stack_size([int(a) for a in args.sizes.split(",")], args.reps, vocab)
-    if args.plot:
+    global ONLY
+    ONLY = args.only
+    steps = by_stack_size([int(a) for a in args.sizes.split(",")], args.reps, vocab) if args.sizes else []
+    if args.plot and steps:
         plot(steps, Path(args.plot))
     which = [] if args.designs == "none" else args.designs.split(",")
     whole_rows = designs(which, args) if which else []

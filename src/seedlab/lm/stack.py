@@ -59,10 +59,12 @@ class Stack:
         self.gcfg: GPTConfig = first.model.config
         self.tokens, self.device, self.world = first.tokens, first.device, first.world
         self.seeds = [t.seed for t in trainers]
-        # On a CPU, a few runs at a time keep the activations in cache; on a GPU every launch counts, so all at once
-        cpu = first.device.type == "cpu"
-        self.group_runs = group_runs or (8 if cpu else len(trainers))  # runs whose forward and backward run together
-        self.head_runs = head_runs or (2 if cpu else len(trainers))  # runs whose logits are computed together
+        # On a CPU, a few runs at a time keep the activations in cache (~4,096 tokens through the blocks, ~1,024
+        # through the head: the best of benchmarks/arm_axis.py's sizes for the bank's 512-token and the twins'
+        # 2,048-token batches); on a GPU every launch counts, so all at once
+        cpu, tokens = first.device.type == "cpu", (first.cfg.micro_batch or first.cfg.batch_size) * self.gcfg.block_size
+        self.group_runs = group_runs or (max(1, 4096 // tokens) if cpu else len(trainers))  # forward and backward together
+        self.head_runs = head_runs or (max(1, 1024 // tokens) if cpu else len(trainers))  # logits computed together
         self.exact_ln = cpu  # per-run layer norms (bitwise the solo kernel) or one batched one (:func:`_ln`)
         self.step = first.step
         if self.world.size != 1:

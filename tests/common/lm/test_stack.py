@@ -33,17 +33,19 @@ def same(a: dict, b: dict) -> bool:
     return tensor_hashes(a) == tensor_hashes(b)
 
 
-@pytest.mark.parametrize("micro", [None, 2])
-def test_each_run_in_the_stack_is_its_solo_run_bitwise(micro):
+@pytest.mark.parametrize("micro, groups", [(None, None), (2, None), (None, (2, 1)), (2, (3, 2))])
+def test_each_run_in_the_stack_is_its_solo_run_bitwise(micro, groups):
     """Five runs (two seeds; the ordinary batch, a row replaced, two rows replaced, the same run twice at
-    positions 0 and 4) trained 6 updates stacked and solo: every weight, loss and AdamW moment equal."""
+    positions 0 and 4) trained 6 updates stacked and solo, whole or in groups of runs (forward and backward;
+    the head): every weight, loss and AdamW moment equal."""
     cfg = Cfg()
     cfg.micro_batch = micro
     a, b = trainers(0, cfg), trainers(1, cfg)
     rows = [None, {0: list(range(10))}, {1: [5] * 17, 3: [7, 8]}, None, None]
     starts = [a, a, b, b, a]
     solo = [s.fork() for s in starts]
-    stack = Stack([s.fork() for s in starts])
+    group, head = groups or (None, None)
+    stack = Stack([s.fork() for s in starts], group_runs=group, head_runs=head)
     for _ in range(6):
         losses = stack.advance(rows)
         assert losses == [s.advance(r) for s, r in zip(solo, rows)]
