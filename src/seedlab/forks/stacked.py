@@ -32,10 +32,10 @@ from seedlab.lm.stack import Stack
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes, write_json, write_parquet
 
-#: runs per stack when ``arm_batch`` is null on a CPU: past ~16 the per-run cost rises on a 2-core CPU
-#: (benchmarks/arm_axis.py, one thread: 17.6 ms a run-update at 16, 20.8 at 64), and what a kill can lose of
-#: a design that saves no resumable state (the bank) stays a stack's worth; on CUDA only ``stack_memory`` bounds it
-CPU_CAP = 16
+#: runs per stack when ``arm_batch`` is null on a CPU: what a kill can lose of a design that saves no resumable
+#: state (the bank) stays a stack's worth (benchmarks/arm_axis.py: the whole bank at two threads 111 s with stacks
+#: of 64, 137 s with stacks of 16; at one thread the same); on CUDA only ``stack_memory`` bounds it
+CPU_CAP = 64
 GiB = 2 ** 30
 
 
