@@ -20,7 +20,6 @@ Every file goes through the design's folder (forks/folders.py) and store.py. Und
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -33,13 +32,14 @@ from seedlab.forks import stacked
 from seedlab.forks.arms import TWIN, Arm, check_arms
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder
+from seedlab.forks.records import extra, save
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, replica_control
 from seedlab.lm.determinism import nondeterminism_is_an_error
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
-from seedlab.store import tensor_hashes, write_json, write_parquet, write_safetensors
+from seedlab.store import tensor_hashes, write_json, write_parquet
 
 Manifest = dict[str, dict[str, str]]  # {str(step): {tensor: SHA-256}}
 SeedResult = tuple[dict, list[pd.DataFrame]]  # run_seed's: the seed's integrity record, its runs' losses
@@ -200,10 +200,10 @@ def run_seed(d: Design, seed: int) -> SeedResult:
     replica = _Replica(d, seed, start) if seed in d.cfg.replica_seeds else None
     frames = []
     for i, arm in enumerate(arms):
-        manifest, losses, extra = run_arm(d, seed, arm, start)
+        manifest, losses, added = run_arm(d, seed, arm, start)
         at_s[arm.name] = manifest[str(s)]
         frames.append(losses.assign(seed=seed, arm=arm.name))
-        for key, value in (extra or {}).items():  # several arms' perturbations merge
+        for key, value in (added or {}).items():  # several arms' perturbations merge
             record[key] = record.get(key, {}) | value if key == "perturbations" else value
         if i == 0 and replica is not None and not replica.done:  # the twin is done: fail fast
             record["replica_early"] = replica.check(manifest, through_first=True)
@@ -236,7 +236,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
     d.world.barrier()  # every rank has looked at the folder before rank 0 writes to it
     if finished:  # before an interruption
         d.observer.skip(cfg.end - cfg.injection_step)
-        return manifest, pd.read_parquet(where.losses), _extra(d, seed, arm, where, manifest)
+        return manifest, pd.read_parquet(where.losses), extra(d, seed, arm, where, manifest)
     if resumable:
         trainer = Trainer(cfg, d.gcfg, seed, d.tokens, d.world)
         losses = trainer.load_state(where.state, manifest)
@@ -257,7 +257,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
                 manifest[str(t)] = tensor_hashes(tr.weights())
                 d.world.check_same(manifest[str(t)], f"seed {seed}, {arm.name}, step {t}")
             if t in saved:
-                _save(d, where, tr, losses, manifest)
+                save(d, where, tr, losses, manifest)
         if t in watched:
             d.observer.visit(seed, arm, tr)
 
@@ -268,7 +268,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
     advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched, visit=visit,
                on_step=lambda: d.observer.step(label), losses=losses, perturbed=perturbed)
     frame = pd.DataFrame({"step": range(rec.losses_from, len(losses)), "loss": losses[rec.losses_from:]})
-    extra = _extra(d, seed, arm, where, manifest)
+    added = extra(d, seed, arm, where, manifest)
     if d.world.main:
         write_parquet(where.losses, frame)
         write_json(where.manifest, manifest)
@@ -276,27 +276,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
             where.state.replace(where.final_state)  # saved at the final step, a saved step
         where.mark_finished(cfg.end)
         where.state.unlink(missing_ok=True)
-    return manifest, frame, extra
-
-
-def _extra(d: Design, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
-    """What a finished run adds to its seed's integrity record: the observer's, and what its perturbation did."""
-    extra = d.observer.finished(seed, arm, where, manifest) or {}
-    if arm.perturbation is not None and where.perturbation.is_file():
-        extra["perturbations"] = {arm.name: json.loads(where.perturbation.read_text())}
-    return extra or None
-
-
-def _save(d: Design, where: RunFolder, tr: Trainer, losses: list[float], manifest: Manifest) -> None:
-    """The weights after ``tr.step`` updates, the manifest so far, then (a resumable design) the
-    complete state: last, the resume point."""
-    if not d.world.main:
-        return
-    write_safetensors(where.checkpoint(tr.step), tr.weights(), {"step": str(tr.step), "seed": str(tr.seed),
-                                                                 "run": where.path.name})
-    if d.recording.resume:
-        write_json(where.manifest, manifest)
-        tr.save_state(where.state, losses)
+    return manifest, frame, added
 
 
 def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Trainer]):
@@ -321,7 +301,7 @@ def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Tra
             if str(s) not in manifest:
                 trainer, losses = own(f"seed {seed} {arm.name}")
                 manifest[str(s)] = tensor_hashes(trainer.weights())
-                _save(d, where, trainer, losses, manifest)
+                save(d, where, trainer, losses, manifest)
             else:
                 obs.skip(s)  # reached before an interruption
             at_s[arm.name] = manifest[str(s)]

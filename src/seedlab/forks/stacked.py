@@ -28,6 +28,7 @@ from seedlab.errors import SeedlabError
 from seedlab.forks.arms import Arm
 from seedlab.forks.folders import RunFolder
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference
+from seedlab.forks.records import extra, save
 from seedlab.lm.stack import Stack
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes, write_json, write_parquet
@@ -304,7 +305,7 @@ class _Loop:
                 r.manifest[str(t)] = tensor_hashes(stack.weights(i))
             if t in saved:
                 solo = stack.member(i)
-                _save(d, r.where, solo, r.losses, r.manifest)
+                save(d, r.where, solo, r.losses, r.manifest)
         if t in watched:
             d.observer.visit(r.seed, r.arm, solo or stack.member(i))
         if self.solo is not None and r.arm.is_twin and r.seed == self.solo["seed"] and t == self.solo["step"]:
@@ -314,8 +315,6 @@ class _Loop:
     def emit(self) -> None:
         """Every run done whose predecessors are all emitted: its observer's record, its files, its done
         marker, its seed's integrity record — in the design's order, as the serial loop finishes them."""
-        from seedlab.forks.loop import _extra
-
         d, s = self.d, self.s
         while self.emitted < len(self.runs) and self.runs[self.emitted].done:
             r = self.runs[self.emitted]
@@ -338,7 +337,7 @@ class _Loop:
             else:
                 r.manifest = r.where.read_manifest()
                 frame = pd.read_parquet(r.where.losses)
-            extra = _extra(d, r.seed, r.arm, r.where, r.manifest)
+            added = extra(d, r.seed, r.arm, r.where, r.manifest)
             if trained and d.world.main:
                 write_parquet(r.where.losses, frame)
                 write_json(r.where.manifest, r.manifest)
@@ -348,14 +347,8 @@ class _Loop:
                 r.where.state.unlink(missing_ok=True)
             self.at_s[r.seed][r.arm.name] = r.manifest[str(s)]
             self.frames[r.seed].append(frame.assign(seed=r.seed, arm=r.arm.name))
-            for key, value in (extra or {}).items():  # several arms' perturbations merge
+            for key, value in (added or {}).items():  # several arms' perturbations merge
                 record[key] = record.get(key, {}) | value if key == "perturbations" else value
-
-
-def _save(d, where: RunFolder, tr: Trainer, losses: list[float], manifest: dict) -> None:
-    from seedlab.forks.loop import _save as save
-
-    save(d, where, tr, losses, manifest)
 
 
 def run_seeds(d, seeds: Sequence[int]) -> dict:
