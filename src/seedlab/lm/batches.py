@@ -8,7 +8,7 @@ order, gives the same batches, and twins of one seed see identical data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -79,4 +79,16 @@ def inject(
     x[row, : n - 1] = p[:-1]
     y[row, : n - 1] = p[1:]
     mask[row, n - 1 :] = False
+    return x, y, mask
+
+
+def replaced(
+    x: torch.Tensor, y: torch.Tensor, rows: Mapping[int, Sequence[int]] | None, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batch (x, y) with every row of ``rows`` ({row: token ids}) replaced by its passage (:func:`inject`),
+    and the loss mask over it (False exactly on the passages' padding); ``rows`` None: the batch as it is."""
+    mask = torch.ones_like(x, dtype=torch.bool)
+    for row, passage in (rows or {}).items():
+        x, y, only = inject(x, y, row, passage, pad_id)
+        mask &= only
     return x, y, mask

@@ -31,17 +31,16 @@ checkpoint all see the solo object they would see in the serial loop.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from seedlab.errors import SeedlabError
-from seedlab.lm.batches import get_batch, inject
+from seedlab.lm.batches import get_batch, replaced
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.schedule import lr_of
-from seedlab.lm.trainer import Settings, Trainer
+from seedlab.lm.trainer import Settings, Trainer, attention_kernels, autocast
 
 Rows = Mapping[int, Sequence[int]] | None  # one run's replaced rows at a step ({row: token ids}; None: none)
 
@@ -59,13 +58,10 @@ class Stack:
         self.gcfg: GPTConfig = first.model.config
         self.tokens, self.device, self.world = first.tokens, first.device, first.world
         self.seeds = [t.seed for t in trainers]
-        # On a CPU, a few runs at a time keep the activations in cache (~4,096 tokens through the blocks, ~1,024
-        # through the head: the best of benchmarks/arm_axis.py's sizes for the bank's 512-token and the twins'
-        # 2,048-token batches); on a GPU every launch counts, so all at once
-        cpu, tokens = first.device.type == "cpu", (first.cfg.micro_batch or first.cfg.batch_size) * self.gcfg.block_size
-        self.group_runs = group_runs or (max(1, 4096 // tokens) if cpu else len(trainers))  # forward and backward together
-        self.head_runs = head_runs or (max(1, 1024 // tokens) if cpu else len(trainers))  # logits computed together
-        self.exact_ln = cpu  # per-run layer norms (bitwise the solo kernel) or one batched one (:func:`_ln`)
+        group, head = groups(first.device, first.cfg, self.gcfg, len(trainers))
+        self.group_runs = group_runs or group  # runs whose forward and backward run together (:meth:`_group`)
+        self.head_runs = head_runs or head  # runs whose logits are computed together (:meth:`_head`)
+        self.exact_ln = first.device.type == "cpu"  # per-run layer norms (bitwise the solo kernel) or one batched one (:func:`_ln`)
         self.step = first.step
         if self.world.size != 1:
             raise SeedlabError("stack: runs stack on one process only (under torchrun the arms run serially)")
@@ -160,21 +156,13 @@ class Stack:
         """Every run's raw gradient (as ``Trainer.backward``: the masked CE sum over the rows / B·T,
         micro-batch by micro-batch) into the stacked ``.grad``; returns each run's loss."""
         T = self.gcfg.block_size
-        xs, ys, ms = [], [], []
-        for seed, replaced in zip(self.seeds, rows):
-            x, y = self._batch(seed)
-            mask = torch.ones_like(x, dtype=torch.bool)
-            for row, passage in (replaced or {}).items():
-                x, y, only = inject(x, y, row, passage, pad_id)
-                mask &= only
-            xs.append(x), ys.append(y), ms.append(mask)
-        x, y, mask = (torch.stack(t).to(self.device) for t in (xs, ys, ms))  # [A, B, T]
+        batches = [replaced(*self._batch(seed), mine, pad_id) for seed, mine in zip(self.seeds, rows)]
+        x, y, mask = (torch.stack(t).to(self.device) for t in zip(*batches))  # [A, B, T]
         A, B = x.shape[:2]
         n = B * T
-        self.opt.zero_grad(set_to_none=False)
-        for q in self.params:
+        for q in self.params:  # every run's slice is written by its group (:meth:`_group`): nothing to zero
             if q.grad is None:
-                q.grad = torch.zeros_like(q)
+                q.grad = torch.empty_like(q)
         losses = [self._group(slice(c, c + self.group_runs), x, y, mask, n) for c in range(0, A, self.group_runs)]
         return torch.cat(losses).tolist()
 
@@ -186,7 +174,7 @@ class Stack:
         wte, total = p["wte.weight"], 0
         for i in range(0, B, micro):
             table = wte.detach().requires_grad_()  # the embedding's use of the tied table: its gradient kept apart
-            with self._autocast():
+            with autocast(self.device, self.cfg.precision), attention_kernels(self.device):
                 h = self.trunk(x[runs, i:i + micro], p | {"wte.weight": table})  # [runs, b, T, C]
             g_h, g_head, part = self._head(h.detach(), wte.detach(), y[runs, i:i + micro], mask[runs, i:i + micro], n)
             h.backward(g_h)
@@ -209,7 +197,7 @@ class Stack:
         for c in range(0, h.shape[0], self.head_runs):
             hc = h[c:c + self.head_runs].requires_grad_()
             wc = wte[c:c + self.head_runs].requires_grad_()
-            with torch.enable_grad(), self._autocast():
+            with torch.enable_grad(), autocast(self.device, self.cfg.precision):
                 logits = torch.bmm(hc.flatten(1, 2), wc.transpose(1, 2))  # [runs, b·T, V]
                 part = _masked_ce_sums(logits, y[c:c + self.head_runs], mask[c:c + self.head_runs]) / n
             part.sum().backward()
@@ -222,11 +210,6 @@ class Stack:
         if key not in self._batches:
             self._batches[key] = get_batch(self.tokens, seed, self.step, self.cfg.batch_size, self.gcfg.block_size)
         return self._batches[key]
-
-    def _autocast(self):
-        if self.cfg.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
 
     @torch.no_grad()
     def _clip(self) -> None:
@@ -288,6 +271,17 @@ def _ln(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str, exact: bool =
     w, b = p[name + ".weight"].unbind(), p.get(name + ".bias")
     b = [None] * len(w) if b is None else b.unbind()  # unbind, not x[a]: one backward node, not A zero-filled copies
     return torch.stack([F.layer_norm(xa, xa.shape[-1:], wa, ba) for xa, wa, ba in zip(x.unbind(), w, b)])
+
+
+def groups(device: torch.device, cfg: Settings, gcfg: GPTConfig, runs: int) -> tuple[int, int]:
+    """(runs whose forward and backward run together, runs whose logits are computed together) in a stack of
+    ``runs``. On a CPU, a few at a time keep the activations in cache: ~4,096 tokens through the blocks and
+    ~1,024 through the head (the best of benchmarks/arm_axis.py's sizes for the bank's 512-token and the
+    twins' 2,048-token batches); on a GPU every launch counts, so all at once."""
+    if device.type != "cpu":
+        return runs, runs
+    tokens = (cfg.micro_batch or cfg.batch_size) * gcfg.block_size
+    return max(1, 4096 // tokens), max(1, 1024 // tokens)
 
 
 def _masked_ce_sums(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

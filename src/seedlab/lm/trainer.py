@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.lm.batches import get_batch, inject
+from seedlab.lm.batches import get_batch, replaced
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig, masked_ce_sum
 from seedlab.lm.schedule import lr_of
@@ -34,6 +34,22 @@ from seedlab.store import read_verified, tensor_hashes, write_safetensors
 #: ``torch.use_deterministic_algorithms(True)`` (flash and memory-efficient then take their
 #: deterministic backward; cuDNN attention has none, so it is left out)
 SDPA_BACKENDS = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16: ``torch.autocast`` to bfloat16 on ``device``'s type; fp32: nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def attention_kernels(device: torch.device):
+    """On CUDA, only the attention kernels of :data:`SDPA_BACKENDS` (deterministic backward); elsewhere nothing."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, b) for b in SDPA_BACKENDS])
 
 
 class Settings(Protocol):
@@ -109,11 +125,7 @@ class Trainer:
         whole batch's loss however the rows are split. The returned loss is that same sum / N
         (for an ordinary batch: its mean CE per token)."""
         cfg, block = self.cfg, self.model.config.block_size
-        x, y = get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block)
-        mask = torch.ones_like(x, dtype=torch.bool)
-        for row, passage in (rows or {}).items():
-            x, y, only = inject(x, y, row, passage, pad_id)
-            mask &= only
+        x, y, mask = replaced(*get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block), rows, pad_id)
         n = x.numel()  # N = B·T for every condition (see the docstring)
         mine = self.world.rows(cfg.batch_size)
         micro = cfg.micro_batch or (mine.stop - mine.start)
@@ -121,26 +133,13 @@ class Trainer:
         total = torch.zeros((), device=self.device)
         for i in range(mine.start, mine.stop, micro):
             xs, ys, ms = (t[i : i + micro].to(self.device) for t in (x, y, mask))
-            with self._autocast(), self._attention_kernels():
+            with autocast(self.device, cfg.precision), attention_kernels(self.device):
                 logits, _ = self.model(xs)
             part = masked_ce_sum(logits, ys, ms) / n
             part.backward()
             total += part.detach()
         self.world.all_reduce_grads(self.params)
         return self.world.sum(total)
-
-    def _autocast(self):
-        if self.cfg.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    def _attention_kernels(self):
-        """On CUDA, only the attention kernels of :data:`SDPA_BACKENDS` (deterministic backward)."""
-        if self.device.type != "cuda":
-            return contextlib.nullcontext()
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        return sdpa_kernel([getattr(SDPBackend, b) for b in SDPA_BACKENDS])
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict (tensor names = the checkpoint files' names)."""
