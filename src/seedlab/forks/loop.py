@@ -32,14 +32,14 @@ from seedlab.forks import stacked
 from seedlab.forks.arms import TWIN, Arm, check_arms
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder
-from seedlab.forks.records import extra, save
+from seedlab.forks.records import extra, finish, finish_replica, losses_frame, merge, save
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, replica_control
 from seedlab.lm.determinism import nondeterminism_is_an_error
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig
 from seedlab.lm.trainer import Trainer
 from seedlab.progress import Bar
-from seedlab.store import tensor_hashes, write_json, write_parquet
+from seedlab.store import tensor_hashes, write_json
 
 Manifest = dict[str, dict[str, str]]  # {str(step): {tensor: SHA-256}}
 SeedResult = tuple[dict, list[pd.DataFrame]]  # run_seed's: the seed's integrity record, its runs' losses
@@ -203,8 +203,7 @@ def run_seed(d: Design, seed: int) -> SeedResult:
         manifest, losses, added = run_arm(d, seed, arm, start)
         at_s[arm.name] = manifest[str(s)]
         frames.append(losses.assign(seed=seed, arm=arm.name))
-        for key, value in (added or {}).items():  # several arms' perturbations merge
-            record[key] = record.get(key, {}) | value if key == "perturbations" else value
+        merge(record, added)
         if i == 0 and replica is not None and not replica.done:  # the twin is done: fail fast
             record["replica_early"] = replica.check(manifest, through_first=True)
     check_identical(at_s, f"seed {seed}", s)
@@ -267,15 +266,9 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
 
     advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched, visit=visit,
                on_step=lambda: d.observer.step(label), losses=losses, perturbed=perturbed)
-    frame = pd.DataFrame({"step": range(rec.losses_from, len(losses)), "loss": losses[rec.losses_from:]})
+    frame = losses_frame(d, losses)
     added = extra(d, seed, arm, where, manifest)
-    if d.world.main:
-        write_parquet(where.losses, frame)
-        write_json(where.manifest, manifest)
-        if rec.keep_final:
-            where.state.replace(where.final_state)  # saved at the final step, a saved step
-        where.mark_finished(cfg.end)
-        where.state.unlink(missing_ok=True)
+    finish(d, where, frame, manifest)
     return manifest, frame, added
 
 
@@ -365,9 +358,7 @@ class _Replica:
             return self.where.read_manifest()["record"]
         self.check(self.twin)
         record = {"bitwise_equal_to_twin": True, "steps_compared": self.compared}
-        if self.d.world.main:
-            write_json(self.where.manifest, {"record": record})
-            self.where.mark_finished(self.d.cfg.end)
+        finish_replica(self.d, self.where, record)
         return record
 
 

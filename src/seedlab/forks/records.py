@@ -1,14 +1,17 @@
-"""What a run of a fork design writes at a saved step, and adds to its seed's record when it is done: one
-definition for the serial loop (forks/loop.py) and the stacks (forks/stacked.py), so both write the same bytes."""
+"""What a run of a fork design writes at a saved step and when it is done, and what it adds to its seed's
+record: one definition for the serial loop (forks/loop.py) and the stacks (forks/stacked.py), so both write
+the same bytes."""
 
 from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 from seedlab.forks.arms import Arm
 from seedlab.forks.folders import RunFolder
 from seedlab.lm.trainer import Trainer
-from seedlab.store import write_json, write_safetensors
+from seedlab.store import write_json, write_parquet, write_safetensors
 
 Manifest = dict[str, dict[str, str]]  # {str(step): {tensor: SHA-256}}
 
@@ -32,3 +35,35 @@ def save(d, where: RunFolder, tr: Trainer, losses: list[float], manifest: Manife
     if d.recording.resume:
         write_json(where.manifest, manifest)
         tr.save_state(where.state, losses)
+
+
+def merge(record: dict, added: dict | None) -> None:
+    """A finished run's additions (:func:`extra`) into its seed's record; several arms' perturbations merge."""
+    for key, value in (added or {}).items():
+        record[key] = record.get(key, {}) | value if key == "perturbations" else value
+
+
+def losses_frame(d, losses: list[float]) -> pd.DataFrame:
+    """losses.parquet's frame: the losses of every update from ``recording.losses_from``."""
+    start = d.recording.losses_from
+    return pd.DataFrame({"step": range(start, len(losses)), "loss": losses[start:]})
+
+
+def finish(d, where: RunFolder, frame: pd.DataFrame, manifest: Manifest) -> None:
+    """A trained run's last files (rank 0): its losses and manifest, its complete final state where the
+    design keeps it (saved at the final step, a saved step), the done marker, then its resume state removed."""
+    if not d.world.main:
+        return
+    write_parquet(where.losses, frame)
+    write_json(where.manifest, manifest)
+    if d.recording.keep_final:
+        where.state.replace(where.final_state)
+    where.mark_finished(d.cfg.end)
+    where.state.unlink(missing_ok=True)
+
+
+def finish_replica(d, where: RunFolder, record: dict) -> None:
+    """The replica control's files (rank 0): its record (``replica/manifest.json``) and done marker."""
+    if d.world.main:
+        write_json(where.manifest, {"record": record})
+        where.mark_finished(d.cfg.end)

@@ -28,10 +28,11 @@ from seedlab.errors import SeedlabError
 from seedlab.forks.arms import Arm
 from seedlab.forks.folders import RunFolder
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference
-from seedlab.forks.records import extra, save
-from seedlab.lm.stack import Stack
+from seedlab.forks.records import extra, finish, finish_replica, losses_frame, merge, save
+from seedlab.lm.gptconfig import param_count
+from seedlab.lm.stack import Stack, groups
 from seedlab.lm.trainer import Trainer
-from seedlab.store import tensor_hashes, write_json, write_parquet
+from seedlab.store import tensor_hashes, write_json
 
 #: runs per stack when ``arm_batch`` is null on a CPU: what a kill can lose of a design that saves no resumable
 #: state (the bank) stays a stack's worth (benchmarks/arm_axis.py: the whole bank at two threads 111 s with stacks
@@ -57,24 +58,27 @@ def arm_batch(d, runs: int) -> int:
     """Runs per stack: ``arm_batch``, else as many as fit ``stack_memory`` (capped at :data:`CPU_CAP` on a CPU)."""
     if d.cfg.arm_batch is not None:
         return d.cfg.arm_batch
-    fit = max(1, int(d.cfg.stack_memory * GiB - activation_bytes(d)) // run_bytes(d))
-    cap = CPU_CAP if d.world.device(d.cfg.device).type == "cpu" else fit
-    return max(1, min(fit, cap, runs))
+    device = d.world.device(d.cfg.device)
+    if device.type == "cpu":  # one group's activations at a time, beside every run's tensors
+        group, head = groups(device, d.cfg, d.gcfg, runs)
+        fit = int(d.cfg.stack_memory * GiB - activation_bytes(d, group, head)) // run_bytes(d)
+        return max(1, min(fit, CPU_CAP, runs))
+    fit = int(d.cfg.stack_memory * GiB) // (run_bytes(d) + activation_bytes(d, 1, 1))  # every run's at once
+    return max(1, min(fit, runs))
 
 
 def run_bytes(d) -> int:
     """What one run holds in a stack: weights, gradient, two AdamW moments (fp32), and its solo copy's share."""
-    from seedlab.lm.model import param_count
-
     return 5 * 4 * param_count(d.gcfg)
 
 
-def activation_bytes(d, group: int = 8) -> int:
-    """A rough bound on one group's activations (lm/stack.py ``Stack._group``): ``group`` runs' rows through
-    every block (~20 d-wide tensors a layer) and two runs' logits (fp32 and their gradient)."""
+def activation_bytes(d, group: int, head: int) -> int:
+    """A rough bound on the activations of ``group`` runs' forward and backward (lm/stack.py ``Stack._group``):
+    their rows through every block (~20 d-wide tensors a layer) and ``head`` runs' logits (fp32 and their
+    gradient, ~3 vocabulary-wide tensors)."""
     g, rows = d.gcfg, d.cfg.micro_batch or d.cfg.batch_size
     tokens = rows * g.block_size
-    return 4 * tokens * (group * g.n_layer * 20 * g.n_embd + 2 * 3 * g.vocab_size)
+    return 4 * tokens * (group * g.n_layer * 20 * g.n_embd + head * 3 * g.vocab_size)
 
 
 @dataclass
@@ -110,6 +114,7 @@ class _Loop:
             self.runs += [_Run(seed, a, d.folder.run(seed, a.name)) for a in arms]
             if seed in d.cfg.replica_seeds:  # right after its twin (it trains at the far end of the twin's stack)
                 self.runs.insert(len(self.runs) - len(arms) + 1, _Run(seed, arms[0], d.folder.replica(seed), replica=True))
+        self.twins = {r.seed: r for r in self.runs if r.arm.is_twin and not r.replica}  # what each replica repeats
         self.batch = arm_batch(d, len(self.runs))
         word = d.folder.arm_word
         self.records = {seed: {"identical_at_injection": f"by construction: every {word} forked from one copy of the prefix",
@@ -284,7 +289,7 @@ class _Loop:
         """Run ``r`` (position ``i``) after ``t`` updates: what the serial loop records there."""
         d, rec = self.d, self.d.recording
         if r.replica:
-            twin = next(x for x in self.runs if x.seed == r.seed and not x.replica)
+            twin = self.twins[r.seed]
             if str(t) in twin.manifest:
                 r.position = f"{i} of a stack of {stack.size}"
                 mine = tensor_hashes(stack.weights(i))
@@ -325,30 +330,21 @@ class _Loop:
                     record["replica"] = r.where.read_manifest()["record"]
                 else:
                     mine = {"bitwise_equal_to_twin": True, "steps_compared": sorted(r.compared)}  # the serial loop's record
-                    if d.world.main:
-                        write_json(r.where.manifest, {"record": mine})
-                        r.where.mark_finished(self.end)
+                    finish_replica(d, r.where, mine)
                     record["replica"] = mine | {"position": r.position}  # where it sat: integrity.json only
                 continue
             trained = not r.where.finished
             if trained:
-                frame = pd.DataFrame({"step": range(d.recording.losses_from, len(r.losses)),
-                                      "loss": r.losses[d.recording.losses_from:]})
+                frame = losses_frame(d, r.losses)
             else:
                 r.manifest = r.where.read_manifest()
                 frame = pd.read_parquet(r.where.losses)
             added = extra(d, r.seed, r.arm, r.where, r.manifest)
-            if trained and d.world.main:
-                write_parquet(r.where.losses, frame)
-                write_json(r.where.manifest, r.manifest)
-                if d.recording.keep_final:
-                    r.where.state.replace(r.where.final_state)  # saved at the final step, a saved step
-                r.where.mark_finished(self.end)
-                r.where.state.unlink(missing_ok=True)
+            if trained:
+                finish(d, r.where, frame, r.manifest)
             self.at_s[r.seed][r.arm.name] = r.manifest[str(s)]
             self.frames[r.seed].append(frame.assign(seed=r.seed, arm=r.arm.name))
-            for key, value in (added or {}).items():  # several arms' perturbations merge
-                record[key] = record.get(key, {}) | value if key == "perturbations" else value
+            merge(record, added)
 
 
 def run_seeds(d, seeds: Sequence[int]) -> dict:
