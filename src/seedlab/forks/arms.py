@@ -7,6 +7,10 @@ A fork design trains, per seed, a shared prefix to the fork step s and then one 
   (``injections={(t, r): tokens}``). One text in one row at s is a twins condition or an
   attribution candidate; the same text at s, s + 10 and s + 20, or two texts in two rows of one
   batch, are a few more entries;
+- a **weighted** injection: the injected row carries a loss weight w in (0, 1]
+  (``weights={(t, r): w}``): the batch's loss is (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_r + w·ℓ_passage)/N, so
+  w = 1 is the plain replacement (bit for bit) and w → 0 the infinitesimal one (lm/trainer.py
+  ``Trainer.backward``); the size axis of a single row at a fixed trajectory;
 - a **perturbation** arm: at step s the weights move by a given delta (``{tensor: delta}``, or a
   function of the run's trainer then) just before that step's update, after its record (so the
   arm is bitwise the twin up to and at s).
@@ -54,6 +58,7 @@ class Arm:
     name: str
     injections: Mapping[tuple[int, int], Sequence[int]] = field(default_factory=dict)  # {(step, row): token ids}
     perturbation: Perturbation | None = None
+    weights: Mapping[tuple[int, int], float] = field(default_factory=dict)  # {(step, row): loss weight}; absent: 1
 
     @property
     def is_twin(self) -> bool:
@@ -64,6 +69,11 @@ class Arm:
         """``{row: token ids}`` injected into the batch of ``step`` (None: the ordinary batch)."""
         rows = {r: tokens for (t, r), tokens in self.injections.items() if t == step}
         return rows or None
+
+    def weights_at(self, step: int) -> dict[int, float] | None:
+        """``{row: w}`` of the rows injected at ``step`` whose loss weight is not 1 (None: none)."""
+        w = {r: float(v) for (t, r), v in self.weights.items() if t == step and float(v) != 1.0}
+        return w or None
 
     def perturb(self, trainer, step: int) -> dict | None:
         """Apply the perturbation if it is due at ``step`` to ``trainer``'s model (in place, exactly:
@@ -89,6 +99,7 @@ class Arm:
     def record(self) -> dict:
         """JSON: what differs (each injection's step, row, length and the SHA-256 of its tokens)."""
         inj = [{"step": t, "row": r, "tokens": len(ids), "sha256": hashlib.sha256(str(list(ids)).encode()).hexdigest()}
+               | ({"weight": float(self.weights[t, r])} if float(self.weights.get((t, r), 1.0)) != 1.0 else {})
                for (t, r), ids in sorted(self.injections.items())]
         p = self.perturbation
         return {"name": self.name, "injections": inj, "perturbation": None if p is None else {"step": p.step, "what": p.what}}
@@ -98,9 +109,9 @@ class Arm:
 TWIN = Arm("twin")
 
 
-def injection(name: str, tokens: Sequence[int], step: int, row: int) -> Arm:
-    """The usual arm: ``tokens`` in row ``row`` of the batch of ``step``."""
-    return Arm(name, {(step, row): list(tokens)})
+def injection(name: str, tokens: Sequence[int], step: int, row: int, weight: float = 1.0) -> Arm:
+    """The usual arm: ``tokens`` in row ``row`` of the batch of ``step`` (with loss weight ``weight``: module doc)."""
+    return Arm(name, {(step, row): list(tokens)}, weights={(step, row): float(weight)} if weight != 1.0 else {})
 
 
 def nudge(name: str, step: int, tensor: str, index: int) -> Arm:
@@ -126,7 +137,7 @@ def matched_noise(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -
 
     def delta(trainer) -> dict[str, torch.Tensor]:
         a, b = trainer.fork(), trainer.fork()
-        a.advance(like.rows_at(step), pad_id=pad_id)
+        a.advance(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
         b.advance(None, pad_id=pad_id)
         pa, pb = dict(a.model.named_parameters()), dict(b.model.named_parameters())
         size = _norm(pa[k].detach() - pb[k].detach() for k in pa)
@@ -159,6 +170,11 @@ def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, blo
             if not 0 <= r < batch_size:
                 raise SeedlabError(f"arm {arm.name}: injects into row {r}, but a batch has rows 0 .. {batch_size - 1}")
             check_passage(len(ids), block_size, f"arm {arm.name} (step {t}, row {r})")
+        for key, w in arm.weights.items():
+            if key not in arm.injections:
+                raise SeedlabError(f"arm {arm.name}: a loss weight for step {key[0]}, row {key[1]}, where it injects nothing")
+            if not (isinstance(w, (int, float)) and 0 < w <= 1):
+                raise SeedlabError(f"arm {arm.name}: a row's loss weight must lie in (0, 1] (1: the plain swap), got {w!r}")
         p = arm.perturbation
         if p is not None:
             if not fork <= p.step < end:

@@ -99,7 +99,7 @@ def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, 
         done = arm.perturb(trainer, trainer.step)
         if done is not None and perturbed is not None:
             perturbed(done)
-        losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id))
+        losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id, weights=arm.weights_at(trainer.step)))
         if on_step is not None:
             on_step()
 

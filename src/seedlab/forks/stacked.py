@@ -280,7 +280,8 @@ class _Loop:
                     stack.put(i, solo)
                     if done is not None and d.world.main:
                         write_json(r.where.perturbation, done)
-            losses = stack.advance([None if r.replica else r.arm.rows_at(t) for r in runs], pad_id=d.pad_id)
+            losses = stack.advance([None if r.replica else r.arm.rows_at(t) for r in runs], pad_id=d.pad_id,
+                                   weights=[None if r.replica else r.arm.weights_at(t) for r in runs])
             for r, loss in zip(runs, losses):
                 r.losses.append(loss)
                 d.observer.step(r.label)

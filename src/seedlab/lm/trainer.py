@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.lm.batches import get_batch, replaced
+from seedlab.lm.batches import get_batch, inject, replaced
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT, GPTConfig, masked_ce_sum
 from seedlab.lm.schedule import lr_of
@@ -72,6 +72,32 @@ class Settings(Protocol):
     def warmup_steps(self) -> int: ...  # linear warm-up length (updates)
 
 
+#: loss weights of replaced rows at one step ({row: w}; None or absent: 1)
+Weights = Mapping[int, float] | None
+
+
+def split_weighted(rows: Mapping[int, Sequence[int]] | None, weights: Weights
+                   ) -> tuple[dict[int, Sequence[int]] | None, dict[int, tuple[Sequence[int], float]]]:
+    """(rows replaced as they are, {row: (token ids, w)} of the rows with a weight w != 1)."""
+    w = {r: float(v) for r, v in (weights or {}).items() if float(v) != 1.0}
+    stray = sorted(set(w) - set(rows or {}))
+    if stray:
+        raise SeedlabError(f"row weights: row {stray[0]} has a weight but no passage")
+    bad = next((v for v in w.values() if not 0 < v <= 1), None)
+    if bad is not None:
+        raise SeedlabError(f"row weights: a weight must lie in (0, 1], got {bad!r}")
+    plain = {r: t for r, t in (rows or {}).items() if r not in w}
+    return plain or None, {r: (rows[r], w[r]) for r in w}
+
+
+@torch.no_grad()
+def add_deltas(grads: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor]) -> None:
+    """``g += d`` in place for each pair, leaving ``g``'s bits where ``d`` is 0 (a sum with +0.0 would
+    turn a -0.0 into +0.0: a passage equal to its row must leave the gradient exactly as it was)."""
+    for g, d in zip(grads, deltas):
+        g.copy_(torch.where(d == 0, g, g + d))
+
+
 class Trainer:
     """One model + optimizer, advanced step by step on the (seed, step) batches of ``tokens``."""
 
@@ -94,10 +120,12 @@ class Trainer:
             raise SeedlabError(f"optimizer: must be adamw or sgd, got {kind!r}")
         self.params = list(self.model.parameters())
 
-    def advance(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0) -> float:
-        """One update on batch (seed, step) — with ``rows`` ({row: token ids}) replaced — and its
-        loss: :meth:`backward`, then gradient clipping and AdamW at this step's learning rate."""
-        loss = self.backward(rows, pad_id=pad_id)
+    def advance(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0,
+                weights: Weights = None) -> float:
+        """One update on batch (seed, step) — with ``rows`` ({row: token ids}) replaced, each with its
+        loss weight in ``weights`` ({row: w}, 1 where absent) — and its loss: :meth:`backward`, then
+        gradient clipping and AdamW at this step's learning rate."""
+        loss = self.backward(rows, pad_id=pad_id, weights=weights)
         lr = self.lr
         for g in self.opt.param_groups:
             g["lr"] = lr
@@ -111,7 +139,8 @@ class Trainer:
         """The learning rate of the next update (step ``self.step``; lm/schedule.py ``lr_of``)."""
         return lr_of(self.cfg, self.step)
 
-    def backward(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0) -> float:
+    def backward(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0,
+                 weights: Weights = None) -> float:
         """The raw gradient of batch (seed, step), with ``rows`` ({row: token ids}: a passage in each
         of those rows, lm/batches.py ``inject``) replaced, into every parameter's ``.grad`` (summed
         over ranks); returns the batch's loss. Nothing else changes.
@@ -123,8 +152,15 @@ class Trainer:
         ``(∇ℓ_passage − ∇ℓ_row) / N`` (lm/gradients.py), and the other rows' gradients are not
         rescaled. With gradients summed over ranks and micro-batches the update is that of the
         whole batch's loss however the rows are split. The returned loss is that same sum / N
-        (for an ordinary batch: its mean CE per token)."""
+        (for an ordinary batch: its mean CE per token).
+
+        A row with a loss weight w < 1 in ``weights`` is not replaced in the batch: the ordinary
+        batch's gradient is taken, and then :meth:`row_deltas` adds w·(∇ℓ_passage − ∇ℓ_row)/N, the
+        gradient of (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_row + w·ℓ_passage)/N (and w·(ℓ_passage − ℓ_row)/N to the
+        loss), before the gradients are summed over ranks. w = 1 is the plain replacement above, bit
+        for bit; a passage equal to the row it weighs leaves the run bitwise the ordinary one."""
         cfg, block = self.cfg, self.model.config.block_size
+        rows, weighted = split_weighted(rows, weights)
         x, y, mask = replaced(*get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block), rows, pad_id)
         n = x.numel()  # N = B·T for every condition (see the docstring)
         mine = self.world.rows(cfg.batch_size)
@@ -138,8 +174,45 @@ class Trainer:
             part = masked_ce_sum(logits, ys, ms) / n
             part.backward()
             total += part.detach()
+        if weighted:
+            deltas, dloss = self.row_deltas(weighted, pad_id=pad_id)
+            add_deltas([p.grad for p in self.params], deltas)
+            total = total + dloss
         self.world.all_reduce_grads(self.params)
         return self.world.sum(total)
+
+    def row_deltas(self, weighted: Mapping[int, tuple[Sequence[int], float]], *, pad_id: int = 0
+                   ) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """What weighted rows add to the ordinary batch of this step: per parameter (``self.params``'
+        order) Σ_r w_r·(∇ℓ_passage − ∇ℓ_row)/N, and Σ_r w_r·(ℓ_passage − ℓ_row)/N, for ``weighted``
+        ({row: (token ids, w)}) on this rank's rows (zeros for rows of other ranks).
+
+        Each row's two losses are taken one row at a time, by the same forward and backward: a
+        passage equal to the row gives a difference of exactly 0."""
+        cfg, block = self.cfg, self.model.config.block_size
+        x, y = get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block)
+        n, mine = x.numel(), self.world.rows(cfg.batch_size)
+        deltas = [torch.zeros_like(p) for p in self.params]
+        dloss = torch.zeros((), device=self.device)
+        for r, (passage, w) in sorted(weighted.items()):
+            if not mine.start <= r < mine.stop:
+                continue
+            xr, yr = x[r : r + 1], y[r : r + 1]
+            gc, lc = self._row_gradient(*inject(xr, yr, 0, passage, pad_id), n)
+            go, lo = self._row_gradient(xr, yr, torch.ones_like(yr, dtype=torch.bool), n)
+            for d, a, b in zip(deltas, gc, go):
+                d += (a - b) * w
+            dloss += (lc - lo) * w
+        return deltas, dloss
+
+    def _row_gradient(self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: int
+                      ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """∇(masked CE sum of one row / n) per parameter, and that loss (nothing else changes)."""
+        x, y, mask = (t.to(self.device) for t in (x, y, mask))
+        with autocast(self.device, self.cfg.precision), attention_kernels(self.device):
+            logits, _ = self.model(x)
+        loss = masked_ce_sum(logits, y, mask) / n
+        return torch.autograd.grad(loss, self.params), loss.detach()
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict (tensor names = the checkpoint files' names)."""

@@ -33,13 +33,14 @@ def corpus(twins_inputs):
 
 def arms_of(corpus, seed: int) -> list[Arm]:
     """Every kind of arm: a row, two rows, a passage at two steps, the row replaced by itself, a fixed delta
-    and a computed one (one ulp)."""
+    and a computed one (one ulp), a row at loss weight 1/4 and the row itself at 1/16."""
     x, y = get_batch(corpus.train, seed, S, 4, 32)
     own = [*x[2].tolist(), int(y[2, -1])]  # row 2 of the batch of s, as its 33 tokens
     return [TWIN, injection("once", TEXT, S, 1), Arm("two-rows", {(S, 0): TEXT, (S, 3): TEXT[:9]}),
             Arm("twice", {(S, 1): TEXT, (S + 10, 1): TEXT}), injection("own-row", own, S, 2),
             Arm("kick", perturbation=Perturbation(S, {W: torch.zeros(256, 64).index_fill_(0, torch.tensor([3]), 1e-3)})),
-            nudge("ulp", S + 2, "wte.weight", 17)]
+            nudge("ulp", S + 2, "wte.weight", 17), injection("quarter", TEXT, S, 1, weight=0.25),
+            injection("own-row-weighted", own, S, 2, weight=0.0625)]
 
 
 def stacked_design(corpus, root, *, recording=None, **over):
@@ -97,7 +98,7 @@ def test_a_stacked_design_writes_what_the_serial_loop_writes_bitwise(corpus, tmp
         assert rec["stack"]["arm_batch"] == 5
         assert rec["replica"]["steps_compared"] == list(range(S, END + 1))
     assert stacked["seeds"]["0"]["stack"]["solo_check"] == {"step": S + 1, "bitwise_equal_to_solo": True}
-    assert set(losses.arm) == {a.name for a in arms_of(corpus, 0)} and len(losses) == 2 * 7 * END
+    assert set(losses.arm) == {a.name for a in arms_of(corpus, 0)} and len(losses) == 2 * 9 * END
 
 
 def test_the_own_row_control_is_the_twin_inside_a_stack(corpus, tmp_path):
@@ -105,6 +106,7 @@ def test_the_own_row_control_is_the_twin_inside_a_stack(corpus, tmp_path):
     f = DesignFolder(tmp_path / "d")
     for seed in (0, 1):
         assert f.run(seed, "own-row").read_manifest() == f.run(seed, "twin").read_manifest()
+        assert f.run(seed, "own-row-weighted").read_manifest() == f.run(seed, "twin").read_manifest()
         assert f.run(seed, "once").read_manifest() != f.run(seed, "twin").read_manifest()
 
 
