@@ -142,7 +142,7 @@ def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, 
     calls[0] = 0
     monkeypatch.setattr(Trainer, "advance", lambda self, *a, **k: counted(self, *a, **k))
     run_bank(cfg, tmp_path / "bank", base=base, progress=False)
-    assert calls[0] == 9 * 10 + (4 + 8 * 10)  # twin, replica, 7 candidates; seed 0's prefix read back, not trained again
+    assert calls[0] == 11 * 10 + (4 + 10 * 10)  # twin, replica, 7 candidates, 2 nudges; seed 0's prefix read back
     ref = BankDir(tiny_bank / "bank")
     pd.testing.assert_frame_equal(pd.read_parquet(rd.measured), pd.read_parquet(ref.measured))
     for seed in (0, 1):
@@ -201,7 +201,7 @@ def test_replicates_and_parallel_seeds_are_bitwise_the_sequential_bank(tmp_path,
     run_bank(cfg, tmp_path / "two", base=base, progress=False, jobs=2)  # each seed in a process of its own
     one, two, ref = (BankDir(p) for p in (tmp_path / "one", tmp_path / "two", tiny_bank / "bank"))
     hashes = _manifests(one.root)
-    assert len(hashes) == 2 * (1 + 5 + 5) + 1  # seeds x (twin, candidates, replicates) + seed 0's replica
+    assert len(hashes) == 2 * (1 + 5 + 5 + 2) + 1  # seeds x (twin, candidates, replicates, nudges) + seed 0's replica
     assert hashes == _manifests(two.root) and "seed-1/replicates/own-row/manifest.json" in hashes
     assert _shown(one) == _shown(two)  # how the runs were stacked differs (one stack of both seeds, or one per process)
     pd.testing.assert_frame_equal(pd.read_parquet(one.measured), pd.read_parquet(two.measured))
@@ -252,7 +252,7 @@ def test_cli_replicate_row_on_the_injected_row_one_line_exit_2(seedlab_cli, tmp_
     ("x" * 40 + "\n", None, r"candidates.passage-0: 40 tokens do not fit a row of block_size\+1 = 33"),
     ("ok text\n", '{"name": "long", "text": "' + "y" * 34 + '"}\n', r"queries.long: 34 tokens do not fit a row"),
     ('{"text": "ok", "name": "a/b"}\n', None, "letters, digits"),
-    ('{"text": "ok", "name": "replicate.x"}\n', None, "'replicate.x' is taken .* the prefix 'replicate.'"),
+    ('{"text": "ok", "name": "replicate.x"}\n', None, "'replicate.x' is taken .* the prefixes 'replicate.'"),
 ])
 def test_bad_texts_write_nothing(tmp_path, design, candidates, probes, match):
     cfg, base = design(candidates={"file": "cands.jsonl" if "{" in candidates else "c.txt"},

@@ -177,9 +177,22 @@ def test_drawn_pairs_are_disjoint_seeded_and_the_same_for_every_seed(bank_design
     from seedlab.attribution.bank import arms
 
     for seed in (0, 1):
-        assert [a.name for a in arms(inputs, seed)][-3:] == list(inputs.pairs)
+        assert [a.name for a in arms(inputs, seed) if a.name.startswith("pair.")] == list(inputs.pairs)
     other = cfg.model_copy(update={"candidates": cfg.candidates.model_copy(update={"seed": 1})})
     assert list(load_inputs(other, folder).pairs.values()) != pairs
+
+
+def test_more_pairs_than_fit_disjointly_are_distinct_pairs(bank_design, twins_inputs, tmp_path):
+    """Past 2P > candidates the draw takes distinct unordered pairs (each candidate in several): 12 of the 15
+    pairs of 6 candidates, no pair twice (in either order), seeded."""
+    from seedlab.attribution.texts import load_inputs
+
+    over = {**SMALL, "candidates": {**SMALL["candidates"], "heldout": 3, "pairs": 12}}
+    cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **over))
+    pairs = list(load_inputs(cfg, folder).pairs.values())
+    assert len(pairs) == 12 and len({frozenset(p) for p in pairs}) == 12 and all(a != b for a, b in pairs)
+    assert "own-row" not in {n for p in pairs for n in p}
+    assert pairs == list(load_inputs(cfg, folder).pairs.values())
 
 
 # --------------------------------------------------------------------------- bad input: one line, exit 2, nothing written
@@ -193,15 +206,15 @@ def test_drawn_pairs_are_disjoint_seeded_and_the_same_for_every_seed(bank_design
      r"candidates.pairs: a pair of identical candidates \('passage-0' and 'passage-1' have the same text\)"),
     (["candidates.replicate_row=2", "candidates.pairs=[[passage-0, nope]]"], {},
      r"candidates.pairs: 'nope' is not a candidate \(candidates: heldout-0, "),
-    (["candidates.replicate_row=2", "candidates.pairs=4"], {},
-     r"candidates.pairs: 4 disjoint pairs need 8 candidates of distinct texts \(the own-row control aside\), "
-     "this bank has 6"),
+    (["candidates.replicate_row=2", "candidates.pairs=16"], {},
+     r"candidates.pairs: 16 distinct pairs need more candidates of distinct texts \(the own-row control aside\) "
+     r"than this bank's 6 \(15 pairs at most\)"),
     (["candidates.replicate_row=0", "candidates.pairs=1"], {},  # the pair's second row is the injected row
      r"candidates.replicate_row \(also the pairs. second row\): another row of the batch than injection_row 0 \(0 .. 3\), got 0"),
     (["candidates.replicate_row=2", "candidates.pairs=[[a, b], [a, b]]"], {},
      r"candidates.pairs: the pair \('a', 'b'\) is listed twice"),
     (["candidates.file=c.jsonl"], {"c.jsonl": '{"name": "pair.x", "text": "ok"}\n'},
-     r"names: 'pair.x' is taken .* the prefix 'replicate.', and the prefix 'pair.'"),
+     r"names: 'pair.x' is taken .* the prefixes 'replicate.', 'pair.', 'weight.', 'nudge.'"),
 ])
 def test_cli_bad_pairs_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs, bank_design, sets, files, match):
     import re
@@ -224,7 +237,7 @@ def test_a_pair_of_the_own_row_and_a_candidate_of_its_text_is_refused(bank_desig
 
     cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **SMALL))
     inputs = load_inputs(cfg, folder)
-    assert len(arms(inputs, 0)) == 1 + 5 + 5 + 3
+    assert len(arms(inputs, 0)) == 1 + 5 + 5 + 3 + 2  # twin, candidates, replicates, pairs, nudges
     inputs.candidates["passage-0"] = inputs.candidates_of(1)["own-row"]  # seed 1's replaced row
     arms(inputs, 0)
     with pytest.raises(SeedlabError, match=r"candidates.pairs: a pair of identical candidates \('own-row' and "

@@ -54,11 +54,13 @@ import pandas as pd
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import query_loss
-from seedlab.attribution.measure import write_additivity, write_measured
+from seedlab.attribution.measure import write_additivity, write_measured, write_weighted
 from seedlab.attribution.rundir import BankDir, open_bank
-from seedlab.attribution.texts import OWN_ROW, REPLICATE, Inputs, load_inputs, replicate
+from seedlab.attribution.texts import (NUDGE, OWN_ROW, REPLICATE, WEIGHTED, Inputs, candidate_of, load_inputs, nudged,
+                                       replicate, weighted)
 from seedlab.errors import SeedlabError, in_seed
-from seedlab.forks.arms import TWIN, Arm, injection
+from seedlab.forks.arms import TWIN, Arm, injection, nudge
+from seedlab.forks.distances import Distances
 from seedlab.forks.folders import RunFolder
 from seedlab.forks.loop import (Design, Manifest, Observer, Observers, ProgressBar, Recording, SeedResult, run_design,
                                 run_seed, seed_updates)
@@ -102,9 +104,10 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
                threads=1 if parallel else cfg.threads, force=force, allow_env_change=allow_env_change) as started, \
             Bar("bank", 0, "steps", enabled=progress) as bar:
         apart = partial(seeds_apart, env=started.env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
-        observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), QueryLosses(inputs), OwnRow(inputs))
+        observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), recorders(inputs, rd))
         run_design(design(inputs, rd, observer, start=started.first_files), apart if parallel else None)
     write_additivity(rd.root)  # with candidates.pairs
+    write_weighted(rd.root)  # every bank's distances; with candidates.weights, the weighted effects
     return write_measured(rd.root)
 
 
@@ -141,17 +144,27 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
         bank = open_bank(root)
         settled(World().device(bank.cfg.device), 1, bank.cfg.precision, like=env, of="the bank's")
         with nondeterminism_is_an_error():
-            return run_seed(design(bank.inputs, bank.dir, Observers(QueryLosses(bank.inputs), OwnRow(bank.inputs))), seed)
+            return run_seed(design(bank.inputs, bank.dir, recorders(bank.inputs, bank.dir)), seed)
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
+
+
+def recorders(inputs: Inputs, rd: BankDir) -> Observer:
+    """What the bank's runs record beside their hashes: the texts' losses, the own-row controls, the distances."""
+    cfg = inputs.cfg
+    watched = lambda seed: len(arms(inputs, seed)) - 1
+    return Observers(QueryLosses(inputs), OwnRow(inputs),
+                     Distances(cfg.distance_steps(), lambda arm: not arm.is_twin, rd.twin, watched))
 
 
 def arms(inputs: Inputs, seed: int) -> list[Arm]:
     """The seed's arms: the twin, every candidate's text in row ``injection_row`` of the batch of s,
     then (``candidates.replicate_row``) every candidate's replicate: its text in that row instead,
     then (``candidates.pairs``) every pair: its first in row ``injection_row`` and its second in
-    row ``replicate_row``, both in the one batch of s. A pair whose two texts are the same in this
-    seed (the own-row control and a candidate equal to the replaced row) is a one-line error."""
+    row ``replicate_row``, both in the one batch of s; then (``candidates.weights``) every candidate at
+    each loss weight w < 1, largest first, in row ``injection_row``; then (``chaos.nudges``) one arm per
+    nudged tensor. A pair whose two texts are the same in this seed (the own-row control and a
+    candidate equal to the replaced row) is a one-line error."""
     cfg, texts = inputs.cfg, inputs.candidates_of(seed)
     s, row, again = cfg.injection_step, cfg.injection_row, cfg.candidates.replicate_row
     out = [TWIN, *(injection(name, t.tokens, s, row) for name, t in texts.items()),
@@ -162,6 +175,9 @@ def arms(inputs: Inputs, seed: int) -> list[Arm]:
             raise SeedlabError(f"candidates.pairs: a pair of identical candidates ({first!r} and {second!r} have the "
                                f"same text in seed {seed})")
         out.append(Arm(name, {(s, row): list(a), (s, again): list(b)}))
+    for w in sorted((w for w in cfg.candidates.weights if w != 1.0), reverse=True):
+        out += [injection(weighted(w, name), t.tokens, s, row, weight=w) for name, t in texts.items()]
+    out += [nudge(nudged(tensor), s, tensor, cfg.chaos.index) for tensor in cfg.chaos.nudges]
     return out
 
 
@@ -187,9 +203,9 @@ class QueryLosses(Observer):
     def texts(self, seed: int, arm: Arm) -> dict[str, Sequence[int]]:
         queries = {n: t.tokens for n, t in self.inputs.queries.items()}
         candidates = {n: t.tokens for n, t in self.inputs.candidates_of(seed).items()}
-        if arm.is_twin:
+        if arm.is_twin or arm.name.startswith(NUDGE):  # a nudge: every text (the floor chaos alone makes)
             return candidates | queries
-        own = self.inputs.pairs.get(arm.name) or (arm.name.removeprefix(REPLICATE),)
+        own = self.inputs.pairs.get(arm.name) or (candidate_of(arm.name),)
         return {n: candidates[n] for n in own} | queries
 
     def stops(self, seed: int, arm: Arm) -> set[int]:
@@ -208,7 +224,8 @@ class QueryLosses(Observer):
 
 class OwnRow(Observer):
     """The own-row control: the candidate equal to the replaced row must be the twin, bit for bit,
-    at every step it hashed (else the injection is not exact), or the bank stops. Likewise a pair
+    at every step it hashed (else the injection is not exact), or the bank stops; so must it at every
+    loss weight w < 1 (else the weighted step is not exact). Likewise a pair
     whose first is the own-row control (row r left as it was) must be its second's replicate, bit
     for bit (else two injections in one batch are not each exact)."""
 
@@ -217,10 +234,11 @@ class OwnRow(Observer):
         self.twin: Manifest = {}
         self.replicates: dict[str, Manifest] = {}  # the seed's, by arm (replicates run before pairs)
         self.shown: dict[str, dict] = {}  # the seed's pairs checked so far (the seed's record keeps the last)
+        self.weighted: dict[str, dict] = {}  # the seed's weighted own-row controls checked so far, by weight
 
     def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
         if arm.is_twin:
-            self.twin, self.replicates, self.shown = manifest, {}, {}  # a new seed
+            self.twin, self.replicates, self.shown, self.weighted = manifest, {}, {}, {}  # a new seed
             return None
         if arm.name.startswith(REPLICATE):
             self.replicates[arm.name] = manifest
@@ -230,6 +248,12 @@ class OwnRow(Observer):
                        "row r replaced by itself beside another row changed the run")
             self.shown[arm.name] = {"bitwise_equal_to": again, "steps_compared": sorted(int(t) for t in manifest)}
             return {"own_row_pairs": dict(self.shown)}
+        if arm.name.startswith(WEIGHTED) and candidate_of(arm.name) == OWN_ROW:
+            w = float(arm.weights[next(iter(arm.weights))])
+            self._same(seed, manifest, self.twin, f"the own-row control at loss weight {w:g} differs from the twin",
+                       "weighing a row against itself changed the run: the weighted step is not exact")
+            self.weighted[f"{w:g}"] = {"bitwise_equal_to_twin": True, "steps_compared": sorted(int(t) for t in manifest)}
+            return {"own_row_weighted": dict(self.weighted)}
         if arm.name != OWN_ROW:  # its replicate (another row replaced) is not the twin
             return None
         self._same(seed, manifest, self.twin, "the own-row control differs from the twin",

@@ -33,8 +33,21 @@ class CandidatesConfig(Strict):
     replicate_row: NonNeg | None = Field(None, description="every candidate once more, in row r' of the same batch "
                                                            "(measured_replicate); null: off (not stated)")
     pairs: NonNeg | list[tuple[str, str]] = Field(0, description=(
-        "forks carrying two candidates at once, the first in row r, the second in r': P disjoint pairs drawn (seeded by "
-        "seed) from the non-control candidates, or [[first, second], ...] by name; needs replicate_row (not stated)"))
+        "forks carrying two candidates at once, the first in row r, the second in r': P distinct pairs drawn (seeded by "
+        "seed) from the non-control candidates (disjoint while 2P fits them), or [[first, second], ...] by name; needs "
+        "replicate_row (not stated)"))
+    weights: list[Annotated[float, Field(gt=0, le=1)]] = Field([1.0], description=(
+        "loss weights w of the candidate's row: each candidate (and the own-row control) is forked once per w, its "
+        "batch loss (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_r + w·ℓ_c)/N; 1 is the swap (the replicates and pairs use it only), "
+        "w → 0 the infinitesimal one (weighted.parquet); must include 1 (not stated)"))
+
+    @model_validator(mode="after")
+    def _weights(self) -> CandidatesConfig:
+        if 1.0 not in self.weights:
+            raise ValueError("weights: must include 1 (the swap itself, which the replicates, pairs and estimators use)")
+        if len(set(self.weights)) != len(self.weights):
+            raise ValueError(f"weights: each weight once, got {self.weights}")
+        return self
 
     @model_validator(mode="after")
     def _pairs(self) -> CandidatesConfig:
@@ -60,6 +73,18 @@ class QueriesConfig(Strict):
                                            "(not stated)")
     probes: str | None = Field(None, description="user-supplied probe texts, same formats as candidates.file, relative to "
                                                  "the config file")
+
+
+class ChaosConfig(Strict):
+    """The nudge arms (training's own sensitivity, forks/arms.py ``nudge``) and the distances every arm's
+    weights keep from the twin's (forks/distances.py)."""
+
+    nudges: list[str] = Field(["blocks.0.mlp.c_fc.weight", "blocks.0.attn.c_attn.weight"], description=(
+        "tensors nudged by one unit in the last place at s, one arm each (arm nudge.<tensor>); []: none (not stated)"))
+    index: NonNeg = Field(0, description="the flat index of the nudged element in each tensor (not stated)")
+    every: Annotated[int, Field(gt=0)] = Field(1, description=(
+        "every arm's distance to the twin recorded every this many updates from s (memory: one copy of the weights "
+        "per recorded step while a seed trains); distances.parquet (not stated)"))
 
 
 class AttributeConfig(Strict):
@@ -100,6 +125,7 @@ class AttributionConfig(ForkDesign):
     candidates: CandidatesConfig = Field(CandidatesConfig(), description="what replaces the injected row, one forked run each")
     queries: QueriesConfig = Field(QueriesConfig(), description="the texts whose loss change is measured")
     attribute: AttributeConfig = Field(AttributeConfig(), description="how `seedlab attribution attribute` runs the estimators")
+    chaos: ChaosConfig = Field(ChaosConfig(), description="nudge arms and every arm's distance to the twin")
 
     @model_validator(mode="after")
     def _check(self) -> AttributionConfig:
@@ -135,6 +161,11 @@ class AttributionConfig(ForkDesign):
             t = self.end if h == "end" else self.mid if h == "mid" else self.injection_step + h
             out.setdefault(t, h if isinstance(h, str) else f"s+{h}")
         return dict(sorted(out.items()))
+
+    def distance_steps(self) -> list[int]:
+        """Where every arm's distance to the twin is recorded: s, every ``chaos.every`` updates after it, and the end."""
+        s, end = self.injection_step, self.end
+        return sorted({*range(s, end + 1, self.chaos.every), end})
 
     def twin_steps(self) -> list[int]:
         """The twin's saved weights: s (TracIn's first checkpoint, the estimators' θ_s), every

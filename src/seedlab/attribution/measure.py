@@ -176,3 +176,82 @@ def _effect(where: ForkFolder, twin: pd.DataFrame, seed: int, queries: dict[str,
     d = beside_twin(where, twin, seed)
     d = d[d.text.isin(queries)]
     return pd.Series((d.loss - d.twin_loss).to_numpy(), index=pd.MultiIndex.from_frame(d[["step", "text"]]))
+
+
+# ---------------------------------------------------------------- row weights and distances
+
+WEIGHTED_COLUMNS = ["seed", "candidate", "candidate_kind", "query", "query_kind", "horizon", "after", "label", "weight",
+                    "measured"]
+DISTANCE_COLUMNS = ["seed", "arm", "kind", "candidate", "weight", "step", "after", "distance"]
+
+
+def collect_weighted(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
+    """weighted.parquet's frame (:data:`WEIGHTED_COLUMNS`): measured(seed, c, q, h, w) = L_q(c at loss weight w) −
+    L_q(twin), for every weight of ``candidates.weights`` (w = 1: the candidate's own run, as in measured.parquet),
+    on the candidate's own text (``self``) and every query. Unfinished runs are left out with a warning."""
+    from seedlab.attribution.texts import weighted
+
+    cfg, rd = bank.cfg, bank.dir
+    labels = cfg.horizon_steps()
+    query_kind = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, missing = [], []
+    for seed, twin in finished_twins(bank, missing, "weighted candidates"):
+        for w in cfg.candidates.weights:
+            for name, text in bank.inputs.candidates_of(seed).items():
+                arm = name if w == 1.0 else weighted(w, name)
+                where = rd.run(seed, arm)
+                if not where.finished:
+                    missing.append(f"seed {seed} {arm}")
+                    continue
+                own = beside_twin(where, twin, seed)
+                own = own[(own.text.eq(name) & cfg.queries.own) | own.text.isin(query_kind)]
+                is_self = own.text.eq(name)
+                frames.append(pd.DataFrame({
+                    "seed": seed, "candidate": name, "candidate_kind": text.kind,
+                    "query": own.text.where(~is_self, SELF), "query_kind": own.text.map(query_kind).where(~is_self, SELF),
+                    "horizon": own.step, "after": own.step - cfg.injection_step, "label": own.step.map(labels),
+                    "weight": float(w), "measured": own.loss - own.twin_loss}))
+    if warn:
+        warn_missing(missing, "measuring the rest at their weights")
+    if not frames:
+        return pd.DataFrame(columns=WEIGHTED_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[WEIGHTED_COLUMNS]
+
+
+def collect_distances(bank: Bank) -> pd.DataFrame:
+    """distances.parquet's frame (:data:`DISTANCE_COLUMNS`): every finished run's ‖θ_run − θ_twin‖₂ per recorded
+    step (forks/distances.py), with what the run is — ``kind`` candidate, replicate, pair, weighted or nudge; its
+    ``candidate`` (None for pairs and nudges) and its loss ``weight`` (NaN for pairs and nudges)."""
+    from seedlab.attribution.bank import arms
+    from seedlab.attribution.texts import NUDGE, PAIR, REPLICATE, WEIGHTED, candidate_of, weight_and_candidate
+
+    frames = []
+    for seed in bank.cfg.seeds:
+        for arm in arms(bank.inputs, seed)[1:]:
+            where = bank.dir.run(seed, arm.name)
+            if not (where.finished and where.distances.is_file()):
+                continue
+            n = arm.name
+            kind = ("nudge" if n.startswith(NUDGE) else "pair" if n.startswith(PAIR) else "weighted"
+                    if n.startswith(WEIGHTED) else "replicate" if n.startswith(REPLICATE) else "candidate")
+            one = kind in ("candidate", "replicate", "weighted")
+            weight = float(weight_and_candidate(n)[0]) if kind == "weighted" else 1.0 if one else np.nan
+            d = pd.read_parquet(where.distances)
+            frames.append(d.assign(seed=seed, arm=n, kind=kind, candidate=candidate_of(n) if one else None,
+                                   weight=weight, after=d.step - bank.cfg.injection_step))
+    if not frames:
+        return pd.DataFrame(columns=DISTANCE_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[DISTANCE_COLUMNS]
+
+
+def write_weighted(root: str | Path) -> pd.DataFrame | None:
+    """weighted.parquet (candidates.weights beyond [1]) and distances.parquet of a bank folder; returns the first."""
+    bank = open_bank(root)
+    distances = collect_distances(bank)
+    if len(distances):
+        write_parquet(bank.dir.distances, distances)
+    if len(bank.cfg.candidates.weights) < 2:
+        return None
+    df = collect_weighted(bank)
+    write_parquet(bank.dir.weighted_measured, df)
+    return df

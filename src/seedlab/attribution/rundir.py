@@ -23,9 +23,17 @@ The layout::
     DIR/seed-<k>/pairs/<first>..<second>/   the same files for a pair (candidates.pairs: first in row r, second
                                         in row r' of the batch of s; its arm is ``pair.<first>..<second>``;
                                         queries.parquet: both candidates' texts and the queries)
+    DIR/seed-<k>/weighted/<w>/<name>/   the same files for the candidate at loss weight w < 1 (candidates.weights; its arm
+                                        is ``weight.<w>.<name>``)
+    DIR/seed-<k>/nudges/<tensor>/       a nudge arm (chaos.nudges: one ulp of one element of <tensor> at s; its arm is
+                                        ``nudge.<tensor>``): hashes, the queries' losses
+    DIR/seed-<k>/*/**/distances.parquet (step, distance) of every run but the twin and the replica: ‖θ_run − θ_twin‖₂
+                                        at every chaos.every-th step from s (forks/distances.py)
     DIR/integrity.json                  what was shown: replica control, own-row controls
     DIR/measured.parquet                seedlab attribution bank: measured Δ L_query per seed × candidate × query × horizon
     DIR/additivity.parquet              with pairs: each pair's Δ beside the sum of its two single-row Δs (attribution/measure.py)
+    DIR/weighted.parquet                measured Δ L_query per seed × candidate × query × horizon × loss weight (measure.py)
+    DIR/distances.parquet               every run's distance to the twin per step, all seeds (measure.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
     DIR/report.md, DIR/*.png            seedlab attribution report (it reads the bank through :func:`read_attributed`)
 
@@ -74,12 +82,17 @@ class BankDir(DesignFolder):
     def run(self, seed: int, arm: str) -> ForkFolder:
         """An arm's run: the twin's, a candidate's, a candidate's replicate (``replicate.<name>``) or a
         pair's (``pair.<first>..<second>``)."""
-        from seedlab.attribution.texts import PAIR, REPLICATE
+        from seedlab.attribution.texts import NUDGE, PAIR, REPLICATE, WEIGHTED, weight_and_candidate
 
         if arm.startswith(REPLICATE):
             return self.replicate_of(seed, arm.removeprefix(REPLICATE))
         if arm.startswith(PAIR):
             return self._named(seed, "pairs", arm.removeprefix(PAIR))
+        if arm.startswith(NUDGE):
+            return self._named(seed, "nudges", arm.removeprefix(NUDGE))
+        if arm.startswith(WEIGHTED):
+            w, name = weight_and_candidate(arm)
+            return self.weighted(seed, w, name)
         return self.twin(seed) if arm == "twin" else self.candidate(seed, arm)
 
     def twin(self, seed: int) -> ForkFolder:
@@ -94,6 +107,10 @@ class BankDir(DesignFolder):
     def replicate_of(self, seed: int, name: str) -> ForkFolder:
         """Candidate ``name``'s replicate: its text in row ``candidates.replicate_row``."""
         return self._named(seed, "replicates", name)
+
+    def weighted(self, seed: int, w: str, name: str) -> ForkFolder:
+        """Candidate ``name`` at loss weight ``w`` (as texts.py ``weight_label`` writes it)."""
+        return ForkFolder(self._named(seed, "weighted", w).path / self._named(seed, "weighted", name).path.name)
 
     def pair(self, seed: int, first: str, second: str) -> ForkFolder:
         """The pair's run: ``first`` in row ``injection_row``, ``second`` in row ``candidates.replicate_row``."""
@@ -119,6 +136,14 @@ class BankDir(DesignFolder):
     @property
     def additivity(self) -> Path:
         return self.root / "additivity.parquet"
+
+    @property
+    def weighted_measured(self) -> Path:
+        return self.root / "weighted.parquet"
+
+    @property
+    def distances(self) -> Path:
+        return self.root / "distances.parquet"
 
     @property
     def attribution(self) -> Path:

@@ -34,6 +34,7 @@ candidate must give one next-token target and fit a row, and so must a query.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -53,6 +54,39 @@ OWN_ROW = "own-row"
 SELF = "self"
 REPLICATE = "replicate."  # a candidate's replicate arm: "replicate.<candidate>"
 PAIR, PAIR_SEP = "pair.", ".."  # a pair's arm: "pair.<first>..<second>"
+WEIGHTED = "weight."  # a candidate at loss weight w < 1: "weight.<w>.<candidate>"
+NUDGE = "nudge."  # one ulp of one weight at s: "nudge.<tensor>"
+RESERVED = (REPLICATE, PAIR, WEIGHTED, NUDGE)
+
+
+def weight_label(w: float) -> str:
+    """A weight as its arm and folder name write it (``%g``: 0.25, 0.0625, 1e-05)."""
+    return f"{w:g}"
+
+
+def weighted(w: float, name: str) -> str:
+    """The arm of candidate ``name`` at loss weight ``w`` (< 1; w = 1 is the candidate's own arm)."""
+    return f"{WEIGHTED}{weight_label(w)}.{name}"
+
+
+def nudged(tensor: str) -> str:
+    """The arm nudging ``tensor`` by one ulp at s."""
+    return NUDGE + tensor
+
+
+def weight_and_candidate(arm: str) -> tuple[str, str]:
+    """A weighted arm's (w as :func:`weight_label` writes it, candidate): ``weight.<w>.<candidate>``."""
+    m = re.match(r"^weight\.(\d+(?:\.\d+)?(?:e-\d+)?)\.(.+)$", arm)
+    if m is None:
+        raise SeedlabError(f"weighted arm: expected weight.<w>.<candidate>, got {arm!r}")
+    return m.group(1), m.group(2)
+
+
+def candidate_of(arm: str) -> str:
+    """The candidate an arm carries in one row: a candidate's own arm, its replicate's or a weighted one's."""
+    if arm.startswith(WEIGHTED):
+        return weight_and_candidate(arm)[1]
+    return arm.removeprefix(REPLICATE)
 
 
 def replicate(name: str) -> str:
@@ -146,11 +180,11 @@ def load_inputs(cfg: AttributionConfig, base: Path, *, corpus: str | Path | None
                 raise SeedlabError(f"{kind}.{name}: a name is letters, digits, '.', '_' and '-' (a folder name)")
     names = set(candidates) | set(queries)
     clash = sorted((set(candidates) & set(queries)) | ({OWN_ROW, SELF} & names)
-                   | {n for n in names if n.startswith((REPLICATE, PAIR))})
+                   | {n for n in names if n.startswith(RESERVED)})
     if clash:
         raise SeedlabError(f"names: {clash[0]!r} is taken (candidates and queries need distinct names, "
-                           f"{OWN_ROW!r} and {SELF!r} are reserved, and so is the prefix {REPLICATE!r}, "
-                           f"and the prefix {PAIR!r})")
+                           f"{OWN_ROW!r} and {SELF!r} are reserved, and so are the prefixes "
+                           f"{', '.join(repr(p) for p in RESERVED)})")
     if not candidates and not cfg.candidates.own_row:
         raise SeedlabError("candidates: none (a file with passages, or candidates.heldout > 0)")
     pairs_of(cfg, candidates)  # checked now, before a folder is touched
@@ -162,7 +196,9 @@ def pairs_of(cfg: AttributionConfig, candidates: dict[str, Text]) -> dict[str, t
     depends on the seed): ``{arm name: (first, second)}``, in the config's (or the draw's) order.
 
     An int P: the non-control candidates of distinct texts (the first of each text, in the design's
-    order), permuted by ``default_rng([candidates.seed, 1])``; pair i is positions (2i, 2i + 1).
+    order), permuted by ``default_rng([candidates.seed, 1])``; pair i is positions (2i, 2i + 1) while
+    2P fits them (disjoint pairs); a larger P takes the first P of every unordered pair of them,
+    permuted by ``default_rng([candidates.seed, 2])`` (distinct pairs, each candidate in several).
     A list: each name a candidate (or ``own-row`` when ``candidates.own_row``), the two texts
     different. Bad input is a one-line error (config.py checks a name given twice)."""
     want = cfg.candidates.pairs
@@ -171,11 +207,17 @@ def pairs_of(cfg: AttributionConfig, candidates: dict[str, Text]) -> dict[str, t
         for name, t in candidates.items():
             firsts.setdefault(t.tokens, name)
         distinct = list(firsts.values())
-        if 2 * want > len(distinct):
-            raise SeedlabError(f"candidates.pairs: {want} disjoint pairs need {2 * want} candidates of distinct texts "
-                               f"(the own-row control aside), this bank has {len(distinct)}")
-        order = np.random.default_rng([cfg.candidates.seed, 1]).permutation(len(distinct))
-        chosen = [(distinct[order[2 * i]], distinct[order[2 * i + 1]]) for i in range(want)]
+        n = len(distinct)
+        if want > n * (n - 1) // 2:
+            raise SeedlabError(f"candidates.pairs: {want} distinct pairs need more candidates of distinct texts (the "
+                               f"own-row control aside) than this bank's {n} ({n * (n - 1) // 2} pairs at most)")
+        if 2 * want <= n:
+            order = np.random.default_rng([cfg.candidates.seed, 1]).permutation(n)
+            chosen = [(distinct[order[2 * i]], distinct[order[2 * i + 1]]) for i in range(want)]
+        else:
+            every = [(distinct[i], distinct[j]) for i in range(n) for j in range(i + 1, n)]
+            order = np.random.default_rng([cfg.candidates.seed, 2]).permutation(len(every))
+            chosen = [every[k] for k in order[:want]]
     else:
         chosen = list(want)
         known = {*candidates, *([OWN_ROW] if cfg.candidates.own_row else [])}

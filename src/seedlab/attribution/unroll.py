@@ -139,13 +139,33 @@ class Step:
             return vmap(one, chunk_size=chunk)(*tangents)
 
 
-def first_step(grads: Gradients, trainer: Trainer) -> State:
+def first_step(grads: Gradients, trainer: Trainer, *, tangent: bool = False) -> State:
     """The exact change of the optimizer state the swap makes at s, per candidate (module doc, 1.),
-    in the parameters' dtype, stacked over ``grads.case.candidates``: (Δθ,) or (Δθ, Δm, Δv)."""
-    opt, clip = trainer.opt, float(trainer.cfg.grad_clip)
+    in the parameters' dtype, stacked over ``grads.case.candidates``: (Δθ,) or (Δθ, Δm, Δv).
+
+    ``tangent``: instead its derivative in the row's loss weight at w = 0 (the row weighed by w:
+    the gradient g + w·δ_c), per unit w — the central difference (Δz(+h) − Δz(−h))/2h at
+    h = :data:`TANGENT_STEP` in float64 (error O(h²) of the step's curvature, ~1e-8 relative; the clip's
+    kink at ‖g‖ = C aside)."""
     params = [p for _, p in trainer.model.named_parameters()]
     if list(trainer.model.parameters()) != params:
         raise SeedlabError("unroll: the model's parameters() and named_parameters() orders differ")
+    if tangent:
+        plus, minus = _first_rows(grads, trainer, TANGENT_STEP), _first_rows(grads, trainer, -TANGENT_STEP)
+        rows = [(a - b) / (2 * TANGENT_STEP) for a, b in zip(plus, minus)]
+    else:
+        rows = _first_rows(grads, trainer, 1.0)
+    return tuple(_unflatten(r, params) for r in rows)
+
+
+#: h of the tangent's central difference (module doc; :func:`first_step`)
+TANGENT_STEP = 1e-4
+
+
+def _first_rows(grads: Gradients, trainer: Trainer, w: float) -> list[torch.Tensor]:
+    """The state's change at s when each candidate's row is weighed by ``w`` (the gradient g + w·δ_c):
+    per channel (Δθ[, Δm, Δv]) a [K, P] float64 tensor."""
+    opt, clip = trainer.opt, float(trainer.cfg.grad_clip)
     g, n = grads.batch().double().cpu(), grads.case.n_targets
     adam = isinstance(opt, torch.optim.AdamW)
     if adam:
@@ -155,13 +175,13 @@ def first_step(grads: Gradients, trainer: Trainer) -> State:
     c0 = clip_by_norm(g, clip)
     rows: list[list[torch.Tensor]] = []
     for name in grads.case.candidates:
-        gc = g + grads.swap(name).double().cpu() / n
+        gc = g + w * grads.swap(name).double().cpu() / n
         c1 = clip_by_norm(gc, clip)
         if adam:
             rows.append([step.update(gc) - twin, (1 - b1) * (c1 - c0), (1 - b2) * (c1 * c1 - c0 * c0)])
         else:
             rows.append([-trainer.lr * (c1 - c0)])
-    return tuple(_unflatten(torch.stack([r[k] for r in rows]), params) for k in range(len(rows[0])))
+    return [torch.stack([r[k] for r in rows]) for k in range(len(rows[0]))]
 
 
 def _unflatten(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -178,9 +198,14 @@ def _flat(theta: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return torch.cat([t.reshape(t.shape[0], -1).double() for t in theta], dim=1)
 
 
+#: what :func:`unroll` can return, by estimator name (attribution/registry.py)
+UNROLL, READOUT, TANGENT = "unroll", "unroll-readout", "unroll-tangent"
+
+
 def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk: int | None = 16,
            check: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
-           tick: Callable[[], None] | None = None) -> dict[int, np.ndarray]:
+           tick: Callable[[], None] | None = None,
+           outputs: Sequence[str] = (UNROLL,)) -> dict[int, np.ndarray] | dict[str, dict[int, np.ndarray]]:
     """``{h: [candidates × queries]}`` of ⟨∇L_q(θ_h), Δθ_h⟩ for every horizon ``h`` (updates
     completed, each > s) — the module doc's linear response.
 
@@ -188,7 +213,14 @@ def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk
     gradient are reused); ``trainer``: the twin at the fork point (``step == s``: the prefix
     loaded); it is not changed (a fork of it is replayed). ``chunk``: candidates per vmapped JVP
     (memory; None: all at once). ``check(t, weights)``: called with the replayed twin's weights after
-    every update (the caller compares them with the twin's manifest). ``tick``: called once per update."""
+    every update (the caller compares them with the twin's manifest). ``tick``: called once per update.
+
+    ``outputs`` other than ``("unroll",)``: ``{name: {h: [candidates × queries]}}`` for each named —
+    ``unroll`` (above); ``unroll-readout``, the same tangent read out exactly, L_q(θ_h + Δθ_h) − L_q(θ_h)
+    (each candidate's weights one forward over every query: the readout's curvature apart from the
+    propagation's error); ``unroll-tangent``, the w → 0 limit per unit row weight (the first step's
+    derivative in w, :func:`first_step` ``tangent``, carried and read out linearly) — one replay, the
+    tangents of both kinds pushed together."""
     s = trainer.step
     hs = sorted(set(int(h) for h in horizons))
     if not hs or hs[0] <= s or hs[-1] > trainer.cfg.steps:
@@ -196,10 +228,16 @@ def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk
                            f"{trainer.cfg.steps} updates, got {hs}")
     if chunk is not None and chunk < 1:
         raise SeedlabError(f"unroll: chunk must be at least 1, got {chunk}")
-    tangents = first_step(grads, trainer)  # reads the state at s (grads were taken at trainer's model)
+    bad = [o for o in outputs if o not in (UNROLL, READOUT, TANGENT)]
+    if bad or not outputs:
+        raise SeedlabError(f"unroll: outputs are {UNROLL}, {READOUT} and {TANGENT}, got {list(outputs) or 'none'}")
+    exact, linear = UNROLL in outputs or READOUT in outputs, TANGENT in outputs
+    parts = ([first_step(grads, trainer)] if exact else []) + ([first_step(grads, trainer, tangent=True)] if linear else [])
+    tangents = tuple(tuple(torch.cat(ts) for ts in zip(*channel)) for channel in zip(*parts))  # [K or 2K, ...]
+    K = len(grads.case.candidates)
     twin = trainer.fork()
     twin.advance()  # the ordinary update of s: the twin itself
-    out: dict[int, np.ndarray] = {}
+    out: dict[str, dict[int, np.ndarray]] = {o: {} for o in outputs}
     while True:
         t = twin.step
         if check is not None:
@@ -207,11 +245,53 @@ def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk
         if tick is not None:
             tick()
         if t in hs:
-            out[t] = _predict(twin, grads, tangents[0])
+            lin = _predict(twin, grads, tangents[0])
+            if UNROLL in outputs:
+                out[UNROLL][t] = lin[:K]
+            if TANGENT in outputs:
+                out[TANGENT][t] = lin[-K:]
+            if READOUT in outputs:
+                out[READOUT][t] = _readout(twin, grads, tuple(d[:K] for d in tangents[0]))
         if t == hs[-1]:
-            return out
+            return out[UNROLL] if tuple(outputs) == (UNROLL,) else out
         tangents = Step(twin).push(tangents, chunk)
         twin.advance()
+
+
+def _readout(twin: Trainer, grads: Gradients, dtheta: tuple[torch.Tensor, ...]) -> np.ndarray:
+    """[candidates × queries] of L_q(θ_h + Δθ_h) − L_q(θ_h) at the twin's current weights: every query
+    padded into one batch, one forward per candidate (eval mode; float64 cross-entropy as
+    attribution/estimators.py ``query_loss`` takes it)."""
+    model = twin.model
+    names = [n for n, _ in model.named_parameters()]
+    texts = list(grads.case.queries.values())
+    T = max(len(ids) for ids in texts) - 1
+    x = torch.zeros(len(texts), T, dtype=torch.int64)
+    y = torch.zeros(len(texts), T, dtype=torch.int64)
+    mask = torch.zeros(len(texts), T, dtype=torch.bool)
+    for i, ids in enumerate(texts):
+        ids = torch.as_tensor(list(ids), dtype=torch.int64)
+        x[i, : len(ids) - 1], y[i, : len(ids) - 1], mask[i, : len(ids) - 1] = ids[:-1], ids[1:], True
+    device = next(model.parameters()).device
+    x, y, mask = x.to(device), y.to(device), mask.to(device)
+
+    def losses(theta: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits, _ = functional_call(model, theta, (x,))
+        ce = torch.nn.functional.cross_entropy(logits.double().flatten(0, 1), y.flatten(), reduction="none")
+        ce = ce.view(y.shape) * mask
+        return ce.sum(1) / mask.sum(1)
+
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            base = {n: p.detach() for n, p in model.named_parameters()}
+            at = losses(base)
+            rows = [losses({n: base[n] + d[k].to(base[n].dtype) for n, d in zip(names, dtheta)}) - at
+                    for k in range(dtheta[0].shape[0])]
+    finally:
+        model.train(was)
+    return torch.stack(rows).cpu().numpy()
 
 
 def _predict(twin: Trainer, grads: Gradients, dtheta: tuple[torch.Tensor, ...]) -> np.ndarray:

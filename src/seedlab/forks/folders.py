@@ -50,6 +50,8 @@ class RunFolder:
         manifest.json          {t: {tensor: SHA-256}} of every saved or hashed step
         losses.parquet         (step, loss) of every update
         perturbation.json      what a perturbation arm's delta was (norm, weights moved, SHA-256)
+        distances.parquet      (step, distance): ‖θ_run − θ_twin‖₂ per recorded step, where a design records it
+                               (forks/distances.py)
         state.safetensors      the complete training state at the last checkpoint (resume; removed at the end)
         final.safetensors      the complete state at the end (kept only when the design asks)
         done.json              written last: the run finished
@@ -73,6 +75,11 @@ class RunFolder:
     def perturbation(self) -> Path:
         """What the arm's weight perturbation did (its norm, how far the weights moved), when it has one."""
         return self.path / "perturbation.json"
+
+    @property
+    def distances(self) -> Path:
+        """(step, distance): the run's distance to its seed's twin (forks/distances.py)."""
+        return self.path / "distances.parquet"
 
     @property
     def state(self) -> Path:

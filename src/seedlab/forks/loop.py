@@ -79,6 +79,14 @@ class Observer:
     def visit(self, seed: int, arm: Arm, trainer: Trainer) -> None:
         """The weights after ``trainer.step`` updates of this run (before a perturbation due then)."""
 
+    def looks(self, seed: int, arm: Arm) -> set[int]:
+        """Steps at which :meth:`look` sees this run's weights (and nothing else: cheaper than a visit in a stack)."""
+        return set()
+
+    def look(self, seed: int, arm: Arm, step: int, weights: Mapping[str, torch.Tensor]) -> None:
+        """The weights after ``step`` updates of this run (before a perturbation due then): views, valid
+        during the call only (copy what you keep)."""
+
     def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
         """The run is done (before its done marker); returns what the seed's integrity record gains, if anything."""
         return None
@@ -112,6 +120,13 @@ class Observers(Observer):
     def visit(self, seed: int, arm: Arm, trainer: Trainer) -> None:
         for o in self.observers:
             o.visit(seed, arm, trainer)
+
+    def looks(self, seed: int, arm: Arm) -> set[int]:
+        return set().union(*(o.looks(seed, arm) for o in self.observers))
+
+    def look(self, seed: int, arm: Arm, step: int, weights: Mapping[str, torch.Tensor]) -> None:
+        for o in self.observers:
+            o.look(seed, arm, step, weights)
 
     def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
         out = {k: v for o in self.observers for k, v in (o.finished(seed, arm, where, manifest) or {}).items()}
@@ -248,6 +263,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
     saved = rec.saved.get(arm.name, frozenset())
     recorded = hashed | saved
     watched, before = d.observer.stops(seed, arm), set(manifest)  # recorded before an interruption
+    looked = d.observer.looks(seed, arm)
 
     def visit(tr: Trainer) -> None:
         t = tr.step
@@ -257,6 +273,8 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
                 d.world.check_same(manifest[str(t)], f"seed {seed}, {arm.name}, step {t}")
             if t in saved:
                 save(d, where, tr, losses, manifest)
+        if t in looked:
+            d.observer.look(seed, arm, t, tr.weights())
         if t in watched:
             d.observer.visit(seed, arm, tr)
 
@@ -264,7 +282,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         if d.world.main:
             write_json(where.perturbation, record)
 
-    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched, visit=visit,
+    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched | looked, visit=visit,
                on_step=lambda: d.observer.step(label), losses=losses, perturbed=perturbed)
     frame = losses_frame(d, losses)
     added = extra(d, seed, arm, where, manifest)

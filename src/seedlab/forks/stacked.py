@@ -312,6 +312,8 @@ class _Loop:
             if t in saved:
                 solo = stack.member(i)
                 save(d, r.where, solo, r.losses, r.manifest)
+        if t in d.observer.looks(r.seed, r.arm):
+            d.observer.look(r.seed, r.arm, t, stack.weights(i))
         if t in watched:
             d.observer.visit(r.seed, r.arm, solo or stack.member(i))
         if self.solo is not None and r.arm.is_twin and r.seed == self.solo["seed"] and t == self.solo["step"]:
