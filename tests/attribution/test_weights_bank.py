@@ -61,7 +61,7 @@ def test_unroll_outputs_from_one_replay(weighted_bank):
     import torch
 
     from seedlab.attribution.estimators import Case, Gradients
-    from seedlab.attribution.unroll import READOUT, TANGENT, UNROLL, unroll
+    from seedlab.attribution.unroll import READOUT, TANGENT, UNROLL, responses, unroll
     from seedlab.forks.prefix import read_prefix
     from seedlab.lm.trainer import Trainer
 
@@ -73,7 +73,7 @@ def test_unroll_outputs_from_one_replay(weighted_bank):
     case = Case.of(*inputs.ordinary_batch(0), cfg.injection_row, cands, dict(cands), inputs.pad_id)
     grads = Gradients(t.model, case)
     hs = list(cfg.horizon_steps())
-    out = unroll(grads, t, hs, outputs=(UNROLL, READOUT, TANGENT))
+    out = responses(grads, t, hs, outputs=(UNROLL, READOUT, TANGENT))
     plain = unroll(grads, t, hs)
     assert all(np.array_equal(out[UNROLL][h], plain[h]) for h in hs)  # pushed beside the tangents: the same numbers
     w = pd.read_parquet(bank.dir.weighted_measured)
@@ -90,3 +90,18 @@ def test_unroll_outputs_from_one_replay(weighted_bank):
             m = w[(w.weight == x) & (w.horizon == h)].set_index("candidate").measured.reindex(names).to_numpy()
             err.append(np.linalg.norm(m / x - tangent) / np.linalg.norm(tangent))
         assert err[-1] < err[0] and err[-1] < 0.1, (h, err)
+
+
+def test_attribute_runs_the_three_from_one_replay_and_unroll_alone_is_unchanged(weighted_bank, tmp_path):
+    import shutil
+
+    from seedlab.attribution.attribute import attribute
+
+    both = tmp_path / "bank"
+    shutil.copytree(weighted_bank, both)
+    df = attribute(both, estimators=["unroll", "unroll-tangent", "unroll-readout"], progress=False)
+    alone = attribute(weighted_bank, estimators=["unroll"], progress=False)
+    assert set(df.estimator) == {"unroll", "unroll-tangent", "unroll-readout"}
+    u = df[df.estimator == "unroll"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(u, alone.reset_index(drop=True))
+    assert set(df[df.estimator != "unroll"].estimator_label) == {"reference"}

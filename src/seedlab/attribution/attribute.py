@@ -5,12 +5,15 @@ attribution/estimators.py, attribution/registry.py):
 
 - at θ_s, the kept prefix — ``sgd``, ``adam``, ``adam-linear``, ``tracin``, ``cosine``,
   ``adam-cosine``, the baselines (``random``, ``loss``, ``gradnorm``, ``length``) and plug-ins
-  (``package.module:function``): its weights, and (the adam family) the AdamW state *before* the
-  injected update (moments and step counts); ``lr`` the rate of step s (lm/schedule.py
-  ``lr_of``), the trainer's gradient clip, ``random``'s seed the training seed. The same number
-  is set beside the measured effect of every horizon (its agreement at later horizons asks how
-  much of the first step's effect survives). ``tracin`` is TracIn's sum over the candidate's
-  visits, and it was visited once: the term at s.
+  at θ_s (``package.module:function`` of (model, case, grads)): its weights, and (the adam family)
+  the AdamW state *before* the injected update (moments and step counts); ``lr`` the rate of step s
+  (lm/schedule.py ``lr_of``), the trainer's gradient clip, ``random``'s seed the training seed. The
+  same number is set beside the measured effect of every horizon (its agreement at later horizons
+  asks how much of the first step's effect survives). ``tracin`` is TracIn's sum over the
+  candidate's visits, and it was visited once: the term at s.
+- horizon-aware plug-ins (a function of ``ctx``: attribution/plugins.py) — called once per horizon
+  h with the same inputs and h, the twin's weights loaded on request (``bank.dir.twin(seed).weights``);
+  a horizon the plug-in declares and the bank lacks is refused before any work.
 - ``tracin-cp`` (a variant) — TracIn-CP over the twin's saved checkpoints: at horizon h the sum
   over the saved steps t with s ≤ t < h of the one-checkpoint term at θ_t with the rate of step
   t; the terms after s are for visits that never happened.
@@ -56,10 +59,11 @@ import torch
 from seedlab.attribution.config import AttributeConfig, AttributionConfig
 from seedlab.attribution.estimators import Case, Gradients
 from seedlab.attribution.measure import collect
+from seedlab.attribution.plugins import check_horizons
 from seedlab.attribution.registry import ESTIMATORS, HINTS, available, get_estimator, run
 from seedlab.attribution.rundir import Bank, open_bank
 from seedlab.attribution.texts import SELF
-from seedlab.attribution.unroll import unroll
+from seedlab.attribution.unroll import responses
 from seedlab.config import apply_overrides, parse
 from seedlab.errors import SeedlabError, in_seed
 from seedlab.forks.prefix import first_difference, read_prefix
@@ -76,7 +80,8 @@ from seedlab.store import tensor_hashes, write_json, write_parquet
 DEFAULT = ("sgd", "adam", "tracin", "cosine", "adam-cosine", "ekfac", "trak", "random", "loss", "gradnorm", "length")
 CHECKPOINTS = ("tracin-cp",)  # over the twin's checkpoints
 INFLUENCE = ("ekfac", "kfac", "trak")  # at the horizons' weights (or θ_s), fitted on fit_set rows
-TRAJECTORY = ("unroll",)  # the swap carried through the twin's replayed steps (attribution/unroll.py)
+TRAJECTORY = ("unroll", "unroll-readout", "unroll-tangent")  # the swap carried through the twin's replayed steps
+# (attribution/unroll.py): every one of them named is computed in one replay
 COLUMNS = ["seed", "candidate", "query", "horizon", "measured", "measured_replicate", "estimator", "estimator_label",
            "estimate", "candidate_kind", "query_kind", "after", "label", "unit"]
 
@@ -84,14 +89,16 @@ COLUMNS = ["seed", "candidate", "query", "horizon", "measured", "measured_replic
 def choose_estimators(cfg: AttributionConfig, names: Sequence[str] | None = None) -> list[str]:
     """The estimators to run: ``names`` (the command's), else the config's, else :data:`DEFAULT`
     (those installed; a note on stderr for the rest). A named estimator that does not exist, is
-    not installed, or is a plug-in that does not load is a one-line error (naming the extra that
-    installs a missing library)."""
+    not installed, or is a plug-in that does not load or asks for a horizon the bank lacks is a
+    one-line error (naming the extra that installs a missing library)."""
     chosen = list(dict.fromkeys(names or cfg.attribute.estimators or ()))
     if chosen:
         for n in chosen:
-            if "optimizer" in get_estimator(n).needs and cfg.optimizer == "sgd":
+            e = get_estimator(n)
+            if "optimizer" in e.needs and cfg.optimizer == "sgd":
                 raise SeedlabError(f"estimators: {n} needs an AdamW step's state, and this bank was trained with "
                                    "optimizer: sgd")
+            check_horizons(n, e.wants, cfg)  # a plug-in's declared horizons: the bank must have them
         return chosen
     have = set(available())
     for n in DEFAULT:
@@ -206,7 +213,7 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
     horizons = list(cfg.horizon_steps())
     twin = bank.dir.twin(seed)
     grads = Gradients(trainer.model, case, micro_batch=cfg.micro_batch)  # shared at θ_s: the first user pays
-    frames = []
+    frames, replayed = [], {}
     for name in names:
         if bar is not None:
             bar.update(note=f"seed {seed}: {name}")
@@ -218,7 +225,15 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
         elif name in INFLUENCE:
             by_h = influence_by_horizon(name, trainer, case, bank, seed, horizons)
         elif name in TRAJECTORY:
-            by_h = unroll(grads, trainer, horizons, chunk=cfg.attribute.unroll_chunk, check=twin_check(bank, seed, horizons))
+            if name not in replayed:  # the first of them named: all of them named, one replay
+                replayed.update(responses(grads, trainer, horizons, chunk=cfg.attribute.unroll_chunk,
+                                       check=twin_check(bank, seed, horizons),
+                                       outputs=[n for n in names if n in TRAJECTORY]))
+            by_h = replayed[name]
+        elif get_estimator(name).per_horizon:  # a horizon-aware plug-in: its Context at each horizon (plugins.py)
+            by_h = {h: run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
+                           grad_clip=cfg.grad_clip, seed=seed, step=s, horizon=h, twin=twin.weights)
+                    for h in horizons}
         else:
             v = run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
                     grad_clip=cfg.grad_clip, seed=seed, micro_batch=cfg.micro_batch)

@@ -16,31 +16,47 @@ Options (keyword arguments of :func:`run` / :func:`estimate`; each estimator rea
   (``step == s``, the model's weights; it is not changed) and the horizon h (updates completed, > s);
 - ``influence`` — ekfac, kfac, trak: :class:`~seedlab.attribution.influence.InfluenceOptions`;
 - ``seed`` — random: its generator's seed (default 0);
-- ``micro_batch`` — rows per forward/backward for the full-batch gradient (memory only).
+- ``micro_batch`` — rows per forward/backward for the full-batch gradient (memory only);
+- ``step``, ``twin`` — horizon-aware plug-ins: the injection step s and the twin's weights by step
+  (``bank.dir.twin(seed).weights``; with ``horizon``, ``seed``, ``lr``, ``grad_clip``, ``optimizer``).
 
 Plug-in estimators. ``seedlab attribution attribute DIR --estimator package.module:function``
 (or that name in ``attribute.estimators``, or :func:`run` / :func:`estimate`) runs a function of
-yours beside the built-ins, with the same inputs::
+yours beside the built-ins, in one of two forms told apart by its signature
+(:mod:`seedlab.attribution.plugins`, whose Protocols document them)::
 
-    function(model, case, grads) -> array [len(case.candidates), len(case.queries)]
+    function(model, case, grads) -> array [len(case.candidates), len(case.queries)]   # at θ_s
+    function(ctx) -> array [len(case.candidates), len(case.queries)]                  # per horizon
 
-- ``model`` — the GPT at θ_s, the weights before the injected update (eval mode is yours to set;
-  do not change its weights);
+- ``model`` — a copy of the GPT at θ_s, the weights before the injected update, made for the
+  plug-in (eval mode is yours to set; what it changes there no other estimator sees);
 - ``case`` — the :class:`~seedlab.attribution.estimators.Case`: the ordinary batch ``x, y``
   [B, T], the replaced ``row``, ``candidates`` and ``queries`` ({name: token ids}, in the output's
   row and column order), ``pad_id``; ``case.candidate_row(name)`` / ``case.ordinary_row()`` give
   (x, y, mask) [1, T] of the row with and without the candidate;
-- ``grads`` — the shared :class:`~seedlab.attribution.estimators.Gradients` at θ_s (flat float64,
-  cached): ``grads.query(q)`` = ∇L_q, ``grads.swap(c)`` = ∇ℓ_c − ∇ℓ_r, ``grads.row()``,
-  ``grads.batch()`` (the twin's full-batch gradient).
+- ``grads`` — the shared gradients at θ_s (:class:`~seedlab.attribution.plugins.SharedGradients`:
+  flat float64, cached for every estimator): ``grads.query(q)`` = ∇L_q, ``grads.swap(c)`` =
+  ∇ℓ_c − ∇ℓ_r, ``grads.row()``, ``grads.batch()`` (the twin's full-batch gradient); changing one
+  in place is a one-line error;
+- ``ctx`` — the horizon-aware form's :class:`~seedlab.attribution.plugins.Context` (the one
+  parameter must be named ``ctx``): ``seed``, ``step`` (s), ``horizon`` (h, updates completed),
+  ``lr`` and ``grad_clip`` of step s, ``case``, ``grads``, and on request ``ctx.model`` (a copy of
+  θ_s), ``ctx.adam()`` (a copy of the AdamW state before step s), ``ctx.weights(step=h)`` and
+  ``ctx.model_at(step=h)`` (the twin's saved weights). It is called once per horizon of the bank
+  and its result may differ by horizon; the at-θ_s form is called once and its number set beside
+  every horizon. Through :func:`run` it needs the options ``step`` and ``horizon`` and reads
+  ``seed``, ``lr``, ``grad_clip``, ``optimizer`` and ``twin`` (a function step -> state dict).
 
 It returns the predicted Δ L_query = L_query(run with c) − L_query(twin) (or any score with that
 sign: larger means the candidate raises the query's loss more); a numpy array or tensor of that
-shape. The name is the ``package.module:function`` string itself (its rows in attribution.parquet,
-label ``plug-in``, unit ``score``); it is evaluated at θ_s, so the same number stands at every
-horizon. The module is imported with the current folder first on ``sys.path`` (as ``python -m``
-does); one that does not import, a missing function or a signature that cannot take the three
-arguments is a one-line error before anything runs; a result of another shape, after it ran.
+shape. The function may declare ``unit`` ("nats/token": a predicted Δ L_query, included in the
+report's calibration; "score", the default) and ``horizons`` (those the bank must have, in the
+config's terms), as attributes or with :func:`seedlab.attribution.plugins.declare`. The name is the
+``package.module:function`` string itself (its rows in attribution.parquet, label ``plug-in``, its
+unit). The module is imported with the current folder first on ``sys.path`` (as ``python -m``
+does); one that does not import, a missing function, a signature that fits neither form, an unknown
+unit or horizons not of that shape is a one-line error before anything runs (a horizon the bank
+lacks: attribution/attribute.py, before any work too); a result of another shape, after it ran.
 """
 
 from __future__ import annotations
@@ -58,6 +74,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from seedlab.attribution import plugins
 from seedlab.errors import SeedlabError
 
 if TYPE_CHECKING:
@@ -73,7 +90,7 @@ HINTS = {"kronfluence": INSTALL_HINT, "trak": "pip install traker==0.3.2 (it kee
 @dataclass(frozen=True)
 class Estimator:
     """An estimator: ``fn(grads, **options) -> [candidates × queries]`` (a plug-in's ``fn`` calls
-    the user's function with ``(grads.model, grads.case, grads)``)."""
+    the user's function in its form: attribution/plugins.py)."""
 
     name: str
     summary: str
@@ -84,6 +101,8 @@ class Estimator:
     accepts: tuple[str, ...] = ()  # options it reads (needs included)
     library: str | None = None  # optional import it needs
     label: str = "estimator"  # "estimator" (as its paper defines it), "variant", "reference", "baseline" or "plug-in"
+    per_horizon: bool = False  # a horizon-aware plug-in: evaluated once per horizon (``horizon`` and ``step`` options)
+    wants: tuple[int | str, ...] = ()  # the horizons a plug-in asks the bank for (config terms: s + n, "mid", "end")
 
 
 def _lazy(name: str) -> Callable[..., np.ndarray]:
@@ -107,10 +126,14 @@ def _influence(strategy: str) -> Callable[..., np.ndarray]:
     return fn
 
 
-def _unroll(grads: Gradients, *, trainer: Any, horizon: int) -> np.ndarray:
-    from seedlab.attribution.unroll import unroll
+def _unroll(output: str) -> Callable[..., np.ndarray]:
+    def fn(grads: Gradients, *, trainer: Any, horizon: int) -> np.ndarray:
+        from seedlab.attribution.unroll import responses
 
-    return unroll(grads, trainer, [horizon])[horizon]
+        return responses(grads, trainer, [horizon], outputs=(output,))[output][horizon]
+
+    fn.__name__ = fn.__qualname__ = output
+    return fn
 
 
 def _trak(grads: Gradients, *, influence: Any = None) -> np.ndarray:
@@ -144,8 +167,14 @@ ESTIMATORS: dict[str, Estimator] = {
         Estimator("trak", "TRAK (traker, CPU projector): −(τ(q, c) − τ(q, r)), one model", "convergence", "score",
                   _trak, (), ("influence",), "trak"),
         Estimator("unroll", "the exact one-step change at s carried through the twin's steps to h (first order): "
-                  "⟨∇L_q(θ_h), Δθ_h⟩", "every horizon", "nats/token", _unroll, ("trainer", "horizon"),
+                  "⟨∇L_q(θ_h), Δθ_h⟩", "every horizon", "nats/token", _unroll("unroll"), ("trainer", "horizon"),
                   ("trainer", "horizon"), label="reference"),
+        Estimator("unroll-readout", "unroll's Δθ_h read out exactly: L_q(θ_h + Δθ_h) − L_q(θ_h) (the readout's "
+                  "curvature apart from the propagation's error)", "every horizon", "nats/token", _unroll("unroll-readout"),
+                  ("trainer", "horizon"), ("trainer", "horizon"), label="reference"),
+        Estimator("unroll-tangent", "the w → 0 limit of unroll per unit row weight: the first step linearized too "
+                  "(d/dw at w = 0, carried and read out linearly)", "every horizon", "nats/token",
+                  _unroll("unroll-tangent"), ("trainer", "horizon"), ("trainer", "horizon"), label="reference"),
         Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", _lazy("random_baseline"),
                   (), ("seed",), label="baseline"),
         Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", _lazy("loss_baseline"),
@@ -157,8 +186,9 @@ ESTIMATORS: dict[str, Estimator] = {
     )
 }
 OPTIONS = {"lr", "grad_clip", "optimizer", "include_v", "checkpoints", "influence", "seed", "micro_batch", "trainer",
-           "horizon"}
-PLUGIN_ARGS = ("model", "case", "grads")
+           "horizon", "step", "twin"}
+#: what a horizon-aware plug-in needs and reads (its Context: attribution/plugins.py)
+PLUGIN_NEEDS, PLUGIN_ACCEPTS = ("step", "horizon"), ("step", "horizon", "seed", "lr", "grad_clip", "optimizer", "twin")
 
 
 def get_estimator(name: str) -> Estimator:
@@ -194,19 +224,17 @@ def plugin(spec: str) -> Estimator:
         raise SeedlabError(f"estimator {spec!r}: {mod} has no {attr}") from None
     if not callable(fn):
         raise SeedlabError(f"estimator {spec!r}: {attr} is not a function")
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        sig = None  # a builtin without a signature: taken as it is
-    if sig is not None:
-        try:
-            sig.bind(*PLUGIN_ARGS)
-        except TypeError:
-            raise SeedlabError(f"estimator {spec!r}: must take ({', '.join(PLUGIN_ARGS)}), "
-                               f"its signature is {attr}{sig}") from None
-    summary = (inspect.getdoc(fn) or "").split("\n")[0]
-    return Estimator(spec, f"plug-in: {summary}" if summary else "plug-in", "step s (evaluated at θ_s)", "score",
-                     lambda grads: fn(grads.model, grads.case, grads), label="plug-in")
+    d = plugins.read(fn, spec, attr)
+    doc = (inspect.getdoc(fn) or "").split("\n")[0]
+    summary = f"plug-in: {doc}" if doc else "plug-in"
+    if d.form == plugins.HORIZON_AWARE:
+        def horizon_aware(grads: Gradients, **options: Any) -> Any:
+            return plugins.call_horizon_aware(fn, spec, grads, **options)
+
+        return Estimator(spec, summary, "every horizon", d.unit, horizon_aware, PLUGIN_NEEDS, PLUGIN_ACCEPTS,
+                         label="plug-in", per_horizon=True, wants=d.horizons)
+    return Estimator(spec, summary, "step s (evaluated at θ_s)", d.unit,
+                     lambda grads: plugins.call_at_injection(fn, spec, grads), label="plug-in", wants=d.horizons)
 
 
 @contextlib.contextmanager

@@ -204,8 +204,15 @@ UNROLL, READOUT, TANGENT = "unroll", "unroll-readout", "unroll-tangent"
 
 def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk: int | None = 16,
            check: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
-           tick: Callable[[], None] | None = None,
-           outputs: Sequence[str] = (UNROLL,)) -> dict[int, np.ndarray] | dict[str, dict[int, np.ndarray]]:
+           tick: Callable[[], None] | None = None) -> dict[int, np.ndarray]:
+    """``{h: [candidates × queries]}`` of ⟨∇L_q(θ_h), Δθ_h⟩ (:func:`responses`' ``unroll`` alone)."""
+    return responses(grads, trainer, horizons, chunk=chunk, check=check, tick=tick)[UNROLL]
+
+
+def responses(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk: int | None = 16,
+              check: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
+              tick: Callable[[], None] | None = None,
+              outputs: Sequence[str] = (UNROLL,)) -> dict[str, dict[int, np.ndarray]]:
     """``{h: [candidates × queries]}`` of ⟨∇L_q(θ_h), Δθ_h⟩ for every horizon ``h`` (updates
     completed, each > s) — the module doc's linear response.
 
@@ -215,7 +222,7 @@ def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk
     (memory; None: all at once). ``check(t, weights)``: called with the replayed twin's weights after
     every update (the caller compares them with the twin's manifest). ``tick``: called once per update.
 
-    ``outputs`` other than ``("unroll",)``: ``{name: {h: [candidates × queries]}}`` for each named —
+    Returns ``{name: {h: [candidates × queries]}}`` for each of ``outputs`` —
     ``unroll`` (above); ``unroll-readout``, the same tangent read out exactly, L_q(θ_h + Δθ_h) − L_q(θ_h)
     (each candidate's weights one forward over every query: the readout's curvature apart from the
     propagation's error); ``unroll-tangent``, the w → 0 limit per unit row weight (the first step's
@@ -253,7 +260,7 @@ def unroll(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, chunk
             if READOUT in outputs:
                 out[READOUT][t] = _readout(twin, grads, tuple(d[:K] for d in tangents[0]))
         if t == hs[-1]:
-            return out[UNROLL] if tuple(outputs) == (UNROLL,) else out
+            return out
         tangents = Step(twin).push(tangents, chunk)
         twin.advance()
 
