@@ -18,6 +18,9 @@ from seedlab.forks.design import ForkDesign, Pos
 
 NonNeg = Annotated[int, Field(ge=0)]
 Horizon = Annotated[int, Field(gt=0)] | Literal["mid", "end"]
+#: the smallest row weight (candidates.weights): below it float32 loses w·δ in the batch gradient's rounding
+#: (at 1/64 the weighted gradient is the swap's to 5e-6 per unit weight: tests/common/forks/test_weights.py)
+MIN_WEIGHT = 1e-4
 
 
 class CandidatesConfig(Strict):
@@ -47,6 +50,9 @@ class CandidatesConfig(Strict):
             raise ValueError("weights: must include 1 (the swap itself, which the replicates, pairs and estimators use)")
         if len(set(self.weights)) != len(self.weights):
             raise ValueError(f"weights: each weight once, got {self.weights}")
+        if min(self.weights) < MIN_WEIGHT:
+            raise ValueError(f"weights: at least {MIN_WEIGHT:g}, got {min(self.weights):g} (a float32 run cannot hold a smaller "
+                             "one: w·(∇ℓ_c − ∇ℓ_r)/N falls below the rounding of the batch gradient)")
         return self
 
     @model_validator(mode="after")
