@@ -72,19 +72,20 @@ def test_spearman_brown_and_jackknife():
 # ---------------------------------------------------------------- the two tracks
 
 
-def test_within_seed_spearman_and_replicate_floor_come_out_right():
+def test_within_seed_spearman_and_row_invariance_come_out_right():
     """estimate = measured + N(0, 1), replicate = measured + N(0, 0.5²), measured ~ N(0, 1) per seed:
     population Spearman 6/π·asin(r/2) with r = 1/√2 and 1/√1.25."""
     df = _frame({"e": _noisy(1.0)}, seeds=range(4), n=300, common=0.0, own=1.0, replicate=0.5)
     c = stats.analyse(df, resamples=200).correlations
-    within, floor = _rows(c, "within", "e"), _rows(c, "within", stats.REPLICATE)
+    within, invariance = _rows(c, "within", "e"), _rows(c, "within", stats.ROW_INVARIANCE)
     assert np.allclose(within.rho, _spearman_of_normals(1 / math.sqrt(2)), atol=0.04)  # 0.690
-    assert np.allclose(floor.rho, _spearman_of_normals(1 / math.sqrt(1.25)), atol=0.03)  # 0.886
+    assert np.allclose(invariance.rho, _spearman_of_normals(1 / math.sqrt(1.25)), atol=0.03)  # 0.886
+    assert np.allclose(invariance.bound, np.sqrt(invariance.rho))  # its ceiling √ρ_rep
     assert (within.low < within.rho).all() and (within.rho < within.high).all() and (within.se_seeds > 0).all()
     assert set(within.candidates) == {300}  # the own-row control left out
     # measured independent across seeds (common = 0): nothing is common, so the across track has nothing to find
     assert np.allclose(_rows(c, "across", stats.RELIABILITY).rho, 0, atol=0.15)
-    assert stats.REPLICATE not in set(stats.analyse(_frame({"e": _noisy(1.0)}), resamples=50).correlations.estimator)
+    assert stats.ROW_INVARIANCE not in set(stats.analyse(_frame({"e": _noisy(1.0)}), resamples=50).correlations.estimator)
 
 
 def test_perfect_and_reversed_estimates():
@@ -153,6 +154,43 @@ def test_calibration_slope_and_ratio():
     assert set(cal.estimator) == {"e"}  # cosine has no scale to calibrate
     assert np.allclose(cal.slope, 2.0) and np.allclose(cal.ratio, 2.0)
     assert np.allclose(cal.low, 2.0) and np.allclose(cal.high, 2.0)
+    assert np.allclose(cal.ratio_low, 2.0) and np.allclose(cal.ratio_high, 2.0)
+
+
+def test_the_ratios_interval_is_the_median_over_resampled_candidates():
+    """measured / estimate = a candidate's own factor (1 .. 3): the interval of the median ratio is the percentile
+    interval of the medians over the resampled candidates (every seed and query of a drawn candidate)."""
+    df = _frame({"e": lambda m, rng, h: m / np.linspace(1, 3, len(m))}, n=15, queries=("q0",), horizons=HORIZONS[:1])
+    a = stats.Arrays.of(df)
+    cal = stats.calibration(a, df, resamples=80, seed=2).iloc[0]
+    idx = stats._counts(len(a.candidates), 80, 2)[0]
+    ratio = a.M[0, 0] / a.X[0, 0, 0]  # [S, C]
+    medians = [np.median(ratio[:, i]) for i in idx]
+    assert (cal.ratio_low, cal.ratio_high) == pytest.approx(tuple(gstats.bootstrap_interval(np.array(medians))))
+    assert cal.ratio_low < cal.ratio < cal.ratio_high and cal.ratio == pytest.approx(np.median(ratio))
+
+
+def test_the_joint_bootstrap_by_hand():
+    """within_joint: per resample, the seeds drawn with replacement, the candidates anew within each drawn seed;
+    per drawn seed the Spearman of the expanded draw per query, the mean over queries, then over the drawn seeds."""
+    df = _frame({"e": _noisy(1.0), "f": _noisy(0.3)}, seeds=(0, 1, 2), n=12, own=1.0)
+    a = stats.Arrays.of(df)
+    boot = stats.within_joint(a, resamples=25, seed=5)["heldout"]  # [b, H, E]
+    slots, idx = stats.joint_draws(3, 12, 25, 5)
+    for k in (0, 7, 24):
+        for i in range(len(a.horizons)):
+            for j in range(2):
+                by_hand = np.mean([np.mean([sps.spearmanr(a.X[q, i, j, slots[k, s], idx[k, s]],
+                                                          a.M[q, i, slots[k, s], idx[k, s]]).statistic
+                                            for q in range(2)]) for s in range(3)])
+                assert boot[k, i, j] == pytest.approx(by_hand)
+    point = stats.within_rho(a)["heldout"]
+    c = stats.correlations(a, resamples=10)[0]
+    assert point[:, 0] == pytest.approx(_rows(c, "within", "e").rho.to_numpy())
+    # the seeds vary between resamples: a seed drawn twice in one resample, one left out
+    assert any(len(set(row)) < 3 for row in slots)
+    assert stats.is_reference(stats.READOUT) and stats.is_reference(stats.TANGENT) and not stats.is_baseline(
+        stats.READOUT)
 
 
 def test_constant_estimate_has_no_correlation_and_effects_table():
@@ -192,7 +230,7 @@ def test_baselines_the_kind_predictor_and_the_verdict():
     assert kind.rho.notna().all()
     v = an.verdict[an.verdict.track == "within"].set_index("horizon")
     assert v.winner[5] == "good" and v.winner[9] == "" and v.best_baseline[5] in ("loss", stats.KIND)
-    assert v.reference[5] > 0.9  # the replicate floor
+    assert v.reference[5] > 0.9 and v.ceiling[5] == pytest.approx(math.sqrt(v.reference[5]))  # row invariance, √
     vs = an.versus[(an.versus.track == "within") & (an.versus.horizon == 5)]
     assert set(vs.against) == {"loss", "random", stats.KIND} and (vs.low > 0).all()
     # 20 candidates of each kind: the within-kind correlations, without the kind predictor
@@ -205,12 +243,12 @@ def test_the_first_paragraph_names_the_winner():
     text = answer(stats.analyse(_contest(), resamples=500).verdict)
     first = text.split("\n\n")[0]
     assert first.startswith("**heldout queries.** At s+1, **good** predicts the effect on held-out rows")
-    assert "replicate floor 0.98" in first and "best baseline: loss 0.28" in first
+    assert "row invariance 0.98 (ceiling 0.99)" in first and "best baseline: loss 0.28" in first
     assert "at end, no estimator predicts the effect on held-out rows beyond every baseline (best estimator: " \
         "good 0.09" in first
     three = answer(stats.analyse(_contest(((5, "s+1"), (6, "s+2"), (9, "end"))), resamples=300).verdict)
     assert three.startswith("**heldout queries.** From s+1 to s+2, **good** predicts the effect on held-out rows")
-    assert " at s+2; replicate floor " in three and "; at end, no estimator predicts the effect" in three
+    assert " at s+2; row invariance " in three and "; at end, no estimator predicts the effect" in three
 
 
 def test_report_sections_and_figures(tiny_bank, tmp_path):
@@ -228,6 +266,7 @@ def test_report_sections_and_figures(tiny_bank, tmp_path):
     assert "Replica control (seed 0)" in text and "measured effect exactly 0 at every horizon: yes" in text
     assert "every estimate exactly 0: yes" in text
     assert "Precision fp32." in text  # the bank's precision, in the intro
-    assert "| **reliability** |" in text and "ceiling" not in text and "Skipped" not in text
+    assert "| **reliability** |" in text and "Skipped" not in text and "replicate floor" not in text
+    assert "| **row invariance** |" not in text  # this bank measured no replicate
     for png in ("scatter-self.png", "scatter-query-0.png", "scatter-probe-gizmo.png", "correlation-spearman.png"):
         assert (bank / png).stat().st_size > 5000

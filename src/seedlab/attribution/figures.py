@@ -11,17 +11,17 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.horizon import MEASURED, RUN_IT, UNROLL, LinearResponse
+from seedlab.attribution.horizon import CEILING, MEASURED, NOT_REACHED, READOUT, RUN_IT, TANGENT, UNROLL, LinearResponse
 from seedlab.attribution.rundir import BankDir
-from seedlab.attribution.stats import KIND, REFERENCES, RELIABILITY, REPLICATE, is_baseline
+from seedlab.attribution.stats import KIND, REFERENCES, RELIABILITY, ROW_INVARIANCE, is_baseline
 from seedlab.reporting import Fig, new_figure, save_figure
 
 #: the one colour map: every registered estimator and the kind baseline (the references are black)
 COLORS = {"sgd": "tab:blue", "adam": "tab:orange", "tracin": "tab:green", "cosine": "tab:purple", "ekfac": "tab:red",
           "kfac": "tab:brown", "random": "0.75", "loss": "tab:olive", "gradnorm": "tab:cyan", "length": "tab:pink",
           KIND: "tab:gray", "adam-linear": "moccasin", "tracin-cp": "palegreen", "adam-cosine": "orchid",
-          "trak": "darkred", UNROLL: "goldenrod"}
-REFERENCE_COLOR = "k"  # the replicate floor, the reliability R, and τ and h* (fixed marks)
+          "trak": "darkred", UNROLL: "goldenrod", READOUT: "saddlebrown", TANGENT: "gold"}
+REFERENCE_COLOR = "k"  # the row invariance, the reliability R, their ceilings, and τ and h* (fixed marks)
 #: colours for names not in COLORS (plug-ins), none of them in COLORS
 SPARE = ("teal", "navy", "maroon", "darkkhaki", "slateblue", "sienna", "deeppink", "olivedrab")
 
@@ -90,8 +90,8 @@ def _grid(nrows: int, ncols: int, w: float = 2.6, h: float = 2.2):
 
 def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
     """Spearman vs horizon: a row per track (within seed, across seeds), a column per query kind; each
-    estimator with its bootstrap interval, baselines dashed, the track's reference (replicate floor,
-    reliability R) in black."""
+    estimator with its bootstrap interval, baselines dashed, the track's reference (row invariance,
+    reliability R) in black and its ceiling (√ρ_rep, √R) dotted."""
     title = "Spearman correlation vs horizon, within seed and across seeds"
     if not len(corr):
         return Fig(title, None, "nothing to correlate")
@@ -105,10 +105,10 @@ def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
             g = corr[(corr.track == track) & (corr.query_kind == kind)]
             for i, (e, ge) in enumerate(g.groupby("estimator", sort=False)):
                 ge = ge.sort_values("after")
-                if e in (REPLICATE, RELIABILITY):
-                    ax.plot(ge.after, ge.rho, color=color(e), lw=2, label=e if e == REPLICATE else "reliability R")
-                    if e == RELIABILITY:
-                        ax.plot(ge.after, ge.bound, color=color(e), lw=1, ls=":", label="√R")
+                if e in (ROW_INVARIANCE, RELIABILITY):
+                    ax.plot(ge.after, ge.rho, color=color(e), lw=2, label=e if e == ROW_INVARIANCE else "reliability R")
+                    ax.plot(ge.after, ge.bound, color=color(e), lw=1, ls=":",
+                            label="ceiling √ρ_rep" if e == ROW_INVARIANCE else "√R")
                     continue
                 err = np.vstack([ge.rho - ge.low, ge.high - ge.rho])
                 base = bool(ge.baseline.iloc[0])
@@ -122,18 +122,21 @@ def correlation_figure(corr: pd.DataFrame, rd: BankDir) -> Fig:
     path = save_figure(fig, rd.figure("correlation-spearman.png"))
     return Fig(title, path, "Top: per seed, the Spearman correlation across candidates between an estimator and "
                             "the measured effects (averaged over the queries of a kind), then the mean over seeds; "
-                            "black: the replicate floor, Spearman(measured, measured at another row). Bottom: the "
-                            "seed-mean estimate against the seed-mean measured effect; black: the Spearman–Brown "
-                            "reliability R of that seed-mean, dotted: √R. Bars: 95% bootstrap intervals over "
-                            "candidates; dashed: baselines.")
+                            "black: the row invariance ρ_rep, Spearman(measured, measured at another row), and dotted its "
+                            "ceiling √ρ_rep, the most a predictor that ranks a candidate the same whichever row it "
+                            "replaces can reach. Bottom: the seed-mean estimate against the seed-mean measured effect; "
+                            "black: the Spearman–Brown reliability R of that seed-mean, dotted: √R. Bars: 95% "
+                            "bootstrap intervals over candidates; dashed: baselines.")
 
 
 def linear_response_figure(lr: LinearResponse, rd: BankDir) -> Fig:
     """The linear-response horizon (attribution/horizon.py), within seed, one panel per query kind,
     against the updates after s (log x): ρ(measured, unroll) (thick, unroll's colour, its bootstrap
-    interval shaded), ρ(unroll, e) for every other estimator (thin, e's colour; baselines dotted) and
-    in black the replicate floor (dashed), the threshold τ (dotted) and h* (a vertical line, its
-    interval shaded grey). Saved as linear_response.png."""
+    interval shaded), ρ(measured, r) for the other responses the bank has (unroll-readout,
+    unroll-tangent: medium, their colours), ρ(unroll, e) for every other estimator (thin, e's colour;
+    baselines dotted) and in black the row invariance (dashed), its ceiling √ρ_rep (dash-dot), the
+    descriptive threshold τ (dotted) and unroll's h* (a vertical line, its interval shaded grey).
+    Saved as linear_response.png."""
     title = "The linear-response horizon"
     if not lr.ran:
         return Fig(title, None, f"the exact linear response ({UNROLL}) was not run: `{RUN_IT}`")
@@ -145,24 +148,28 @@ def linear_response_figure(lr: LinearResponse, rd: BankDir) -> Fig:
     left, right = t.after.min() / 1.6, t.after.max() * 1.6
     for ax, kind in zip(axes, kinds, strict=True):
         g = t[t.query_kind == kind]
-        for c, gc in g.groupby("compared", sort=False):
+        for (against, c), gc in g.groupby(["against", "compared"], sort=False):
             gc = gc.sort_values("after")
-            if c == MEASURED:
+            if against == MEASURED and c == UNROLL:
                 ax.fill_between(gc.after, gc.low, gc.high, color=color(UNROLL), alpha=0.2, lw=0)
                 ax.plot(gc.after, gc.rho, color=color(UNROLL), lw=2.2, marker="o", ms=3,
                         label=f"ρ(measured, {UNROLL})")
-            elif c == REPLICATE:
-                ax.plot(gc.after, gc.rho, color=color(c), lw=1.2, ls="--", label="replicate floor")
+            elif c == ROW_INVARIANCE:
+                ax.plot(gc.after, gc.rho, color=color(c), lw=1.2, ls="--", label="row invariance ρ_rep")
+            elif c == CEILING:
+                ax.plot(gc.after, gc.rho, color=REFERENCE_COLOR, lw=1.0, ls="-.", label="ceiling √ρ_rep")
+            elif against == MEASURED:
+                ax.plot(gc.after, gc.rho, color=color(c), lw=1.6, marker="s", ms=3, label=f"ρ(measured, {c})")
             else:
                 ax.plot(gc.after, gc.rho, color=color(c), lw=0.8, ls=":" if gc.baseline.iloc[0] else "-",
                         marker=".", ms=3, label=f"ρ({UNROLL}, {c})")
-        ax.axhline(lr.threshold, color=REFERENCE_COLOR, lw=0.8, ls=":", label=f"τ = {lr.threshold:g}")
-        s = lr.h_star.set_index("query_kind").loc[kind]
+        ax.axhline(lr.threshold, color=REFERENCE_COLOR, lw=0.8, ls=":", label=f"τ = {lr.threshold:g} (descriptive)")
+        s = lr.h_star[(lr.h_star.query_kind == kind) & (lr.h_star.response == UNROLL)].iloc[0]
         if s.status == "reached":
             ax.axvline(s.after, color=REFERENCE_COLOR, lw=1.4, label=f"h* = {s.label}")
-        if not np.isnan(s.low_after):  # the interval's upper end "not reached": shaded to the right edge
-            ax.axvspan(s.low_after, right if np.isnan(s.high_after) else s.high_after, color=REFERENCE_COLOR,
-                       alpha=0.08, lw=0)
+        if not np.isnan(s.low_after) or s.low_label == NOT_REACHED:  # an end "not reached": shaded to the right edge
+            ax.axvspan(right if s.low_label == NOT_REACHED else s.low_after,
+                       right if np.isnan(s.high_after) else s.high_after, color=REFERENCE_COLOR, alpha=0.08, lw=0)
         ax.axhline(0, color="k", lw=0.4)
         ax.set(xscale="log", xlim=(left, right), ylim=(-1.05, 1.05), xlabel="updates after s", ylabel="Spearman",
                title=f"{kind} queries, within seed (h* {s.label if s.status == 'reached' else s.status})")
@@ -171,8 +178,12 @@ def linear_response_figure(lr: LinearResponse, rd: BankDir) -> Fig:
     return Fig(title, path, f"Per seed and query, the Spearman correlation across candidates, averaged over the "
                             f"queries of a kind and then over seeds. Thick, in {UNROLL}'s colour: the exact "
                             f"first-order counterfactual ({UNROLL}) against the measured effect, with its "
-                            f"{100 * (1 - lr.alpha):g}% bootstrap interval (what is lost to nonlinearity and chaos); "
-                            f"thin lines: each other estimator against {UNROLL} (what it loses to its own "
-                            f"approximations; baselines dotted). Black: the replicate floor (dashed), the threshold "
-                            f"τ = {lr.threshold:g} (dotted), h* (the first horizon at which the thick line falls below "
-                            "it) and the interval of h* over the bootstrap resamples (shaded).")
+                            f"{100 * (1 - lr.alpha):g}% bootstrap interval over candidates; squares: the other exact "
+                            f"responses against the measured effect ({READOUT}: the same weight change read out "
+                            f"exactly; {TANGENT}: the step at s linearised too), where the bank has them; thin lines: "
+                            f"each other estimator against {UNROLL} (what it loses to its own approximations; "
+                            "baselines dotted). Black: the row invariance ρ_rep (dashed) and its ceiling √ρ_rep "
+                            "(dash-dot: the most a predictor that ranks a candidate the same whichever row it replaces "
+                            f"can reach), the descriptive threshold τ = {lr.threshold:g} (dotted), h* (the first "
+                            f"horizon at which {UNROLL} no longer predicts beyond every baseline) and its interval over "
+                            "resamples of seeds and candidates (shaded).")

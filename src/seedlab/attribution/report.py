@@ -2,7 +2,7 @@
 
 It reads as a newcomer reads: the answer first — until when the exact linear response carries
 (h*), which estimator predicts the measured effect, at which horizons, beyond which baselines —
-then the headline table (the within-seed correlations beside the replicate floor) and the figures
+then the headline table (the within-seed correlations beside the row invariance and its ceiling) and the figures
 (attribution/figures.py); then the design, its integrity checks and the size of the measured
 effects; then the long tables: the across-seed track (beside the reliability of the seed-mean),
 each estimator against each baseline, the decay between horizons, the linear-response horizon,
@@ -81,10 +81,14 @@ QUERY_TEXT = {"self": "the candidates' own text", "heldout": "held-out rows", "p
 WITHIN_HELP = (
     "Per seed, query and horizon: the Spearman correlation across candidates between an estimate and the measured "
     "effect, averaged over the queries of a kind and then over seeds. Within a seed the measured effect is exact (its "
-    "runs are deterministic), so the reference is not seed noise but the **replicate floor**: Spearman(measured, "
-    "measured at another row r′ of the same batch) — how far a candidate's effect is the candidate's rather than the "
-    "replaced row's (shown where the bank measured replicates). Cells: ρ [95% bootstrap interval over candidates] "
-    "±jackknife SE over seeds. Baselines in italics: the registry's baselines and *kind* (the leave-one-out mean "
+    "runs are deterministic), so the reference is not seed noise but the **row invariance** ρ_rep: Spearman(Δ(c@r), "
+    "Δ(c@r′)), the same candidate measured at another row r′ of the same batch — the test–retest reliability of the "
+    "target across the row it replaces (shown where the bank measured replicates). In parentheses its **ceiling** "
+    "√ρ_rep: a predictor that ranks a candidate the same whichever row it replaces (every estimator at θ_s) cannot "
+    "correlate with the measured effect beyond it (the attenuation bound; a ceiling, not a floor). Nor is ρ_rep < 1 "
+    "noise: to first order Δ(c@r) − Δ(c@r′) is the same constant for every candidate, so what lowers it is the swap's "
+    "non-linearity, the same cause that makes the exact linear response miss. Cells: ρ [95% bootstrap interval over "
+    "candidates] ±jackknife SE over seeds. Baselines in italics: the registry's baselines and *kind* (the leave-one-out mean "
     "effect of the seed's other candidates of the same kind). The estimators at θ_s (sgd, adam, adam-linear, tracin "
     "— its one term at s, the candidate's only visit —, cosine, adam-cosine, the baselines and plug-ins) give the "
     "same number at every horizon; the variant tracin-cp sums over the twin's checkpoints before the horizon (terms "
@@ -122,14 +126,14 @@ def _at(run: list, fmt) -> str:
 
 def _verdict_run(run: list, what: str) -> str:
     when = f"at {run[0].label}" if len(run) == 1 else f"from {run[0].label} to {run[-1].label}"
-    floor = ("" if all(math.isnan(r.reference) for r in run)
-             else f"; replicate floor {_at(run, lambda r: fmt_ci(r.reference))}")
+    invariance = ("" if all(math.isnan(r.reference) for r in run)
+                  else f"; row invariance {_at(run, lambda r: f'{fmt_ci(r.reference)} (ceiling {fmt_ci(r.ceiling)})')}")
     rival = ("no baseline in this bank" if run[0].best_baseline is None
              else f"best baseline: {_at(run, lambda r: f'{r.best_baseline} {fmt_ci(r.baseline_rho)}')}")
     if run[0].winner:
         others = list(dict.fromkeys(e for r in run for e in r.others))
         return (f"{when}, **{run[0].winner}** predicts the effect on {what} beyond every baseline (within-seed "
-                f"Spearman {_at(run, lambda r: fmt_ci(r.rho, r.low, r.high))}{floor}; {rival})"
+                f"Spearman {_at(run, lambda r: fmt_ci(r.rho, r.low, r.high))}{invariance}; {rival})"
                 + (f" (also: {', '.join(others)})" if others else ""))
     if run[0].best is None:
         return f"{when}, no estimator to compare"
@@ -138,7 +142,7 @@ def _verdict_run(run: list, what: str) -> str:
         return f"{r.best} {fmt_ci(r.rho, r.low, r.high)} not above {' and '.join(r.unbeaten) or '0'}"
 
     return (f"{when}, no estimator predicts the effect on {what} beyond every baseline (best estimator: "
-            f"{_at(run, best)}{floor}; {rival})")
+            f"{_at(run, best)}{invariance}; {rival})")
 
 
 def intro(a: Attributed, d: stats.Design) -> str:
@@ -220,7 +224,8 @@ def _grid(g: pd.DataFrame, cell, prefix: str = "") -> str:
 
 def _corr_cell(r: pd.Series) -> str:
     se = "" if math.isnan(r.se_seeds) else f" ±{r.se_seeds:.2f}"
-    bound = "" if math.isnan(r.bound) else f" (√R {r.bound:.2f})"
+    name = "ceiling √ρ_rep" if r.estimator == stats.ROW_INVARIANCE else "√R"
+    bound = "" if math.isnan(r.bound) else f" ({name} {r.bound:.2f})"
     return fmt_ci(r.rho, r.low, r.high) + se + bound
 
 
@@ -280,9 +285,10 @@ def calibration_table(cal: pd.DataFrame) -> str:
         return "No estimator in nats/token."
     return _per_kind(
         cal.assign(baseline=False), "For the estimators in nats/token: the OLS slope of the measured effect on the "
-        "estimate over every (seed, query, candidate) of a kind, with its 95% bootstrap interval over candidates (1: the "
-        "estimate has the effect's scale), and the median ratio measured / estimate.",
-        lambda r: f"slope {fmt_num(r.slope)} [{fmt_num(r.low)}, {fmt_num(r.high)}]; ratio {fmt_num(r.ratio)}")
+        "estimate over every (seed, query, candidate) of a kind and the median ratio measured / estimate, each with its "
+        "95% bootstrap interval over candidates (1: the estimate has the effect's scale).",
+        lambda r: f"slope {fmt_num(r.slope)} [{fmt_num(r.low)}, {fmt_num(r.high)}]; ratio {fmt_num(r.ratio)} "
+                  f"[{fmt_num(r.ratio_low)}, {fmt_num(r.ratio_high)}]")
 
 
 def by_kind_table(bk: pd.DataFrame) -> str:

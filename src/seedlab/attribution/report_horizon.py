@@ -11,9 +11,14 @@ from itertools import groupby
 
 import pandas as pd
 
-from seedlab.attribution.horizon import MEASURED, RUN_IT, UNROLL, LinearResponse
-from seedlab.attribution.stats import REFERENCES, RELIABILITY, REPLICATE
-from seedlab.reporting import fmt_ci, md_table
+from seedlab.attribution.horizon import CEILING, MEASURED, NOT_REACHED, READOUT, RUN_IT, TANGENT, UNROLL, LinearResponse
+from seedlab.attribution.stats import RELIABILITY, ROW_INVARIANCE, is_reference
+from seedlab.reporting import fmt_ci, fmt_num, md_table
+
+#: what follows a row-free predictor's ceiling wherever it is stated (attribution/stats.py's module doc)
+ONE_CAUSE = ("within a seed nothing is noise: to first order Δ(c@r) − Δ(c@r′) is the same constant for every "
+             "candidate, so a row invariance below 1 and unroll's miss are two symptoms of one cause, the swap's "
+             "non-linearity")
 
 
 def _level(alpha: float) -> str:
@@ -30,7 +35,7 @@ def _predicted(verdict: pd.DataFrame, kind: str, references: list[str]) -> str:
     g = verdict[(verdict.track == "within") & (verdict.query_kind == kind)].sort_values("horizon")
 
     def who(r) -> str:
-        return next((e for e in [r.winner, *r.others] if e and e not in references), "")
+        return next((e for e in [r.winner, *r.others] if e and e not in references and not is_reference(e)), "")
 
     runs = [(w, list(run)) for w, run in groupby(g.itertuples(), key=who)]
     winners = list(dict.fromkeys(w for w, _ in runs if w))
@@ -44,44 +49,50 @@ def _predicted(verdict: pd.DataFrame, kind: str, references: list[str]) -> str:
             + " and by ".join(f"**{w}** {_when(run)}" for w, run in runs if w) + (f" (by none {no})" if no else ""))
 
 
-def _floor_at(s: pd.Series, threshold: float) -> str:
-    if math.isnan(s.floor):
-        return ("; no replicate was measured, so a failing linear response cannot be told from an irreproducible "
-                "effect")
-    if s.floor_low >= threshold:
-        why = "the effect itself is still reproducible there: it is the linear response that fails"
-    elif s.floor_high < threshold:
-        why = f"below {threshold:g} as well: little of the effect is reproducible there at all"
-    else:
-        why = (f"its interval holds {threshold:g}: a failing linear response and an irreproducible effect cannot be "
-               "told apart there")
-    return f", where the replicate floor is {fmt_ci(s.floor, s.floor_low, s.floor_high)} ({why})"
+def _ceiling_at(s: pd.Series) -> str:
+    """The row invariance and its ceiling at h*, and what they say."""
+    if math.isnan(s.invariance):
+        return "; no replicate was measured, so there is no row-invariance ceiling to set it against"
+    return (f"; there the row invariance is {fmt_ci(s.invariance, s.invariance_low, s.invariance_high)}, so a predictor "
+            f"that ranks a candidate the same whichever row it replaces (to first order every estimator at θ_s, and "
+            f"{UNROLL}) can reach at most √ρ_rep = {fmt_ci(s.ceiling, s.ceiling_low, s.ceiling_high)} (a ceiling; and "
+            f"ρ_rep < 1 has the same cause as {UNROLL}'s miss, the swap's non-linearity: within a seed nothing is noise)")
+
+
+def _beaten(s: pd.Series) -> str:
+    return " and ".join(s.unbeaten) or "every baseline"
+
+
+def _star_of(lr: LinearResponse, kind: str, response: str = UNROLL) -> pd.Series | None:
+    rows = lr.h_star[(lr.h_star.query_kind == kind) & (lr.h_star.response == response)]
+    return rows.iloc[0] if len(rows) else None
 
 
 def _until(lr: LinearResponse, kind: str, even: bool) -> str:
-    """Until when the exact linear response predicts the measured effect (h* of one query kind);
-    ``even``: an estimator at θ_s does predict it somewhere."""
+    """Until when the exact linear response predicts the measured effect beyond every baseline (h* of one
+    query kind); ``even``: an estimator at θ_s does predict it somewhere."""
     what = f"the exact linear response ({UNROLL})"
     if not lr.ran:
         return f"{what} was not run on this bank (`{RUN_IT}` computes it)"
-    rows = lr.h_star[lr.h_star.query_kind == kind]
-    if not len(rows) or rows.status.iloc[0] == "undefined":
+    s = _star_of(lr, kind)
+    if s is None or s.status == "undefined":
         return f"ρ(measured, {UNROLL}) is undefined at every horizon, so there is no h*"
-    s = rows.iloc[0]
-    ci = f"{_level(lr.alpha)} interval {s.low_label} .. {s.high_label}"
-    if s.status == "not reached":
-        return f"{what} stays at ρ ≥ {lr.threshold:g} up to {s.last_label} (h* not reached; {ci})"
+    ci = f"{_level(lr.alpha)} interval {s.low_label} .. {s.high_label}, seeds and candidates resampled"
+    if s.status == NOT_REACHED:
+        return f"{what} predicts it beyond every baseline up to {s.last_label} (h* not reached; {ci})"
     if s.horizon == lr.table[lr.table.query_kind == kind].horizon.min():
-        said = f"{what} is below ρ = {lr.threshold:g} already at {s.label}"
+        said = f"{what} does not predict it beyond every baseline even at {s.label}"
     else:
-        said = f"{'even ' if even else ''}{what} stops predicting it at {s.label}"
-    return f"{said} (h*: ρ(measured, {UNROLL}) {s.rho:.2f} < {lr.threshold:g}; {ci})" + _floor_at(s, lr.threshold)
+        said = f"{'even ' if even else ''}{what} stops predicting it beyond every baseline at {s.label}"
+    return (f"{said} (h*: ρ(measured, {UNROLL}) {fmt_ci(s.rho, s.low, s.high)}, not clearly above {_beaten(s)}; {ci})"
+            + _ceiling_at(s))
 
 
 def horizon_sentence(lr: LinearResponse, verdict: pd.DataFrame) -> str:
     """The report's first sentence, per query kind: which estimator predicts a single row's effect
     beyond every baseline and when (stats.verdict, within seed; the reference estimators left out),
-    and until when even the exact linear response does (h*, with its interval and the replicate floor there)."""
+    and until when even the exact linear response does (h*, by the same rule, with its interval over
+    seeds and candidates and the row invariance's ceiling there)."""
     kinds = list(dict.fromkeys([*verdict[verdict.track == "within"].query_kind, *lr.h_star.query_kind]))
     lines = []
     for kind in kinds:
@@ -93,60 +104,131 @@ def horizon_sentence(lr: LinearResponse, verdict: pd.DataFrame) -> str:
 
 HELP = (
     "ρ(measured, {u}): the Spearman correlation across candidates between the exact first-order counterfactual "
-    "({u}: the one-step change at s carried through the twin's actual steps to the horizon) and the measured effect — "
-    "what is lost to nonlinearity and chaos. ρ({u}, e): the same between each other estimator and {u} — what e loses "
-    "to its own approximations. Reference: the replicate floor (within seed) or the reliability R of the seed-mean "
-    "(across seeds). Cells: ρ [{level} bootstrap interval over candidates, the report's resamples] ±jackknife SE over "
-    "seeds; baselines in italics. h*: the first horizon at which the within-seed ρ(measured, {u}) falls below "
-    "{t:g} (attribute.h_star_rho, fixed in advance), with the {level} interval of h* over the resamples.")
+    "({u}: the exact one-step change at s carried through the twin's actual steps to the horizon by JVPs, read out "
+    "linearly, ⟨∇L_q(θ_h), Δθ_h⟩) and the measured effect. Where the bank has them: {r} reads the same Δθ_h out "
+    "exactly, L_q(θ_h + Δθ_h) − L_q(θ_h), so ρ({u}, {r}) is the readout's curvature alone and ρ(measured, {r}) the "
+    "propagation's error alone; {t} linearises the step at s too (per unit row weight, the w → 0 limit), so "
+    "ρ({u}, {t}) is what the non-linearity of the step at s does. ρ({u}, e): each other estimator against {u} — what "
+    "e loses to its own approximations. References: the row invariance ρ_rep = Spearman(Δ(c@r), Δ(c@r′)) within seed "
+    "(the test–retest reliability of the target across the row it replaces) with its ceiling √ρ_rep, the most a "
+    "predictor that ranks a candidate the same whichever row it replaces can reach ({one}); across seeds the "
+    "reliability R of the seed-mean and √R. Cells: ρ [{level} bootstrap interval over candidates, the report's "
+    "resamples] ±jackknife SE over seeds; baselines in italics. Scale: the OLS slope of the measured effect on the "
+    "response and the median ratio measured / response, each [{level} interval over candidates] (1: the response "
+    "has the effect's size; a ranking can hold while the size is off many-fold). h*: the first horizon at which the "
+    "response no longer predicts the measured effect by the report's rule (its ρ's interval above 0 and above every "
+    "baseline's, the kind baseline included), on intervals that resample seeds and then candidates within them, "
+    "with the {level} interval of h* over those resamples. τ = {tau:g} (attribute.h_star_rho): descriptive only, "
+    "the first horizon with ρ < τ.")
 
 
-def _table(g: pd.DataFrame, reference: str, star: str | None) -> str:
-    """Horizons (rows) × ρ(measured, unroll), the reference, ρ(unroll, e) (columns) of one track and kind."""
-    cols = [MEASURED, reference, *(c for c in dict.fromkeys(g.compared) if c not in (MEASURED, *REFERENCES))]
-    head = {MEASURED: f"ρ(measured, {UNROLL})", REPLICATE: "replicate floor", RELIABILITY: "reliability R"}
-    base = g.drop_duplicates("compared").set_index("compared").baseline
-    header = ["horizon", *(head.get(c) or f"ρ({UNROLL}, {'*' + c + '*' if base[c] else c})" for c in cols)]
+def _header(against: str, compared: str, baseline: bool) -> str:
+    if against == MEASURED:
+        return {ROW_INVARIANCE: "row invariance", RELIABILITY: "reliability R"}.get(compared) or (
+            f"ρ(measured, {compared})")
+    return f"ρ({against}, {'*' + compared + '*' if baseline else compared})"
+
+
+def _table(g: pd.DataFrame, star: str | None) -> str:
+    """Horizons (rows) × ρ(measured, response), the reference and its ceiling, ρ(unroll, e) (columns) of one
+    track and kind."""
+    track = g.track.iloc[0]
+    keys = list(dict.fromkeys(zip(g.against, g.compared, strict=True)))
+    first = [k for k in keys if k[0] == MEASURED and k[1] not in (ROW_INVARIANCE, RELIABILITY, CEILING)]
+    refs = [k for k in keys if k[0] == MEASURED and k[1] in (ROW_INVARIANCE, RELIABILITY, CEILING)]
+    rest = sorted((k for k in keys if k[0] != MEASURED), key=lambda k: k[1] not in (READOUT, TANGENT))
+    cols = [*first, *refs, *rest]
+    base = g.drop_duplicates(["against", "compared"]).set_index(["against", "compared"]).baseline
+    ceiling = "ceiling √ρ_rep" if track == "within" else "√R"
+    header = ["horizon", *(ceiling if c == CEILING else _header(a, c, bool(base[(a, c)])) for a, c in cols)]
     rows = []
     for h, gh in g.groupby("horizon", sort=True):
-        cells = gh.set_index("compared")
+        cells = gh.set_index(["against", "compared"])
         label = f"{gh.label.iloc[0]} ({h})" + (" ← h*" if gh.label.iloc[0] == star else "")
-        rows.append([label, *(_cell(cells.loc[c]) if c in cells.index else "" for c in cols)])
+        rows.append([label, *(_cell(cells.loc[k]) if k in cells.index else "" for k in cols)])
     return md_table(header, rows)
 
 
 def _cell(r: pd.Series) -> str:
-    return fmt_ci(r.rho, r.low, r.high) + ("" if math.isnan(r.se_seeds) else f" ±{r.se_seeds:.2f}")
+    se = "" if (isinstance(r.se_seeds, float) and math.isnan(r.se_seeds)) else f" ±{r.se_seeds:.2f}"
+    return fmt_ci(r.rho, r.low, r.high) + se
+
+
+def _scale_table(cal: pd.DataFrame, responses: list[str]) -> str:
+    """Horizons (rows) × each response's slope and median ratio (one query kind)."""
+    have = [r for r in responses if r in set(cal.estimator)]
+    rows = []
+    for h, gh in cal.groupby("horizon", sort=True):
+        c = gh.set_index("estimator")
+        rows.append([f"{gh.label.iloc[0]} ({h})",
+                     *(f"slope {_num_ci(c.loc[r].slope, c.loc[r].low, c.loc[r].high)}; ratio "
+                       f"{_num_ci(c.loc[r].ratio, c.loc[r].ratio_low, c.loc[r].ratio_high)}" if r in c.index else ""
+                       for r in have)])
+    return md_table(["horizon", *(f"measured on {r}" for r in have)], rows)
+
+
+def _num_ci(v: float, lo: float, hi: float) -> str:
+    if math.isnan(v):
+        return "n/a"
+    return fmt_num(v) + ("" if math.isnan(lo) else f" [{fmt_num(lo)}, {fmt_num(hi)}]")
 
 
 def linear_response_section(lr: LinearResponse, verdict: pd.DataFrame) -> str:
     """The report's section "## The linear-response horizon": :func:`horizon_sentence`, then per query
-    kind the within-seed and across-seed tables (:func:`linear_response`'s) and h* with its interval."""
+    kind the within-seed table, the responses' scale, the across-seed table, h* of each response with
+    its interval and the descriptive τ crossing."""
     out = ["## The linear-response horizon", horizon_sentence(lr, verdict)]
     if not lr.ran:
         return "\n\n".join(out)
     level = _level(lr.alpha)
-    out.append(HELP.format(u=UNROLL, level=level, t=lr.threshold))
+    out.append(HELP.format(u=UNROLL, r=READOUT, t=TANGENT, level=level, tau=lr.threshold, one=ONE_CAUSE))
     for kind in dict.fromkeys(lr.table.query_kind):
-        s = lr.h_star.set_index("query_kind").loc[kind]
-        star = s.label if s.status == "reached" else None
+        s = _star_of(lr, kind)
+        star = s.label if s is not None and s.status == "reached" else None
         out.append(f"### {kind} queries")
-        for track, reference, name in (("within", REPLICATE, "Within seed"), ("across", RELIABILITY, "Across seeds")):
+        for track, name in (("within", "Within seed"), ("across", "Across seeds")):
             g = lr.table[(lr.table.track == track) & (lr.table.query_kind == kind)]
             if len(g):
                 n = g.iloc[0]
                 out.append(f"{name} ({n.seeds} seeds, {n.candidates} candidates, {n.queries} "
-                           f"quer{'y' if n.queries == 1 else 'ies'}):\n\n" + _table(g, reference, star))
-        out.append(_h_star_line(s, lr.threshold, level))
+                           f"quer{'y' if n.queries == 1 else 'ies'}):\n\n" + _table(g, star))
+            if track == "within" and len(lr.calibration):
+                cal = lr.calibration[lr.calibration.query_kind == kind]
+                if len(cal):
+                    out.append("Scale (pooled over every seed, query and candidate of the kind):\n\n"
+                               + _scale_table(cal, lr.responses))
+        out.extend(_h_star_line(r, lr, kind, level) for r in lr.responses if _star_of(lr, kind, r) is not None)
     return "\n\n".join(out)
 
 
-def _h_star_line(s: pd.Series, threshold: float, level: str) -> str:
+def _split_at(lr: LinearResponse, kind: str, h: int) -> str:
+    """At horizon h: the readout's curvature and the propagation's error apart, where the bank has the readout."""
+    g = lr.table[(lr.table.track == "within") & (lr.table.query_kind == kind) & (lr.table.horizon == h)]
+    cells = g.set_index(["against", "compared"])
+    parts = []
+    if (UNROLL, READOUT) in cells.index and (MEASURED, READOUT) in cells.index:
+        parts.append(f"the readout's curvature alone ρ({UNROLL}, {READOUT}) {fmt_ci(cells.loc[(UNROLL, READOUT)].rho)}, "
+                     f"the propagation's error alone ρ(measured, {READOUT}) {fmt_ci(cells.loc[(MEASURED, READOUT)].rho)}")
+    if (UNROLL, TANGENT) in cells.index:
+        parts.append(f"the step at s linearised ρ({UNROLL}, {TANGENT}) {fmt_ci(cells.loc[(UNROLL, TANGENT)].rho)}")
+    return f" There, {'; '.join(parts)}." if parts else ""
+
+
+def _h_star_line(response: str, lr: LinearResponse, kind: str, level: str) -> str:
+    s = _star_of(lr, kind, response)
+    rule = f"h* of {response} (the first horizon where it no longer predicts beyond every baseline)"
+    tau = (f" Descriptive: ρ(measured, {response}) first below τ = {lr.threshold:g} "
+           + (f"at {s.tau_label} ({level} interval {s.tau_low_label} .. {s.tau_high_label})."
+              if s.tau_label != NOT_REACHED else f"nowhere by {s.last_label}."))
     if s.status == "undefined":
-        return f"h*: undefined (ρ(measured, {UNROLL}) is undefined at every horizon)."
-    ci = f"{level} interval {s.low_label} .. {s.high_label}; reached in {100 * s.reached:.0f}% of the resamples"
-    if s.status == "not reached":
-        return f"h* (ρ(measured, {UNROLL}) < {threshold:g}): not reached by {s.last_label} ({ci})."
-    floor = "no replicate measured" if math.isnan(s.floor) else f"replicate floor {fmt_ci(s.floor, s.floor_low, s.floor_high)}"
-    return (f"h* (ρ(measured, {UNROLL}) < {threshold:g}): **{s.label}** ({s.after:g} updates after s; ρ {s.rho:.2f}; "
-            f"{ci}); there, {floor}.")
+        return f"{rule}: undefined (ρ(measured, {response}) is undefined at every horizon)."
+    ci = (f"{level} interval {s.low_label} .. {s.high_label}, seeds and candidates resampled; reached in "
+          f"{100 * s.reached:.0f}% of the resamples")
+    if s.status == NOT_REACHED:
+        return f"{rule}: not reached by {s.last_label} ({ci}).{tau}"
+    ceiling = ("no replicate measured" if math.isnan(s.invariance) else
+               f"row invariance {fmt_ci(s.invariance, s.invariance_low, s.invariance_high)}, ceiling √ρ_rep "
+               f"{fmt_ci(s.ceiling, s.ceiling_low, s.ceiling_high)}")
+    split = _split_at(lr, kind, s.horizon) if response == UNROLL else ""
+    return (f"{rule}: **{s.label}** ({s.after:g} updates after s; ρ {fmt_ci(s.rho, s.low, s.high)}, not clearly above "
+            f"{_beaten(s)}; {ci}); there, {ceiling}.{split}{tau}")

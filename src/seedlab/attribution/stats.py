@@ -8,11 +8,21 @@ controls, measured 0 by construction, left out), then averaged over the queries 
 
 - ``rho``: per seed, query and horizon, Spearman(estimate, measured) over candidates; the mean
   over the kind's queries, then over seeds.
-- the **replicate floor** (estimator :data:`REPLICATE`): the same with ``measured_replicate`` in
-  place of the estimate — Spearman(measured, measured_replicate), the same candidate injected at
-  another row r′ of the batch: the test–retest reliability of the target itself, i.e. how far
-  "the effect of this candidate" is defined beyond the row it happened to replace. Only where
-  the column is present (NaN entries are left out pairwise).
+- the **row invariance** ρ_rep (estimator :data:`ROW_INVARIANCE`): the same with
+  ``measured_replicate`` in place of the estimate — Spearman(Δ(c@r), Δ(c@r′)), the same candidate
+  injected at another row r′ of the batch: the test–retest reliability of the target across the
+  row it replaces, i.e. how far "the effect of this candidate" is defined beyond the row it
+  happened to displace. Only where the column is present (NaN entries are left out pairwise).
+  Within a seed there is no noise: to first order in the swap Δ(c@r) − Δ(c@r′) is the difference
+  of the two displaced rows' own first-order effects, the same constant for every candidate, which
+  no Spearman over candidates sees; ρ_rep < 1 is the candidate × row interaction of second and
+  higher order, the same non-linearity that makes the exact first-order response (``unroll``)
+  miss: the two are symptoms of one cause, not a target's noise against a method's error. ``bound`` =
+  √ρ_rep (ρ_rep > 0) is its **ceiling**: read as two parallel measurements of a row-free effect T
+  (Δ(c@r) = T + e_r, the row's parts uncorrelated with T and with each other), no predictor that
+  ranks a candidate the same whichever row it replaces (every estimator at θ_s, and to first
+  order unroll) correlates with Δ(c@r) beyond corr(T, Δ(c@r)) = √ρ_rep (the attenuation bound).
+  It is not a floor.
 
 **Across seeds** — what is common to seeds:
 
@@ -31,6 +41,9 @@ jackknife standard error over seeds (every number recomputed with one seed left 
 reliability, which depends on k). A resample weights each candidate by how often it was drawn
 (``seedlab.stats.spearman_along``: exactly the Spearman of the expanded resample, ties averaged,
 without a sort per resample); the kind baseline is not recomputed inside a resample.
+:func:`within_joint` resamples seeds and candidates jointly instead (the seeds with replacement,
+then the candidates anew within each drawn seed: :func:`joint_draws`), for statements about
+training rather than about these seeds (attribution/horizon.py's h*, additivity.py).
 
 **Baselines.** The registry's baseline estimators (random, loss at s, ‖∇ℓ_c‖, length: see
 :func:`is_baseline`) and :data:`KIND`, the candidate's kind: the leave-one-out mean of the
@@ -39,16 +52,18 @@ when the candidates come in ≥ 2 kinds — with one kind it would be a decreasi
 candidate's own effect, Spearman −1; with several kinds it keeps some of that pull, so it is a
 conservative baseline). An estimator *predicts* at a horizon when the bootstrap interval of its ρ
 lies above 0 and the interval of ρ − ρ_baseline lies above 0 for every baseline whose ρ is defined
-(:func:`verdict`).
+(:func:`verdict`). The references (:func:`is_reference`: the row invariance, the reliability and
+the exact responses :data:`RESPONSES` — unroll, its exact readout, its tangent) are never winners.
 
 Further: :func:`decay` (per-seed within-seed ρ at the first horizon against each later one,
 ``seedlab.stats.paired`` over seeds), :func:`sign_agreement` (weighted by |Δ|, beside the
 base rate of always predicting the |Δ|-weighted majority sign), :func:`calibration` (OLS slope
-of measured on estimate and the median ratio measured/estimate, nats/token estimators only),
-the within-seed track within each candidate kind of ≥ :data:`MIN_KIND` candidates, and
-:func:`effects` (the size of the measured effects). :func:`analyse` runs them all. What the
-report states of the bank itself: :func:`design` (seeds, candidates, queries, horizons,
-estimators), :func:`integrity` (its controls) and :func:`seconds_per_seed`.
+of measured on estimate and the median ratio measured/estimate, each with its bootstrap interval,
+nats/token estimators only), the within-seed track within each candidate kind of
+≥ :data:`MIN_KIND` candidates, and :func:`effects` (the size of the measured effects).
+:func:`analyse` runs them all. What the report states of the bank itself: :func:`design` (seeds,
+candidates, queries, horizons, estimators), :func:`integrity` (its controls) and
+:func:`seconds_per_seed`.
 """
 
 from __future__ import annotations
@@ -68,9 +83,13 @@ RESAMPLES = 2000
 SEED = 0
 MIN_KIND = 4  # candidates a kind needs for its own correlations
 KIND = "kind"  # the derived baseline: the leave-one-out kind-mean of the measured effect
-REPLICATE = "replicate floor"  # within track: Spearman(measured, measured_replicate)
+ROW_INVARIANCE = "row invariance"  # within track: Spearman(measured, measured_replicate), ρ_rep
 RELIABILITY = "reliability"  # across track: Spearman–Brown reliability of the seed-mean measured effect
-REFERENCES = (REPLICATE, RELIABILITY)
+REFERENCES = (ROW_INVARIANCE, RELIABILITY)
+UNROLL = "unroll"  # the exact first-order response: ⟨∇L_q(θ_h), Δθ_h⟩, Δθ_h the one-step change at s propagated
+READOUT = "unroll-readout"  # the same Δθ_h read out exactly: L_q(θ_h + Δθ_h) − L_q(θ_h)
+TANGENT = "unroll-tangent"  # the w → 0 limit per unit row weight: the step at s linearised too
+RESPONSES = (UNROLL, READOUT, TANGENT)  # the exact responses, references like the row invariance
 TRACKS = ("within", "across")
 UNIT = "nats/token"
 _BLOCK = 1_000_000  # values gathered per bootstrap chunk (memory)
@@ -83,9 +102,10 @@ def is_baseline(name: str) -> bool:
 
 
 def is_reference(name: str) -> bool:
-    """Not an estimator under test: the replicate floor and the reliability, or an estimator the registry
-    labels "reference" (unroll, the exact linear response: what the estimators approximate)."""
-    return name in REFERENCES or (name in ESTIMATORS and ESTIMATORS[name].label == "reference")
+    """Not an estimator under test: the row invariance and the reliability, the exact responses
+    :data:`RESPONSES` (unroll, its exact readout and its tangent: what the estimators approximate,
+    whether or not this registry has them), or an estimator the registry labels "reference"."""
+    return name in REFERENCES or name in RESPONSES or (name in ESTIMATORS and ESTIMATORS[name].label == "reference")
 
 
 def _ordinary(df: pd.DataFrame) -> pd.DataFrame:
@@ -196,19 +216,20 @@ def _take(v: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 def _values(a: Arrays, counts: np.ndarray | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Per query kind, for every resample (``counts`` [b, C]: how often each candidate was drawn;
-    None: the candidates as they are, no resample axis): ``within`` [(b,) H, E, S] and ``floor``
+    None: the candidates as they are, no resample axis): ``within`` [(b,) H, E, S] and ``invariance``
     [(b,) H, S] (means over the kind's queries, per seed), ``across`` [(b,) H, E] and ``reliability`` [(b,) H]."""
     M = a.M[:, :, None]  # [Q, H, 1, S, C]
     within = spearman_along(a.X, M, counts)  # [(b,) Q, H, E, S]
-    floor = (spearman_along(a.R, a.M, counts) if a.R is not None
-             else np.full(within.shape[:-2] + (len(a.seeds),), np.nan))
+    invariance = (spearman_along(a.R, a.M, counts) if a.R is not None
+                  else np.full(within.shape[:-2] + (len(a.seeds),), np.nan))
     across = spearman_along(a.Xbar, a.Mbar[:, :, None], counts)  # [(b,) Q, H, E]
     k = len(a.seeds)
     i, j = np.triu_indices(k, 1)
     pairs = spearman_along(a.M[..., :, None, :], a.M[..., None, :, :], counts)[..., i, j]  # [(b,) Q, H, pairs]
     reliability = spearman_brown(_nanmean(pairs, -1), k) if len(i) else np.full(pairs.shape[:-1], np.nan)
     q0 = 0 if counts is None else 1  # the query axis
-    return {kind: {"within": _nanmean(within.compress(q, q0), q0), "floor": _nanmean(floor.compress(q, q0), q0),
+    return {kind: {"within": _nanmean(within.compress(q, q0), q0),
+                   "invariance": _nanmean(invariance.compress(q, q0), q0),
                    "across": _nanmean(across.compress(q, q0), q0),
                    "reliability": _nanmean(reliability.compress(q, q0), q0)}
             for kind in dict.fromkeys(a.kinds) for q in [a.kinds == kind]}
@@ -230,10 +251,46 @@ def _resampled(a: Arrays, resamples: int, seed: int) -> dict[str, dict[str, np.n
     return {k: {n: np.concatenate([p[k][n] for p in parts]) for n in parts[0][k]} for k in parts[0]}
 
 
+def within_rho(a: Arrays) -> dict[str, np.ndarray]:
+    """Per query kind, the within-seed ρ of every estimator [H, E] (:func:`correlations`' point values)."""
+    return {k: _nanmean(v["within"], -1) for k, v in _values(a).items()}
+
+
+def joint_draws(seeds: int, units: int, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``resamples`` seeded two-level bootstrap draws: the seeds with replacement ([resamples, seeds],
+    each slot a seed's index), then within each drawn slot ``units`` units (candidates, pairs) anew with
+    replacement ([resamples, seeds, units], indices). A seed drawn twice gets two independent draws."""
+    rng = np.random.default_rng([seed, 2])
+    return rng.integers(0, seeds, size=(resamples, seeds)), rng.integers(0, units, size=(resamples, seeds, units))
+
+
+def within_joint(a: Arrays, resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, np.ndarray]:
+    """Per query kind, the within-seed ρ of every estimator [resamples, H, E] in :func:`joint_draws`'s
+    resamples: per drawn seed slot, the Spearman over its drawn candidates (weighted by how often each
+    was drawn) per query and horizon, the mean over the kind's queries, then the mean over the slots
+    (the point value is :func:`correlations`' within-seed ``rho``)."""
+    S, C, (_, H, E, _, _) = len(a.seeds), len(a.candidates), a.X.shape
+    slots, idx = joint_draws(S, C, resamples, seed)
+    counts = np.zeros((resamples, S, C))
+    np.add.at(counts, (np.arange(resamples)[:, None, None], np.arange(S)[None, :, None], idx), 1.0)
+    kinds = {k: a.kinds == k for k in dict.fromkeys(a.kinds)}
+    out = {k: np.full((resamples, S, H, E), np.nan) for k in kinds}
+    chunk = max(1, _BLOCK // max(a.X[..., 0, :].size, 1))
+    for s in range(S):
+        rows, cols = np.nonzero(slots == s)
+        X, M = a.X[..., s, :], a.M[:, :, None, s, :]  # [Q, H, E, C], [Q, H, 1, C]
+        for i in range(0, len(rows), chunk):
+            r, c = rows[i:i + chunk], cols[i:i + chunk]
+            rho = spearman_along(X, M, counts[r, c])  # [n, Q, H, E]
+            for k, q in kinds.items():
+                out[k][r, c] = _nanmean(rho[:, q], 1)
+    return {k: _nanmean(v, 1) for k, v in out.items()}
+
+
 def _tracks(v: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per kind's values -> the two tracks' numbers [(b,) H, E + references]: the per-seed values
-    averaged over seeds, the floor and reliability appended as the last estimators."""
-    within = np.concatenate([_nanmean(v["within"], -1), _nanmean(v["floor"], -1)[..., None]], axis=-1)
+    averaged over seeds, the row invariance and the reliability appended as the last estimators."""
+    within = np.concatenate([_nanmean(v["within"], -1), _nanmean(v["invariance"], -1)[..., None]], axis=-1)
     across = np.concatenate([v["across"], v["reliability"][..., None]], axis=-1)
     return {"within": within, "across": across}
 
@@ -259,7 +316,8 @@ def analyse(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, a
     """Everything the report shows, from attribution.parquet's frame:
 
     - ``correlations``: per track × query kind × horizon × estimator (the references
-      :data:`REPLICATE` / :data:`RELIABILITY` as estimators): ``rho, low, high, se_seeds, bound,
+      :data:`ROW_INVARIANCE` / :data:`RELIABILITY` as estimators; their ``bound`` the ceiling
+      √ρ_rep / √R): ``rho, low, high, se_seeds, bound,
       baseline, seeds, candidates, queries, label, after``;
     - ``versus``: per track × query kind × horizon × estimator × baseline: ``diff`` = ρ − ρ_baseline
       and its bootstrap ``low, high``;
@@ -297,7 +355,7 @@ def correlations(a: Arrays, resamples: int = RESAMPLES, seed: int = SEED,
             p, b = point[kind][track], boot[kind][track]
             samples[(track, kind)] = b
             lo, hi = bootstrap_interval(b, alpha)
-            ref = REPLICATE if track == "within" else RELIABILITY
+            ref = ROW_INVARIANCE if track == "within" else RELIABILITY
             for j, e in enumerate(names):
                 for i, h in enumerate(a.horizons):
                     if e is None and (np.isnan(p[i, j]) or (track == "within" and a.R is None)):
@@ -308,7 +366,7 @@ def correlations(a: Arrays, resamples: int = RESAMPLES, seed: int = SEED,
                                  "baseline": e is not None and is_baseline(e), "rho": rho,
                                  "low": float(lo[i, j]), "high": float(hi[i, j]),
                                  "se_seeds": jackknife_se([x[kind][track][i, j] for x in loo]) if jk else math.nan,
-                                 "bound": math.sqrt(rho) if e is None and track == "across" and rho > 0 else math.nan,
+                                 "bound": math.sqrt(rho) if e is None and rho > 0 else math.nan,
                                  "seeds": len(a.seeds), "candidates": len(a.candidates), "queries": nq})
     return pd.DataFrame(rows), samples
 
@@ -339,8 +397,9 @@ def verdict(corr: pd.DataFrame, vs: pd.DataFrame) -> pd.DataFrame:
     bootstrap interval of ρ above 0 and of ρ − ρ_b above 0 for every baseline b. Columns: ``winner``
     (the one with the highest ρ; "" when none), ``others`` (the rest that predict), ``best`` (the
     winner, else the non-baseline estimator with the highest ρ), its ``rho, low, high`` and
-    ``unbeaten`` (the baselines it does not clearly exceed), ``reference`` (the replicate floor /
-    reliability), ``best_baseline``, ``baseline_rho``, ``label``, ``after``."""
+    ``unbeaten`` (the baselines it does not clearly exceed), ``reference`` (the row invariance /
+    reliability) and ``ceiling`` (its bound √ρ_rep / √R), ``best_baseline``, ``baseline_rho``,
+    ``label``, ``after``."""
     rows = []
     for (track, kind, h), g in corr.groupby(["track", "query_kind", "horizon"], sort=False):
         est = g[~g.baseline & ~g.estimator.map(is_reference)].sort_values("rho", ascending=False, na_position="last")
@@ -349,28 +408,29 @@ def verdict(corr: pd.DataFrame, vs: pd.DataFrame) -> pd.DataFrame:
         lost = set(v[v.low <= 0].estimator)  # estimators some baseline is not clearly below (undefined ρ: no rival)
         win = est[(est.low > 0) & ~est.estimator.isin(lost)]
         top = win.iloc[0] if len(win) else (est.iloc[0] if len(est) else None)
-        ref = g[g.estimator.isin(REFERENCES)].rho
+        ref = g[g.estimator.isin(REFERENCES)]
         rows.append({"track": track, "query_kind": kind, "horizon": h, "label": g.label.iloc[0],
                      "after": g.after.iloc[0],
                      "winner": win.estimator.iloc[0] if len(win) else "", "others": list(win.estimator.iloc[1:]),
                      "best": None if top is None else top.estimator,
                      "unbeaten": [] if top is None else list(v[(v.estimator == top.estimator) & (v.low <= 0)].against),
                      **{k: (math.nan if top is None else float(top[k])) for k in ("rho", "low", "high")},
-                     "reference": float(ref.iloc[0]) if len(ref) else math.nan,
+                     "reference": float(ref.rho.iloc[0]) if len(ref) else math.nan,
+                     "ceiling": float(ref.bound.iloc[0]) if len(ref) else math.nan,
                      "best_baseline": bl.estimator.iloc[0] if len(bl) else None,
                      "baseline_rho": float(bl.rho.iloc[0]) if len(bl) else math.nan})
     return pd.DataFrame(rows)
 
 
 def decay(a: Arrays) -> pd.DataFrame:
-    """Per query kind × estimator (the replicate floor included): the per-seed within-seed ρ at the
+    """Per query kind × estimator (the row invariance included): the per-seed within-seed ρ at the
     first horizon against each later one, paired over seeds (``seedlab.stats.paired``: ``diff`` =
     mean ρ(first) − ρ(later), positive when it decays; ``ci_low, ci_high`` its t interval; ``p_t``
     and the sign-flip ``p_perm``). Pairs need both values; fewer than 2 seeds: no row."""
     rows = []
-    names = [*a.estimators, REPLICATE]
+    names = [*a.estimators, ROW_INVARIANCE]
     for kind, v in _values(a).items():
-        per_seed = np.concatenate([v["within"], v["floor"][:, None]], axis=1)  # [H, E + 1, S]
+        per_seed = np.concatenate([v["within"], v["invariance"][:, None]], axis=1)  # [H, E + 1, S]
         for j, e in enumerate(names):
             for i in range(1, len(a.horizons)):
                 x, y = per_seed[0, j], per_seed[i, j]
@@ -414,7 +474,9 @@ def calibration(a: Arrays, df: pd.DataFrame, resamples: int = RESAMPLES, seed: i
     """Per query kind × horizon × estimator whose unit is nats/token (not a baseline): ``slope``,
     the OLS slope of measured on estimate over every (seed, query of the kind, candidate), with the
     bootstrap interval over candidates (``low``, ``high``; 1 = the estimate's scale is the effect's);
-    ``ratio``: the median of measured / estimate over those pairs (estimate ≠ 0); ``n`` the pairs."""
+    ``ratio``: the median of measured / estimate over those pairs (estimate ≠ 0), with its interval
+    on the same resamples (``ratio_low``, ``ratio_high``); ``n`` the pairs. A ranking can survive
+    while the magnitude is off many-fold: these say by how much."""
     units = df.drop_duplicates("estimator").set_index("estimator").unit
     idx = _counts(len(a.candidates), resamples, seed)[0]
     rows = []
@@ -425,14 +487,19 @@ def calibration(a: Arrays, df: pd.DataFrame, resamples: int = RESAMPLES, seed: i
             q = a.kinds == kind
             for i, h in enumerate(a.horizons):
                 x, m = a.X[q, i, j], a.M[q, i]  # [Qk, S, C]
-                lo, hi = bootstrap_interval(slope_along(_take(x, idx).reshape(resamples, -1),
-                                                        _take(m, idx).reshape(resamples, -1)), alpha)
+                xb, mb = _take(x, idx).reshape(resamples, -1), _take(m, idx).reshape(resamples, -1)
+                lo, hi = bootstrap_interval(slope_along(xb, mb), alpha)
                 ok = ~np.isnan(x) & ~np.isnan(m) & (x != 0)
+                with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # a resample without a pair: NaN
+                    ratios = np.nanmedian(np.where(~np.isnan(xb) & (xb != 0), mb / xb, np.nan), axis=-1)
+                r_lo, r_hi = bootstrap_interval(ratios, alpha)
                 rows.append({"query_kind": kind, **a.at(h), "estimator": e,
                              "slope": float(slope_along(x.ravel(), m.ravel())), "low": float(lo), "high": float(hi),
                              "ratio": float(np.median(m[ok] / x[ok])) if ok.any() else math.nan,
-                             "n": int(ok.sum())})
-    return pd.DataFrame(rows)
+                             "ratio_low": float(r_lo), "ratio_high": float(r_hi), "n": int(ok.sum())})
+    return pd.DataFrame(rows, columns=["query_kind", "horizon", "label", "after", "estimator", "slope", "low", "high",
+                                       "ratio", "ratio_low", "ratio_high", "n"])
 
 
 def effects(df: pd.DataFrame) -> pd.DataFrame:
