@@ -34,8 +34,13 @@ and then the mean over seeds: Pearson and Spearman of ``measured_pair`` against 
 slope of ``measured_pair`` on ``sum`` (1: additive; below 1: the pair does less than its parts),
 and the median relative interaction |measured_pair − sum| / (|measured_first| + |measured_second|);
 the same numbers with ``swapped`` in place of ``measured_pair``, and their differences. Intervals:
-percentile intervals of seeded bootstrap resamples of the pairs (one set of resamples for every
-number, so the differences are paired). Pairs with the own-row control are left out of the
+percentile intervals of seeded two-level bootstrap resamples (attribution/stats.py
+:func:`~seedlab.attribution.stats.joint_draws`): the seeds with replacement, then the pairs anew
+within each drawn seed, every number recomputed per drawn seed and averaged over the drawn seeds
+(one set of resamples for every number, so the differences are paired). It is built for ≥ 30 pairs
+per seed, which no longer fit disjointly (a candidate then sits in several pairs, so pairs are not
+fully independent units and the interval over them is somewhat narrow: it resamples pairs, not
+candidates); with 4 pairs a seed has at most 35 distinct resamples, so such intervals are coarse. Pairs with the own-row control are left out of the
 numbers: with it in row r the pair is bitwise the second's replicate (interaction exactly 0,
 checked by the bank and again by :func:`summarise`), which says the injection is exact, not that
 effects add.
@@ -53,6 +58,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from seedlab.attribution.stats import joint_draws
 from seedlab.stats import bootstrap_interval, slope_along, spearman_along
 
 METRICS = ("pearson", "spearman", "slope", "interaction")
@@ -103,10 +109,29 @@ def _numbers(pair: np.ndarray, total: np.ndarray, swapped: np.ndarray, den: np.n
     return {PAIR: p, SWAPPED: s, DIFF: {m: p[m] - s[m] for m in METRICS}}
 
 
+def _resampled(arrays: list[np.ndarray], resamples: int, seed: int) -> dict:
+    """:func:`_numbers` in every two-level resample (:func:`~seedlab.attribution.stats.joint_draws`) of
+    ``arrays`` (pair, sum, swapped, den; each [H, S, P, Q]): {comparison: {metric: [resamples, H]}}."""
+    H, S, P, Q = arrays[0].shape
+    slots, idx = joint_draws(S, P, resamples, seed)
+    per = {c: {m: np.full((resamples, S, H), np.nan) for m in METRICS} for c in (PAIR, SWAPPED)}
+    chunk = max(1, _BLOCK // max(H * P * Q, 1))
+    for s in range(S):
+        rows, cols = np.nonzero(slots == s)
+        for i in range(0, len(rows), chunk):
+            r, c = rows[i:i + chunk], cols[i:i + chunk]
+            pair, total, swapped, den = (a[:, s][:, idx[r, c]].reshape(H, len(r), P * Q) for a in arrays)  # [H, n, C]
+            for name, y in ((PAIR, pair), (SWAPPED, swapped)):
+                for m, v in _metrics(total, y, den).items():  # [H, n]
+                    per[name][m][r, c] = v.T
+    out = {c: _seed_mean({m: np.moveaxis(v, 1, -1) for m, v in per[c].items()}) for c in per}  # [b, H]
+    return out | {DIFF: {m: out[PAIR][m] - out[SWAPPED][m] for m in METRICS}}
+
+
 def additivity(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> pd.DataFrame:
     """Per query kind (and :data:`ALL` with several kinds) × comparison × horizon, over the ordinary
     pairs of additivity.parquet's frame: every metric of :data:`METRICS` (module doc) within each
-    seed over pairs × queries, the mean over seeds, and its bootstrap interval over pairs
+    seed over pairs × queries, the mean over seeds, and its bootstrap interval over seeds and pairs
     (``<metric>_low``, ``<metric>_high``; ``resamples`` seeded by ``seed``). ``comparison``:
     :data:`PAIR` (measured_pair against sum), :data:`SWAPPED` (swapped against sum, the control)
     and :data:`DIFF` (their difference, on the same resamples). Also ``label, after, seeds, pairs,
@@ -122,7 +147,6 @@ def additivity(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED
     at = {int(r.horizon): (r.label, int(r.after)) for r in d.drop_duplicates("horizon").itertuples()}
     kinds = list(dict.fromkeys(d.query_kind))
     groups = {k: d[d.query_kind == k] for k in kinds} | ({ALL: d} if len(kinds) > 1 else {})
-    idx = np.random.default_rng(seed).integers(0, len(pairs), size=(resamples, len(pairs)))
     rows = []
     for kind, g in groups.items():
         queries = list(dict.fromkeys(g["query"]))
@@ -134,14 +158,8 @@ def additivity(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED
 
         arrays = [grid("measured_pair"), grid("sum"), grid("swapped"),
                   np.abs(grid("measured_first")) + np.abs(grid("measured_second"))]
-        flat = [a.reshape(*shape[:2], -1) for a in arrays]
-        point = _numbers(*flat)
-        chunk = max(1, _BLOCK // max(arrays[0].size, 1))
-        parts = []
-        for i in range(0, resamples, chunk):
-            draw = [np.moveaxis(np.take(a, idx[i:i + chunk], axis=2), 2, 0) for a in arrays]  # [b, H, S, P, Q]
-            parts.append(_numbers(*(a.reshape(*a.shape[:3], -1) for a in draw)))
-        boot = {c: {m: np.concatenate([p[c][m] for p in parts]) for m in METRICS} for c in point}
+        point = _numbers(*(a.reshape(*shape[:2], -1) for a in arrays))
+        boot = _resampled(arrays, resamples, seed)
         for comparison in (PAIR, SWAPPED, DIFF):
             intervals = {m: bootstrap_interval(boot[comparison][m], alpha) for m in METRICS}
             for i, h in enumerate(hs):
