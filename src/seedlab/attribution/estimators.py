@@ -357,9 +357,16 @@ def adam_one_step(grads: Gradients, *, optimizer: torch.optim.Optimizer, lr: flo
     u the trainer's whole update from the state before step s for a raw full-batch gradient
     (:class:`~seedlab.lm.gradients.AdamStep`: the clip at that gradient's own norm, m and v with
     their bias corrections, √v̂ + ε; the decoupled weight decay is the same in both runs and
-    cancels) and g the twin's gradient (:meth:`Gradients.batch`). Only the query loss's response
-    to the weight change is linearised (O(‖Δθ‖²) curvature of L_q is left out), not Adam's
-    nonlinearity in δ_c, which :func:`adam_linear` drops. ``optimizer``: the AdamW *before* the
+    cancels) and g the twin's gradient (:meth:`Gradients.batch`). Adam's nonlinearity in δ_c is
+    kept (:func:`adam_linear` drops it); the query loss's response is linearised *at θ_s*, which
+    leaves out more than the O(‖Δθ‖²) curvature of L_q. At s+1 the measured effect is
+    L_q(θ' + Δθ) − L_q(θ') with θ' = θ_s + u(g) the twin's next weights, i.e.
+    ⟨∇L_q(θ'), Δθ⟩ + O(‖Δθ‖²), and ∇L_q(θ') = ∇L_q(θ_s) + H_q u(g) + O(‖u(g)‖²) (H_q the
+    Hessian of L_q at θ_s): reading the gradient at θ_s also drops ⟨H_q u(g), Δθ⟩, which is
+    *first* order in the swap (the twin's own step u(g) does not shrink with δ_c). That term is,
+    to first order in u(g), the whole gap between this estimate and ``unroll`` at s+1 (which reads
+    ∇L_q at θ'); at later horizons the twin's steps after s act on Δθ as well, which neither the
+    estimate nor the gradient at θ_s sees. ``optimizer``: the AdamW *before* the
     injected update (the trainer at the fork point, ``trainer.step == s``); ``lr = lr_at(s)``
     (the group's lr is stale then and is not read); betas and eps from the param groups;
     ``grad_clip`` the trainer's (None: none)."""
