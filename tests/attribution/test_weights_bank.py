@@ -131,3 +131,17 @@ def test_weights_on_a_design_without_them_one_line_exit_2(seedlab_cli, tmp_path,
                              "candidates.weights=[1, 0.5]", "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert "candidates" in err
+
+
+def test_the_report_renders_the_size_axis_and_chaos(weighted_bank, tmp_path):
+    import shutil
+
+    from seedlab.attribution.attribute import attribute
+    from seedlab.attribution.report import write_report
+
+    bank = tmp_path / "bank"
+    shutil.copytree(weighted_bank, bank)
+    attribute(bank, estimators=["unroll", "unroll-tangent", "unroll-readout", "adam", "random", "loss"], progress=False)
+    text = write_report(bank).read_text()
+    assert "## The size axis" in text and "## Chaos" in text
+    assert (bank / "size_axis.png").is_file()

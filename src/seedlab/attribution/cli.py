@@ -69,7 +69,7 @@ def attribution_attribute(
 
 @app.command("report")
 def attribution_report(bank: Annotated[Path, typer.Argument(help="an attributed bank folder")]) -> None:
-    """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the replicate floor and the seed-mean reliability."""
+    """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the row invariance and the seed-mean reliability."""
     from seedlab.attribution.report import write_report
 
     typer.echo(f"report: {write_report(bank)}")

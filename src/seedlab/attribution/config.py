@@ -113,8 +113,8 @@ class AttributeConfig(Strict):
     unroll_chunk: Pos | None = Field(16, description=(
         "candidates per vmapped JVP of unroll (memory: ~chunk x a batch's logits x a few); null: all at once"))
     h_star_rho: Annotated[float, Field(gt=0, lt=1)] = Field(0.5, description=(
-        "the report's h*: the first horizon whose within-seed Spearman(measured, unroll) falls below this; fixed before "
-        "looking (not stated)"))
+        "a descriptive threshold: the first horizon whose within-seed Spearman(measured, unroll) falls below it (the "
+        "pre-registration's H1 uses it); h* itself is the verdict's rule, attribution/horizon.py (not stated)"))
 
 
 class AttributionConfig(ForkDesign):

@@ -67,9 +67,33 @@ def write_report(root: str | Path) -> Path:
     rep.add("## Within each candidate kind", by_kind_table(an.by_candidate_kind))
     if a.pairs is not None:  # a bank with pairs
         rep.add(additivity_section(additivity.summarise(a.pairs)))
+    extra = size_and_chaos(a)
+    if extra:
+        rep.add(*extra)
     names = [e for e in dict.fromkeys(an.correlations.estimator) if e not in stats.REFERENCES]
     rep.add("## What the estimators are", estimator_text(a, names))
     return write_text(a.dir.report, rep.text())
+
+
+def size_and_chaos(a: Attributed) -> list[str]:
+    """The size axis (a bank with row weights and unroll-tangent: attribution/size.py) and chaos (a bank with
+    nudges: attribution/chaos.py), with the law's predictions where both are there, and their figure."""
+    from seedlab.attribution import chaos, size
+    from seedlab.attribution.report_size import chaos_section, size_figure, size_section
+
+    out: list[str] = []
+    ch = None
+    if a.distances is not None and (a.distances.kind == "nudge").any():
+        ch = chaos.analyse(a.distances)
+    sz = None
+    if a.weighted is not None and (a.df.estimator == stats.TANGENT).any():
+        sz = size.analyse(a.weighted, a.df, a.distances)
+        out += ["\n".join(size_section(sz))]
+    if ch is not None:
+        out += ["\n".join(chaos_section(ch, chaos.compare({"this bank": (sz, ch)}) if sz is not None else None))]
+    if sz is not None:
+        out += [figure_block(size_figure(sz, ch, a.dir))]
+    return out
 
 
 def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:

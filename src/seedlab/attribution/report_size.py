@@ -95,7 +95,8 @@ def size_section(size: SizeAxis) -> list[str]:
         out += ["h*(w), the first horizon at which U0 no longer predicts measured(w):", ""]
         out += _table(["w", "h*(w)", f"{level} interval", "ρ there", f"first horizon with ē > {tol}"],
                       [[_w(r.weight), r.label if r.status == "reached" else r.status,
-                        f"{r.low_label} .. {r.high_label}", fmt_ci(r.rho), r.bent_label or "none"]
+                        f"{r.low_label} .. {r.high_label}", fmt_ci(r.rho),
+                        r.bent_label if isinstance(r.bent_label, str) else "none"]
                        for r in hstar.itertuples()])
         sc = size.scales[size.scales.query_kind == kind]
         if len(sc):

@@ -220,6 +220,8 @@ class Attributed:
     integrity: dict  # integrity.json ({} when absent)
     meta: dict  # attribution.json ({} when absent)
     pairs: pd.DataFrame | None  # additivity.parquet; None for a bank without pairs
+    weighted: pd.DataFrame | None = None  # weighted.parquet; None for a bank without row weights
+    distances: pd.DataFrame | None = None  # distances.parquet; None for a bank from before it
 
 
 def read_attributed(root: str | Path) -> Attributed:
@@ -231,5 +233,6 @@ def read_attributed(root: str | Path) -> Attributed:
         raise SeedlabError(f"{rd.root}: no attribution.parquet (run `seedlab attribution attribute {rd.root}` first)")
     integrity = json.loads(rd.integrity.read_text()) if rd.integrity.is_file() else {}
     meta = json.loads(rd.attribution_json.read_text()) if rd.attribution_json.is_file() else {}
-    pairs = pd.read_parquet(rd.additivity) if rd.additivity.is_file() else None
-    return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, pairs)
+    read = lambda path: pd.read_parquet(path) if path.is_file() else None
+    return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, read(rd.additivity),
+                      read(rd.weighted_measured), read(rd.distances))
