@@ -23,8 +23,8 @@ ROOT = SRC.parent.parent
 #: fields (commit 1943965 and this tree agree): sha256 of their model_dump (JSON and Python), the sweeps'
 #: job keys and the twins' pre-registration; since issue 30, with the fork designs' arm_batch and stack_memory
 #: (at their defaults: null and 2.0); since issue 31, with the bank's candidates.weights ([1]) and chaos section
-#: (two nudges, every step) and the preset attribution/mini-size
-PINNED = "28f9daede961f899fcd04bb2aa3629d16c10a5a738e071fc557323056d36fdc8"
+#: (two nudges, every step) and the presets attribution/mini-size and attribution/grid (one cell of the B x lr grid)
+PINNED = "d5886f9e5fe9f7d891dfb8f549a6e3dd1104f2af9312345f3a4a8378d3b6cb22"
 
 
 def _fingerprint() -> str:
@@ -53,7 +53,7 @@ def _fingerprint() -> str:
         record[cls.__name__] = cls().model_dump(mode="json")
     record["gpt"] = {k: v.model_dump(mode="json") for k, v in PRESETS.items()}
     record["jobs-default"] = [j.key for j in plan(SweepConfig())]
-    assert len(record) == 20, sorted(record)  # every preset was read (11) and every default config
+    assert len(record) == 21, sorted(record)  # every preset was read (12) and every default config
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
