@@ -36,7 +36,8 @@ open below: a prediction at or before it — already bent when ε was read — m
 which ē(w) exceeds size.py's tolerance, and ``consistent_bent`` the same test against its bracket
 (``bent_previous_after``, ``bent_after``] ((last horizon, ∞) when ē never exceeds it) — the criterion that
 defines ε_nl, so the test of the law's mechanics; h*(w) is the ranking criterion (ρ), which a 10 % error in
-magnitude need not break, and may come later.
+magnitude need not break, and may come later. Its pieces (:func:`prediction`, :func:`bracket`, :func:`bent_bracket`,
+:func:`meets`) serve attribution/grid.py's law across the B × lr grid as well.
 """
 
 from __future__ import annotations
@@ -218,6 +219,42 @@ def _or(v: float, default: float) -> float:
     return default if v is None or math.isnan(v) else v
 
 
+Triple = tuple[float, float, float]  # (value, low, high)
+
+
+def prediction(rate: Triple, epsilon: Triple, eps_nl: Triple, after0: float = 1.0) -> Triple:
+    """:func:`predict` and :func:`predict_interval` from (value, low, high) triples of λ, ε and ε_nl (an interval end
+    NaN: the value stands for it): (predicted, low, high) in updates after s."""
+    (r, rlo, rhi), (e, elo, ehi), (n, nlo, nhi) = rate, epsilon, eps_nl
+    lo, hi = predict_interval((_or(rlo, r), _or(rhi, r)), (_or(elo, e), _or(ehi, e)), (_or(nlo, n), _or(nhi, n)),
+                              after0)
+    return float(predict(r, e, n, after0)), lo, hi
+
+
+def bracket(status: str, previous_after: float, after: float, last_after: float) -> tuple[float, float] | None:
+    """Where a measured h* crossing lies (module doc): (previous_after, after] when "reached", (last_after, ∞) when
+    "not reached", None otherwise ("undefined")."""
+    if status == "reached":
+        return previous_after, after
+    if status == "not reached":
+        return last_after, math.inf
+    return None
+
+
+def bent_bracket(bent_previous_after: float, bent_after: float, last_after: float) -> tuple[float, float]:
+    """Where the first ē beyond the tolerance lies: (bent_previous_after, bent_after], or (last_after, ∞) when none."""
+    return (last_after, math.inf) if math.isnan(bent_after) else (bent_previous_after, bent_after)
+
+
+def meets(interval: tuple[float, float], where: tuple[float, float] | None) -> bool | None:
+    """Whether the predicted ``interval`` (low, high) meets the bracket ``where`` (lower end open, except a lower end
+    of 0: a prediction at or before the first horizon meets it); None when either is undefined."""
+    lo, hi = interval
+    if where is None or math.isnan(lo):
+        return None
+    return bool((hi > where[0] or where[0] == 0) and lo <= where[1])
+
+
 def compare(cells: Mapping[str, tuple[SizeAxis, Chaos]]) -> pd.DataFrame:
     """Per cell × query kind × weight: the law's prediction beside the measured h*(w) (module doc; columns
     :data:`COMPARE`, in updates after s: ``predicted`` with ``predicted_low, predicted_high``; ``measured``
@@ -234,18 +271,9 @@ def compare(cells: Mapping[str, tuple[SizeAxis, Chaos]]) -> pd.DataFrame:
                 continue
             e, n = eps.loc[r.weight], scales.loc[r.query_kind]
             after0 = float(e.after)
-            p = float(predict(lam, e.epsilon, n.eps_nl, after0))
-            lo, hi = predict_interval((_or(lam_lo, lam), _or(lam_hi, lam)), (_or(e.low, e.epsilon),
-                                      _or(e.high, e.epsilon)), (_or(n.low, n.eps_nl), _or(n.high, n.eps_nl)), after0)
-            if r.status == "reached":
-                bracket = (r.previous_after, r.after)
-            elif r.status == "not reached":
-                bracket = (r.last_after, math.inf)
-            else:
-                bracket = None
-            bent = (r.last_after, math.inf) if math.isnan(r.bent_after) else (r.bent_previous_after, r.bent_after)
-            consistent, consistent_bent = (None if b is None or math.isnan(lo) else
-                                           bool((hi > b[0] or b[0] == 0) and lo <= b[1]) for b in (bracket, bent))
+            p, lo, hi = prediction((lam, lam_lo, lam_hi), (e.epsilon, e.low, e.high), (n.eps_nl, n.low, n.high), after0)
+            consistent = meets((lo, hi), bracket(r.status, r.previous_after, r.after, r.last_after))
+            consistent_bent = meets((lo, hi), bent_bracket(r.bent_previous_after, r.bent_after, r.last_after))
             rows.append({"cell": cell, "query_kind": r.query_kind, "weight": r.weight, "epsilon": float(e.epsilon),
                          "epsilon_after": after0, "eps_nl": float(n.eps_nl), "eps_nl_low": float(n.low),
                          "eps_nl_high": float(n.high), "rate": lam, "rate_low": lam_lo, "rate_high": lam_hi,
