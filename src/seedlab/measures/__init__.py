@@ -5,7 +5,7 @@ importing a study. Each module computes one kind of measure and reads or writes 
                (``interpolate``), the loss along it (``loss_path``), the interpolation barrier
                (``barrier_curve``, ``barrier``), bitwise identity (``identical``) and the weight distance
                per layer group (``weight_distance``), raw or after weight matching
-               (``aligned_distance``: lm/align.py permutes the GPT's MLP units and heads)
+               (``aligned_distance``: lm/align.py permutes the GPT's residual features, heads and MLP units)
 - cka.py       linear CKA between two representations of the same examples (``linear_cka``)
 - text.py      a text's mean next-token cross-entropy under a model (``text_ce``)
 - paired.py    paired statistics over seeds: a comparison row with both tests, the interval and

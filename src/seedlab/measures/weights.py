@@ -16,9 +16,9 @@ Models are state dicts ``{name: tensor}`` with the same names and shapes. The me
   is not convex there (negative curvature along it); it says nothing about a quadratic basin.
 - ``weight_distance`` -- Euclidean distance ``||θ_a - θ_b||_2`` per layer group (``wte``, ``wpe``,
   ``blocks.{l}``, ``ln_f``: see ``layer_groups``) and overall, ``all = sqrt(Σ_g dist_g²)``;
-  same units as the weights. ``aligned_distance``: the same after ``b``'s MLP units and heads are
-  permuted to match ``a`` (lm/align.py, Git Re-Basin's weight matching), which removes the
-  permutation part of the gauge freedom between two seeds.
+  same units as the weights. ``aligned_distance``: the same after ``b``'s residual features, heads and
+  MLP units are permuted to match ``a`` (lm/align.py, Git Re-Basin's weight matching by coordinate
+  descent), which removes the permutation part of the gauge freedom between two seeds.
 """
 
 from __future__ import annotations
@@ -116,6 +116,6 @@ def weight_distance(a: StateDict, b: StateDict) -> dict[str, float]:
 
 
 def aligned_distance(a: StateDict, b: StateDict, gcfg: GPTConfig) -> float:
-    """The overall weight distance from ``a`` to ``b`` permuted to match it (``lm.align.aligned``: MLP
-    units and heads per layer; the same function as ``b``): never larger than the raw distance."""
+    """The overall weight distance from ``a`` to ``b`` permuted to match it (``lm.align.aligned``: the
+    residual stream's features, and per layer the heads and MLP units; the same function as ``b``): never larger than the raw distance."""
     return weight_distance(a, aligned(a, b, gcfg))["all"]

@@ -24,7 +24,7 @@ values of measures.parquet). ``timecourse.parquet`` has the per-step training-lo
 c − twin, and ``paths.parquet`` the loss along each final interpolation.
 
 The seed-vs-seed rows also have ``distance_aligned``: the same distance after the second seed's twin
-is permuted to the first's (MLP neurons and heads per layer, lm/align.py), the part of the gauge
+is permuted to the first's (the residual stream's features, and per layer the heads and MLP neurons, lm/align.py), the part of the gauge
 freedom that permutations remove (``measures.weights.aligned_distance``); NaN on the other rows.
 
 Cost: a path of K grid points costs K − 2 held-out evaluations (its end losses are the two
