@@ -19,13 +19,14 @@ $(VENV)/.installed: pyproject.toml
 # demo's numbers are a preview, not the ones docs/results.md reports (those commands are there):
 #   shortcut: the preset quick with 8 seeds per cell (quick: 16) and gradients every 50 epochs (25)
 #   twins:    the preset mini ended at step 200 (mini: 300): the injection at 100, the end at s + 100; 3 seeds (mini: 4);
-#             the fluent passages and the three nulls (mini also has random-chars)
+#             the fluent passages and the nulls: 2 ordinary rows (mini: 4), the nudge, matched-gradient (mini also has
+#             random-chars and the weight kick)
 demo: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/seedlab shortcut sweep quick --out runs/demo-shortcut --set grid.seed=8 --set train.gradients.every=50
 	$(BIN)/seedlab shortcut analyze runs/demo-shortcut --n 64   # rows per member and split: the analyses cost ~linear in it
 	$(BIN)/seedlab shortcut report runs/demo-shortcut
 	$(BIN)/seedlab twins run mini --out runs/demo-twins --set steps=200 --set "seeds=[0,1,2]" \
-	    --set "conditions=[twin,fluent-fabricated,fluent-attested,ordinary-row,nudge,matched-noise]"
+	    --set "conditions=[twin,fluent-fabricated,fluent-attested,ordinary-row,nudge,matched-gradient]" --set nulls.ordinary_rows=2
 	$(BIN)/seedlab twins measure runs/demo-twins
 	$(BIN)/seedlab twins report runs/demo-twins
 	@echo "shortcut demo report: runs/demo-shortcut/report.md"

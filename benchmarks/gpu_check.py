@@ -409,7 +409,7 @@ def twins(ctx: Context, sec: Section) -> None:
         run_twins(c, ctx.work / f"twins-{mode}", base=base, independent=independent, force=True, progress=False)
         dt = time.perf_counter() - t0
         runs[mode] = {k: json.loads((ctx.work / f"twins-{mode}" / "seed-0" / k / "manifest.json").read_text())
-                      for k in cfg.conditions}
+                      for k in cfg.arm_names}
         integrity = json.loads((ctx.work / f"twins-{mode}" / "integrity.json").read_text())
         shutil.rmtree(ctx.work / f"twins-{mode}")  # GPT-2's checkpoints and states: gigabytes a folder
         arms = integrity.get("arms", "serial")

@@ -165,7 +165,7 @@ def fork_vs_independent(cfg: TwinsConfig, base: Path, repeats: int, dev: torch.d
                 key = "independent" if independent else "forked"
                 manifests[key] = {
                     c: json.loads((out / f"seed-{cfg.seeds[0]}" / c / "manifest.json").read_text())[str(cfg.steps)]
-                    for c in cfg.conditions
+                    for c in cfg.arm_names
                 }
 
             return fn
@@ -354,7 +354,7 @@ def main() -> None:
             s = args.fork_injection or max(1, Tf * cfg.injection_step // cfg.steps)  # the config's share
             fcfg = cfg.model_copy(update={"steps": Tf, "injection_step": s})
             fcfg = parse(TwinsConfig, fcfg.model_dump(mode="json"))  # re-validated
-            C = len(fcfg.conditions)
+            C = len(fcfg.arm_names)
             forked, indep = s + C * (Tf - s), C * Tf
             real = (Tf, s) == (cfg.steps, cfg.injection_step)
             scaled = "" if real else f" (scaled down from the config's T={cfg.steps}, s={cfg.injection_step})"

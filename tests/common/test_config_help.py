@@ -23,8 +23,11 @@ ROOT = SRC.parent.parent
 #: fields (commit 1943965 and this tree agree): sha256 of their model_dump (JSON and Python), the sweeps'
 #: job keys and the twins' pre-registration; since issue 30, with the fork designs' arm_batch and stack_memory
 #: (at their defaults: null and 2.0); since issue 31, with the bank's candidates.weights ([1]) and chaos section
-#: (two nudges, every step) and the presets attribution/mini-size and attribution/grid (one cell of the B x lr grid)
-PINNED = "d5886f9e5fe9f7d891dfb8f549a6e3dd1104f2af9312345f3a4a8378d3b6cb22"
+#: (two nudges, every step) and the presets attribution/mini-size and attribution/grid (one cell of the B x lr grid);
+#: since issue 32, the twins' nulls: conditions matched-noise -> matched-gradient + weight-kick in every twins preset
+#: and the default, nulls.ordinary_rows (4; set in the presets too) and measure.ordinary_margin (0.25, in the
+#: pre-registration)
+PINNED = "408f3ea63ce558fa5a2391715c983139986c39e5799df74a80c06a298fb2ff70"
 
 
 def _fingerprint() -> str:

@@ -6,7 +6,8 @@ import yaml
 
 @pytest.fixture(scope="session")
 def twins_design(tmp_path_factory, twins_inputs):
-    """Two seeds x (twin, fabricated, attested), 16 steps, injection at step 6, trained and measured.
+    """Two seeds x (twin, fabricated, attested, two ordinary rows, nudge, matched-gradient, weight-kick), 16 steps,
+    injection at step 6, trained and measured.
     Returns the folder holding ``corpus`` (a link to the embedded corpus), ``design.yaml`` and ``run``."""
     from seedlab.config import parse
     from seedlab.twins.config import TwinsConfig
@@ -19,7 +20,8 @@ def twins_design(tmp_path_factory, twins_inputs):
     cfg = {
         "corpus": str(base / "corpus"), "model": "mini", "block_size": 128, "seeds": [0, 1], "steps": 16, "batch_size": 4,
         "injection_step": 6, "peak_lr": 3e-3,
-        "conditions": ["twin", "fluent-fabricated", "fluent-attested", "ordinary-row", "nudge", "matched-noise"],
+        "conditions": ["twin", "fluent-fabricated", "fluent-attested", "ordinary-row", "nudge", "matched-gradient", "weight-kick"],
+        "nulls": {"ordinary_rows": 2},
         "passages": {c: str(f) for c, f in files.items()}, "checkpoint_every": 4, "threads": 1,
         "subjects": {"fluent-fabricated": "Gizmo Harrington", "fluent-attested": "Fredrik Lundh"},
         "measure": {"alphas": [0, 0.25, 0.5, 0.75, 1], "heldout_rows": 8, "probe_rows": 4, "eval_rows": 4},

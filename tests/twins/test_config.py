@@ -44,3 +44,31 @@ def test_gpt_config_is_the_preset_with_the_corpus_vocabulary():
     assert cfg.gpt_config(2048) == PRESETS["mini"].model_copy(update={"vocab_size": 2048})
     short = TwinsConfig(corpus="c", model="mini", block_size=64).gpt_config(257)
     assert (short.vocab_size, short.block_size, short.n_layer) == (257, 64, PRESETS["mini"].n_layer)
+
+
+@pytest.mark.parametrize("name", ["mini", "mini-long", "gpt2-124m"])
+def test_the_presets_nulls(name):
+    """Issue 32: four ordinary rows (a distribution), gradient noise (the default noise null) and the weight kick
+    beside it, the nudge; the TOST margin of "any row's" pre-registered (in preregistration()'s measure settings)."""
+    from seedlab.config import load_config
+
+    cfg, _ = load_config(TwinsConfig, "twins", name)
+    assert cfg.nulls.ordinary_rows == 4 and {"ordinary-row", "nudge", "matched-gradient", "weight-kick"} <= set(cfg.conditions)
+    assert [a for a in cfg.arm_names if a.startswith("ordinary-row")] == [f"ordinary-row.{i}" for i in range(4)]
+    assert cfg.preregistration()["measure"]["ordinary_margin"] == cfg.measure.ordinary_margin == 0.25
+
+
+def test_the_renamed_noise_null_is_refused_by_name_and_the_arms_are_named():
+    from seedlab.config import parse
+    from seedlab.errors import SeedlabError
+
+    with pytest.raises(SeedlabError, match=r"^conditions: 'matched-noise' is no longer a condition \(issue 32\): name "
+                                           r"'matched-gradient' .* and/or 'weight-kick'"):
+        parse(TwinsConfig, {"corpus": "c", "conditions": ["twin", "fluent-fabricated", "matched-noise"]})
+    with pytest.raises(SeedlabError, match=r"^nulls.noise_like: matched-gradient takes its size from 'fluent-fabricated'"):
+        parse(TwinsConfig, {"corpus": "c", "conditions": ["twin", "matched-gradient"]})
+    one = parse(TwinsConfig, {"corpus": "c", "conditions": ["twin", "ordinary-row", "nudge"], "nulls": {"ordinary_rows": 1}})
+    assert one.arm_names == ["twin", "ordinary-row.0", "nudge"]
+    assert parse(TwinsConfig, {"corpus": "c", "measure": {"ordinary_margin": None}}).measure.ordinary_margin is None
+    with pytest.raises(SeedlabError, match=r"^measure.ordinary_margin: Input should be greater than 0"):
+        parse(TwinsConfig, {"corpus": "c", "measure": {"ordinary_margin": 0}})

@@ -52,7 +52,8 @@ def test_every_condition_has_one_colour_in_every_figure(design, tmp_path, monkey
             for h, label in zip(*ax.get_legend_handles_labels()):
                 cond = "seed" if label.startswith("different seed") else label.split(",")[0]
                 seen.setdefault(cond, set()).add((_handle_color(h), name))
-    assert {"fluent-fabricated", "fluent-attested", "nudge", "matched-noise", "seed"} <= set(seen)
+    assert {"fluent-fabricated", "fluent-attested", "nudge", "matched-gradient", "weight-kick", "ordinary-row.0",
+            "ordinary-row.1", "seed"} <= set(seen)
     for cond, colors in seen.items():
         assert {c for c, _ in colors} == {to_rgb(figures.color(cond))}, (cond, colors)
 

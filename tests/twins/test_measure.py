@@ -18,8 +18,9 @@ from seedlab.lm.model import GPT, PRESETS
 from seedlab.measures import weights
 
 S, T = 6, 16  # injection step, steps of the twins_design fixture
-CONDS = ("fluent-fabricated", "fluent-attested", "ordinary-row", "nudge", "matched-noise")  # the fixture's, beside the twin
-TEXTED = ("fluent-fabricated", "fluent-attested", "ordinary-row")  # those with a text in the injected row
+CONDS = ("fluent-fabricated", "fluent-attested", "ordinary-row.0", "ordinary-row.1", "nudge", "matched-gradient",
+         "weight-kick")  # the fixture's arms, beside the twin
+TEXTED = ("fluent-fabricated", "fluent-attested", "ordinary-row.0", "ordinary-row.1")  # those with a text in the injected row
 
 
 
@@ -38,7 +39,7 @@ def test_measures_table_shape_and_invariants(design):
     assert (at_s.distance == 0).all() and (at_s.heldout_ce == at_s.twin_heldout_ce).all()
     texted = at_s[at_s.condition.isin(TEXTED)]
     assert (texted.passage_ce == texted.twin_passage_ce).all() and len(texted) == 2 * len(TEXTED)
-    assert at_s[~at_s.condition.isin(TEXTED)].passage_ce.isna().all()  # nudge, matched-noise: no passage of their own
+    assert at_s[~at_s.condition.isin(TEXTED)].passage_ce.isna().all()  # nudge, the noise nulls: no passage of their own
     assert (c[c.step > S].distance > 0).all()
     assert (at_s.barrier == 0).all() and (at_s.rise_mid == 0).all()  # identical weights: not evaluated, 0 exactly
     assert sorted(set(c.step)) == [S, 8, 11, 12, T] and (c.barrier >= 0).all() and c.barrier.notna().all()
@@ -49,7 +50,9 @@ def test_measures_table_shape_and_invariants(design):
     assert np.allclose(p[p.alpha.isin([0, 1])].rise, 0, atol=1e-12)
     tc = pd.read_parquet(design / "run" / "timecourse.parquet")
     assert (tc[tc.step < S]["diff"] == 0).all() and (tc[(tc.step == S) & tc.condition.isin(TEXTED)]["diff"] != 0).all()
-    assert (tc[(tc.step == S) & (tc.condition == "matched-noise")]["diff"] != 0).all()  # the weights moved before step s's loss
+    assert (tc[(tc.step == S) & (tc.condition == "weight-kick")]["diff"] != 0).all()  # the weights moved before step s's loss
+    grad = tc[tc.condition == "matched-gradient"]  # the gradient moved: step s's loss is the twin's, the next one is not
+    assert (grad[grad.step <= S]["diff"] == 0).all() and (grad[grad.step == S + 1]["diff"] != 0).all()
 
 
 def test_the_cross_passage_matrix(design):
@@ -78,7 +81,8 @@ def test_measures_match_independent_computation(design):
     row = m.loc[("injected", 1, "fluent-attested")]
     assert row.distance == pytest.approx(float((flat(a) - flat(b)).norm()), rel=1e-9)
     corpus = load(design / "corpus")
-    x, y = get_batch(corpus.heldout, 0, 0, 8, 128)  # measure.seed = 0, heldout_rows = 8
+    evaluated = corpus.heldout[: len(corpus.heldout) - 32 * 129]  # before the reserved slice: 32 rows of 129 tokens
+    x, y = get_batch(evaluated, 0, 0, 8, 128)  # measure.seed = 0, heldout_rows = 8
     model = GPT(PRESETS["mini"].model_copy(update={"vocab_size": corpus.vocab_size, "block_size": 128}))
     model.load_state_dict(a)
     with torch.no_grad():

@@ -26,7 +26,21 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
     assert ("| end − 0.5 × s + 50 (mean d) | 95% upper bound of mean d | p (one-sided paired t) "
             "| p (one-sided exact sign-flip; its floor) | MDE (80%, one-sided t) | verdict |") in text
     assert "; end − 0.5 × s + 50 effect, per seed: mean " in text and "(sign-flip; ≥ 0.25): **" in text  # 2 seeds: floor 1/4
-    assert "TOST" not in text and "vs margin ±" not in text  # the old equivalence test is gone from the report
+    assert "vs margin ±" not in text and "TOST" not in text[text.index("## Learned, then lost?"):]  # "lost" has no TOST
+    # is it the passage? the ordinary rows as a distribution, equivalence by a TOST with the pre-registered margin,
+    # and every p-value of the section counted (the count in the text is the rows tested) and Holm-corrected
+    from seedlab.twins import stats
+    from seedlab.twins.rundir import Measured
+
+    s = stats.summarize(Measured.read(run))
+    f = s.null_family
+    assert f.tests == len(s.nulls) + f.equivalence and f.checkpoint > 0 and f.equivalence > 0
+    said = (f"{f.tests} tests in this section: {f.end} difference tests at the end, {f.checkpoint} at the checkpoints, "
+            f"and {f.equivalence} equivalence tests (TOST) against the ordinary rows.")
+    assert said in text and f"as one family of {f.tests}" in text and f"Holm over the section's {f.tests} tests" in text
+    assert "**The ordinary rows as a distribution.**" in text and "| p (TOST, Holm) | verdict |" in text
+    assert "| p (paired t, Holm) | p (exact sign-flip; its floor) | p (sign-flip, Holm) |" in text
+    assert "within ±0.25 × the ordinary rows' own effect" in text and "matched-noise" not in text
     assert "Precision fp32." in text  # the run's precision, said once in the intro
     assert "not that it is zero" in text and "H1: mean d < 0" in text
     # the time course: the peak / trough ratio under both windows, in the headline and its own table
@@ -92,3 +106,17 @@ def test_a_run_started_before_a_setting_existed_resumes_and_reports_it(design, t
     assert rc == 0, err
     assert seedlab_cli("twins", "report", str(run))[0] == 0
     assert "used at their defaults: equivalence_frac." in (run / "report.md").read_text()
+
+
+def test_a_run_preregistered_without_a_margin_shows_no_equivalence(design, tmp_path, seedlab_cli):
+    """preregistration.json written before measure.ordinary_margin existed: the report says "not shown", never
+    "equivalent", and counts no equivalence test."""
+    run = copy_run(design, tmp_path)
+    rec = json.loads((run / "preregistration.json").read_text())
+    rec["measure"].pop("ordinary_margin")
+    rec["hash"] = content_hash({"outcomes": rec["outcomes"], "measure": rec["measure"]})
+    (run / "preregistration.json").write_text(json.dumps(rec))
+    assert seedlab_cli("twins", "report", str(run))[0] == 0
+    text = (run / "report.md").read_text()
+    assert "**not shown**: the pre-registration holds no margin" in text and "no equivalence test (no margin pre-registered)" in text
+    assert "not shown (no margin pre-registered)" in text and "equivalent within" not in text

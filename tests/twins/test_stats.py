@@ -222,9 +222,13 @@ def test_summary_computes_each_number_once_from_the_measured_files(design):
     w = s.windows[s.windows.condition.isin(fl.condition)]
     assert s.headline.peak_ratios == [(int(k), g.peak_over_trough.mean()) for k, g in w.groupby("window", sort=False)]
     assert [k for k, _ in s.headline.peak_ratios] == [d.settings.smooth_steps, d.settings.smooth_steps_alt]
-    end = s.nulls[s.nulls.step == s.nulls.step.max()]
-    assert sum(v.tests for v in s.null_verdicts) == s.null_tests == len(end)
-    assert sum(len(v.differ) for v in s.null_verdicts) == int((end.p_t < stats.ALPHA).sum())
+    end = s.nulls[s.nulls.kind == "end"]
+    assert sum(v.tests for v in s.null_verdicts) == s.null_family.end == len(end)
+    assert s.null_family.checkpoint == int((s.nulls.kind == "checkpoint").sum()) > 0
+    assert s.ordinary_margin == 0.25 and s.null_family.equivalence == int(end.tost_equivalent.notna().sum()) > 0
+    assert s.null_family.tests == len(s.nulls) + s.null_family.equivalence  # every p-value of the table, counted
+    assert sum(len(v.differ) for v in s.null_verdicts) == int((end.p_t_holm < stats.ALPHA).sum())
+    assert set(s.nulls.null) == set(stats.NULL_CONDITIONS)  # the ordinary rows as one null: their distribution
     assert (s.comp.gain == -s.comp["diff"]).all() and s.last_before == d.steps["injection"] - 1
     assert set(s.matrix) == {d.steps["s50"], d.steps["final"]} and s.gradmatch is None
 
@@ -244,3 +248,108 @@ def test_what_the_figures_draw_on_hand_made_tables():
     assert bc.course.step.tolist() == [S, 20] and bc.course["mean"].tolist() == pytest.approx([0.0, 0.2])
     assert stats.barrier_course(ck.drop(columns="barrier"), m) is None
     assert stats.distance_fraction_course(ck).frac.tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+# --------------------------------------------------------------------------- is it the passage? (issue 32)
+
+EIGHT = np.array([0.03, -0.02, 0.01, -0.04, 0.02, -0.01, 0.04, -0.03])  # per-seed noise, mean 0
+
+
+def test_holm_on_a_known_vector():
+    """Holm's step-down: sorted p × (m, m − 1, ...), made monotone, capped at 1, back in the given order; a NaN
+    p counts in the family (as 1) and stays NaN."""
+    p = [0.01, 0.04, 0.03, 0.005]  # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 → 0.06 (monotone)
+    assert stats.holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.6, 0.01]) == pytest.approx([0.6, 0.02])
+    out = stats.holm([0.01, np.nan, 0.02])  # m = 3
+    assert out[0] == pytest.approx(0.03) and np.isnan(out[1]) and out[2] == pytest.approx(0.04)
+
+
+def test_a_passage_within_the_margin_of_the_ordinary_rows_is_equivalent():
+    """Passage = the ordinary rows' mean ± 1% seed by seed, margin 25% of their effect: the TOST shows it; with a
+    constant scale it is statsmodels-style paired TOST against a fixed bound (seedlab.stats.tost_paired)."""
+    ordinary = 1.0 + EIGHT
+    passage = ordinary * (1 + EIGHT[::-1] / 3)
+    r = stats.ordinary_tost(passage, ordinary, np.abs(ordinary), 0.25)
+    assert r["tost_equivalent"] is True and r["tost_p"] < 1e-4 and r["tost_n"] == 8
+    assert r["tost_bound"] == pytest.approx(0.25 * ordinary.mean())
+    fixed = stats.ordinary_tost(passage, ordinary, np.ones(8), 0.25)
+    ref = tost_paired(passage, ordinary, 0.25)
+    assert fixed["tost_p"] == pytest.approx(ref["p"]) and fixed["tost_p_low"] == pytest.approx(ref["p_low"])
+    assert fixed["tost_p_high"] == pytest.approx(ref["p_high"])
+
+
+def test_a_real_difference_is_not_equivalent_and_no_margin_is_no_test():
+    ordinary = 1.0 + EIGHT
+    r = stats.ordinary_tost(1.6 * ordinary, ordinary, np.abs(ordinary), 0.25)  # 60% above: outside ±25%
+    assert r["tost_equivalent"] is False and r["tost_p"] > 0.5
+    none = stats.ordinary_tost(ordinary, ordinary, np.abs(ordinary), None)
+    assert none["tost_equivalent"] is None and np.isnan(none["tost_p"])  # nothing tested: "not shown"
+
+
+def test_the_rank_among_the_ordinary_rows():
+    o = pd.DataFrame({"ordinary-row.0": [1.0, 1.0, 1.0], "ordinary-row.1": [2.0, 2.0, 2.0], "ordinary-row.2": [3.0, 3.0, 3.0]})
+    r = stats.ordinary_rank(pd.Series([4.0, 0.0, 2.0]), o)  # above all, below all, tied with the middle one
+    assert r["rank_k"] == 3 and r["rank_expected"] == 2.5 and r["above_all"] == 1 and r["below_all"] == 1
+    assert r["rank_mean"] == pytest.approx((4 + 1 + 2.5) / 3)
+
+
+def _null_frames(effect: float, k: int = 4, seeds: int = 8, nulls=("matched-gradient", "weight-kick", "nudge")):
+    """measures, checkpoints and time course of one passage, ``k`` ordinary rows and ``nulls``: every ordinary row's
+    measures 1 ± noise (the CKA 0.9), the passage's × ``effect``; one checkpoint between s = 10 and the end, 30."""
+    rng = np.random.default_rng(0)
+    rows, cks, tcs = [], [], []
+    conds = [("fluent-fabricated", effect)] + [(f"ordinary-row.{i}", 1.0) for i in range(k)] + [(n, 0.5) for n in nulls]
+    for seed in range(seeds):
+        for c, e in conds:
+            v = lambda e=e: e * (1 + 0.05 * rng.normal())
+            rows.append({"kind": "injected", "seed": seed, "condition": c, "step": 30, "barrier": v(), "rise_mid": v(),
+                         "heldout_ce_diff": v(), "distance": v(), "cka.blocks.0": 1 - 0.1 * v()})
+            cks.append({"seed": seed, "condition": c, "step": 20, "barrier": v(), "distance": v()})
+            tcs += [{"seed": seed, "condition": c, "step": t, "diff": v()} for t in (11, 12)]
+    return pd.DataFrame(rows), pd.DataFrame(cks), pd.DataFrame(tcs)
+
+
+@pytest.mark.parametrize("margin", [0.25, None])
+def test_the_table_counts_and_corrects_every_p_value_it_tests(margin):
+    """One passage against the ordinary rows (their mean: one null), gradient noise, a weight kick and a nudge:
+    6 measures at the end and 2 at the one checkpoint per null, plus one TOST per end measure against the
+    ordinary rows when a margin is given; the family is every one of them and Holm runs over exactly it."""
+    m, ck, tc = _null_frames(effect=1.0)
+    nulls = stats.null_contrasts(m, ck, tc, {}, 10, margin=margin)
+    f = stats.null_family(nulls)
+    assert (f.end, f.checkpoint) == (4 * 6, 4 * 2) and f.perm == 32
+    assert f.equivalence == (6 if margin else 0) and f.tests == 32 + f.equivalence
+    assert set(nulls.null) == set(stats.NULL_CONDITIONS) and (nulls.kind == "end").sum() == 24
+    tested = nulls.tost_equivalent.notna()
+    family = np.concatenate([nulls.p_t.to_numpy(), nulls.tost_p[tested].to_numpy()])
+    assert len(family) == f.tests
+    assert nulls.p_t_holm.to_numpy() == pytest.approx(stats.holm(family)[: len(nulls)])
+    assert nulls.p_perm_holm.to_numpy() == pytest.approx(stats.holm(nulls.p_perm.to_numpy()))
+    assert (nulls.p_t_holm >= nulls.p_t).all()
+    o = nulls[(nulls.null == stats.ORDINARY_ROWS) & (nulls.kind == "end")]
+    assert (o.rank_k == 4).all() and (o.n == 8).all()
+    if margin:  # the passage is one more ordinary row: equal within ±25% on every end measure, after Holm
+        assert o.equivalent.map(lambda v: v is True).all() and not o.differs.any()
+    else:
+        assert o.equivalent.isna().all() and o.tost_p.isna().all()
+
+
+def test_a_passage_unlike_the_ordinary_rows_differs_and_is_not_equivalent():
+    m, ck, tc = _null_frames(effect=2.0)
+    nulls = stats.null_contrasts(m, ck, tc, {}, 10, margin=0.25)
+    o = nulls[(nulls.null == stats.ORDINARY_ROWS) & (nulls.kind == "end")].set_index("measure")
+    assert o.loc["distance", "differs"] and o.loc["distance", "equivalent"] is False
+    assert o.loc["distance", "above_all"] == 8 and o.loc["distance", "rank_mean"] == 5.0  # above all 4 rows, every seed
+    verdicts, seeds, family = stats.null_answer(nulls)
+    assert seeds == 8 and family == stats.null_family(nulls)
+    vo = next(v for v in verdicts if v.null == stats.ORDINARY_ROWS)
+    assert vo.tests == 6 and len(vo.equivalent) == 0 and "distance" in set(vo.differ.measure)
+
+
+def test_runs_measured_before_issue_32_read_under_todays_names():
+    m = pd.DataFrame({"condition": ["matched-noise", "ordinary-row", "nudge"], "text": ["ordinary-row", "x", "y"]})
+    out = stats.with_current_names(m)
+    assert out.condition.tolist() == ["weight-kick", "ordinary-row.0", "nudge"] and out.text.tolist()[0] == "ordinary-row.0"
+    assert stats.ordinary_margin(None) is None and stats.ordinary_margin({"measure": {}}) is None  # not pre-registered
+    assert stats.ordinary_margin({"measure": {"ordinary_margin": 0.1}}) == 0.1

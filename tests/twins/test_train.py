@@ -34,7 +34,8 @@ def test_identical_before_injection_and_different_after(setup, tmp_path):
     base, cfg = setup
     losses = run_twins(parse(TwinsConfig, cfg), tmp_path, base=base, progress=False)
     twin = _manifest(tmp_path, 3, "twin")
-    for cond in ("fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-noise"):
+    for cond in ("fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row.0", "ordinary-row.3", "nudge",
+                 "matched-gradient", "weight-kick"):
         m = _manifest(tmp_path, 3, cond)
         assert m["8"] == twin["8"]  # every tensor's SHA-256 equal at the injection step
         assert m["12"] != twin["12"] and m["24"] != twin["24"]  # the injected row changed the run
@@ -47,31 +48,39 @@ def test_identical_before_injection_and_different_after(setup, tmp_path):
 
 
 def test_the_null_arms_are_what_they_say(setup, tmp_path):
-    """ordinary-row: a held-out stretch as long as the fabricated passage, in the injected row only;
-    nudge: one element one ulp up at s (bitwise the twin at s, different after); matched-noise: the
-    weights moved at s by the norm of the fabricated passage's own update difference from this θ_s."""
-    import random
-
+    """ordinary-row: K arms, each a different held-out stretch of the reserved slice as long as the fabricated
+    passage, in the injected row only; nudge: one element one ulp up at s (bitwise the twin at s, different after);
+    matched-gradient: the raw gradient of s gains a random direction as long as the fabricated passage's own
+    batch-gradient difference at θ_s (the twin's weights at s, different after); weight-kick: the same direction
+    in the weights at s, as long as the fabricated passage's update difference from this θ_s."""
     from seedlab.corpus import load
     from seedlab.forks.prefix import SharedPrefix
+    from seedlab.lm.batches import get_batch
+    from seedlab.lm.gradients import gradient_delta
     from seedlab.lm.trainer import Trainer
+    from seedlab.twins.heldout import ordinary_ranges
     from seedlab.twins.train import conditions, load_inputs
 
     base, raw = setup
-    cfg = parse(TwinsConfig, raw | {"steps": 12, "keep": ["prefix"],
-                                    "conditions": ["twin", "fluent-fabricated", "ordinary-row", "nudge", "matched-noise"]})
+    cfg = parse(TwinsConfig, raw | {"steps": 12, "keep": ["prefix"], "nulls": {"ordinary_rows": 3},
+                                    "conditions": ["twin", "fluent-fabricated", "ordinary-row", "nudge", "matched-gradient",
+                                                   "weight-kick"]})
     run_twins(cfg, tmp_path, base=base, progress=False)
     corpus, gcfg, passages, _ = load_inputs(cfg, base, World())
     held, n = load(cfg.corpus).heldout, len(passages["fluent-fabricated"])
-    start = random.Random(cfg.nulls.ordinary_row_seed).randrange(len(held) - n)
-    assert passages["ordinary-row"] == held[start : start + n].tolist()  # an ordinary row of the held-out text
+    ranges = ordinary_ranges(len(held), gcfg.block_size, n, 3, cfg.nulls.ordinary_row_seed)
+    names = ["ordinary-row.0", "ordinary-row.1", "ordinary-row.2"]
+    assert [passages[k] for k in names] == [held[r.start:r.stop].tolist() for r in ranges]  # held-out text, K stretches
+    assert len({tuple(passages[k]) for k in names}) == 3 and len({r.start for r in ranges}) == 3  # each a different one
     arms = {a.name: a for a in conditions(cfg, passages, corpus.eot_id)}
-    assert arms["ordinary-row"].injections == {(8, 0): passages["ordinary-row"]}  # the injected row, at s, only
+    assert list(arms) == ["twin", "fluent-fabricated", *names, "nudge", "matched-gradient", "weight-kick"]
+    for k in names:
+        assert arms[k].injections == {(8, 0): passages[k]}  # the injected row, at s, only
     twin, integrity = _manifest(tmp_path, 3, "twin"), json.loads((tmp_path / "integrity.json").read_text())
     done = integrity["seeds"]["3"]["perturbations"]
-    for null in ("nudge", "matched-noise"):
+    for null in ("nudge", "matched-gradient", "weight-kick"):
         m = _manifest(tmp_path, 3, null)
-        assert m["8"] == twin["8"] and m["12"] != twin["12"]  # the twin at s (before the update), different after
+        assert m["8"] == twin["8"] and m["10"] != twin["10"]  # the twin at s (before the update), different after
         assert done[null] == json.loads((tmp_path / "seed-3" / null / "perturbation.json").read_text())
     prefix, _ = SharedPrefix(tmp_path / "seed-3" / "prefix.safetensors", lambda: Trainer(cfg, gcfg, 3, corpus.train), 8).kept()
     w = prefix.weights()["blocks.0.ln_1.weight"].reshape(-1)[0]
@@ -82,8 +91,36 @@ def test_the_null_arms_are_what_they_say(setup, tmp_path):
     b.advance()
     pairs = zip(a.model.parameters(), b.model.parameters())
     size = float(torch.sqrt(sum(((x.detach() - y.detach()).double() ** 2).sum() for x, y in pairs)))
-    assert done["matched-noise"]["norm"] == pytest.approx(size, rel=1e-6)  # the fabricated update difference's norm
-    assert done["matched-noise"]["moved"] == pytest.approx(size, rel=1e-4)  # what the float32 weights actually moved
+    assert done["weight-kick"]["norm"] == pytest.approx(size, rel=1e-6)  # the fabricated update difference's norm
+    assert done["weight-kick"]["moved"] == pytest.approx(size, rel=1e-4)  # what the float32 weights actually moved
+    # matched-gradient: the fabricated passage's batch-gradient difference at θ_s, computed another way (one row's
+    # gradients, lm/gradients.py), is the recorded norm, and the delta added has it
+    x, y = get_batch(corpus.train, 3, 8, cfg.batch_size, gcfg.block_size)
+    fab = gradient_delta(prefix.model, x, y, 0, passages["fluent-fabricated"], corpus.eot_id)
+    g = done["matched-gradient"]
+    assert g["channel"] == "gradient" and g["like"] == "fluent-fabricated" and g["step"] == 8
+    assert g["like_norm"] == pytest.approx(fab.norm, rel=1e-4) and g["norm"] == pytest.approx(g["like_norm"], rel=1e-6)
+    assert "moved" not in g  # the weights did not move at s: the update did
+
+
+def test_one_ordinary_row_and_too_many(setup, tmp_path):
+    """nulls.ordinary_rows: 1 is one arm, ordinary-row.0 (a single row, not a distribution); more rows than the
+    reserved slice holds are refused in one line, before anything is written."""
+    from seedlab.twins.heldout import RESERVED_ROWS
+    from seedlab.twins.train import conditions, load_inputs
+
+    base, raw = setup
+    one = parse(TwinsConfig, raw | {"nulls": {"ordinary_rows": 1}, "conditions": ["twin", "fluent-fabricated", "ordinary-row"]})
+    assert one.arm_names == ["twin", "fluent-fabricated", "ordinary-row.0"]
+    corpus, _, passages, _ = load_inputs(one, base, World())
+    assert [a.name for a in conditions(one, passages, corpus.eot_id)] == one.arm_names
+    n = len(passages["fluent-fabricated"])
+    slots = RESERVED_ROWS * (128 + 1) // n
+    many = parse(TwinsConfig, raw | {"nulls": {"ordinary_rows": slots + 1}})
+    with pytest.raises(SeedlabError, match=rf"^nulls.ordinary_rows: {slots + 1} ordinary rows of {n} tokens do not fit the "
+                                           rf"held-out split's reserved slice \({RESERVED_ROWS * 129} tokens: at most {slots};"):
+        run_twins(many, tmp_path / "o", base=base, progress=False)
+    assert not (tmp_path / "o").exists()
 
 
 def test_independent_audit_reproduces_the_forked_runs_bitwise(setup, tmp_path):
@@ -99,6 +136,8 @@ def test_independent_audit_reproduces_the_forked_runs_bitwise(setup, tmp_path):
     [
         ({"injection_step": 24}, "error: injection_step: must be inside the run"),
         ({"conditions": ["twin", "fluent-fake"]}, "error: conditions: must be among"),
+        ({"conditions": ["twin", "fluent-fabricated", "matched-noise"]},
+         "error: conditions: 'matched-noise' is no longer a condition (issue 32): name 'matched-gradient'"),
         ({"block_size": 32}, "error: passages.fluent-fabricated: 86 tokens do not fit a row of block_size+1 = 33"),
     ],
 )

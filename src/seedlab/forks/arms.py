@@ -11,9 +11,14 @@ A fork design trains, per seed, a shared prefix to the fork step s and then one 
   (``weights={(t, r): w}``): the batch's loss is (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_r + w·ℓ_passage)/N, so
   w = 1 is the plain replacement (bit for bit) and w → 0 the infinitesimal one (lm/trainer.py
   ``Trainer.backward``); the size axis of a single row at a fixed trajectory;
-- a **perturbation** arm: at step s the weights move by a given delta (``{tensor: delta}``, or a
-  function of the run's trainer then) just before that step's update, after its record (so the
-  arm is bitwise the twin up to and at s).
+- a **perturbation** arm: at step s something moves by a given delta (``{tensor: delta}``, or a
+  function of the run's trainer then), in one of two channels (``Perturbation.channel``):
+  ``"weights"``: the weights, just before that step's update, after its record (so the arm is bitwise
+  the twin up to and at s; the weight kick :func:`weight_kick`, the one-ulp :func:`nudge`);
+  ``"gradient"``: the raw batch gradient of step s, where a row's own gradient difference enters it
+  (lm/trainer.py ``Trainer.backward``: after the backward and the weighted rows, before the sum over
+  ranks, the clip and AdamW), so it passes through the clip and both AdamW moments exactly as a row does
+  (:func:`matched_gradient`); the weights are the twin's through s and differ from s + 1 on.
 
 :func:`check_arms` refuses, in one line, an arm that cannot run: a name that is not a folder name
 or is used twice, an injection before the fork or after the end or into a row the batch does not
@@ -35,16 +40,28 @@ from seedlab.errors import SeedlabError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
+#: where a perturbation acts (module doc): the weights before the step's update, or the step's raw gradient
+CHANNELS = ("weights", "gradient")
+
+
 @dataclass(frozen=True)
 class Perturbation:
-    """The weights moved by ``delta`` ({state_dict key: tensor of the same shape}) at ``step``, just
-    before that step's update. ``delta`` may also be a function of the run's trainer at that step
-    (``trainer -> {key: tensor}``: a nudge of one ulp, noise scaled to a measured norm), computed when
-    it is due. ``what`` says what it is, for the records."""
+    """``delta`` ({state_dict key: tensor of the same shape}) at ``step``, in ``channel``: ``"weights"``,
+    the weights move by it just before that step's update; ``"gradient"``, it is added to that step's raw
+    batch gradient before clipping (keys: the model's parameters). ``delta`` may also be a function of the
+    run's trainer at that step (``trainer -> {key: tensor}``, or ``-> ({key: tensor}, {more of the record})``:
+    a nudge of one ulp, noise scaled to a measured norm), computed when it is due. ``what`` says what it is,
+    for the records."""
 
     step: int
-    delta: Mapping[str, torch.Tensor] | Callable[..., Mapping[str, torch.Tensor]]
+    delta: Mapping[str, torch.Tensor] | Callable[..., Mapping[str, torch.Tensor] | tuple[Mapping[str, torch.Tensor], dict]]
     what: str = "perturbation"
+    channel: str = "weights"
+
+    def due(self, trainer) -> tuple[Mapping[str, torch.Tensor], dict]:
+        """The delta at this step (computed now when it is a function of the trainer) and what the record gains."""
+        out = self.delta(trainer) if callable(self.delta) else self.delta
+        return out if isinstance(out, tuple) else (out, {})
 
 
 def _norm(tensors) -> float:
@@ -76,15 +93,16 @@ class Arm:
         return w or None
 
     def perturb(self, trainer, step: int) -> dict | None:
-        """Apply the perturbation if it is due at ``step`` to ``trainer``'s model (in place, exactly:
-        ``w += delta``); returns what was done (None: nothing due): the delta's norm, how far the
-        weights actually moved (float32 rounding), and the SHA-256 of every delta tensor."""
+        """Apply a weights-channel perturbation if it is due at ``step`` to ``trainer``'s model (in place,
+        exactly: ``w += delta``); returns what was done (None: nothing due, or a gradient-channel one:
+        :meth:`gradient_delta`): the delta's norm, how far the weights actually moved (float32 rounding),
+        and the SHA-256 of every delta tensor."""
         from seedlab.store import tensor_hashes
 
         p = self.perturbation
-        if p is None or p.step != step:
+        if p is None or p.step != step or p.channel != "weights":
             return None
-        delta = p.delta(trainer) if callable(p.delta) else p.delta
+        delta, more = p.due(trainer)
         state = trainer.model.state_dict()
         bad = [k for k, d in delta.items() if k not in state or tuple(state[k].shape) != tuple(d.shape)]
         if bad:
@@ -94,7 +112,28 @@ class Arm:
             for name, d in delta.items():
                 state[name].add_(d.to(state[name].device, state[name].dtype))
         return {"step": step, "what": p.what, "norm": _norm(delta.values()),
-                "moved": _norm(state[k].detach() - before[k] for k in delta), "sha256": tensor_hashes(delta)}
+                "moved": _norm(state[k].detach() - before[k] for k in delta), "sha256": tensor_hashes(delta)} | more
+
+    def gradient_delta(self, trainer, step: int) -> tuple[list[torch.Tensor], dict] | None:
+        """A gradient-channel perturbation due at ``step``, for ``trainer`` at θ_step (None: nothing due, or a
+        weights-channel one: :meth:`perturb`): one tensor per parameter in ``trainer.params``' order (zeros
+        where the delta names none), for ``Trainer.advance(grad_delta=...)`` or ``Stack.advance``, and the
+        record: the channel, the delta's norm and the SHA-256 of every delta tensor (and what the delta's
+        function adds). Nothing is applied here; the weights and the optimizer are untouched."""
+        from seedlab.store import tensor_hashes
+
+        p = self.perturbation
+        if p is None or p.step != step or p.channel != "gradient":
+            return None
+        delta, more = p.due(trainer)
+        params = dict(trainer.model.named_parameters())
+        bad = [k for k, d in delta.items() if k not in params or tuple(params[k].shape) != tuple(d.shape)]
+        if bad:
+            raise SeedlabError(f"arm {self.name}: a gradient delta for {bad[0]!r} that the model has no parameter of that shape for")
+        out = [delta[k].detach() if k in delta else torch.zeros_like(q) for k, q in params.items()]
+        record = {"step": step, "what": p.what, "channel": "gradient", "norm": _norm(delta.values()),
+                  "sha256": tensor_hashes(dict(delta))}
+        return out, record | more
 
     def record(self) -> dict:
         """JSON: what differs (each injection's step, row, length and the SHA-256 of its tokens)."""
@@ -102,7 +141,8 @@ class Arm:
                | ({"weight": float(self.weights[t, r])} if float(self.weights.get((t, r), 1.0)) != 1.0 else {})
                for (t, r), ids in sorted(self.injections.items())]
         p = self.perturbation
-        return {"name": self.name, "injections": inj, "perturbation": None if p is None else {"step": p.step, "what": p.what}}
+        return {"name": self.name, "injections": inj, "perturbation": None if p is None else
+                {"step": p.step, "what": p.what} | ({"channel": p.channel} if p.channel != "weights" else {})}
 
 
 #: the run every other arm is compared with
@@ -130,23 +170,72 @@ def nudge(name: str, step: int, tensor: str, index: int) -> Arm:
     return Arm(name, perturbation=Perturbation(step, delta, f"one ulp of {tensor}[{index}]"))
 
 
-def matched_noise(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> Arm:
-    """Same size, no content: at ``step`` the weights move in a random direction (normal in every
-    parameter, from ``seed`` and the run's training seed) by exactly the norm of ``like``'s own update
-    difference there — ‖θ_{s+1}(like) − θ_{s+1}(twin)‖, both updates taken from this run's θ_s."""
+def _direction(trainer, seed: int, size: float) -> dict[str, torch.Tensor]:
+    """A random direction of norm ``size``: standard normal in every parameter (float64, from ``seed`` and the
+    run's training seed, in ``named_parameters()`` order), scaled, then cast to each parameter's dtype."""
+    params = dict(trainer.model.named_parameters())
+    g = torch.Generator().manual_seed(seed * 1_000_003 + trainer.seed)
+    direction = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in params.items()}
+    scale = size / _norm(direction.values())
+    return {k: (d * scale).to(params[k].dtype) for k, d in direction.items()}
 
-    def delta(trainer) -> dict[str, torch.Tensor]:
+
+def weight_kick(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> Arm:
+    """Same size, no content, once: at ``step`` the weights move in a random direction (normal in every
+    parameter, from ``seed`` and the run's training seed) by exactly the norm of ``like``'s own update
+    difference there — ‖θ_{s+1}(like) − θ_{s+1}(twin)‖, both updates taken from this run's θ_s. It moves
+    the weights only, not AdamW's moments: a row's impulse keeps moving the weights for ~1/(1 − β₁) more
+    updates through the first moment, this one does not (:func:`matched_gradient` does). Was ``matched_noise``."""
+
+    def delta(trainer) -> tuple[dict[str, torch.Tensor], dict]:
         a, b = trainer.fork(), trainer.fork()
         a.advance(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
         b.advance(None, pad_id=pad_id)
         pa, pb = dict(a.model.named_parameters()), dict(b.model.named_parameters())
         size = _norm(pa[k].detach() - pb[k].detach() for k in pa)
-        g = torch.Generator().manual_seed(seed * 1_000_003 + trainer.seed)
-        direction = {k: torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in pa.items()}
-        scale = size / _norm(direction.values())
-        return {k: (d * scale).to(pa[k].dtype) for k, d in direction.items()}
+        return _direction(trainer, seed, size), {"like": like.name}
 
     return Arm(name, perturbation=Perturbation(step, delta, f"random direction, the norm of {like.name}'s update difference"))
+
+
+def batch_gradient_difference(trainer, like: Arm, step: int, pad_id: int = 0) -> float:
+    """‖∇L_batch(``like``'s rows at ``step``) − ∇L_batch(ordinary batch)‖ at ``trainer``'s θ (float64 norm of
+    the raw float32 gradients, before clipping, summed over ranks: what the row adds to the gradient where
+    it enters, lm/trainer.py ``Trainer.backward``). Leaves the weights and the optimizer untouched (only
+    ``.grad``, which the next update replaces) and the global random state as it was."""
+    devices = [trainer.device] if trainer.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # a forward that drew from it (dropout) leaves no trace
+        trainer.backward(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
+        with_row = [q.grad.detach().clone() for q in trainer.params]
+        trainer.backward(None, pad_id=pad_id)
+        size = _norm(a.double() - q.grad.detach().double() for a, q in zip(with_row, trainer.params))
+    trainer.opt.zero_grad(set_to_none=True)
+    return size
+
+
+def matched_gradient(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> Arm:
+    """Same size, no content, through every channel a row acts through: no row changes; at ``step`` a random
+    direction (normal in every parameter, from ``seed`` and the run's training seed: the same direction as
+    :func:`weight_kick`'s with that seed) is added to the raw batch gradient before clipping, scaled to the
+    norm of ``like``'s own batch-gradient difference there (:func:`batch_gradient_difference`, at this run's
+    θ_s). It then passes through the clip, AdamW's first and second moments and every later update exactly
+    as a row's gradient does. The record holds that norm (``like_norm``) beside the delta's own (``norm``), and
+    what each does to the update of s: ‖θ_{s+1}(this arm) − θ_{s+1}(twin)‖ (``update_norm``) and ‖θ_{s+1}(like) −
+    θ_{s+1}(twin)‖ (``like_update_norm``, the weight kick's size), from forks of this θ_s: AdamW normalizes each
+    coordinate by its second moment, so a gradient matched in norm need not be matched in update size."""
+
+    def delta(trainer) -> tuple[dict[str, torch.Tensor], dict]:
+        size = batch_gradient_difference(trainer, like, step, pad_id)
+        d = _direction(trainer, seed, size)
+        kicked, passage, twin = trainer.fork(), trainer.fork(), trainer.fork()
+        kicked.advance(None, pad_id=pad_id, grad_delta=[d[k] for k, _ in kicked.model.named_parameters()])
+        passage.advance(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
+        twin.advance(None, pad_id=pad_id)
+        apart = lambda a: _norm(x.detach() - y.detach() for x, y in zip(a.params, twin.params))
+        return d, {"like": like.name, "like_norm": size, "update_norm": apart(kicked), "like_update_norm": apart(passage)}
+
+    return Arm(name, perturbation=Perturbation(
+        step, delta, f"random gradient direction, the norm of {like.name}'s batch-gradient difference", channel="gradient"))
 
 
 def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, block_size: int,
@@ -177,6 +266,8 @@ def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, blo
                 raise SeedlabError(f"arm {arm.name}: a row's loss weight must lie in (0, 1] (1: the plain swap), got {w!r}")
         p = arm.perturbation
         if p is not None:
+            if p.channel not in CHANNELS:
+                raise SeedlabError(f"arm {arm.name}: a perturbation's channel is one of {', '.join(CHANNELS)}, got {p.channel!r}")
             if not fork <= p.step < end:
                 raise SeedlabError(f"arm {arm.name}: perturbs at step {p.step}, outside the forked run ({fork} .. {end - 1})")
             for name, d in ({} if callable(p.delta) else p.delta).items():  # a computed delta: checked when due

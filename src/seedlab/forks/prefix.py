@@ -4,8 +4,8 @@
   file) and kept; :meth:`~SharedPrefix.fork` hands out independent copies at step s.
 - :func:`read_prefix` — a kept prefix's state file read back into a trainer, at the step it must hold.
 - :func:`advance_to` — a run from wherever it stands to a given update, trained as an
-  :class:`~seedlab.forks.arms.Arm` says (rows of some batches replaced, the weights perturbed at
-  one step), and a callback at chosen steps (write a checkpoint, hash the weights, evaluate queries).
+  :class:`~seedlab.forks.arms.Arm` says (rows of some batches replaced, the weights or the gradient
+  perturbed at one step), and a callback at chosen steps (write a checkpoint, hash the weights, evaluate queries).
 - :func:`replica_control` — a run trained again from the same start must be bitwise equal to
   the first at every step whose hashes were recorded, or a one-line error stops everything.
 - :func:`first_difference` / :func:`check_identical` — compare ``{tensor: SHA-256}`` records.
@@ -86,7 +86,8 @@ def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, 
     ``losses`` when given).
 
     The batch of step t carries ``arm``'s rows for t (padded with ``pad_id``), every other batch is
-    the ordinary one; ``arm``'s perturbation moves the weights just before the update of its step.
+    the ordinary one; ``arm``'s perturbation moves the weights just before the update of its step, or
+    (its gradient channel) is added to that update's raw gradient before clipping.
     ``visit(trainer)`` is called whenever ``trainer.step`` is in ``stops`` — at the start too,
     before any update (and before a perturbation at that step) — with the weights after that many
     updates; ``on_step()`` after every update; ``perturbed(record)`` after the arm's perturbation."""
@@ -97,9 +98,13 @@ def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, 
         if trainer.step >= end:
             return losses
         done = arm.perturb(trainer, trainer.step)
+        kick = arm.gradient_delta(trainer, trainer.step)
+        if kick is not None:
+            done = kick[1]
         if done is not None and perturbed is not None:
             perturbed(done)
-        losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id, weights=arm.weights_at(trainer.step)))
+        losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id, weights=arm.weights_at(trainer.step),
+                                      grad_delta=None if kick is None else kick[0]))
         if on_step is not None:
             on_step()
 

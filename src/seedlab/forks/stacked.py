@@ -4,7 +4,8 @@
     runs = the design's (seed, arm) in order      a replica seed's twin opens a stack; its replica closes it (another position)
     for each stack of arm_batch runs:             every run forked from its seed's prefix (or resumed where it stopped)
         at every step, for each run:              its records (hashes, checkpoint, state, the observer's visit),
-                                                  its perturbation, then one update of the whole stack
+                                                  its perturbation (of the weights, or of the gradient: added
+                                                  inside the stack's update), then one update of the whole stack
         the replica                               bitwise its twin at every recorded step, or a one-line error
         each run finished, in the design's order  losses, manifest, the observer's record, the done marker
     the solo check                                the first twin trained here, again alone, to its first recorded step after s:
@@ -273,15 +274,21 @@ class _Loop:
                 self._visit(stack, i, r, t)
             if t >= end:
                 return
+            kicks: list = [None] * len(runs)  # gradient-channel perturbations due now, per run
             for i, r in enumerate(runs):
                 if not r.replica and r.arm.perturbation is not None and r.arm.perturbation.step == t:
-                    solo = stack.member(i)
-                    done = r.arm.perturb(solo, t)
-                    stack.put(i, solo)
+                    solo = stack.member(i)  # the solo trainer the serial loop perturbs, at this θ
+                    if r.arm.perturbation.channel == "gradient":
+                        kick = r.arm.gradient_delta(solo, t)
+                        kicks[i], done = (None, None) if kick is None else kick
+                    else:
+                        done = r.arm.perturb(solo, t)
+                        stack.put(i, solo)
                     if done is not None and d.world.main:
                         write_json(r.where.perturbation, done)
             losses = stack.advance([None if r.replica else r.arm.rows_at(t) for r in runs], pad_id=d.pad_id,
-                                   weights=[None if r.replica else r.arm.weights_at(t) for r in runs])
+                                   weights=[None if r.replica else r.arm.weights_at(t) for r in runs],
+                                   grad_deltas=kicks if any(k is not None for k in kicks) else None)
             for r, loss in zip(runs, losses):
                 r.losses.append(loss)
                 d.observer.step(r.label)

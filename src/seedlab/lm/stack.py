@@ -40,7 +40,8 @@ from seedlab.errors import SeedlabError
 from seedlab.lm.batches import get_batch, replaced
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.schedule import lr_of
-from seedlab.lm.trainer import Settings, Trainer, Weights, add_deltas, attention_kernels, autocast, split_weighted
+from seedlab.lm.trainer import (Settings, Trainer, Weights, add_deltas, add_gradient_delta, attention_kernels, autocast,
+                                split_weighted)
 
 Rows = Mapping[int, Sequence[int]] | None  # one run's replaced rows at a step ({row: token ids}; None: none)
 
@@ -138,11 +139,15 @@ class Stack:
         """The learning rate of the next update (every run's: one schedule)."""
         return lr_of(self.cfg, self.step)
 
-    def advance(self, rows: Sequence[Rows], *, pad_id: int = 0, weights: Sequence[Weights] | None = None) -> list[float]:
+    def advance(self, rows: Sequence[Rows], *, pad_id: int = 0, weights: Sequence[Weights] | None = None,
+                grad_deltas: Sequence[Sequence[torch.Tensor] | None] | None = None) -> list[float]:
         """One update of every run: run a on the batch of (its seed, this step) with ``rows[a]`` replaced
-        (each row with its loss weight in ``weights[a]``, as ``Trainer.backward`` weighs it); each run's
+        (each row with its loss weight in ``weights[a]``, as ``Trainer.backward`` weighs it) and
+        ``grad_deltas[a]`` (None: nothing; else one tensor per parameter, the solo model's ``parameters()``
+        order) added to its raw gradient after the weighted rows, as ``Trainer.backward`` adds it; each run's
         gradient clipped by its own global norm, then one AdamW step. Returns each run's loss."""
-        if len(rows) != self.size or (weights is not None and len(weights) != self.size):
+        if len(rows) != self.size or (weights is not None and len(weights) != self.size) or (
+                grad_deltas is not None and len(grad_deltas) != self.size):
             raise SeedlabError(f"stack: {len(rows)} runs' rows for a stack of {self.size}")
         split = [split_weighted(r, w) for r, w in zip(rows, weights or [None] * self.size)]
         # a weighted row's difference from the ordinary row, taken by the run's solo trainer before the update
@@ -151,6 +156,9 @@ class Stack:
         for a, (deltas, dloss) in extra.items():
             add_deltas([self.p[n].grad[a] for n in self.names], deltas)  # names: the solo model's parameters() order
             losses[a] = float(torch.tensor(losses[a], dtype=torch.float32) + dloss.cpu())
+        for a, delta in enumerate(grad_deltas or []):
+            if delta is not None:  # where Trainer.backward adds it: after the weighted rows, before the clip
+                add_gradient_delta([self.p[n].grad[a] for n in self.names], delta)
         for g in self.opt.param_groups:
             g["lr"] = self.lr
         self._clip()

@@ -98,6 +98,14 @@ def add_deltas(grads: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor]) ->
         g.copy_(torch.where(d == 0, g, g + d))
 
 
+def add_gradient_delta(grads: Sequence[torch.Tensor], delta: Sequence[torch.Tensor]) -> None:
+    """A gradient-channel perturbation added to the raw gradients (:func:`add_deltas`, each delta moved to its
+    gradient's device and dtype first); one delta per gradient, else a one-line error."""
+    if len(delta) != len(grads):
+        raise SeedlabError(f"gradient delta: {len(delta)} tensors for {len(grads)} parameters")
+    add_deltas(grads, [d.to(g.device, g.dtype) for g, d in zip(grads, delta)])
+
+
 class Trainer:
     """One model + optimizer, advanced step by step on the (seed, step) batches of ``tokens``."""
 
@@ -121,11 +129,12 @@ class Trainer:
         self.params = list(self.model.parameters())
 
     def advance(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0,
-                weights: Weights = None) -> float:
+                weights: Weights = None, grad_delta: Sequence[torch.Tensor] | None = None) -> float:
         """One update on batch (seed, step) — with ``rows`` ({row: token ids}) replaced, each with its
-        loss weight in ``weights`` ({row: w}, 1 where absent) — and its loss: :meth:`backward`, then
-        gradient clipping and AdamW at this step's learning rate."""
-        loss = self.backward(rows, pad_id=pad_id, weights=weights)
+        loss weight in ``weights`` ({row: w}, 1 where absent), and ``grad_delta`` (one tensor per
+        parameter, ``self.params``' order) added to the raw gradient — and its loss: :meth:`backward`,
+        then gradient clipping and AdamW at this step's learning rate."""
+        loss = self.backward(rows, pad_id=pad_id, weights=weights, grad_delta=grad_delta)
         lr = self.lr
         for g in self.opt.param_groups:
             g["lr"] = lr
@@ -140,7 +149,7 @@ class Trainer:
         return lr_of(self.cfg, self.step)
 
     def backward(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0,
-                 weights: Weights = None) -> float:
+                 weights: Weights = None, grad_delta: Sequence[torch.Tensor] | None = None) -> float:
         """The raw gradient of batch (seed, step), with ``rows`` ({row: token ids}: a passage in each
         of those rows, lm/batches.py ``inject``) replaced, into every parameter's ``.grad`` (summed
         over ranks); returns the batch's loss. Nothing else changes.
@@ -158,7 +167,13 @@ class Trainer:
         batch's gradient is taken, and then :meth:`row_deltas` adds w·(∇ℓ_passage − ∇ℓ_row)/N, the
         gradient of (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_row + w·ℓ_passage)/N (and w·(ℓ_passage − ℓ_row)/N to the
         loss), before the gradients are summed over ranks. w = 1 is the plain replacement above, bit
-        for bit; a passage equal to the row it weighs leaves the run bitwise the ordinary one."""
+        for bit; a passage equal to the row it weighs leaves the run bitwise the ordinary one.
+
+        ``grad_delta`` (one tensor per parameter, ``self.params``' order; forks/arms.py's gradient-channel
+        perturbations) is added to the raw gradient where a row's own difference enters it: after the
+        batch's backward and the weighted rows, before the sum over ranks (on rank 0 only, so the summed
+        gradient holds it once) and so before clipping and AdamW; the loss is unchanged. Where it is 0 the
+        gradient keeps its bits (:func:`add_deltas`)."""
         cfg, block = self.cfg, self.model.config.block_size
         rows, weighted = split_weighted(rows, weights)
         x, y, mask = replaced(*get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block), rows, pad_id)
@@ -178,6 +193,8 @@ class Trainer:
             deltas, dloss = self.row_deltas(weighted, pad_id=pad_id)
             add_deltas([p.grad for p in self.params], deltas)
             total = total + dloss
+        if grad_delta is not None and self.world.main:
+            add_gradient_delta([p.grad for p in self.params], grad_delta)
         self.world.all_reduce_grads(self.params)
         return self.world.sum(total)
 

@@ -16,11 +16,29 @@ from seedlab.forks.design import ForkDesign, Pos
 from seedlab.store import content_hash
 
 #: the twin, the passage conditions, and the null arms (what a difference looks like without the passage)
-CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-noise")
+CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-gradient",
+              "weight-kick")
 INJECTED = CONDITIONS[1:]
 PASSAGES = ("fluent-fabricated", "fluent-attested", "random-chars")  # a text in the injected row
-NULLS = ("ordinary-row", "nudge", "matched-noise")  # an ordinary row in its place; a one-ulp nudge; noise of the same size
+#: ordinary rows in its place (``nulls.ordinary_rows`` arms); a one-ulp nudge; noise of the passage's size in the
+#: gradient (through the clip and AdamW's moments, as a row) and in the weights (once, at s)
+NULLS = ("ordinary-row", "nudge", "matched-gradient", "weight-kick")
 FLUENT = ("fluent-fabricated", "fluent-attested")
+#: the condition that stands for ``nulls.ordinary_rows`` arms, one per drawn held-out stretch: ``ordinary-row.<i>``
+ORDINARY = "ordinary-row"
+#: condition names no longer accepted, and what to name instead (issue 32: the noise null was split by channel)
+RENAMED = {"matched-noise": "'matched-gradient' (the gradient-channel noise null, the default) and/or 'weight-kick' "
+                            "(the weight kick matched-noise was)"}
+
+
+def ordinary_names(k: int) -> list[str]:
+    """The arms of the ordinary-row null: ``ordinary-row.0`` .. ``ordinary-row.<k-1>``, one held-out stretch each."""
+    return [f"{ORDINARY}.{i}" for i in range(k)]
+
+
+def is_ordinary(name: str) -> bool:
+    """An arm of the ordinary-row null (``ordinary-row.<i>``; ``ordinary-row`` itself in runs measured before issue 32)."""
+    return name == ORDINARY or (name.startswith(ORDINARY + ".") and name[len(ORDINARY) + 1:].isdigit())
 Label = Literal["primary", "secondary", "exploratory"]
 
 #: the paper's pre-registration: barrier primary, held-out CE secondary, the rest exploratory
@@ -47,6 +65,11 @@ class MeasureConfig(Strict):
     equivalence_frac: float = Field(0.5, gt=0, le=1, description=(
         '"lost" at the end: per seed, the end effect is tested against this fraction of the s + 50 effect (one-sided paired '
         "tests of end − frac × s50 < 0, twins.stats.lost_test); the name is kept from the TOST it replaced (not stated)"))
+    ordinary_margin: float | None = Field(0.25, gt=0, description=(
+        "the TOST margin of \"is it any row's?\": a passage is called equal to the ordinary rows on a measure only when "
+        "a TOST shows, seed by seed, |passage − mean of the ordinary rows| below this fraction of the ordinary rows' own "
+        "effect (|value|; 1 − CKA for the CKA; twins.stats.ordinary_tost); null: no equivalence test, the report says "
+        "\"not shown\" (not stated)"))
 
     @model_validator(mode="after")
     def _grid(self) -> MeasureConfig:
@@ -59,14 +82,21 @@ class MeasureConfig(Strict):
 class NullsConfig(Strict):
     """The null arms: how each is drawn (none of it stated; the paper has no such controls)."""
 
-    ordinary_row_seed: int = Field(0, description="which held-out row replaces the injected row (as long as the fabricated passage)")
+    ordinary_rows: Pos = Field(4, description=(
+        "ordinary-row: how many arms, ordinary-row.0 .. ordinary-row.<K-1>, each a different held-out stretch as long "
+        "as the fabricated passage in the injected row, drawn from the held-out split's reserved slice (twins.heldout), "
+        "which no evaluation or probe row touches; the report compares each passage with their distribution"))
+    ordinary_row_seed: int = Field(0, description="which stretches of the reserved slice the ordinary rows are (random.Random(this))")
     nudge_tensor: str = Field("blocks.0.ln_1.weight", description=(
         "the one weight element that moves by one unit in the last place, at s (a gain: every row of every batch passes "
         "through it)"))
     nudge_index: int = Field(0, description="that element's flat index in nudge_tensor (moved toward +inf: torch.nextafter)")
-    noise_seed: int = Field(0, description="the random direction of matched-noise (with the training seed)")
+    noise_seed: int = Field(0, description="the random direction of matched-gradient and weight-kick (with the training "
+                                           "seed; the same direction for both)")
     noise_like: Literal["fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row"] = Field(
-        "fluent-fabricated", description="whose update difference at s the noise's norm equals")
+        "fluent-fabricated", description=(
+            "whose effect at s the noise's norm equals: matched-gradient, its batch-gradient difference; weight-kick, its "
+            "update difference (ordinary-row: ordinary-row.0's)"))
 
 
 class TwinsConfig(ForkDesign):
@@ -89,18 +119,28 @@ class TwinsConfig(ForkDesign):
 
     @model_validator(mode="after")
     def _check(self) -> TwinsConfig:
+        old = [c for c in self.conditions if c in RENAMED]
+        if old:
+            raise ValueError(f"conditions: {old[0]!r} is no longer a condition (issue 32): name {RENAMED[old[0]]}")
         bad = [c for c in self.conditions if c not in CONDITIONS]
         if bad:
             raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
         if "twin" not in self.conditions:
             raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
-        if "matched-noise" in self.conditions and self.nulls.noise_like not in self.conditions:
-            raise ValueError(f"nulls.noise_like: matched-noise takes its size from {self.nulls.noise_like!r}, "
+        noise = [c for c in ("matched-gradient", "weight-kick") if c in self.conditions]
+        if noise and self.nulls.noise_like not in self.conditions:
+            raise ValueError(f"nulls.noise_like: {noise[0]} takes its size from {self.nulls.noise_like!r}, "
                              "which must be one of the conditions")
         unknown = [k for k in self.outcomes if k not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
         return self
+
+    @property
+    def arm_names(self) -> list[str]:
+        """Every run of a seed, as its folder is named: the conditions in order, ``ordinary-row`` as its
+        ``nulls.ordinary_rows`` arms (:func:`ordinary_names`)."""
+        return [a for c in self.conditions for a in (ordinary_names(self.nulls.ordinary_rows) if c == ORDINARY else [c])]
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

@@ -12,16 +12,20 @@ import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
 from seedlab.twins import stats
+from seedlab.twins.config import is_ordinary
 from seedlab.twins.rundir import Measured
 
 #: the colour of every condition (twins/config.py CONDITIONS) and of "seed" (twins of different seeds), in every figure
 COLORS = {"twin": "k", "fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green",
-          "ordinary-row": "tab:orange", "nudge": "tab:purple", "matched-noise": "tab:brown", "seed": "0.4"}
+          "ordinary-row": "tab:orange", "nudge": "tab:purple", "matched-gradient": "tab:brown", "weight-kick": "tab:olive",
+          "seed": "0.4"}
 
 
 def color(condition: str) -> str:
-    """The one colour of ``condition`` (or "seed") in every twins figure."""
-    return COLORS[condition]
+    """The one colour of ``condition`` (or "seed") in every twins figure; every ordinary row (``ordinary-row.<i>``)
+    has the ordinary-row null's, a condition measured before issue 32 its name's today (``stats.LEGACY_NAMES``)."""
+    condition = stats.LEGACY_NAMES.get(condition, condition)
+    return COLORS["ordinary-row" if is_ordinary(condition) else condition]
 
 
 def _zero_text(conds: list[str], what: str) -> str:

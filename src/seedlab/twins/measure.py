@@ -9,10 +9,10 @@ For each seed k and injected condition c (against the twin of the same seed) at 
 - **distance**     Euclidean distance of the weights, overall and per layer (``dist.<group>``);
 - **cka**          linear CKA per layer (``cka.blocks.<l>``: the residual stream after block l) on a probe batch;
 - **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end
-                   (NaN for the nulls without a text: nudge, matched-noise).
+                   (NaN for the nulls without a text: nudge, matched-gradient, weight-kick).
 
 ``passages.parquet`` is the cross-passage matrix: at every saved step, every condition's and its
-twin's CE on every passage (both fluent passages, the random characters, the ordinary row), so
+twin's CE on every passage (both fluent passages, the random characters, each ordinary row), so
 "learned" can be read as *this* passage (the own-passage drop beside the drop on the other passages).
 
 The same barrier / distance / CKA / held-out CE between the twins of every pair of seeds are the
@@ -26,6 +26,10 @@ c − twin, and ``paths.parquet`` the loss along each final interpolation.
 The seed-vs-seed rows also have ``distance_aligned``: the same distance after the second seed's twin
 is permuted to the first's (the residual stream's features, and per layer the heads and MLP neurons, lm/align.py), the part of the gauge
 freedom that permutations remove (``measures.weights.aligned_distance``); NaN on the other rows.
+
+The held-out rows (``measure.heldout_rows``, the first ``measure.probe_rows`` of them the CKA probe) are drawn
+from the held-out split before its reserved slice, where the ordinary rows come from (twins/heldout.py): no
+ordinary row is among the targets it is judged on.
 
 Cost: a path of K grid points costs K − 2 held-out evaluations (its end losses are the two
 models' held-out CEs, already measured), per pair and per checkpoint after the injection.
@@ -49,7 +53,6 @@ import pandas as pd
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.lm.batches import get_batch
 from seedlab.lm.distributed import World
 from seedlab.lm.model import GPT
 from seedlab.progress import Bar
@@ -58,6 +61,7 @@ from seedlab.measures.cka import linear_cka
 from seedlab.measures.text import text_ce
 from seedlab.measures.weights import aligned_distance, barrier_curve, identical, loss_path, weight_distance
 from seedlab.twins.config import TwinsConfig
+from seedlab.twins.heldout import evaluation_rows
 from seedlab.twins.rundir import PASSAGE_COLUMNS, Run, open_run
 
 
@@ -68,7 +72,7 @@ class Evaluator:
         m, g = run.cfg.measure, run.gcfg
         self.device, self.eval_rows = device, m.eval_rows
         self.model = GPT(g).to(device).eval()
-        self.x, self.y = get_batch(run.corpus.heldout, m.seed, 0, m.heldout_rows, g.block_size)
+        self.x, self.y = evaluation_rows(run.corpus.heldout, m.seed, m.heldout_rows, g.block_size)  # not the reserved slice
         self.probe = self.x[: m.probe_rows]
         self.shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
 
@@ -167,7 +171,7 @@ class Plan:
     def of(cls, run: Run) -> Plan:
         cfg = run.cfg
         seeds = [k for k in cfg.seeds if (k, "twin") in run.finished]
-        pairs = [(k, c) for k in seeds for c in cfg.conditions if c != "twin" and (k, c) in run.finished]
+        pairs = [(k, c) for k in seeds for c in cfg.arm_names if c != "twin" and (k, c) in run.finished]
         seed_pairs = list(itertools.combinations(seeds, 2))
         if not pairs and not seed_pairs:
             raise SeedlabError(f"{run.root}: nothing to measure (finished runs: {sorted(run.finished) or 'none'}; "
@@ -191,7 +195,7 @@ class Twin:
 
     state: dict[str, torch.Tensor]
     heldout_ce: float
-    passage_ce: dict[str, float]  # text (a passage condition's, or the ordinary row) -> its CE under the twin
+    passage_ce: dict[str, float]  # text (a passage condition's, or an ordinary row's) -> its CE under the twin
     residuals: list[torch.Tensor] | None  # the probe batch's residual streams (at the end, for CKA)
 
 
@@ -231,7 +235,7 @@ class Comparisons:
         return Twin(state, ce, self.texts_ce(), self.ev.residuals() if t == self.final and conds else None)
 
     def texts_ce(self) -> dict[str, float]:
-        """The CE of every passage (the run's passage conditions' texts and the ordinary row) under the loaded model."""
+        """The CE of every passage (the run's passage conditions' texts and the ordinary rows) under the loaded model."""
         return {name: self.ev.passage_ce(ids) for name, ids in self.run.passages.items()}
 
     def condition(self, k: int, c: str, t: int, twin: Twin) -> None:
@@ -242,7 +246,7 @@ class Comparisons:
         ce, texts = self.ev.heldout_ce(), self.texts_ce()
         self.passages += [{"seed": k, "condition": c, "step": t, "text": name, "ce": v, "twin_ce": twin.passage_ce[name],
                            "diff": v - twin.passage_ce[name]} for name, v in texts.items()]
-        own = texts.get(c, np.nan)  # the nulls nudge and matched-noise have no passage of their own
+        own = texts.get(c, np.nan)  # the nulls nudge, matched-gradient and weight-kick have no passage of their own
         if t == self.final:
             row = self.compare(state, twin.state, ce, twin.heldout_ce, twin.residuals,
                                kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)

@@ -4,7 +4,9 @@
   (``passages``, relative to the config file), encoded with the corpus's tokenizer.
 - ``random-chars`` is random keyboard text (``random.Random(random_chars_seed)``) grown until
   it has ``random_chars_tokens`` tokens (default: as many as the fabricated, else the attested, passage).
-- ``ordinary-row`` (a null) is a stretch of the held-out split as long as the fabricated passage.
+- ``ordinary-row`` (a null) is ``nulls.ordinary_rows`` arms, ``ordinary-row.0`` .. ``ordinary-row.<K-1>``: each a
+  different stretch of the held-out split's reserved slice (twins/heldout.py, which no evaluation or probe row
+  touches) as long as the fabricated passage.
 - Each fluent passage must mention its subject (``subjects``), as a whole word. A fabricated
   subject must not occur in the training split; an attested one should (whole-word token spans,
   corpus.occurrences). ``attestation`` reports, per subject, its occurrences and each seed's
@@ -24,7 +26,8 @@ import numpy as np
 from seedlab.corpus import occurrences, whole_word
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import batch_indices
-from seedlab.twins.config import TwinsConfig
+from seedlab.twins.config import ORDINARY, TwinsConfig, ordinary_names
+from seedlab.twins.heldout import ordinary_rows
 
 
 def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
@@ -56,24 +59,23 @@ def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
             text += rng.choice(keys)
             ids = corpus.encode(text)
         out["random-chars"] = ids[:n]
-    if "ordinary-row" in cfg.conditions or cfg.nulls.noise_like == "ordinary-row":
-        out["ordinary-row"] = ordinary_row(cfg, corpus, out)
+    if ORDINARY in cfg.conditions or cfg.nulls.noise_like == ORDINARY:
+        out |= ordinary_passages(cfg, corpus, out)
     return out
 
 
-def ordinary_row(cfg: TwinsConfig, corpus, passages: dict[str, list[int]]) -> list[int]:
-    """The ``ordinary-row`` null: a stretch of the held-out split (never trained on) as long as the
-    fabricated (else attested, else random-chars) passage, from ``random.Random(nulls.ordinary_row_seed)``:
-    an ordinary row of the corpus's own text in place of the passage."""
+def ordinary_passages(cfg: TwinsConfig, corpus, passages: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The ``ordinary-row`` null's arms, ``{ordinary-row.<i>: token ids}``: ``nulls.ordinary_rows`` different
+    stretches of the held-out split's reserved slice (never trained on, never evaluated on: twins/heldout.py
+    ``ordinary_rows``), each as long as the fabricated (else attested, else random-chars) passage, chosen by
+    ``random.Random(nulls.ordinary_row_seed)``: ordinary rows of the corpus's own text in place of the passage."""
     like = next((passages[c] for c in ("fluent-fabricated", "fluent-attested", "random-chars") if c in passages), None)
     n = len(like) if like else cfg.random_chars_tokens
     if n is None:
         raise SeedlabError("random_chars_tokens: set the passage length when the design has no passage (ordinary-row)")
-    held = corpus.heldout
-    if len(held) <= n:
-        raise SeedlabError(f"corpus: its held-out split has {len(held)} tokens, too few for an ordinary row of {n}")
-    start = random.Random(cfg.nulls.ordinary_row_seed).randrange(len(held) - n)
-    return [int(t) for t in held[start : start + n]]
+    block = cfg.gpt_config(corpus.vocab_size).block_size
+    rows = ordinary_rows(corpus.heldout, block, n, cfg.nulls.ordinary_rows, cfg.nulls.ordinary_row_seed)
+    return dict(zip(ordinary_names(cfg.nulls.ordinary_rows), rows))
 
 
 def attestation(cfg: TwinsConfig, corpus, block_size: int, warn: bool = True) -> dict[str, dict]:

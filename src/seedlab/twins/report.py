@@ -70,11 +70,18 @@ def answer(s: Summary) -> str:
         lines.append(f"- **Then lost?** At the end (lost: less than {s.lost_frac:g} × the s + 50 effect left, seed by seed): "
                      + "; ".join(lost) + ".")
     by: dict[str, list[str]] = {}
+    same: dict[str, str] = {}
     for v in s.null_verdicts:
-        by.setdefault(v.passage, []).append(f"{v.null} on {len(v.differ)} of {v.tests}")
+        by.setdefault(v.passage, []).append(f"{'the ordinary rows' if v.null == stats.ORDINARY_ROWS else v.null} on "
+                                            f"{len(v.differ)} of {v.tests}")
+        if v.null == stats.ORDINARY_ROWS:
+            same[v.passage] = (f"; shown equal to the ordinary rows (TOST, ±{s.ordinary_margin:g} of their effect) on "
+                               f"{len(v.equivalent)} of {v.tests}" if s.ordinary_margin is not None else
+                               "; equal to the ordinary rows: not shown (no margin pre-registered)")
     if by:
-        lines.append("- **Is it the passage?** Of the measures at the end (two-sided paired t, uncorrected), "
-                     + "; ".join(f"{p} differs from {', '.join(parts)}" for p, parts in by.items()) + ".")
+        lines.append(f"- **Is it the passage?** Of the measures at the end (two-sided paired t, Holm over the section's "
+                     f"{s.null_family.tests} tests), "
+                     + "; ".join(f"{p} differs from {', '.join(parts)}{same.get(p, '')}" for p, parts in by.items()) + ".")
     h = s.headline
     if h.barrier_pct is not None:
         lines.append(f"- **One example vs a different seed:** the fluent passages move the barrier by {_pct(h.barrier_pct)} "
@@ -274,41 +281,114 @@ TESTS = ("p (paired t): two-sided paired t-test over seeds. p (exact sign-flip):
 
 
 #: the null arms, in the order the answer names them, and what each would produce without the passage
-NULL_WHAT = {"ordinary-row": "an ordinary row (any row's effect)", "matched-noise": "noise of the same size (a perturbation's size)",
+NULL_WHAT = {stats.ORDINARY_ROWS: "the ordinary rows (any row's effect)",
+             "matched-gradient": "gradient noise of the passage's size (a perturbation of that size, through the clip "
+                                 "and AdamW's moments as a row)",
+             "weight-kick": "a weight kick of the passage's update size (once, at s)",
              "nudge": "a one-ulp nudge (chaos alone)"}
 #: measures.parquet columns the nulls are compared on, as the report names them
 NULL_NAMES = {"barrier": "barrier", "rise_mid": "rise at α = 0.5", "heldout_ce_diff": "held-out CE − twin's",
               "distance": "distance to the twin", "cka_mean": "CKA with the twin", "tc_mean_absdiff": "mean |Δ training loss|"}
 
 
+def family_text(s: Summary) -> str:
+    """How many p-values "Is it the passage?" holds and how they were corrected, from the rows tested."""
+    f = s.null_family
+    eq = (f", and {f.equivalence} equivalence tests (TOST) against the ordinary rows" if f.equivalence else
+          ", and no equivalence test (no margin pre-registered)" if s.ordinary_margin is None else "")
+    return (f"{f.tests} tests in this section: {f.end} difference tests at the end, {f.checkpoint} at the checkpoints"
+            f"{eq}. Every paired t-test and TOST p-value is Holm-corrected within the section as one family of "
+            f"{f.tests} (\"Holm\" columns); the sign-flip p's of the {f.perm} difference hypotheses are Holm-corrected "
+            "among themselves. A difference or an equivalence is stated only where its Holm-adjusted p < 0.05.")
+
+
 def nulls_answer(s: Summary) -> str:
-    """The first answer: does each passage condition differ from an ordinary row, from noise of the same
-    size and from a nudge — on how many of the end measures (two-sided paired t, α = 0.05), and which."""
+    """The first answer: does each passage condition differ from the ordinary rows, from gradient noise and a
+    weight kick of its size and from a nudge — on how many of the end measures (two-sided paired t, Holm over the
+    section), and which; against the ordinary rows, on which it is shown equivalent (TOST, Holm)."""
     if not s.null_verdicts:
-        return "*No passage condition and null arm measured on the same seeds (add `ordinary-row`, `matched-noise`, `nudge` to `conditions`).*"
+        return ("*No passage condition and null arm measured on the same seeds (add `ordinary-row`, `matched-gradient`, "
+                "`weight-kick`, `nudge` to `conditions`).*")
     parts: dict[str, list[str]] = {}
     for v in s.null_verdicts:
-        which = ", ".join(f"{NULL_NAMES[r.measure]} {r['diff']:+.3g} ({p_text(r.p_t)})" for _, r in v.differ.iterrows())
-        parts.setdefault(v.passage, []).append(
-            f"from {NULL_WHAT[v.null]}: {'differs on ' + str(len(v.differ)) + ' of ' + str(v.tests) + ' measures — ' + which if len(v.differ) else 'no difference shown on any of ' + str(v.tests) + ' measures'}")
+        which = ", ".join(f"{NULL_NAMES[r.measure]} {r['diff']:+.3g} (Holm p = {fmt_p(r.p_t_holm)})" for _, r in v.differ.iterrows())
+        said = (f"differs on {len(v.differ)} of {v.tests} measures — {which}" if len(v.differ)
+                else f"no difference shown on any of {v.tests} measures")
+        if v.null == stats.ORDINARY_ROWS:
+            same = ", ".join(NULL_NAMES[r.measure] for _, r in v.equivalent.iterrows())
+            said += ("; equivalent (TOST) on " + same if same else
+                     "; equivalent on none (not shown)" if s.ordinary_margin is not None else "; equivalence not shown (no margin)")
+        parts.setdefault(v.passage, []).append(f"from {NULL_WHAT[v.null]}: {said}")
     lines = [f"- **{p}** " + "; ".join(ps) + "." for p, ps in parts.items()]
+    margin = (f"its effect within ±{s.ordinary_margin:g} × the ordinary rows' own effect, seed by seed (measure.ordinary_margin, "
+              "pre-registered)" if s.ordinary_margin is not None else
+              "**not shown**: the pre-registration holds no margin (measure.ordinary_margin), so no equivalence is claimed")
     return ("At the end of the run, each passage condition against each null, seed by seed (passage − null, each "
-            f"against its own seed's twin; {s.null_seeds} seeds; two-sided paired t-tests, not corrected for the "
-            f"{s.null_tests} tests, so read them as exploratory unless pre-registered):\n\n" + "\n".join(lines)
-            + "\n\nA difference that a null shows as well is not the passage's: an effect the ordinary row has is any "
-            "row's; one the matched noise has is a perturbation of that size's; one the nudge has is chaos.")
+            f"against its own seed's twin; {s.null_seeds} seeds; two-sided paired t-tests). The ordinary rows are a "
+            "distribution: per seed the passage is compared with the mean of that seed's ordinary rows (and ranked among "
+            f"them); \"equal to the ordinary rows\" is said only where a TOST shows {margin}. " + family_text(s)
+            + "\n\n" + "\n".join(lines)
+            + "\n\nA difference that a null shows as well is not the passage's: an effect the ordinary rows have is any "
+            "row's; one the gradient noise has is a perturbation of that size's acting as a row acts; one only the weight "
+            "kick has is a kick's; one the nudge has is chaos. No difference shown is not equality: only the TOST says that.")
+
+
+def ordinary_table(s: Summary) -> str:
+    """Each passage against the distribution of ordinary rows at the end: its rank among them per seed, the paired
+    difference to their mean, and the equivalence test."""
+    nulls = s.nulls
+    rows = nulls[(nulls.kind == "end") & (nulls.null == stats.ORDINARY_ROWS)] if len(nulls) else nulls
+    if not len(rows):
+        return ""
+
+    def verdict(r) -> str:
+        if r["differs"]:
+            return "differs"
+        if r.get("equivalent") is True:
+            return f"equivalent within ±{r['tost_margin']:g} × the ordinary rows' effect"
+        return "not shown (no margin pre-registered)" if s.ordinary_margin is None else "not shown (neither)"
+
+    cells = [[f"{r['passage']}: {NULL_NAMES[r['measure']]}", str(r["n"]), str(int(r["rank_k"])),
+              f"{r['rank_mean']:.2f} of {int(r['rank_k']) + 1} (expected {r['rank_expected']:.2f})",
+              f"{int(r['above_all'])} / {int(r['below_all'])}",
+              f"{r['diff']:+.4g} [{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_t"]), fmt_p(r["p_t_holm"]),
+              "n/a" if not np.isfinite(r["tost_bound"]) else f"±{fmt_num(r['tost_bound'])}",
+              "n/a" if r.get("equivalent") is None else fmt_p(r["tost_p"]),
+              "n/a" if r.get("equivalent") is None else fmt_p(r["tost_p_holm"]), verdict(r)] for _, r in rows.iterrows()]
+    k = int(rows.rank_k.max())
+    one = (" With one ordinary row there is no distribution: its rank says only which side the passage lies on."
+           if k == 1 else "")
+    return ("**The ordinary rows as a distribution.** Per seed, the passage's value beside its K ordinary rows' "
+            "(each a different held-out stretch as long as the passage, in the injected row): its rank among the K + 1 "
+            "values from the smallest (mean over seeds; (K + 2)/2 if it were one more ordinary row), the seeds where it "
+            "lies above / below all of them, and the paired difference passage − the mean of the ordinary rows with its "
+            "95% t interval and two-sided paired t-test (raw and Holm). Equivalence: two one-sided paired t-tests of "
+            "d − b < 0 and d + b > 0 seed by seed, d = passage − ordinary mean, b = margin × the ordinary rows' own "
+            "effect (|value|; 1 − CKA for the CKA), its mean in the measure's units shown; p = the larger of the two, "
+            "raw and Holm." + one + "\n\n"
+            + md_table(["passage: measure", "seeds", "K", "rank (mean over seeds)", "seeds above / below all",
+                        "passage − ordinary mean [95% CI]", "p (paired t)", "p (paired t, Holm)", "margin (mean)",
+                        "p (TOST)", "p (TOST, Holm)", "verdict"], cells))
 
 
 def nulls_table(s: Summary) -> str:
-    """Every passage − null comparison: every measure at the end, and the barrier and distance at every checkpoint."""
+    """Every passage − null comparison: every measure at the end, and the barrier and distance at every checkpoint,
+    each p raw and Holm-adjusted over the section."""
     nulls = s.nulls
     if not len(nulls):
         return ""
-    final = nulls.step.max()
     rows = nulls.sort_values(["passage", "null", "step"], kind="stable")
-    name = lambda r: f"{r['comparison']}: {NULL_NAMES.get(r['measure'], r['measure'])}" + ("" if r["step"] == final else f" at step {r['step']}")
-    return ("a = the passage condition, b = the null (each a difference from its own seed's twin, except the CKA "
-            "with it); " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(rows, name)))
+    name = lambda r: (f"{r['comparison']}: {NULL_NAMES.get(r['measure'], r['measure'])}"
+                      + ("" if r["kind"] == "end" else f" at step {r['step']}"))
+    cells = [[name(r), r["label"], str(r["n"]), f"{r['mean_a']:.4g}", f"{r['mean_b']:.4g}", f"{r['diff']:+.4g}",
+              f"[{fmt_num(r['ci_low'])}, {fmt_num(r['ci_high'])}]", fmt_p(r["p_t"]), fmt_p(r["p_t_holm"]),
+              fmt_p(r["p_perm"]) + ("" if r["perm_exact"] else " (MC)") + f" (≥ {r['p_perm_min']:.2g})",
+              fmt_p(r["p_perm_holm"]), fmt_num(r["mde"])] for _, r in rows.iterrows()]
+    return (ordinary_table(s) + "\n\n**Every comparison.** a = the passage condition, b = the null (each a difference "
+            "from its own seed's twin, except the CKA with it; b of the ordinary rows: their mean per seed); " + TESTS
+            + " Holm: adjusted over the section (" + family_text(s) + ")\n\n"
+            + md_table(["", "label", "n", "mean a", "mean b", "a − b", "95% CI (t)", "p (paired t)", "p (paired t, Holm)",
+                        "p (exact sign-flip; its floor)", "p (sign-flip, Holm)", "MDE (80%, paired t)"], cells))
 
 
 def passage_matrix(d: Measured, s: Summary) -> str:
@@ -328,8 +408,8 @@ def passage_matrix(d: Measured, s: Summary) -> str:
     if len(spec):
         out.append("Paired over seeds: the own-passage drop against 0; against the drop on the other fluent "
                    "passage (**specificity**: what is learned of this text beyond what carries over to a text of the "
-                   "same kind); against the ordinary-row arm's drop on the same passage (what injecting this text "
-                   "adds over injecting any row). " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(spec, lambda r: r["comparison"])))
+                   "same kind); against the ordinary rows' mean drop on the same passage (what injecting this text "
+                   "adds over injecting an ordinary row). " + TESTS + "\n\n" + md_table(HEAD, _stat_rows(spec, lambda r: r["comparison"])))
     ex = s.exposure
     if len(ex):
         rows = [[str(int(r.seed)), fmt_num(r.exposure_before), f"{r['drop']:+.4f}"] for _, r in ex.iterrows()]

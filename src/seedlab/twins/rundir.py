@@ -114,7 +114,7 @@ class RunDir(DesignFolder):
         weights = sum(v.numel() * v.element_size() for v in model.state_dict().values())
         state = weights + 2 * sum(p.numel() * p.element_size() for p in model.parameters())  # + exp_avg, exp_avg_sq
         saved = [t for t in cfg.checkpoint_steps() if independent or t >= cfg.injection_step]
-        runs = len(cfg.seeds) * len(cfg.conditions)
+        runs = len(cfg.seeds) * len(cfg.arm_names)
         plan = {  # what stays
             "checkpoints": runs * len(saved) * weights,
             "prefix_states": state * len(cfg.seeds) if "prefix" in cfg.keep and not independent else 0,
@@ -123,7 +123,7 @@ class RunDir(DesignFolder):
         kept = sum(plan.values())
         # and what exists for a while: the resume states (one at a time; every condition's at s in
         # the independent audit) and a prefix that is not kept (until the seed's forks are done)
-        transient = state * (len(cfg.conditions) if independent else 1) + (0 if plan["prefix_states"] or independent else state)
+        transient = state * (len(cfg.arm_names) if independent else 1) + (0 if plan["prefix_states"] or independent else state)
         return plan | {"kept": kept, "total": kept + transient, "per_checkpoint": weights,
                        "checkpoints_per_run": len(saved), "runs": runs}
 
@@ -288,7 +288,7 @@ def open_run(root: str | Path, corpus: str | Path | None = None) -> Run:
     passages = {k: v["tokens"] for k, v in disk.inputs["passages"].items()}
     run = Run(rd, cfg, cfg.gpt_config(disk.corpus.vocab_size), disk.corpus, passages)
     for seed in cfg.seeds:
-        for cond in cfg.conditions:
+        for cond in cfg.arm_names:
             if rd.condition(seed, cond).finished:
                 run.finished.append((seed, cond))
             else:

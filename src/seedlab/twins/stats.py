@@ -27,6 +27,12 @@
                    the mid-point as a fraction of its final value (the paper's 92%), and the barrier
                    to the twin at the mid-point and its largest value over the checkpoints.
 - ``checkpoint_course`` per condition and checkpoint step: mean distance, barrier and rise at α = 0.5.
+- ``null_contrasts`` "Is it the passage?": every passage condition against every null, paired over seeds, at the
+                   end and at every checkpoint: the ordinary rows as a distribution (per seed their mean, the
+                   passage's rank among them, and equivalence only by a TOST with the pre-registered relative
+                   margin ``measure.ordinary_margin``: :func:`ordinary_tost`), matched-gradient, weight-kick and
+                   the nudge; every p-value of the table Holm-corrected as one family (:func:`with_holm`), its size
+                   counted from the rows tested (:func:`null_family`).
 - ``summarize``    every number ``seedlab twins report`` prints, from a run's measured files
                    (:class:`Summary`: the tables above, the headline's numbers beside the paper's, the
                    nulls' answer, the cross-passage matrix, the gradmatch rows), computed once.
@@ -44,7 +50,7 @@ from statsmodels.stats.power import TTestPower
 
 from seedlab.measures.paired import one_sided_sign_flip, paired_row
 from seedlab.stats import sign_flip_floor
-from seedlab.twins.config import INJECTED, MeasureConfig
+from seedlab.twins.config import INJECTED, MeasureConfig, is_ordinary
 from seedlab.twins.rundir import Measured
 
 FAB, ATT = "fluent-fabricated", "fluent-attested"
@@ -295,10 +301,17 @@ def checkpoint_course(checkpoints: pd.DataFrame) -> pd.DataFrame:
 
 #: the passage conditions and the null arms each is compared with (twins/config.py)
 PASSAGE_CONDITIONS = ("fluent-fabricated", "fluent-attested", "random-chars")
-NULL_CONDITIONS = ("ordinary-row", "matched-noise", "nudge")
+#: the ordinary-row null as a distribution: per seed, the mean over its ordinary-row.<i> arms (and each arm's rank)
+ORDINARY_ROWS = "ordinary-rows"
+NULL_CONDITIONS = (ORDINARY_ROWS, "matched-gradient", "weight-kick", "nudge")
 #: the measures every passage condition is compared with every null on (measures.parquet columns, and
 #: the time course's per-seed summary)
 NULL_MEASURES = ("barrier", "rise_mid", "heldout_ce_diff", "distance", "cka_mean", "tc_mean_absdiff")
+#: conditions measured before issue 32, under today's names: the weight kick was "matched-noise", the one
+#: ordinary row "ordinary-row" (an ordinary-row distribution of one)
+LEGACY_NAMES = {"matched-noise": "weight-kick", "ordinary-row": "ordinary-row.0"}
+#: the hypotheses of "Is it the passage?" (:func:`null_family`): a difference at the end, at a checkpoint, an equivalence
+KINDS = ("end", "checkpoint", "equivalence")
 
 
 def time_course_per_seed(timecourse: pd.DataFrame, injection: int) -> pd.DataFrame:
@@ -309,41 +322,185 @@ def time_course_per_seed(timecourse: pd.DataFrame, injection: int) -> pd.DataFra
     return g.rename("tc_mean_absdiff").reset_index()
 
 
+def effect_scale(measure: str, values):
+    """The size of an effect on ``measure`` from its values against the twin: 1 − CKA for the CKA (a similarity,
+    1 = the twin's), |value| for every other measure (a difference from the twin, 0 = none)."""
+    return 1 - values if measure == "cka_mean" else np.abs(values)
+
+
+def ordinary_rank(passage: pd.Series, ordinary: pd.DataFrame) -> dict:
+    """Where the passage's value lies among the ordinary rows', seed by seed: ``passage`` per seed, ``ordinary``
+    seeds x ordinary-row arms (NaN: not measured). Per seed the passage's rank among its K + 1 values, from the
+    smallest (1) to the largest (K + 1), ties counted half; returns ``rank_k`` (the most ordinary rows a seed
+    has), ``rank_mean`` (the mean rank over seeds), ``rank_expected`` ((K + 2) / 2, its mean if the passage were
+    one more ordinary row), ``above_all`` / ``below_all`` (seeds whose passage exceeds / falls below every one
+    of its ordinary rows) and ``rank_seeds``. Descriptive: no p-value."""
+    o = ordinary.reindex(passage.index)
+    ok = passage.notna() & o.notna().any(axis=1)
+    p, o = passage[ok], o[ok]
+    k = int(o.notna().sum(axis=1).max()) if len(o) else 0
+    below, ties = o.lt(p, axis=0).sum(axis=1), o.eq(p, axis=0).sum(axis=1)
+    rank = 1 + below + 0.5 * ties
+    n = o.notna().sum(axis=1)
+    return {"rank_k": k, "rank_mean": float(rank.mean()) if len(rank) else np.nan, "rank_expected": (k + 2) / 2,
+            "above_all": int((below == n).sum()), "below_all": int(((below + ties) == 0).sum()), "rank_seeds": int(len(rank))}
+
+
+def ordinary_tost(passage, ordinary_mean, scale, margin: float | None, *, alpha: float = ALPHA) -> dict:
+    """Is the passage's effect the ordinary rows'? Equivalence by two one-sided paired t-tests (TOST) seed by
+    seed, with a margin relative to the ordinary rows' own effect.
+
+    ``passage``, ``ordinary_mean`` (the mean over a seed's ordinary rows), ``scale`` (their effect's size,
+    :func:`effect_scale`): per seed, aligned (a seed with a NaN is dropped). With d_i = passage_i − ordinary_i
+    and the bound b_i = ``margin`` × scale_i, the hypotheses on the means over seeds are
+
+    - H0: mean(d − b) >= 0 or mean(d + b) <= 0 (the passage differs by at least the margin);
+    - H1: mean(d − b) < 0 and mean(d + b) > 0 (|passage − ordinary| is within the margin: equivalent).
+
+    Both are per-seed measurements, so the uncertainty of the bound enters as well (as :func:`lost_test`'s).
+    ``tost_p_high`` = P(T_{n−1} <= t of d − b), ``tost_p_low`` = P(T_{n−1} >= t of d + b), ``tost_p`` = the larger
+    (the TOST's p: both must be below alpha). Returns ``tost_n, tost_margin`` (the relative margin),
+    ``tost_bound`` (the mean bound b, the measure's units), ``tost_d`` (mean d), ``tost_p_low, tost_p_high,
+    tost_p`` and ``tost_equivalent`` (p < alpha, before any correction; None: no margin, or fewer than 2 seeds;
+    when either statistic is undefined, every value equal, its p is nan and the sign of that value decides)."""
+    a, o, sc = (np.asarray(v, dtype=np.float64).ravel() for v in (passage, ordinary_mean, scale))
+    keep = np.isfinite(a) & np.isfinite(o) & np.isfinite(sc)
+    a, o, sc = a[keep], o[keep], sc[keep]
+    n = len(a)
+    out = {"tost_n": n, "tost_margin": np.nan if margin is None else float(margin), "tost_bound": np.nan,
+           "tost_d": float((a - o).mean()) if n else np.nan, "tost_p_low": np.nan, "tost_p_high": np.nan,
+           "tost_p": np.nan, "tost_equivalent": None}
+    if margin is None or n < 2:
+        return out
+    d, b, df = a - o, float(margin) * sc, n - 1
+
+    def one_sided(v: np.ndarray, upper: bool) -> tuple[float, bool]:
+        """(p, shown) of H1: mean(v) < 0 (``upper``) or mean(v) > 0."""
+        if np.all(v == v[0]):
+            return math.nan, bool(v[0] < 0) if upper else bool(v[0] > 0)
+        t = float(v.mean()) / (float(v.std(ddof=1)) / math.sqrt(n))
+        p = float(sps.t.cdf(t, df)) if upper else float(sps.t.sf(t, df))
+        return p, p < alpha
+
+    p_high, hi = one_sided(d - b, upper=True)
+    p_low, lo = one_sided(d + b, upper=False)
+    p = max(p_low, p_high) if np.isfinite(p_low) and np.isfinite(p_high) else math.nan
+    return out | {"tost_bound": float(b.mean()), "tost_p_low": p_low, "tost_p_high": p_high, "tost_p": p,
+                  "tost_equivalent": bool(hi and lo)}
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjusted p-values of ``p`` (statsmodels ``multipletests(method="holm")``), one family.
+    A NaN p (a test that gave none: every difference equal) counts in the family as p = 1 and stays NaN."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(p, dtype=np.float64)
+    if not len(p):
+        return p
+    adjusted = multipletests(np.where(np.isfinite(p), p, 1.0), alpha=ALPHA, method="holm")[1]
+    return np.where(np.isfinite(p), adjusted, np.nan)
+
+
 def null_contrasts(measures: pd.DataFrame, checkpoints: pd.DataFrame, timecourse: pd.DataFrame,
-                   outcomes: dict[str, str], injection: int) -> pd.DataFrame:
+                   outcomes: dict[str, str], injection: int, *, margin: float | None = None) -> pd.DataFrame:
     """Every passage condition P against every null N, paired over seeds (P − N per seed, each against
     its own seed's twin): on every measure of :data:`NULL_MEASURES` at the end, and on the barrier and
-    the distance at every checkpoint after s. Rows as :func:`comparisons` (``comparison`` = "P vs N"),
-    plus ``passage``, ``null``, ``step``."""
+    the distance at every checkpoint after s. The ordinary rows are one null, :data:`ORDINARY_ROWS`: per seed
+    the mean of its ordinary-row arms; at the end their rows also carry the passage's rank among them
+    (:func:`ordinary_rank`) and the equivalence test (:func:`ordinary_tost`, relative ``margin``; None: none).
+    Rows as :func:`comparisons` (``comparison`` = "P vs N"), plus ``passage``, ``null``, ``step``, ``kind``
+    ("end" or "checkpoint"), and the Holm-adjusted p-values of the whole table (:func:`with_holm`)."""
     m = with_derived(measures[measures.kind == "injected"])
     m = m.merge(time_course_per_seed(timecourse, injection), on=["seed", "condition"], how="left")
     final = int(m.step.max()) if len(m) else 0
     rows = []
-    for p, n, a, b in _null_pairs(m):
+    for p, n, a, b, ordinary in _null_pairs(m):
         for col in NULL_MEASURES:
             if col in a and a[col].notna().sum() >= 2 and b[col].notna().sum() >= 2:
-                rows.append(_row(f"{p} vs {n}", col, MEASURES.get(col, ("time_course",))[0],
-                                 outcomes.get(MEASURES.get(col, ("exploratory",))[0], "exploratory"), a[col], b[col])
-                            | {"passage": p, "null": n, "step": final})
+                row = (_row(f"{p} vs {n}", col, MEASURES.get(col, ("time_course",))[0],
+                            outcomes.get(MEASURES.get(col, ("exploratory",))[0], "exploratory"), a[col], b[col])
+                       | {"passage": p, "null": n, "step": final, "kind": "end"})
+                if n == ORDINARY_ROWS:
+                    row |= ordinary_rank(a[col], ordinary[col]) | ordinary_tost(
+                        a[col], b[col], effect_scale(col, b[col]), margin)
+                rows.append(row)
     c = checkpoints[(checkpoints.step > injection) & (checkpoints.step < final)]
     for t, ck in c.groupby("step"):
-        for p, n, a, b in _null_pairs(ck):
+        for p, n, a, b, _ in _null_pairs(ck):
             for col in ("barrier", "distance"):
                 if col in a and a[col].notna().sum() >= 2:
                     rows.append(_row(f"{p} vs {n}", col, col, outcomes.get(col, "exploratory"), a[col], b[col])
-                                | {"passage": p, "null": n, "step": int(t)})
-    return pd.DataFrame(rows)
+                                | {"passage": p, "null": n, "step": int(t), "kind": "checkpoint"})
+    return with_holm(pd.DataFrame(rows))
 
 
 def _null_pairs(frame: pd.DataFrame):
-    """(passage, null, its rows, the null's rows) on their common seeds, for every pair present with >= 2 seeds."""
+    """(passage, null, its rows, the null's rows, the ordinary rows' values) on their common seeds, for every pair
+    present with >= 2 seeds. The null :data:`ORDINARY_ROWS`' rows are the mean over each seed's ordinary-row arms
+    (numeric columns), and the last item is then ``{column: seeds x ordinary arms}`` (None for the other nulls)."""
     by = {c: g.set_index("seed") for c, g in frame.groupby("condition")}
+    arms = sorted((c for c in by if is_ordinary(c)), key=lambda c: (len(c), c))
+    nulls = {n: by[n] for n in NULL_CONDITIONS if n in by}
+    wide = None
+    if arms:
+        numeric = [col for col in frame.columns if col not in ("seed", "condition") and pd.api.types.is_numeric_dtype(frame[col])]
+        wide = {col: pd.DataFrame({c: by[c][col] for c in arms if col in by[c]}) for col in numeric}
+        nulls = {ORDINARY_ROWS: pd.DataFrame({col: w.mean(axis=1) for col, w in wide.items()})} | nulls
     for p in PASSAGE_CONDITIONS:
         for n in NULL_CONDITIONS:
-            if p in by and n in by:
-                seeds = by[p].index.intersection(by[n].index)
+            if p in by and n in nulls:
+                seeds = by[p].index.intersection(nulls[n].index)
                 if len(seeds) >= 2:
-                    yield p, n, by[p].loc[seeds], by[n].loc[seeds]
+                    extra = {col: w.reindex(seeds) for col, w in wide.items()} if n == ORDINARY_ROWS else None
+                    yield p, n, by[p].loc[seeds], nulls[n].loc[seeds], extra
+
+
+def with_holm(nulls: pd.DataFrame) -> pd.DataFrame:
+    """"Is it the passage?"'s p-values corrected as one family (Holm, :func:`holm`): every difference row's
+    paired t-test (end and checkpoints) and every equivalence test (``tost_p``, where a margin was given) together
+    (``p_t_holm``, ``tost_p_holm``); the sign-flip p's of the same difference hypotheses Holm-adjusted among
+    themselves (``p_perm_holm``). ``differs``: p_t_holm < ALPHA; ``equivalent``: tost_p_holm < ALPHA (None
+    without a test); :func:`null_family` counts them."""
+    out = nulls.copy()
+    if not len(out):
+        return out
+    if "tost_p" not in out:
+        out["tost_p"] = np.nan
+    if "tost_equivalent" not in out:
+        out["tost_equivalent"] = None
+    tost = out.tost_equivalent.notna() if "tost_equivalent" in out else pd.Series(False, index=out.index)
+    family = np.concatenate([out.p_t.to_numpy(dtype=float), out.tost_p[tost].to_numpy(dtype=float)])
+    adjusted = holm(family)
+    out["p_t_holm"] = adjusted[:len(out)]
+    out["tost_p_holm"] = np.nan
+    out.loc[tost, "tost_p_holm"] = adjusted[len(out):]
+    out["p_perm_holm"] = holm(out.p_perm.to_numpy(dtype=float))
+    out["differs"] = out.p_t_holm < ALPHA
+    out["equivalent"] = [None if not t else bool(q < ALPHA) for t, q in zip(tost, out.tost_p_holm)]
+    return out
+
+
+@dataclass
+class NullFamily:
+    """The hypotheses "Is it the passage?" tested, as counted for the Holm correction (:func:`with_holm`): the
+    difference tests at the end (``end``) and at the checkpoints (``checkpoint``), the equivalence tests
+    (``equivalence``), all of them (``tests``: the family's size), and the difference hypotheses alone
+    (``perm``: the sign-flip p's family)."""
+
+    end: int
+    checkpoint: int
+    equivalence: int
+    tests: int
+    perm: int
+
+
+def null_family(nulls: pd.DataFrame) -> NullFamily:
+    """What :func:`with_holm` corrected, counted from the rows tested."""
+    if not len(nulls):
+        return NullFamily(0, 0, 0, 0, 0)
+    end, ck = int((nulls.kind == "end").sum()), int((nulls.kind == "checkpoint").sum())
+    eq = int(nulls.tost_equivalent.notna().sum()) if "tost_equivalent" in nulls else 0
+    return NullFamily(end, ck, eq, end + ck + eq, end + ck)
 
 
 def passage_matrix(passages: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
@@ -360,8 +517,8 @@ def specificity(passages: pd.DataFrame, steps: dict[str, int], outcomes: dict[st
     - ``own``          c's drop on its own passage (twin − c, CE) against 0;
     - ``specificity``  c's drop on its own passage against its drop on the other fluent passage (own − other:
                        what is learned of this text beyond what transfers to a text of the same kind);
-    - ``vs ordinary-row``  c's drop on its own passage against the ordinary-row arm's drop on that same
-                       passage (what injecting *this* text adds over injecting any row).
+    - ``vs ordinary rows``  c's drop on its own passage against the ordinary-row arms' mean drop on that same
+                       passage, per seed (what injecting *this* text adds over injecting an ordinary row).
     Rows as :func:`comparisons`, plus ``condition``, ``what``, ``step``."""
     label = outcomes.get("passage_ce", "exploratory")
     drop = passages.assign(drop=-passages["diff"]).pivot_table(index=["step", "seed", "text"], columns="condition",
@@ -379,9 +536,10 @@ def specificity(passages: pd.DataFrame, steps: dict[str, int], outcomes: dict[st
             checks = [("own", f"{c}: own passage at {when}, drop vs 0", own, own * 0.0)]
             if other in at.index.get_level_values("text"):
                 checks.append(("specificity", f"{c}: own passage vs {other}'s at {when}", own, at[c].xs(other, level="text")))
-            if "ordinary-row" in at.columns:
-                checks.append(("vs ordinary-row", f"{c}: own passage, {c} vs ordinary-row at {when}", own,
-                               at["ordinary-row"].xs(c, level="text")))
+            ordinary = [a for a in at.columns if is_ordinary(a)]
+            if ordinary:  # per seed, the mean over its ordinary rows of their drop on this passage
+                checks.append(("vs ordinary rows", f"{c}: own passage, {c} vs the ordinary rows (mean) at {when}", own,
+                               at[ordinary].mean(axis=1).xs(c, level="text")))
             for what, name, a, b in checks:
                 a, b = a.align(b, join="inner")
                 if a.notna().sum() >= 2:
@@ -478,29 +636,49 @@ def headline(comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame, windo
 
 @dataclass
 class NullVerdict:
-    """One passage condition against one null at the end: how many measures were compared, and the
-    rows of those that differ (two-sided paired t, p < ALPHA)."""
+    """One passage condition against one null at the end: how many measures were compared, the rows of those
+    that differ (two-sided paired t, Holm-adjusted over the whole table: ``p_t_holm`` < ALPHA) and, against the
+    ordinary rows, those shown equivalent (TOST, Holm-adjusted: ``tost_p_holm`` < ALPHA; none without a margin)."""
 
     passage: str
     null: str
     tests: int
     differ: pd.DataFrame
+    equivalent: pd.DataFrame
 
 
-def null_answer(nulls: pd.DataFrame) -> tuple[list[NullVerdict], int, int]:
+def null_answer(nulls: pd.DataFrame) -> tuple[list[NullVerdict], int, NullFamily]:
     """The first answer, from :func:`null_contrasts`: per passage (in the table's order) and null (in
-    :data:`NULL_CONDITIONS`' order) a :class:`NullVerdict` at the end; the most seeds and the number of
-    end tests."""
+    :data:`NULL_CONDITIONS`' order) a :class:`NullVerdict` at the end; the most seeds; what was tested
+    (:func:`null_family`: the count the Holm correction used)."""
     if not len(nulls):
-        return [], 0, 0
-    end = nulls[nulls.step == nulls.step.max()]
+        return [], 0, null_family(nulls)
+    end = nulls[nulls.kind == "end"]
     out = []
     for p, g in end.groupby("passage", sort=False):
         for n in NULL_CONDITIONS:
             h = g[g.null == n]
             if len(h):
-                out.append(NullVerdict(p, n, len(h), h[h.p_t < ALPHA]))
-    return out, int(end.n.max()), len(end)
+                out.append(NullVerdict(p, n, len(h), h[h.differs.astype(bool)], h[h.equivalent.map(lambda v: v is True)]))
+    return out, int(end.n.max()) if len(end) else 0, null_family(nulls)
+
+
+def ordinary_margin(preregistration: dict | None) -> float | None:
+    """The TOST margin of "is it any row's?" as pre-registered: ``measure.ordinary_margin`` of the
+    preregistration.json written before training; None (no equivalence test: "not shown") when there is no
+    pre-registration, when it predates the field, or when it is null."""
+    value = ((preregistration or {}).get("measure") or {}).get("ordinary_margin")
+    return None if value is None else float(value)
+
+
+def with_current_names(frame: pd.DataFrame, columns=("condition", "text")) -> pd.DataFrame:
+    """A measured table with the conditions (and texts) measured before issue 32 under today's names
+    (:data:`LEGACY_NAMES`)."""
+    out = frame.copy()
+    for col in columns:
+        if col in out and len(out):
+            out[col] = out[col].replace(LEGACY_NAMES)
+    return out
 
 
 def passage_matrix_wide(passages: pd.DataFrame, steps: list[int]) -> dict[int, pd.DataFrame]:
@@ -533,10 +711,11 @@ class Summary:
     course: pd.DataFrame  # time_course
     windows: pd.DataFrame  # peak_trough_windows, every condition, measure.smooth_steps and smooth_steps_alt
     ckpt: pd.DataFrame | None  # checkpoint_course (+ barrier_pct, of the inter-seed barrier at the end); None: no checkpoints
-    nulls: pd.DataFrame  # null_contrasts
+    nulls: pd.DataFrame  # null_contrasts (Holm-adjusted over the whole table)
     null_verdicts: list[NullVerdict]
     null_seeds: int
-    null_tests: int
+    null_family: NullFamily  # what was tested there: the count of the Holm correction
+    ordinary_margin: float | None  # the pre-registered TOST margin (None: none, so no equivalence is shown)
     headline: Headline
     aligned_share: float  # the aligned inter-seed distance as % of the raw one
     matrix: dict[int, pd.DataFrame]  # passage_matrix_wide at s + 50 and at the end (empty: no passages.parquet)
@@ -549,25 +728,27 @@ def summarize(d: Measured) -> Summary:
     """Every table and number of the report of the measured run ``d``."""
     outcomes = d.meta["preregistration"]["outcomes"]
     m, steps = d.settings, d.steps
+    measures, checkpoints, timecourse = (with_current_names(t, ("condition",)) for t in (d.measures, d.checkpoints, d.timecourse))
     frac = lost_frac(m)
-    comp = comparisons(d.measures, outcomes, lost_frac=frac)
-    norm = normalized(d.measures)
-    course = time_course(d.timecourse, d.checkpoints, steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
-    windows = peak_trough_windows(d.timecourse, steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
-    ckpt = checkpoint_course(d.checkpoints) if len(d.checkpoints) else None
+    comp = comparisons(measures, outcomes, lost_frac=frac)
+    norm = normalized(measures)
+    course = time_course(timecourse, checkpoints, steps, smooth=m.smooth_steps, just_after=m.just_after_steps)
+    windows = peak_trough_windows(timecourse, steps["injection"], [m.smooth_steps, m.smooth_steps_alt])
+    ckpt = checkpoint_course(checkpoints) if len(checkpoints) else None
     if ckpt is not None:
         ckpt["barrier_pct"] = percent(ckpt.barrier, norm.seed_barrier.iloc[0] if len(norm) else np.nan)
-    nulls = null_contrasts(d.measures, d.checkpoints, d.timecourse, outcomes, steps["injection"])
-    verdicts, null_seeds, null_tests = null_answer(nulls)
-    inj, x = d.measures[d.measures.kind == "injected"], d.passages
+    margin = ordinary_margin(d.record("preregistration"))
+    nulls = null_contrasts(measures, checkpoints, timecourse, outcomes, steps["injection"], margin=margin)
+    verdicts, null_seeds, family = null_answer(nulls)
+    inj, x = measures[measures.kind == "injected"], with_current_names(d.passages)
     raw, al = (norm.seed_distance.iloc[0], norm.seed_distance_aligned.iloc[0]) if len(norm) else (np.nan, np.nan)
     att = (d.record("inputs") or {}).get("attestation") or {}
     has_passages = bool(len(x))
     return Summary(
-        seeds=sorted(set(inj.seed) | set(d.measures[d.measures.kind == "seed"].seed)),
+        seeds=sorted(set(inj.seed) | set(measures[measures.kind == "seed"].seed)),
         conditions=sorted(set(inj.condition)), injected_seeds=inj.seed.nunique(), last_before=steps["injection"] - 1,
         lost_frac=frac, comp=comp, norm=norm, course=course, windows=windows, ckpt=ckpt, nulls=nulls,
-        null_verdicts=verdicts, null_seeds=null_seeds, null_tests=null_tests,
+        null_verdicts=verdicts, null_seeds=null_seeds, null_family=family, ordinary_margin=margin,
         headline=headline(comp, norm, course, windows, steps["injection"]), aligned_share=percent(al, raw),
         matrix=passage_matrix_wide(x, [steps["s50"], steps["final"]]) if has_passages else {},
         specificity=specificity(x, steps, outcomes) if has_passages else pd.DataFrame(),

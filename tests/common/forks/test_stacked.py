@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.forks.arms import TWIN, Arm, Perturbation, injection, nudge
+from seedlab.forks.arms import TWIN, Arm, Perturbation, injection, matched_gradient, nudge, weight_kick
 from seedlab.forks.folders import DesignFolder
 from seedlab.forks.loop import Recording, run_design
 from seedlab.lm.batches import get_batch
@@ -33,14 +33,17 @@ def corpus(twins_inputs):
 
 def arms_of(corpus, seed: int) -> list[Arm]:
     """Every kind of arm: a row, two rows, a passage at two steps, the row replaced by itself, a fixed delta
-    and a computed one (one ulp), a row at loss weight 1/4 and the row itself at 1/16."""
+    and a computed one (one ulp), a row at loss weight 1/4 and the row itself at 1/16, and the two noise nulls
+    sized by the row's effect at s: a weight kick and a gradient-channel delta (issue 32)."""
     x, y = get_batch(corpus.train, seed, S, 4, 32)
     own = [*x[2].tolist(), int(y[2, -1])]  # row 2 of the batch of s, as its 33 tokens
     return [TWIN, injection("once", TEXT, S, 1), Arm("two-rows", {(S, 0): TEXT, (S, 3): TEXT[:9]}),
             Arm("twice", {(S, 1): TEXT, (S + 10, 1): TEXT}), injection("own-row", own, S, 2),
             Arm("kick", perturbation=Perturbation(S, {W: torch.zeros(256, 64).index_fill_(0, torch.tensor([3]), 1e-3)})),
             nudge("ulp", S + 2, "wte.weight", 17), injection("quarter", TEXT, S, 1, weight=0.25),
-            injection("own-row-weighted", own, S, 2, weight=0.0625)]
+            injection("own-row-weighted", own, S, 2, weight=0.0625),
+            weight_kick("weight-kick", injection("once", TEXT, S, 1), S, seed=0),
+            matched_gradient("matched-gradient", injection("once", TEXT, S, 1), S, seed=0)]
 
 
 def stacked_design(corpus, root, *, recording=None, **over):
@@ -83,7 +86,8 @@ def without_stack(integrity: dict) -> dict:
 
 
 def test_a_stacked_design_writes_what_the_serial_loop_writes_bitwise(corpus, tmp_path):
-    """Two seeds x seven arms (rows, two rows, two steps, own row, a fixed delta, one ulp) and two replicas,
+    """Two seeds x eleven arms (rows, two rows, two steps, own row, a fixed delta, one ulp, weighted rows, a weight
+    kick and a gradient-channel delta) and two replicas,
     in stacks of 5 (so stacks mix seeds) and in the serial loop: every manifest (weights hashed at every step),
     loss, checkpoint, perturbation record and integrity entry is the same."""
     serial, _ = run_design(stacked_design(corpus, tmp_path / "serial", arm_batch=1))
@@ -98,7 +102,7 @@ def test_a_stacked_design_writes_what_the_serial_loop_writes_bitwise(corpus, tmp
         assert rec["stack"]["arm_batch"] == 5
         assert rec["replica"]["steps_compared"] == list(range(S, END + 1))
     assert stacked["seeds"]["0"]["stack"]["solo_check"] == {"step": S + 1, "bitwise_equal_to_solo": True}
-    assert set(losses.arm) == {a.name for a in arms_of(corpus, 0)} and len(losses) == 2 * 9 * END
+    assert set(losses.arm) == {a.name for a in arms_of(corpus, 0)} and len(losses) == 2 * 11 * END
 
 
 def test_the_own_row_control_is_the_twin_inside_a_stack(corpus, tmp_path):
