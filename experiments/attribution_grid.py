@@ -120,12 +120,13 @@ def run_cell(cell: str, args, seeds: list[int] | None) -> bool:
 
 def available(out: Path, keep: Path | None) -> list:
     """Every cell summarised, in the grid's order: KEEP/<cell> first, else OUT/summaries/<cell>."""
-    from seedlab.attribution.grid import CELL_JSON, Cell
+    from seedlab.attribution.grid import Cell
+    from seedlab.attribution.rundir import CellSummaryDir
 
     cells = []
     for cell in CELLS:
         for where in ([keep / cell] if keep else []) + [out / "summaries" / cell]:
-            if (where / CELL_JSON).is_file():
+            if CellSummaryDir(where).record.is_file():
                 cells.append(Cell.from_dir(where))
                 break
     return cells

@@ -79,7 +79,7 @@ import pandas as pd
 
 from seedlab.attribution import chaos, horizon, size, stats
 from seedlab.attribution.config import AttributeConfig
-from seedlab.attribution.rundir import Attributed, read_attributed
+from seedlab.attribution.rundir import Attributed, CellSummaryDir, read_attributed
 from seedlab.attribution.stats import ALPHA, RESAMPLES, ROW_INVARIANCE, SEED, TANGENT, UNROLL
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
@@ -88,7 +88,6 @@ NOT_REACHED = horizon.NOT_REACHED
 #: measure.py's WEIGHTED_COLUMNS (size.py's copy: measure.py loads torch, this module does not)
 WEIGHTED_COLUMNS = size.WEIGHTED
 CEILING = horizon.CEILING
-CELL_JSON = "cell.json"
 NA = "n/a"  # a string column's value where the number behind it was not measured (no unroll-tangent: no bend)
 WEIGHT = 1.0  # the grid's only row weight
 
@@ -178,21 +177,21 @@ class Cell:
 
     def to_dir(self, path: str | Path) -> Path:
         """``path/cell.json`` (the scalars) and one CSV per frame; returns ``path``."""
-        p = Path(path)
-        p.mkdir(parents=True, exist_ok=True)
+        d = CellSummaryDir(Path(path))
+        d.root.mkdir(parents=True, exist_ok=True)
         for topic in TOPICS:
-            getattr(self, topic).to_csv(p / f"{topic}.csv", index=False)
-        (p / CELL_JSON).write_text(json.dumps(self.scalars(), indent=1) + "\n")
-        return p
+            getattr(self, topic).to_csv(d.frame(topic), index=False)
+        d.record.write_text(json.dumps(self.scalars(), indent=1) + "\n")
+        return d.root
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Cell:
         """What :meth:`to_dir` wrote; a folder without ``cell.json`` is a one-line error."""
-        p = Path(path)
-        if not (p / CELL_JSON).is_file():
-            raise SeedlabError(f"{p}: no {CELL_JSON} (not a kept grid cell summary)")
-        record = json.loads((p / CELL_JSON).read_text())
-        frames = {t: _typed(pd.read_csv(p / f"{t}.csv", dtype=str, keep_default_na=False), cols)
+        d = CellSummaryDir(Path(path))
+        if not d.record.is_file():
+            raise SeedlabError(f"{d.root}: no {d.record.name} (not a kept grid cell summary)")
+        record = json.loads(d.record.read_text())
+        frames = {t: _typed(pd.read_csv(d.frame(t), dtype=str, keep_default_na=False), cols)
                   for t, cols in TOPICS.items()}
         return cls(**{k: record[k] for k in SCALARS}, **frames)
 
@@ -407,7 +406,7 @@ def read_reference(path: str | Path) -> tuple[dict[str, tuple[float, float, floa
     """The fixed ε_nl of :func:`law` and where it came from: a kept cell summary (``cell.json``: its own ε_nl) or an
     attributed size-axis bank folder (weighted.parquet: size.analyse's ``scales``). One line when neither holds one."""
     p = Path(path)
-    if (p / CELL_JSON).is_file():
+    if CellSummaryDir(p).record.is_file():
         out, what = Cell.from_dir(p).eps_nl(), f"the kept summary {p}"
     else:
         a = read_attributed(p)

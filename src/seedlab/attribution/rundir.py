@@ -37,6 +37,12 @@ The layout::
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
     DIR/report.md, DIR/*.png            seedlab attribution report (it reads the bank through :func:`read_attributed`)
 
+A kept grid-cell summary (attribution/grid.py ``Cell.to_dir``; :class:`CellSummaryDir`), a small folder that
+outlives its bank::
+
+    SUMMARY/cell.json                   the cell's scalars (B, lr, seeds, λ, ε, each stage's wall time)
+    SUMMARY/<topic>.csv                 one frame per topic (size, errors, responses, h_star, estimators)
+
 The folder policy of ``seedlab attribution bank`` (forks/folders.py ``DesignFolder.claim``): an
 absent or empty folder starts a bank; a folder holding the same design (config.json, with fields
 added since at their defaults) resumes it (finished runs are skipped, unfinished ones restart from
@@ -236,3 +242,17 @@ def read_attributed(root: str | Path) -> Attributed:
     read = lambda path: pd.read_parquet(path) if path.is_file() else None
     return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, read(rd.additivity),
                       read(rd.weighted_measured), read(rd.distances))
+
+
+@dataclass(frozen=True)
+class CellSummaryDir:
+    """A kept grid-cell summary folder (module doc): where its record and its frames live."""
+
+    root: Path
+
+    @property
+    def record(self) -> Path:
+        return self.root / "cell.json"
+
+    def frame(self, topic: str) -> Path:
+        return self.root / f"{topic}.csv"
