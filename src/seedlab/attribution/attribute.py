@@ -17,6 +17,10 @@ attribution/estimators.py, attribution/registry.py):
 - ``tracin-cp`` (a variant) — TracIn-CP over the twin's saved checkpoints: at horizon h the sum
   over the saved steps t with s ≤ t < h of the one-checkpoint term at θ_t with the rate of step
   t; the terms after s are for visits that never happened.
+- ``unroll`` (and its readout and tangent; attribution/unroll.py) and ``metagrad`` (the same linearisation in
+  reverse mode, attribution/metagrad.py) — the twin replayed from the kept prefix and checked against its
+  hashes; unroll pushes every candidate's exact change at s forward, metagrad pulls every query's adjoint back
+  to s + 1 (one backward pass from the last horizon) and takes its inner product with the same change.
 - ``ekfac``, ``kfac`` — influence functions with kronfluence's curvature, and ``trak`` (TRAK through
   traker); ``attribute.influence_at: horizon`` evaluates them at the twin's weights at each horizon
   h (the model whose loss is predicted), ``injection`` once at θ_s (h = s). The curvature (trak:
@@ -59,6 +63,7 @@ import torch
 from seedlab.attribution.config import AttributeConfig, AttributionConfig
 from seedlab.attribution.estimators import Case, Gradients
 from seedlab.attribution.measure import collect
+from seedlab.attribution.metagrad import metagrad, replay_check
 from seedlab.attribution.plugins import check_horizons
 from seedlab.attribution.registry import ESTIMATORS, HINTS, available, get_estimator, run
 from seedlab.attribution.rundir import Bank, open_bank
@@ -82,6 +87,7 @@ CHECKPOINTS = ("tracin-cp",)  # over the twin's checkpoints
 INFLUENCE = ("ekfac", "kfac", "trak")  # at the horizons' weights (or θ_s), fitted on fit_set rows
 TRAJECTORY = ("unroll", "unroll-readout", "unroll-tangent")  # the swap carried through the twin's replayed steps
 # (attribution/unroll.py): every one of them named is computed in one replay
+METAGRAD = "metagrad"  # the same linearisation in reverse mode (attribution/metagrad.py): one backward pass per seed
 COLUMNS = ["seed", "candidate", "query", "horizon", "measured", "measured_replicate", "estimator", "estimator_label",
            "estimate", "candidate_kind", "query_kind", "after", "label", "unit"]
 
@@ -230,6 +236,9 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
                                        check=twin_check(bank, seed, horizons),
                                        outputs=[n for n in names if n in TRAJECTORY]))
             by_h = replayed[name]
+        elif name == METAGRAD:
+            by_h = metagrad(grads, trainer, horizons, chunk=cfg.attribute.unroll_chunk,
+                            check=replay_check(bank, seed, horizons))
         elif get_estimator(name).per_horizon:  # a horizon-aware plug-in: its Context at each horizon (plugins.py)
             by_h = {h: run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
                            grad_clip=cfg.grad_clip, seed=seed, step=s, horizon=h, twin=twin.weights)

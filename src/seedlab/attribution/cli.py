@@ -47,7 +47,7 @@ def attribution_attribute(
     bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimators", "--estimator", help=(
         "estimator(s) to run, repeatable or comma-separated: sgd, adam, adam-linear, tracin, tracin-cp, cosine, "
-        "adam-cosine, ekfac, kfac, unroll (the exact linear response, the reference), the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
+        "adam-cosine, ekfac, kfac, unroll (the exact linear response, the reference), metagrad (unroll in reverse mode), the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
         "(function(model, case, grads) -> array of candidates x queries: seedlab.attribution.registry); default: "
         "the config's, else the installed defaults"))] = [],  # noqa: B006
     set_: Annotated[list[str], typer.Option("--set", help="override an attribute setting for this run, e.g. "
@@ -65,6 +65,31 @@ def attribution_attribute(
     df = attribute(bank, estimators=names or None, device=device, progress=progress, settings=set_, jobs=jobs, add=add)
     typer.echo(f"{df.estimator.nunique()} estimator(s) x {len(df) // max(df.estimator.nunique(), 1)} measured effects "
                f"-> {BankDir(bank).attribution}")
+
+
+@app.command("metagrad")
+def attribution_metagrad(
+    bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
+    t0: Annotated[int, typer.Option("--t0", help="the first step whose rows are differentiated: 0 (the twin replayed "
+                                                "from its seed's initialisation) .. the first horizon; from s on the "
+                                                "replay starts at the kept prefix")] = 0,
+    every: Annotated[int | None, typer.Option(help="keep the complete state every K steps and recompute between "
+                                                   "(memory: T/K + K states); default: the square root of the steps")] = None,
+    horizon: Annotated[list[str], typer.Option("--horizon", help="a horizon of the bank (s+1, mid, end, or updates "
+                                                                 "completed), repeatable; default: all")] = [],  # noqa: B006
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    chunk: Annotated[int | None, typer.Option(help="adjoints per vmapped VJP (memory); default: all at once")] = None,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Every training row's metagradient dL_q(theta_h)/dw_{t,i}: the adjoint of each query's loss at each horizon
+    carried back through the twin's replayed run (reverse mode of unroll) -> metagrad.parquet."""
+    from seedlab.attribution.metagrad import bank_metagrad
+    from seedlab.attribution.rundir import BankDir
+
+    df = bank_metagrad(bank, first=t0, every=every, horizons=horizon or None, device=device, chunk=chunk,
+                       progress=progress)
+    typer.echo(f"{len(df)} row metagradients ({df.seed.nunique()} seed(s) x {df['query'].nunique()} queries x "
+               f"{df.horizon.nunique()} horizons) -> {BankDir(bank).metagrad}")
 
 
 @app.command("report")

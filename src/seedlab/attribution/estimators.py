@@ -37,6 +37,8 @@ kfac         the same with K-FAC curvature                                conver
 trak         −(τ(q, c) − τ(q, r)), TRAK's score through traker (one model)  convergence          score       estimator
 unroll       ⟨∇L_q(θ_h), Δθ_h⟩: the exact change at s carried through the    every horizon        nats/token  reference
              twin's replayed steps by JVPs (first order in the swap)
+metagrad     ⟨λ_{s+1}, Δz_{s+1}(c)⟩: unroll in reverse mode, the adjoint     every horizon        nats/token  reference
+             of L_q(θ_h) carried back (equal to unroll to round-off)
 random       −(u(c) − u(r)), u a seeded uniform number per text           none                 score       baseline
 loss         −(L(c) − L(r)), L a text's mean CE at θ_s (nats/token)        none                 score       baseline
 gradnorm     −(‖∇ℓ_c‖ − ‖∇ℓ_r‖) at θ_s                                     none                 score       baseline
@@ -45,7 +47,7 @@ length       −(n(c) − n(r)), n a text's token count                       no
 
 (ekfac, kfac and trak live in :mod:`seedlab.attribution.influence`: their definitions and
 sources are there; unroll, the reference the estimators at θ_s approximate, in
-:mod:`seedlab.attribution.unroll`). The others':
+:mod:`seedlab.attribution.unroll`, and metagrad, its reverse mode, in :mod:`seedlab.attribution.metagrad`). The others':
 
 - **TracIn** (Pruthi et al. 2020, "Estimating Training Data Influence by Tracing Gradient
   Descent", §3): TracInIdeal sums the loss change of the test example over the iterations *that

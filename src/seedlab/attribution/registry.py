@@ -12,7 +12,7 @@ Options (keyword arguments of :func:`run` / :func:`estimate`; each estimator rea
   ``trainer.step == s``);
 - ``include_v`` — adam-linear: keep the second-moment term of the first-order update (default True);
 - ``checkpoints`` — tracin-cp: [(state_dict, lr), ...];
-- ``trainer``, ``horizon`` — unroll: the twin's :class:`~seedlab.lm.trainer.Trainer` at the fork point
+- ``trainer``, ``horizon`` — unroll (and metagrad, its reverse mode): the twin's :class:`~seedlab.lm.trainer.Trainer` at the fork point
   (``step == s``, the model's weights; it is not changed) and the horizon h (updates completed, > s);
 - ``influence`` — ekfac, kfac, trak: :class:`~seedlab.attribution.influence.InfluenceOptions`;
 - ``seed`` — random: its generator's seed (default 0);
@@ -136,6 +136,12 @@ def _unroll(output: str) -> Callable[..., np.ndarray]:
     return fn
 
 
+def _metagrad(grads: Gradients, *, trainer: Any, horizon: int) -> np.ndarray:
+    from seedlab.attribution.metagrad import metagrad
+
+    return metagrad(grads, trainer, [horizon])[horizon]
+
+
 def _trak(grads: Gradients, *, influence: Any = None) -> np.ndarray:
     from seedlab.attribution.influence import trak
 
@@ -175,6 +181,10 @@ ESTIMATORS: dict[str, Estimator] = {
         Estimator("unroll-tangent", "the w → 0 limit of unroll per unit row weight: the first step linearized too "
                   "(d/dw at w = 0, carried and read out linearly)", "every horizon", "nats/token",
                   _unroll("unroll-tangent"), ("trainer", "horizon"), ("trainer", "horizon"), label="reference"),
+        Estimator("metagrad", "unroll in reverse mode: ⟨λ_{s+1}, Δz_{s+1}(c)⟩, λ the adjoint of L_q(θ_h) carried back "
+                  "through the twin's replayed steps, Δz unroll's exact change at s (equal to unroll to float round-off)",
+                  "every horizon", "nats/token", _metagrad, ("trainer", "horizon"), ("trainer", "horizon"),
+                  label="reference"),
         Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", _lazy("random_baseline"),
                   (), ("seed",), label="baseline"),
         Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", _lazy("loss_baseline"),

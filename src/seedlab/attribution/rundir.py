@@ -35,6 +35,9 @@ The layout::
     DIR/weighted.parquet                measured Δ L_query per seed × candidate × query × horizon × loss weight (measure.py)
     DIR/distances.parquet               every run's distance to the twin per step, all seeds (measure.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
+    DIR/metagrad.parquet, DIR/metagrad.json          seedlab attribution metagrad: every row's metagradient
+                                        ∂L_q(θ_h)/∂w_{t,i} (seed, query, horizon, step, row, value) and the run's
+                                        settings and costs (attribution/metagrad.py)
     DIR/report.md, DIR/*.png            seedlab attribution report (it reads the bank through :func:`read_attributed`)
 
 A kept grid-cell summary (attribution/grid.py ``Cell.to_dir``; :class:`CellSummaryDir`), a small folder that
@@ -158,6 +161,16 @@ class BankDir(DesignFolder):
     @property
     def attribution_json(self) -> Path:
         return self.root / "attribution.json"
+
+    @property
+    def metagrad(self) -> Path:
+        """seedlab attribution metagrad: every row's metagradient (attribution/metagrad.py ``COLUMNS``)."""
+        return self.root / "metagrad.parquet"
+
+    @property
+    def metagrad_json(self) -> Path:
+        """seedlab attribution metagrad: its settings, counts and wall time per seed."""
+        return self.root / "metagrad.json"
 
     def check_inputs(self, inputs: dict) -> None:
         """A folder started before must be resumed with the same inputs (inputs.json): the corpus's

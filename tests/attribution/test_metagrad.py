@@ -1,0 +1,242 @@
+"""metagrad, unroll's linearisation in reverse mode: the candidates' effects equal unroll's at every horizon, a row's
+metagradient is the derivative a real rerun with that row's loss weight at 1 ± ε measures, the replay is the twin's
+(a wrong seed, a foreign or corrupted prefix refused), checkpoint-and-recompute changes no bit, and bad input is one
+line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from seedlab.attribution.attribute import attribute
+from seedlab.attribution.bank import run_bank
+from seedlab.attribution.config import AttributionConfig
+from seedlab.attribution.estimators import query_loss
+from seedlab.attribution.metagrad import COLUMNS, adjoints, bank_metagrad, replay_check, rows_frame
+from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.config import load_config
+from seedlab.errors import SeedlabError
+from seedlab.forks.prefix import read_prefix
+from seedlab.lm.batches import get_batch
+from seedlab.lm.trainer import Trainer
+from seedlab.store import read_verified, write_safetensors
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+HORIZONS = [1, 3, "end"]  # s+1 (no step between: λ = ∇L_q), s+3, the end (s = 4, 14 updates)
+
+
+@pytest.fixture(scope="module")
+def bank(tmp_path_factory, twins_inputs, bank_design, one_thread):
+    """TINY_BANK on one seed at three horizons, attributed by unroll and metagrad. Read it, never change it."""
+    base = tmp_path_factory.mktemp("metagrad")
+    cfg, folder = load_config(AttributionConfig, "attribution",
+                              bank_design.write(base, twins_inputs[0], seeds=[0], horizons=HORIZONS))
+    run_bank(cfg, base / "bank", base=folder, progress=False)
+    attribute(base / "bank", estimators=["unroll", "metagrad"], progress=False)
+    return base / "bank"
+
+
+def _copy(bank, tmp_path):
+    shutil.copytree(bank, tmp_path / "bank")
+    return tmp_path / "bank"
+
+
+def _trainer(b, seed: int = 0, *, prefix: bool = False) -> Trainer:
+    t = Trainer(b.cfg.model_copy(update={"device": "cpu"}), b.inputs.gcfg, seed, b.inputs.corpus.train)
+    if prefix:
+        read_prefix(t, b.dir.prefix(0), b.cfg.injection_step)
+    return t
+
+
+def _queries(b) -> dict:
+    return {n: t.tokens for n, t in b.inputs.queries.items()}
+
+
+def test_reverse_mode_equals_unroll_at_every_horizon(bank):
+    # two modes of one linearisation: ⟨∇L_q(θ_h), J_{h-1}⋯J_{s+1}Δz⟩ = ⟨J_{s+1}ᵀ⋯J_{h-1}ᵀ∇L_q(θ_h), Δz⟩, the same
+    # float32 Jacobians at the same (hash-checked) states, multiplied in the other order: they differ by float32
+    # round-off only (measured ≤ 1e-7 of the largest effect at 9 steps); 1e-5 leaves room for more steps' rounding
+    df = pd.read_parquet(BankDir(bank).attribution)
+    keys = ["seed", "candidate", "query", "horizon"]
+    u = df[df.estimator == "unroll"].set_index(keys).estimate
+    m = df[df.estimator == "metagrad"].set_index(keys).estimate
+    assert len(u) and u.index.sort_values().equals(m.index.sort_values())
+    m = m.reindex(u.index)
+    assert sorted(u.index.get_level_values("horizon").unique()) == [5, 7, 14]
+    for h in (5, 7, 14):
+        uh, mh = u.xs(h, level="horizon"), m.xs(h, level="horizon")
+        assert np.abs(uh).max() > 1e-3  # effects well above round-off
+        err = np.abs(mh - uh).max() / np.abs(uh).max()
+        assert err < 1e-5, (h, err)
+    own = m[m.index.get_level_values("candidate") == "own-row"]
+    assert len(own) and (own == 0).all()  # Δz = 0 exactly: the own-row control
+    assert set(df[df.estimator == "metagrad"].estimator_label) == {"reference"}
+
+
+def test_a_rows_metagradient_is_the_rerun_derivative_of_its_loss_weight(design):
+    # a real rerun of the training from step 0 with row i of step t weighed 1 ± ε (its gradient (w − 1)·∇ℓ_i/N
+    # added to the raw batch gradient before the clip and AdamW), float64 weights (the trainer's CE stays
+    # float32), central difference at ε = 1e-3. Measured agreement ≤ 6e-4 of the largest |value| of the row:
+    # O(ε²) curvature (AdamW's first steps are sign-like: v = 0 at step 0) and the float32 CE's rounding / ε;
+    # the tolerance 3e-3 is 5x that
+    cfg, base = design(seeds=[0])
+    from seedlab.attribution.texts import load_inputs
+
+    inputs = load_inputs(cfg, base)
+    queries = {n: t.tokens for n, t in inputs.queries.items()}
+    H, eps = 8, 1e-3
+
+    def fresh() -> Trainer:
+        t = Trainer(cfg.model_copy(update={"device": "cpu"}), inputs.gcfg, 0, inputs.corpus.train)
+        t.model.double()
+        return t
+
+    adj = adjoints(fresh(), queries, [H], first=0, every=3)
+
+    def rerun(step: int, row: int, w: float) -> np.ndarray:
+        tr = fresh()
+        while tr.step < H:
+            delta = None
+            if tr.step == step:
+                x, y = get_batch(tr.tokens, tr.seed, tr.step, cfg.batch_size, inputs.gcfg.block_size)
+                g, _ = tr._row_gradient(x[row : row + 1], y[row : row + 1], torch.ones(1, x.shape[1], dtype=torch.bool),
+                                        x.numel())
+                delta = [(w - 1) * gi for gi in g]
+            tr.advance(grad_delta=delta)
+        return np.array([query_loss(tr.model, ids) for ids in queries.values()])
+
+    for step, row in [(0, 1), (3, 2), (7, 3)]:
+        fd = (rerun(step, row, 1 + eps) - rerun(step, row, 1 - eps)) / (2 * eps)
+        mg = adj.rows[H][:, step, row]
+        assert np.abs(mg).max() > 1e-4
+        err = np.abs(fd - mg).max() / np.abs(mg).max()
+        assert err < 3e-3, (step, row, fd, mg)
+
+
+def test_plain_sgd_and_a_clip_that_acts_reverse_equals_forward(design):
+    # the one-channel state z = θ (plain SGD) and torch's clip active at every step (grad_clip far below ‖g‖):
+    # the same linearisation both ways, through the clip's derivative, to float32 round-off
+    from seedlab.attribution.estimators import Case, Gradients
+    from seedlab.attribution.metagrad import metagrad
+    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.unroll import unroll
+
+    cfg, base = design(seeds=[0], optimizer="sgd", grad_clip=0.05)
+    inputs = load_inputs(cfg, base)
+    tr = Trainer(cfg.model_copy(update={"device": "cpu"}), inputs.gcfg, 0, inputs.corpus.train)
+    while tr.step < cfg.injection_step:
+        tr.advance()
+    cands = {n: t.tokens for n, t in inputs.candidates_of(0).items()}
+    case = Case.of(*inputs.ordinary_batch(0), cfg.injection_row, cands,
+                   cands | {n: t.tokens for n, t in inputs.queries.items()}, inputs.pad_id)
+    grads = Gradients(tr.model, case)
+    u, m = unroll(grads, tr, [5, 14]), metagrad(grads, tr, [5, 14], every=3)
+    for h in (5, 14):
+        assert np.abs(u[h]).max() > 1e-5
+        assert np.abs(m[h] - u[h]).max() < 1e-5 * np.abs(u[h]).max(), h
+
+
+def test_checkpoint_and_recompute_changes_no_bit(bank):
+    b = open_bank(bank)
+    queries, hs = _queries(b), [5, 7, 14]
+    check = replay_check(b, 0, hs)
+    one = adjoints(_trainer(b), queries, hs, first=0, every=1, check=check)
+    four = adjoints(_trainer(b), queries, hs, first=0, every=4, check=check)
+    default = adjoints(_trainer(b), queries, hs, first=0)  # ⌈√14⌉ = 4
+    for h in hs:
+        assert np.array_equal(one.rows[h], four.rows[h]) and np.array_equal(one.rows[h], default.rows[h])
+        assert one.rows[h].shape == (len(queries), h, b.cfg.batch_size)
+    assert default.every == 4
+    assert one.replayed == 14 and four.replayed == 14 + 10  # k = 4: every segment's 3 states recomputed (2 in the last)
+    assert one.held == 14 and four.held <= -(-14 // 4) + 4 - 1  # O(T/k + k) states
+    # from the kept prefix (t₀ = s): the same rows at every step from s, bit for bit
+    s = b.cfg.injection_step
+    late = adjoints(_trainer(b, prefix=True), queries, hs, first=s, every=2, check=check)
+    for h in hs:
+        assert np.array_equal(late.rows[h], one.rows[h][:, s:])
+    assert np.abs(one.rows[14]).max() > 0 and not np.isnan(one.rows[14]).any()
+
+
+def test_the_replay_is_checked_against_the_twin(bank, tmp_path):
+    b = open_bank(bank)
+    queries, hs = _queries(b), [5, 7, 14]
+    # another seed, from step 0: its state at s is not the kept prefix's
+    with pytest.raises(SeedlabError, match=r"^seed 0: the run replayed for metagrad differs from the kept prefix "
+                                           r"\(prefix.safetensors\) at step 4 in tensor"):
+        adjoints(_trainer(b, seed=1), queries, hs, first=0, check=replay_check(b, 0, hs))
+    # another seed from the kept prefix: other batches, so not the twin at s+1
+    wrong = _trainer(b, seed=1)
+    read_prefix(wrong, b.dir.prefix(0), 4)
+    with pytest.raises(SeedlabError, match="differs from the bank's twin at step 5 in tensor"):
+        adjoints(wrong, queries, hs, first=4, check=replay_check(b, 0, hs))
+    # a foreign prefix, consistent with its own hashes (one weight moved): refused from step 0 and from s
+    root = _copy(bank, tmp_path)
+    rd = BankDir(root)
+    tensors, meta = read_verified(rd.prefix(0))
+    name = next(k for k in tensors if k.startswith("model."))
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] += 1e-3
+    write_safetensors(rd.prefix(0), tensors, {"step": meta["step"]}, hashed=True)
+    with pytest.raises(SeedlabError, match=f"differs from the kept prefix \\(prefix.safetensors\\) at step 4 in tensor '{name}'"):
+        bank_metagrad(root, first=0, progress=False)
+    with pytest.raises(SeedlabError, match="differs from the bank's twin at step 4 in tensor"):
+        bank_metagrad(root, first=4, progress=False)
+    assert not rd.metagrad.exists()
+
+
+def test_bank_metagrad_writes_every_row_and_a_corrupted_prefix_is_one_line(bank, tmp_path, seedlab_cli):
+    root = _copy(bank, tmp_path)
+    rd, b = BankDir(root), open_bank(root)
+    rc, out, err = seedlab_cli("attribution", "metagrad", str(root), "--t0", "2", "--horizon", "s+3", "--horizon", "end",
+                               "--every", "3", "--no-progress")
+    assert rc == 0, err
+    df = pd.read_parquet(rd.metagrad)
+    assert list(df.columns) == COLUMNS
+    Q, B = len(b.inputs.queries), b.cfg.batch_size
+    assert len(df) == Q * B * ((7 - 2) + (14 - 2)) and set(df.horizon) == {7, 14} and df.step.min() == 2
+    assert df.groupby(["query", "horizon", "step", "row"]).size().max() == 1
+    # the same numbers as the adjoints computed here
+    direct = rows_frame(0, adjoints(_trainer(b), _queries(b), [7, 14], first=2, every=3))
+    pd.testing.assert_frame_equal(df, direct)
+    rd.metagrad.unlink()
+    rd.metagrad_json.unlink()
+    # a corrupted prefix (one byte of its tensors flipped): one line, exit 2, nothing written
+    data = bytearray(rd.prefix(0).read_bytes())
+    data[-8] ^= 0xFF
+    rd.prefix(0).write_bytes(bytes(data))
+    rc, out, err = seedlab_cli("attribution", "metagrad", str(root), "--no-progress")
+    assert rc == 2 and err.count("\n") == 1 and "corrupted checkpoint" in err, err
+    assert not rd.metagrad.exists() and not rd.metagrad_json.exists()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"first": -1}, r"^--t0: must be in 0 \.\. 5"),
+    ({"first": 6}, r"^--t0: must be in 0 \.\. 5"),
+    ({"first": 8, "horizons": ["end"]}, None),  # after the first horizon asked for is fine when it is the only one
+    ({"horizons": ["s+2"]}, r"^--horizon: must be one of the bank's horizons s\+1 \(5\), s\+3 \(7\), end \(14\), got 's\+2'"),
+    ({"horizons": ["9"]}, r"^--horizon: must be one of the bank's horizons"),
+    ({"every": 0}, r"^--every: at least 1"),
+    ({"chunk": 0}, r"^--chunk: at least 1"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(bank, tmp_path, kwargs, match):
+    root = _copy(bank, tmp_path)
+    if match is None:
+        df = bank_metagrad(root, progress=False, **kwargs)
+        assert set(df.horizon) == {14} and df.step.min() == 8
+        return
+    with pytest.raises(SeedlabError, match=match) as e:
+        bank_metagrad(root, progress=False, **kwargs)
+    assert "\n" not in str(e.value)
+    assert not BankDir(root).metagrad.exists() and not BankDir(root).metagrad_json.exists()
+
+
+def test_cli_bad_t0_is_exit_2(bank, tmp_path, seedlab_cli):
+    root = _copy(bank, tmp_path)
+    rc, _, err = seedlab_cli("attribution", "metagrad", str(root), "--t0", "-1", "--no-progress")
+    assert rc == 2 and err.startswith("error: --t0: must be in 0 .. 5") and err.count("\n") == 1
+    assert not BankDir(root).metagrad.exists()
