@@ -184,7 +184,7 @@ def test_table_has_one_row_per_cell_and_kind(cell):
 
 def _effect_table(h: dict[tuple[int, float], float]) -> pd.DataFrame:
     rows = [{"query_kind": "heldout", "batch_size": b, "peak_lr": lr, "h_star_index": i,
-             "h_star_status": "not reached" if i >= 6 else "reached", "h_star_label": f"h{i:g}"}
+             "h_star_status": "not reached" if i >= 6 else "reached", "h_star_label": f"h{i:g}", "horizons": 6}
             for (b, lr), i in h.items()]
     return pd.DataFrame(rows)
 
@@ -207,6 +207,18 @@ def test_effect_of_says_monotone_only_when_it_is():
     assert (w.direction == "not monotone").all() and not w.monotone.any()
     assert (wobbly.answer == "neither").all()
     assert grid.direction([1, math.nan, 3]) == "later" and grid.direction([2]) == "n/a"
+
+
+def test_two_cells_not_reached_say_nothing_about_the_direction():
+    # the first grid's shape: h* reached only at B = 8, lr 1e-2; "not reached" is only bounded below
+    e = effect_of(_effect_table({(8, 1e-2): 4, (32, 1e-2): 6, (8, 1e-3): 6, (32, 1e-3): 6}))
+    rows = e[e.fixed.notna()].set_index(["along", "fixed"]).direction
+    assert rows[("B", 1e-3)] == "censored" and rows[("lr", 32.0)] == "censored"  # not "flat"
+    assert rows[("B", 1e-2)] == "later" and rows[("lr", 8.0)] == "earlier"
+    summary = e[e.fixed.isna()].set_index("along").direction
+    assert summary["B"] == "later" and summary["lr"] == "earlier" and (e.answer == "both").all()
+    assert grid.direction([6, 6], censored=6) == "censored" and grid.direction([6, 6]) == "flat"
+    assert grid.direction([4, 6, 6], censored=6) == "later" and grid.direction([6, 4], censored=6) == "earlier"
 
 
 def test_the_report_words_the_frames(cell):

@@ -58,7 +58,8 @@ summary outlives its bank folder; :meth:`Cell.from_dir` reads it back exactly.
   ``consistent_bent``, ``consistent`` exactly as chaos.py ``compare`` defines them (chaos.py ``meets``);
 - :func:`effect_of` (:data:`EFFECT`): per query kind, unroll's h* as an ordinal horizon ("not reached" after the
   last) along B at each lr and along lr at each B, its ``direction`` ("later", "earlier", "flat" as the level
-  grows, "not monotone", "n/a" with fewer than two defined), and a summary row per kind and axis (``fixed`` NaN:
+  grows, "not monotone", "n/a" with fewer than two defined; "censored" when the only neighbours are both "not
+  reached", which is bounded below and so says nothing about the direction), and a summary row per kind and axis (``fixed`` NaN:
   the direction shared by every row of that axis, else "mixed"), with the kind's ``answer``: "1/B effect" (h*
   moves monotonically with B, the same way at every lr, and not with lr), "lr effect", "both", "neither" or
   "n/a". Descriptive: no test.
@@ -449,20 +450,30 @@ def law(cells: Sequence[Cell], eps_nl: Mapping[str, tuple[float, float, float]],
     return pd.DataFrame(rows, columns=LAW)
 
 
-def direction(index: Sequence[float]) -> str:
+def direction(index: Sequence[float], censored: float | None = None) -> str:
     """How an ordinal h* moves as the level grows: "later", "earlier", "flat", "not monotone"; "n/a" with fewer than
-    two defined values (NaN left out)."""
-    v = np.array([x for x in index if not math.isnan(x)], dtype=np.float64)
+    two defined values (NaN left out). ``censored``: the ordinal of "not reached" (h* after the last horizon, so
+    only bounded below): two neighbours both censored say nothing about the direction (not "flat"), a censored one
+    after a reached one is later, before it earlier; "censored" when no neighbouring pair is determined but some
+    are both censored."""
+    v = [x for x in index if not math.isnan(x)]
     if len(v) < 2:
         return "n/a"
-    d = np.diff(v)
-    if (d == 0).all():
+    signs, both = [], False
+    for a, b in zip(v[:-1], v[1:]):
+        if censored is not None and a == censored and b == censored:
+            both = True
+            continue
+        signs.append(float(np.sign(b - a)))
+    if not signs:
+        return "censored" if both else "n/a"
+    if all(x == 0 for x in signs):
         return "flat"
-    return "later" if (d >= 0).all() else "earlier" if (d <= 0).all() else "not monotone"
+    return "later" if all(x >= 0 for x in signs) else "earlier" if all(x <= 0 for x in signs) else "not monotone"
 
 
 def _shared(directions: list[str]) -> str:
-    known = [d for d in directions if d != "n/a"]
+    known = [d for d in directions if d not in ("n/a", "censored")]
     if not known:
         return "n/a"
     return known[0] if len(set(known)) == 1 else "mixed"
@@ -481,7 +492,7 @@ def effect_of(t: pd.DataFrame) -> pd.DataFrame:
                 h = h.sort_values(col)
                 labels = tuple(r.h_star_label if r.h_star_status == "reached" else r.h_star_status
                                for r in h.itertuples())
-                d = direction(list(h.h_star_index))
+                d = direction(list(h.h_star_index), float(h.horizons.max()) if "horizons" in h and len(h) else None)
                 dirs.append(d)
                 rows.append({"query_kind": kind, "along": along, "fixed": float(fixed),
                              "levels": tuple(h[col].tolist()), "labels": labels,

@@ -179,7 +179,8 @@ def effect_section(effect: pd.DataFrame) -> list[str]:
     """"## Is h* a 1/B effect, an lr effect, or neither": per query kind h* of unroll along each axis."""
     out = [f"## Is h* of {UNROLL} a 1/B effect, an lr effect, or neither?", "",
            "Descriptive (no test): h* as an ordinal horizon (\"not reached\" after the last), along B at each lr and "
-           "along lr at each B; later / earlier: h* moves monotonically as the level grows; flat: it does not move.",
+           "along lr at each B; later / earlier: h* moves monotonically as the level grows; flat: it does not move; "
+           "censored: h* not reached in both cells (only bounded below: no direction).",
            ""]
     if not len(effect):
         return [*out, "No cell has h* to compare.", ""]
