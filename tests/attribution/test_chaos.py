@@ -178,3 +178,15 @@ def test_bad_parameters_are_one_line():
         analyse(d, start=0)
     with pytest.raises(SeedlabError, match="missing"):
         growth(d.drop(columns="distance"))
+
+
+def test_a_common_window_ends_the_fit_where_told():
+    # ln d grows at 1 per update to s+10, at 0.1 after: the default phase runs to a tenth of the maximum over all
+    # 40 recorded steps; last=10 fits s+1 .. s+10 only, whatever was recorded after
+    t = np.arange(1, 41, dtype=float)
+    d = np.exp(np.where(t <= 10, t, 10 + 0.1 * (t - 10))) * 1e-9
+    whole, window = fit(t, d), fit(t, d, last=10)
+    assert window["last_after"] <= 10 and window["rate"] == pytest.approx(1.0)  # (to a tenth of the window's maximum)
+    assert whole["last_after"] > 10 and whole["rate"] < 1.0
+    with pytest.raises(SeedlabError, match="last"):
+        analyse(pd.DataFrame(columns=size.DISTANCES), last=2)

@@ -141,7 +141,7 @@ def _with(c: Cell, *, name, batch=8, lr=1e-2, status="reached", label="s+10", af
 
 def test_law_predicts_with_the_reference_eps_nl_not_the_cells_own(cell):
     c = dataclasses.replace(_with(cell, name="x", eps_nl=1.0), rate=0.5, rate_low=0.4, rate_high=0.6,
-                            epsilon=1e-3, epsilon_low=1e-3, epsilon_high=1e-3, epsilon_after=1.0)
+                            rate_window=math.nan, epsilon=1e-3, epsilon_low=1e-3, epsilon_high=1e-3, epsilon_after=1.0)
     out = law([c], {"heldout": (1e-2, 5e-3, 2e-2)}, "the size bank").iloc[0]
     assert out.predicted == pytest.approx(1 + math.log(10) / 0.5)  # 5.61, not 1 + ln(1000)/0.5 from its own 1.0
     assert (out.predicted_low, out.predicted_high) == pytest.approx((1 + math.log(5) / 0.6, 1 + math.log(20) / 0.4))
@@ -149,10 +149,15 @@ def test_law_predicts_with_the_reference_eps_nl_not_the_cells_own(cell):
     # [3.68, 8.49] meets the bend bracket (2, 5] and h*'s (5, 10]
     assert out.consistent_bent and out.consistent
     assert math.isnan(law([c], {"probe": (1e-2, 5e-3, 2e-2)}).iloc[0].predicted)  # no reference for the kind
+    # the common-window λ, where measured, is the law's (cells of different lengths compare); windowed=False: the default
+    w = dataclasses.replace(c, rate_window=1.0, rate_window_low=1.0, rate_window_high=1.0)
+    assert law([w], {"heldout": (1e-2, 1e-2, 1e-2)}).iloc[0].predicted == pytest.approx(1 + math.log(10) / 1.0)
+    assert law([w], {"heldout": (1e-2, 1e-2, 1e-2)}, windowed=False).iloc[0].predicted == pytest.approx(
+        1 + math.log(10) / 0.5)
 
 
 def test_consistent_follows_the_brackets(cell):
-    base = dict(rate=0.5, rate_low=0.5, rate_high=0.5, epsilon=1e-3, epsilon_low=1e-3, epsilon_high=1e-3,
+    base = dict(rate=0.5, rate_low=0.5, rate_high=0.5, rate_window=math.nan, epsilon=1e-3, epsilon_low=1e-3, epsilon_high=1e-3,
                 epsilon_after=1.0)
     ref = {"heldout": (1e-2, 1e-2, 1e-2)}  # predicted 5.61 exactly
 

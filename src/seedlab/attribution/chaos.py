@@ -101,12 +101,14 @@ def _check(start: int, fraction: float, min_points: int, alpha: float) -> None:
 
 
 def fit(after: np.ndarray, distance: np.ndarray, *, start: int = START, fraction: float = FRACTION,
-        min_points: int = MIN_POINTS) -> dict:
+        min_points: int = MIN_POINTS, last: int | None = None) -> dict:
     """One curve's growth fit (module doc): ``rate`` (λ per update), ``se``, ``intercept`` (ln d at after 0),
-    ``r2``, ``points``, ``first_after``, ``last_after`` (the phase), ``saturated``, ``peak``, ``peak_after``."""
+    ``r2``, ``points``, ``first_after``, ``last_after`` (the phase), ``saturated``, ``peak``, ``peak_after``.
+    ``last``: the recorded steps after it are dropped first (the maximum and the saturation rule then look no
+    further), so fits of designs of different lengths share one window."""
     order = np.argsort(after)
     t, d = np.asarray(after, np.float64)[order], np.asarray(distance, np.float64)[order]
-    keep = (t >= start) & np.isfinite(d)
+    keep = (t >= start) & np.isfinite(d) & (t <= (np.inf if last is None else last))
     t, d = t[keep], d[keep]
     out = {"rate": math.nan, "se": math.nan, "intercept": math.nan, "r2": math.nan, "points": 0,
            "first_after": math.nan, "last_after": math.nan, "saturated": False, "peak": math.nan,
@@ -134,7 +136,7 @@ def fit(after: np.ndarray, distance: np.ndarray, *, start: int = START, fraction
 
 
 def growth(distances: pd.DataFrame, *, start: int = START, fraction: float = FRACTION,
-           min_points: int = MIN_POINTS) -> pd.DataFrame:
+           min_points: int = MIN_POINTS, last: int | None = None) -> pd.DataFrame:
     """Per seed × arm of distances.parquet's frame: :func:`fit` (columns :data:`GROWTH`)."""
     _check(start, fraction, min_points, ALPHA)
     missing = [c for c in DISTANCES if c not in distances]
@@ -147,7 +149,7 @@ def growth(distances: pd.DataFrame, *, start: int = START, fraction: float = FRA
     cuts = np.r_[0, np.flatnonzero(np.diff(codes)) + 1, len(d)]
     t, v = d.after.to_numpy(np.float64), d.distance.to_numpy(np.float64)
     first = d.iloc[cuts[:-1]]
-    fits = [fit(t[i:j], v[i:j], start=start, fraction=fraction, min_points=min_points)
+    fits = [fit(t[i:j], v[i:j], start=start, fraction=fraction, min_points=min_points, last=last)
             for i, j in zip(cuts[:-1], cuts[1:])]
     head = pd.DataFrame({"seed": first.seed.to_numpy(), "arm": first.arm.to_numpy(), "kind": first.kind.to_numpy(),
                          "candidate": first.candidate.to_numpy(), "weight": first.weight.to_numpy(np.float64)})
@@ -182,10 +184,12 @@ def rates(g: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
 
 
 def analyse(distances: pd.DataFrame, *, start: int = START, fraction: float = FRACTION,
-            min_points: int = MIN_POINTS, alpha: float = ALPHA) -> Chaos:
-    """λ per cell from distances.parquet's frame (module doc)."""
+            min_points: int = MIN_POINTS, alpha: float = ALPHA, last: int | None = None) -> Chaos:
+    """λ per cell from distances.parquet's frame (module doc); ``last``: :func:`fit`'s common window end."""
     _check(start, fraction, min_points, alpha)
-    g = growth(distances, start=start, fraction=fraction, min_points=min_points)
+    if last is not None and last < start + min_points - 1:
+        raise SeedlabError(f"last: the window s+{start} .. s+{last} holds fewer than {min_points} steps")
+    g = growth(distances, start=start, fraction=fraction, min_points=min_points, last=last)
     return Chaos(start, fraction, alpha, g, lyapunov(g, alpha), rates(g, alpha),
                  distances[distances.kind == "nudge"].reset_index(drop=True))
 

@@ -91,6 +91,9 @@ WEIGHTED_COLUMNS = size.WEIGHTED
 CEILING = horizon.CEILING
 NA = "n/a"  # a string column's value where the number behind it was not measured (no unroll-tangent: no bend)
 WEIGHT = 1.0  # the grid's only row weight
+#: λ's common window s+1 .. s+WINDOW: the default fit ends where a nudge first reaches a tenth of its maximum over
+#: the *recorded* steps, so the same prefix gave λ 0.44 over 100 recorded updates and 1.66 over 30
+WINDOW = 20
 
 SIZE = ["query_kind", "bent_label", "bent_after", "bent_previous_after", "last_after", "size_status", "size_label",
         "size_after", "eps_nl", "eps_nl_low", "eps_nl_high", "eps_nl_horizons", "eps_bent"]
@@ -110,10 +113,11 @@ _STR = {"query_kind", "bent_label", "size_status", "size_label", "label", "track
 _INT = {"eps_nl_horizons", "horizon", "horizons"}
 _BOOL = {"baseline", "reference"}
 SCALARS = ["name", "batch_size", "peak_lr", "min_lr", "seeds", "injection_step", "candidates", "rate", "rate_low",
-           "rate_high", "epsilon", "epsilon_low", "epsilon_high", "epsilon_after", "alpha", "threshold", "tolerance",
+           "rate_high", "window", "rate_window", "rate_window_low", "rate_window_high", "epsilon", "epsilon_low", "epsilon_high", "epsilon_after", "alpha", "threshold", "tolerance",
            "source", "stages"]
 
-TABLE_HEAD = ["cell", "batch_size", "peak_lr", "seeds", "query_kind", "rate", "rate_low", "rate_high", "epsilon",
+TABLE_HEAD = ["cell", "batch_size", "peak_lr", "seeds", "query_kind", "rate", "rate_low", "rate_high", "window",
+              "rate_window", "rate_window_low", "rate_window_high", "epsilon",
               "epsilon_low", "epsilon_high", "epsilon_after", "bent_label", "bent_previous_after", "bent_after",
               "h_star_status", "h_star_label", "h_star_previous_after", "h_star_after", "h_star_index",
               "h_star_low_label", "h_star_high_label", "horizons", "last_after", "first_label", "last_label",
@@ -158,6 +162,10 @@ class Cell:
     rate: float  # λ per update, with its t interval over seeds
     rate_low: float
     rate_high: float
+    window: int  # λ once more on the common window s+1 .. s+window (chaos.py ``last``): comparable across lengths
+    rate_window: float
+    rate_window_low: float
+    rate_window_high: float
     epsilon: float  # ε(w = 1) at s + epsilon_after, with its seed-bootstrap interval
     epsilon_low: float
     epsilon_high: float
@@ -258,9 +266,11 @@ def summarise(a: Attributed, name: str, *, resamples: int = RESAMPLES, seed: int
     lr = horizon.linear_response(df, threshold=tau, resamples=resamples, seed=seed, alpha=alpha)
     corr = stats.correlations(stats.Arrays.of(stats.with_kind_baseline(df)), resamples, seed, alpha)[0]
     dist = a.distances if a.distances is not None and len(a.distances) else None
-    rate = (math.nan,) * 3
+    rate = windowed = (math.nan,) * 3
     if dist is not None and (dist.kind == "nudge").any():
         rate = chaos.analyse(dist, alpha=alpha).cell_rate
+        if int(dist.after.max()) >= WINDOW:
+            windowed = chaos.analyse(dist, alpha=alpha, last=WINDOW).cell_rate
     kinds = list(dict.fromkeys(ordinary.query_kind))
     size_rows, error_rows = [], []
     eps = (math.nan, math.nan, math.nan, math.nan)
@@ -315,6 +325,7 @@ def summarise(a: Attributed, name: str, *, resamples: int = RESAMPLES, seed: int
     return Cell(name=name, batch_size=int(c["batch_size"]), peak_lr=float(c["peak_lr"]),
                 min_lr=_float(c.get("min_lr")), seeds=seeds, injection_step=int(c["injection_step"]),
                 candidates=int(ordinary.candidate.nunique()), rate=rate[0], rate_low=rate[1], rate_high=rate[2],
+                window=WINDOW, rate_window=windowed[0], rate_window_low=windowed[1], rate_window_high=windowed[2],
                 epsilon=eps[0], epsilon_low=eps[1], epsilon_high=eps[2], epsilon_after=eps[3], alpha=alpha,
                 threshold=tau, tolerance=tolerance, size=_typed(pd.DataFrame(size_rows), SIZE),
                 errors=_typed(pd.DataFrame(error_rows), ERRORS), responses=_typed(lr.table, RESPONSES),
@@ -355,6 +366,8 @@ def table(cells: Sequence[Cell]) -> pd.DataFrame:
         for kind in _kinds(c):
             row = {"cell": c.name, "batch_size": c.batch_size, "peak_lr": c.peak_lr, "seeds": len(c.seeds),
                    "query_kind": kind, "rate": c.rate, "rate_low": c.rate_low, "rate_high": c.rate_high,
+                   "window": c.window, "rate_window": c.rate_window, "rate_window_low": c.rate_window_low,
+                   "rate_window_high": c.rate_window_high,
                    "epsilon": c.epsilon, "epsilon_low": c.epsilon_low, "epsilon_high": c.epsilon_high,
                    "epsilon_after": c.epsilon_after}
             sz = _one(c.size, query_kind=kind)
@@ -419,15 +432,26 @@ def read_reference(path: str | Path) -> tuple[dict[str, tuple[float, float, floa
     return out, what
 
 
-def law(cells: Sequence[Cell], eps_nl: Mapping[str, tuple[float, float, float]], source: str = "") -> pd.DataFrame:
+def _law_rate(c: Cell, windowed: bool) -> tuple[float, float, float]:
+    """λ of :func:`law`: the common-window fit when asked and measured, else the default one."""
+    if windowed and not math.isnan(c.rate_window):
+        return c.rate_window, c.rate_window_low, c.rate_window_high
+    return c.rate, c.rate_low, c.rate_high
+
+
+def law(cells: Sequence[Cell], eps_nl: Mapping[str, tuple[float, float, float]], source: str = "", *,
+        windowed: bool = True) -> pd.DataFrame:
     """The law's prediction per cell × query kind with ε_nl fixed from ``eps_nl`` ({kind: (eps_nl, low, high)}, a
     reference's; a kind it lacks: NaN, consistent None), beside the cell's brackets (module doc; columns
-    :data:`LAW`, ``source`` naming the reference)."""
+    :data:`LAW`, ``source`` naming the reference). λ: the common-window fit (``rate_window``, comparable across
+    cells of different lengths) where ``windowed`` and measured, else the cell's default fit; ``rate`` in the frame
+    is the one used."""
     rows = []
     for c in cells:
         for kind in _kinds(c):
             n = eps_nl.get(kind, (math.nan,) * 3)
-            p, lo, hi = chaos.prediction((c.rate, c.rate_low, c.rate_high), (c.epsilon, c.epsilon_low, c.epsilon_high),
+            lam = _law_rate(c, windowed)
+            p, lo, hi = chaos.prediction(lam, (c.epsilon, c.epsilon_low, c.epsilon_high),
                                          tuple(float(v) for v in n), c.epsilon_after)
             sz, st = _one(c.size, query_kind=kind), _one(c.h_star, response=UNROLL, query_kind=kind)
             last = float(sz.last_after) if sz is not None else float(st.last_after) if st is not None else math.nan
@@ -436,7 +460,7 @@ def law(cells: Sequence[Cell], eps_nl: Mapping[str, tuple[float, float, float]],
             status = "undefined" if st is None else st.status
             h = None if st is None else chaos.bracket(status, st.previous_after, st.after, st.last_after)
             rows.append({"cell": c.name, "batch_size": c.batch_size, "peak_lr": c.peak_lr, "query_kind": kind,
-                         "rate": c.rate, "rate_low": c.rate_low, "rate_high": c.rate_high, "epsilon": c.epsilon,
+                         "rate": lam[0], "rate_low": lam[1], "rate_high": lam[2], "epsilon": c.epsilon,
                          "epsilon_low": c.epsilon_low, "epsilon_high": c.epsilon_high,
                          "epsilon_after": c.epsilon_after, "eps_nl": float(n[0]), "eps_nl_low": float(n[1]),
                          "eps_nl_high": float(n[2]), "source": source, "predicted": p, "predicted_low": lo,

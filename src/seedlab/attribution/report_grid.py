@@ -92,7 +92,9 @@ def grid_report(cells: Sequence[Cell], table: pd.DataFrame, law: pd.DataFrame | 
                      f"({', '.join(map(str, c.seeds))})", str(c.injection_step), str(c.candidates), stages])
     out += _table(["cell", "B", "peak lr", "min lr", "seeds", "s", "candidates", "wall time"], rows)
     out += ["Columns: **λ** training's largest Lyapunov exponent per update from the nudge arms (the mean over seeds "
-            f"with its {level} t interval); **ε** = ‖θ_c − θ_twin‖₂ of the candidates' arms at the first recorded step "
+            f"with its {level} t interval; the fit's phase ends where a nudge first reaches a tenth of its maximum over "
+            "the recorded steps, so it depends on how long the cell ran), then the same fit on the common window "
+            "**s+1 .. s+20** (comparable across cells); **ε** = ‖θ_c − θ_twin‖₂ of the candidates' arms at the first recorded step "
             f"after s (per seed the median over arms, then over seeds; {level} bootstrap interval over seeds); "
             f"**first ē > {tol}**: the first horizon at which the relative error ē = ‖measured − U0‖/‖U0‖ of the "
             f"w = 1 response against `{TANGENT}` (U0, the fully linear prediction) exceeds {tol}, the crossing in the "
@@ -115,13 +117,14 @@ def grid_report(cells: Sequence[Cell], table: pd.DataFrame, law: pd.DataFrame | 
             base = (f"{r.best_baseline} {fmt_ci(r.best_baseline_rho, r.best_baseline_low, r.best_baseline_high)}"
                     if r.best_baseline else "n/a")
             rows.append([r.cell, str(r.batch_size), _lr(r.peak_lr), _rate(r.rate, r.rate_low, r.rate_high),
-                         _num_ci(r.epsilon, r.epsilon_low, r.epsilon_high),
+                         _rate(r.rate_window, r.rate_window_low, r.rate_window_high), _num_ci(r.epsilon, r.epsilon_low, r.epsilon_high),
                          _bent(r.bent_label, r.bent_previous_after, r.bent_after), _star(r),
                          *(fmt_ci(d[f"unroll@{h}"], d[f"unroll@{h}_low"], d[f"unroll@{h}_high"]) for h in labels),
                          *inv, f"{best}; {base}"])
         first = g.first_label.iloc[0] or "first"
         last = g.last_label.iloc[0] or "last"
-        out += _table(["cell", "B", "lr", "λ /update", "ε", f"first ē > {tol}", f"h* of {UNROLL}",
+        window = int(g.window.iloc[0]) if len(g) and g.window.iloc[0] == g.window.iloc[0] else 20
+        out += _table(["cell", "B", "lr", "λ /update", f"λ s+1 .. s+{window}", "ε", f"first ē > {tol}", f"h* of {UNROLL}",
                        *(f"ρ {h}" for h in labels), f"ρ_rep {first}", f"ρ_rep {last}",
                        f"best at {last}; best baseline"], rows)
     out += law_section(law)
@@ -138,7 +141,8 @@ def law_section(law: pd.DataFrame | None) -> list[str]:
                       "w = 1 it would make the prediction circular.", ""]
     source = law.source.iloc[0] or "a reference"
     out += [f"ε_nl per query kind is fixed from {source} (the distance at which its response bends between two "
-            "row weights), the same in every cell; λ and ε are each cell's own. Predicted: the updates after s at "
+            "row weights), the same in every cell; λ and ε are each cell's own (λ fitted on the common window "
+            "s+1 .. s+20 where the cell recorded it, so cells of different lengths compare). Predicted: the updates after s at "
             "which ε·e^{λ(h − s − after₀)} reaches ε_nl (interval: the extremes over the intervals of λ, ε and "
             "ε_nl). Consistent: the predicted interval meets the measured bracket — the first horizon with ē > "
             f"the tolerance (the criterion that defines ε_nl), and h* of {UNROLL} (a ranking criterion; may come "
