@@ -91,8 +91,10 @@ WEIGHTED_COLUMNS = size.WEIGHTED
 CEILING = horizon.CEILING
 NA = "n/a"  # a string column's value where the number behind it was not measured (no unroll-tangent: no bend)
 WEIGHT = 1.0  # the grid's only row weight
-#: λ's common window s+1 .. s+WINDOW: the default fit ends where a nudge first reaches a tenth of its maximum over
-#: the *recorded* steps, so the same prefix gave λ 0.44 over 100 recorded updates and 1.66 over 30
+#: λ's common window s+1 .. s+WINDOW, every step of it (no saturation cut): the default fit ends where a nudge first
+#: reaches a tenth of its maximum over the *recorded* steps, often after 3-10 points dominated by the nudge's first
+#: jumps, so one prefix gave λ 0.44 over 100 recorded updates, 1.23 cut at s+20 and 1.66 in a 30-update cell; the
+#: straight fit over s+1 .. s+20 gave 0.385 and 0.345 on that prefix (runs/attribution-size8 seeds 0-3, runs/grid/b8-lr1e-2)
 WINDOW = 20
 
 SIZE = ["query_kind", "bent_label", "bent_after", "bent_previous_after", "last_after", "size_status", "size_label",
@@ -162,7 +164,7 @@ class Cell:
     rate: float  # λ per update, with its t interval over seeds
     rate_low: float
     rate_high: float
-    window: int  # λ once more on the common window s+1 .. s+window (chaos.py ``last``): comparable across lengths
+    window: int  # λ once more on every step of s+1 .. s+window (chaos.py ``last``, fraction 1): comparable across lengths
     rate_window: float
     rate_window_low: float
     rate_window_high: float
@@ -270,7 +272,7 @@ def summarise(a: Attributed, name: str, *, resamples: int = RESAMPLES, seed: int
     if dist is not None and (dist.kind == "nudge").any():
         rate = chaos.analyse(dist, alpha=alpha).cell_rate
         if int(dist.after.max()) >= WINDOW:
-            windowed = chaos.analyse(dist, alpha=alpha, last=WINDOW).cell_rate
+            windowed = chaos.analyse(dist, alpha=alpha, last=WINDOW, fraction=1.0).cell_rate  # no saturation cut
     kinds = list(dict.fromkeys(ordinary.query_kind))
     size_rows, error_rows = [], []
     eps = (math.nan, math.nan, math.nan, math.nan)

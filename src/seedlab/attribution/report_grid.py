@@ -93,8 +93,8 @@ def grid_report(cells: Sequence[Cell], table: pd.DataFrame, law: pd.DataFrame | 
     out += _table(["cell", "B", "peak lr", "min lr", "seeds", "s", "candidates", "wall time"], rows)
     out += ["Columns: **λ** training's largest Lyapunov exponent per update from the nudge arms (the mean over seeds "
             f"with its {level} t interval; the fit's phase ends where a nudge first reaches a tenth of its maximum over "
-            "the recorded steps, so it depends on how long the cell ran), then the same fit on the common window "
-            "**s+1 .. s+20** (comparable across cells); **ε** = ‖θ_c − θ_twin‖₂ of the candidates' arms at the first recorded step "
+            "the recorded steps, so it depends on how long the cell ran), then the straight fit over every step of "
+            "the common window **s+1 .. s+20** (no saturation cut; comparable across cells); **ε** = ‖θ_c − θ_twin‖₂ of the candidates' arms at the first recorded step "
             f"after s (per seed the median over arms, then over seeds; {level} bootstrap interval over seeds); "
             f"**first ē > {tol}**: the first horizon at which the relative error ē = ‖measured − U0‖/‖U0‖ of the "
             f"w = 1 response against `{TANGENT}` (U0, the fully linear prediction) exceeds {tol}, the crossing in the "
