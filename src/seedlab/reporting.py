@@ -57,6 +57,28 @@ def fmt_ci(x: float, low: float = math.nan, high: float = math.nan) -> str:
     return f"{x:.2f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
 
 
+def fmt_num_ci(x: float, low: float = math.nan, high: float = math.nan) -> str:
+    """``0.0312 [0.0291, 0.0334]`` (three significant digits, :func:`fmt_num`); the interval left out when absent."""
+    if x is None or math.isnan(x):
+        return "n/a"
+    return fmt_num(x) + ("" if low is None or math.isnan(low) else f" [{fmt_num(low)}, {fmt_num(high)}]")
+
+
+def level(alpha: float) -> str:
+    """An interval's confidence level: alpha 0.05 -> ``95%``."""
+    return f"{100 * (1 - alpha):g}%"
+
+
+def yes_no(v) -> str:
+    """``yes``, ``no``, or ``n/a`` for None/NaN."""
+    return "n/a" if v is None or v != v else "yes" if v else "no"
+
+
+def md_lines(header: list[str], rows: list[list[str]]) -> list[str]:
+    """:func:`md_table` as lines, with a blank line after it."""
+    return [*md_table(header, rows).split("\n"), ""]
+
+
 def num_or_dash(x: float) -> str:
     """A number (:func:`fmt_num`), or — where there is none (NaN, None)."""
     return "—" if x is None or x != x else fmt_num(float(x))

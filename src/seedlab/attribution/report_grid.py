@@ -13,18 +13,8 @@ import pandas as pd
 from seedlab.attribution.grid import NA, Cell
 from seedlab.attribution.horizon import UNROLL
 from seedlab.attribution.stats import TANGENT
-from seedlab.reporting import fmt_ci, fmt_num, md_table
-
-
-def _level(alpha: float) -> str:
-    return f"{100 * (1 - alpha):g}%"
-
-
-def _num_ci(x: float, low: float = math.nan, high: float = math.nan) -> str:
-    """``0.0312 [0.0291, 0.0334]`` (three significant digits); the interval left out when absent."""
-    if x is None or math.isnan(x):
-        return "n/a"
-    return fmt_num(x) + ("" if low is None or math.isnan(low) else f" [{fmt_num(low)}, {fmt_num(high)}]")
+from seedlab.reporting import fmt_ci, level as _level, md_lines as _table, yes_no as _yes
+from seedlab.reporting import fmt_num_ci as _num_ci
 
 
 def _rate(x: float, low: float, high: float) -> str:
@@ -35,10 +25,6 @@ def _rate(x: float, low: float, high: float) -> str:
 
 def _lr(v: float) -> str:
     return f"{v:g}"
-
-
-def _yes(v) -> str:
-    return "n/a" if v is None or v != v else "yes" if v else "no"
 
 
 def _after(x: float) -> str:
@@ -62,10 +48,6 @@ def _bent(label: str, previous: float, after: float) -> str:
     if label in ("", NA):
         return label or "none"
     return f"{label} (in ({_after(previous)}, {_after(after)}])"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return [*md_table(header, rows).split("\n"), ""]
 
 
 def _horizon_labels(t: pd.DataFrame) -> list[str]:

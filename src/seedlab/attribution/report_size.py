@@ -13,26 +13,12 @@ import pandas as pd
 from seedlab.attribution.chaos import ALL, Chaos
 from seedlab.attribution.rundir import BankDir
 from seedlab.attribution.size import TANGENT, SizeAxis
-from seedlab.reporting import Fig, fmt_ci, fmt_num, md_table, new_figure, save_figure
-
-
-def _level(alpha: float) -> str:
-    return f"{100 * (1 - alpha):g}%"
-
-
-def _num_ci(x: float, low: float = math.nan, high: float = math.nan) -> str:
-    """``0.0312 [0.0291, 0.0334]`` (three significant digits); the interval left out when absent."""
-    if x is None or math.isnan(x):
-        return "n/a"
-    return fmt_num(x) + ("" if low is None or math.isnan(low) else f" [{fmt_num(low)}, {fmt_num(high)}]")
+from seedlab.reporting import Fig, fmt_ci, fmt_num, new_figure, save_figure
+from seedlab.reporting import fmt_num_ci as _num_ci, level as _level, md_lines as _table, yes_no as _yes
 
 
 def _w(w: float) -> str:
     return f"{w:g}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return [*md_table(header, rows).split("\n"), ""]
 
 
 def _regime(status: str, largest: float, smallest: float, biggest: float) -> str:
@@ -169,10 +155,6 @@ def chaos_section(chaos: Chaos, comparison: pd.DataFrame | None = None) -> list[
             f"kind, weight) rows, and that of the first ē(w) beyond the tolerance in {int(bent.sum())} of "
             f"{len(bent)}.", ""]
     return out
-
-
-def _yes(v) -> str:
-    return "n/a" if v is None or v != v else "yes" if v else "no"
 
 
 def size_figure(size: SizeAxis, chaos: Chaos | None, rd: BankDir) -> Fig:
