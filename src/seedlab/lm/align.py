@@ -154,26 +154,28 @@ def _permute_residual(state: StateDict, res: torch.Tensor, gcfg: GPTConfig) -> S
     return out
 
 
+def _move_units(state: StateDict, into: str, out_of: str, rows: torch.Tensor, columns: torch.Tensor,
+                gcfg: GPTConfig) -> StateDict:
+    """Hidden units reordered: rows ``rows`` of the layer that writes them (``into``: weight and bias) and columns
+    ``columns`` of the layer that reads them (``out_of``)."""
+    out = dict(state)
+    out[f"{into}.weight"] = _take(state[f"{into}.weight"], rows, 0)
+    out[f"{out_of}.weight"] = _take(state[f"{out_of}.weight"], columns, 1)
+    if gcfg.bias:
+        out[f"{into}.bias"] = _take(state[f"{into}.bias"], rows, 0)
+    return out
+
+
 def _permute_heads(state: StateDict, l: int, heads: torch.Tensor, gcfg: GPTConfig) -> StateDict:
     C, a = gcfg.n_embd, f"blocks.{l}.attn"
     rows = head_rows(heads, gcfg)
     qkv = torch.cat([rows, C + rows, 2 * C + rows])  # head h's q, k and v rows move together
-    out = dict(state)
-    out[f"{a}.c_attn.weight"] = _take(state[f"{a}.c_attn.weight"], qkv, 0)
-    out[f"{a}.c_proj.weight"] = _take(state[f"{a}.c_proj.weight"], rows, 1)
-    if gcfg.bias:
-        out[f"{a}.c_attn.bias"] = _take(state[f"{a}.c_attn.bias"], qkv, 0)
-    return out
+    return _move_units(state, f"{a}.c_attn", f"{a}.c_proj", qkv, rows, gcfg)
 
 
 def _permute_mlp(state: StateDict, l: int, units: torch.Tensor, gcfg: GPTConfig) -> StateDict:
     m = f"blocks.{l}.mlp"
-    out = dict(state)
-    out[f"{m}.c_fc.weight"] = _take(state[f"{m}.c_fc.weight"], units, 0)
-    out[f"{m}.c_proj.weight"] = _take(state[f"{m}.c_proj.weight"], units, 1)
-    if gcfg.bias:
-        out[f"{m}.c_fc.bias"] = _take(state[f"{m}.c_fc.bias"], units, 0)
-    return out
+    return _move_units(state, f"{m}.c_fc", f"{m}.c_proj", units, units, gcfg)
 
 
 def permute(state: StateDict, perms: Perms, gcfg: GPTConfig) -> StateDict:
