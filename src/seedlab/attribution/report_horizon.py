@@ -13,16 +13,12 @@ import pandas as pd
 
 from seedlab.attribution.horizon import CEILING, MEASURED, NOT_REACHED, READOUT, RUN_IT, TANGENT, UNROLL, LinearResponse
 from seedlab.attribution.stats import RELIABILITY, ROW_INVARIANCE, is_reference
-from seedlab.reporting import fmt_ci, fmt_num, md_table
+from seedlab.reporting import fmt_ci, fmt_num_ci, level, md_table
 
 #: what follows a row-free predictor's ceiling wherever it is stated (attribution/stats.py's module doc)
 ONE_CAUSE = ("within a seed nothing is noise: to first order Δ(c@r) − Δ(c@r′) is the same constant for every "
              "candidate, so a row invariance below 1 and unroll's miss are two symptoms of one cause, the swap's "
              "non-linearity")
-
-
-def _level(alpha: float) -> str:
-    return f"{100 * (1 - alpha):g}%"
 
 
 def _when(run: list) -> str:
@@ -77,7 +73,7 @@ def _until(lr: LinearResponse, kind: str, even: bool) -> str:
     s = _star_of(lr, kind)
     if s is None or s.status == "undefined":
         return f"ρ(measured, {UNROLL}) is undefined at every horizon, so there is no h*"
-    ci = f"{_level(lr.alpha)} interval {s.low_label} .. {s.high_label}, seeds and candidates resampled"
+    ci = f"{level(lr.alpha)} interval {s.low_label} .. {s.high_label}, seeds and candidates resampled"
     if s.status == NOT_REACHED:
         return f"{what} predicts it beyond every baseline up to {s.last_label} (h* not reached; {ci})"
     if s.horizon == lr.table[lr.table.query_kind == kind].horizon.min():
@@ -161,16 +157,10 @@ def _scale_table(cal: pd.DataFrame, responses: list[str]) -> str:
     for h, gh in cal.groupby("horizon", sort=True):
         c = gh.set_index("estimator")
         rows.append([f"{gh.label.iloc[0]} ({h})",
-                     *(f"slope {_num_ci(c.loc[r].slope, c.loc[r].low, c.loc[r].high)}; ratio "
-                       f"{_num_ci(c.loc[r].ratio, c.loc[r].ratio_low, c.loc[r].ratio_high)}" if r in c.index else ""
+                     *(f"slope {fmt_num_ci(c.loc[r].slope, c.loc[r].low, c.loc[r].high)}; ratio "
+                       f"{fmt_num_ci(c.loc[r].ratio, c.loc[r].ratio_low, c.loc[r].ratio_high)}" if r in c.index else ""
                        for r in have)])
     return md_table(["horizon", *(f"measured on {r}" for r in have)], rows)
-
-
-def _num_ci(v: float, lo: float, hi: float) -> str:
-    if math.isnan(v):
-        return "n/a"
-    return fmt_num(v) + ("" if math.isnan(lo) else f" [{fmt_num(lo)}, {fmt_num(hi)}]")
 
 
 def linear_response_section(lr: LinearResponse, verdict: pd.DataFrame) -> str:
@@ -180,8 +170,8 @@ def linear_response_section(lr: LinearResponse, verdict: pd.DataFrame) -> str:
     out = ["## The linear-response horizon", horizon_sentence(lr, verdict)]
     if not lr.ran:
         return "\n\n".join(out)
-    level = _level(lr.alpha)
-    out.append(HELP.format(u=UNROLL, r=READOUT, t=TANGENT, level=level, tau=lr.threshold, one=ONE_CAUSE))
+    lvl = level(lr.alpha)
+    out.append(HELP.format(u=UNROLL, r=READOUT, t=TANGENT, level=lvl, tau=lr.threshold, one=ONE_CAUSE))
     for kind in dict.fromkeys(lr.table.query_kind):
         s = _star_of(lr, kind)
         star = s.label if s is not None and s.status == "reached" else None
@@ -197,7 +187,7 @@ def linear_response_section(lr: LinearResponse, verdict: pd.DataFrame) -> str:
                 if len(cal):
                     out.append("Scale (pooled over every seed, query and candidate of the kind):\n\n"
                                + _scale_table(cal, lr.responses))
-        out.extend(_h_star_line(r, lr, kind, level) for r in lr.responses if _star_of(lr, kind, r) is not None)
+        out.extend(_h_star_line(r, lr, kind, lvl) for r in lr.responses if _star_of(lr, kind, r) is not None)
     return "\n\n".join(out)
 
 
@@ -214,15 +204,15 @@ def _split_at(lr: LinearResponse, kind: str, h: int) -> str:
     return f" There, {'; '.join(parts)}." if parts else ""
 
 
-def _h_star_line(response: str, lr: LinearResponse, kind: str, level: str) -> str:
+def _h_star_line(response: str, lr: LinearResponse, kind: str, lvl: str) -> str:
     s = _star_of(lr, kind, response)
     rule = f"h* of {response} (the first horizon where it no longer predicts beyond every baseline)"
     tau = (f" Descriptive: ρ(measured, {response}) first below τ = {lr.threshold:g} "
-           + (f"at {s.tau_label} ({level} interval {s.tau_low_label} .. {s.tau_high_label})."
+           + (f"at {s.tau_label} ({lvl} interval {s.tau_low_label} .. {s.tau_high_label})."
               if s.tau_label != NOT_REACHED else f"nowhere by {s.last_label}."))
     if s.status == "undefined":
         return f"{rule}: undefined (ρ(measured, {response}) is undefined at every horizon)."
-    ci = (f"{level} interval {s.low_label} .. {s.high_label}, seeds and candidates resampled; reached in "
+    ci = (f"{lvl} interval {s.low_label} .. {s.high_label}, seeds and candidates resampled; reached in "
           f"{100 * s.reached:.0f}% of the resamples")
     if s.status == NOT_REACHED:
         return f"{rule}: not reached by {s.last_label} ({ci}).{tau}"
