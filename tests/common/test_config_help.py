@@ -26,8 +26,8 @@ ROOT = SRC.parent.parent
 #: (two nudges, every step) and the presets attribution/mini-size and attribution/grid (one cell of the B x lr grid);
 #: since issue 32, the twins' nulls: conditions matched-noise -> matched-gradient + weight-kick in every twins preset
 #: and the default, nulls.ordinary_rows (4; set in the presets too) and measure.ordinary_margin (0.25, in the
-#: pre-registration)
-PINNED = "408f3ea63ce558fa5a2391715c983139986c39e5799df74a80c06a298fb2ff70"
+#: pre-registration); then the null sign-gradient in the twins' conditions (default, mini, mini-long, gpt2-124m)
+PINNED = "4a234226d29e07b77d7bb41dbe376cb5ea2fe8f9f828558354181b84fc5113cb"
 
 
 def _fingerprint() -> str:

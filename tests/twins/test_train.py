@@ -64,7 +64,7 @@ def test_the_null_arms_are_what_they_say(setup, tmp_path):
     base, raw = setup
     cfg = parse(TwinsConfig, raw | {"steps": 12, "keep": ["prefix"], "nulls": {"ordinary_rows": 3},
                                     "conditions": ["twin", "fluent-fabricated", "ordinary-row", "nudge", "matched-gradient",
-                                                   "weight-kick"]})
+                                                   "sign-gradient", "weight-kick"]})
     run_twins(cfg, tmp_path, base=base, progress=False)
     corpus, gcfg, passages, _ = load_inputs(cfg, base, World())
     held, n = load(cfg.corpus).heldout, len(passages["fluent-fabricated"])
@@ -73,12 +73,12 @@ def test_the_null_arms_are_what_they_say(setup, tmp_path):
     assert [passages[k] for k in names] == [held[r.start:r.stop].tolist() for r in ranges]  # held-out text, K stretches
     assert len({tuple(passages[k]) for k in names}) == 3 and len({r.start for r in ranges}) == 3  # each a different one
     arms = {a.name: a for a in conditions(cfg, passages, corpus.eot_id)}
-    assert list(arms) == ["twin", "fluent-fabricated", *names, "nudge", "matched-gradient", "weight-kick"]
+    assert list(arms) == ["twin", "fluent-fabricated", *names, "nudge", "matched-gradient", "sign-gradient", "weight-kick"]
     for k in names:
         assert arms[k].injections == {(8, 0): passages[k]}  # the injected row, at s, only
     twin, integrity = _manifest(tmp_path, 3, "twin"), json.loads((tmp_path / "integrity.json").read_text())
     done = integrity["seeds"]["3"]["perturbations"]
-    for null in ("nudge", "matched-gradient", "weight-kick"):
+    for null in ("nudge", "matched-gradient", "sign-gradient", "weight-kick"):
         m = _manifest(tmp_path, 3, null)
         assert m["8"] == twin["8"] and m["10"] != twin["10"]  # the twin at s (before the update), different after
         assert done[null] == json.loads((tmp_path / "seed-3" / null / "perturbation.json").read_text())
@@ -101,6 +101,9 @@ def test_the_null_arms_are_what_they_say(setup, tmp_path):
     assert g["channel"] == "gradient" and g["like"] == "fluent-fabricated" and g["step"] == 8
     assert g["like_norm"] == pytest.approx(fab.norm, rel=1e-4) and g["norm"] == pytest.approx(g["like_norm"], rel=1e-6)
     assert "moved" not in g  # the weights did not move at s: the update did
+    sg = done["sign-gradient"]  # the same passage's gradient difference, its signs redrawn: the same norm, another direction
+    assert sg["channel"] == "gradient" and sg["like_norm"] == pytest.approx(fab.norm, rel=1e-4)
+    assert sg["norm"] == pytest.approx(sg["like_norm"], rel=1e-5) and abs(sg["cosine"]) < 0.2
 
 
 def test_one_ordinary_row_and_too_many(setup, tmp_path):

@@ -198,19 +198,64 @@ def weight_kick(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> 
     return Arm(name, perturbation=Perturbation(step, delta, f"random direction, the norm of {like.name}'s update difference"))
 
 
-def batch_gradient_difference(trainer, like: Arm, step: int, pad_id: int = 0) -> float:
-    """‖∇L_batch(``like``'s rows at ``step``) − ∇L_batch(ordinary batch)‖ at ``trainer``'s θ (float64 norm of
-    the raw float32 gradients, before clipping, summed over ranks: what the row adds to the gradient where
-    it enters, lm/trainer.py ``Trainer.backward``). Leaves the weights and the optimizer untouched (only
-    ``.grad``, which the next update replaces) and the global random state as it was."""
+def gradient_difference(trainer, like: Arm, step: int, pad_id: int = 0) -> list[torch.Tensor]:
+    """∇L_batch(``like``'s rows at ``step``) − ∇L_batch(ordinary batch) at ``trainer``'s θ, per parameter
+    (float64, of the raw float32 gradients, before clipping, summed over ranks: what the row adds to the
+    gradient where it enters, lm/trainer.py ``Trainer.backward``). Leaves the weights and the optimizer
+    untouched (only ``.grad``, which the next update replaces) and the global random state as it was."""
     devices = [trainer.device] if trainer.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # a forward that drew from it (dropout) leaves no trace
         trainer.backward(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
         with_row = [q.grad.detach().clone() for q in trainer.params]
         trainer.backward(None, pad_id=pad_id)
-        size = _norm(a.double() - q.grad.detach().double() for a, q in zip(with_row, trainer.params))
+        diff = [a.double() - q.grad.detach().double() for a, q in zip(with_row, trainer.params)]
     trainer.opt.zero_grad(set_to_none=True)
-    return size
+    return diff
+
+
+def batch_gradient_difference(trainer, like: Arm, step: int, pad_id: int = 0) -> float:
+    """‖:func:`gradient_difference`‖: the norm of what ``like``'s rows add to the raw batch gradient at ``step``."""
+    return _norm(gradient_difference(trainer, like, step, pad_id))
+
+
+def _update_norms(trainer, like: Arm, step: int, grad_delta: list[torch.Tensor], pad_id: int) -> dict:
+    """What a gradient delta and ``like``'s rows each do to the update of ``step``, from forks of this θ_s:
+    ‖θ_{s+1}(delta) − θ_{s+1}(twin)‖ (``update_norm``) and ‖θ_{s+1}(like) − θ_{s+1}(twin)‖ (``like_update_norm``)."""
+    kicked, passage, twin = trainer.fork(), trainer.fork(), trainer.fork()
+    kicked.advance(None, pad_id=pad_id, grad_delta=grad_delta)
+    passage.advance(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
+    twin.advance(None, pad_id=pad_id)
+    apart = lambda a: _norm(x.detach() - y.detach() for x, y in zip(a.params, twin.params))
+    return {"update_norm": apart(kicked), "like_update_norm": apart(passage)}
+
+
+def sign_gradient(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> Arm:
+    """Same size in every coordinate, no direction: at ``step`` no row changes; ``like``'s own batch-gradient
+    difference there (:func:`gradient_difference`, at this run's θ_s) is added to the raw batch gradient with
+    every coordinate's sign drawn at random (Rademacher, from ``seed`` and the run's training seed):
+    δ_i = ±|Δg_i|. So δ has Δg's norm, its support (the coordinates the rows touch) and its size per
+    coordinate — hence the same δ_i² entering AdamW's second moment and, up to the moments' history, the
+    same update size per coordinate — while E[δ] = 0 and δ is uncorrelated with Δg: it removes only the
+    direction. :func:`matched_gradient` matches the norm alone: an isotropic direction puts gradient on
+    coordinates where v is tiny, and AdamW turns it into an update several times the passage's (the
+    record's ``update_norm`` / ``like_update_norm``). The record holds both norms, both update norms and
+    cos(δ, Δg) (``cosine``)."""
+
+    def delta(trainer) -> tuple[dict[str, torch.Tensor], dict]:
+        diff = gradient_difference(trainer, like, step, pad_id)
+        g = torch.Generator().manual_seed(seed * 1_000_003 + trainer.seed + 7)
+        signs = [torch.randint(0, 2, d.shape, generator=g, dtype=torch.int64).double() * 2 - 1 for d in diff]
+        named = [k for k, _ in trainer.model.named_parameters()]
+        d64 = [d.abs() * s for d, s in zip(diff, signs)]
+        out = {k: d.to(q.dtype) for k, d, q in zip(named, d64, trainer.params)}
+        dot = float(sum((a * b).sum() for a, b in zip(d64, diff)))
+        size = _norm(diff)
+        record = {"like": like.name, "like_norm": size, "cosine": dot / (size * size) if size else 0.0,
+                  **_update_norms(trainer, like, step, [out[k] for k in named], pad_id)}
+        return out, record
+
+    return Arm(name, perturbation=Perturbation(
+        step, delta, f"{like.name}'s batch-gradient difference with random signs per coordinate", channel="gradient"))
 
 
 def matched_gradient(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -> Arm:
@@ -227,12 +272,8 @@ def matched_gradient(name: str, like: Arm, step: int, seed: int, pad_id: int = 0
     def delta(trainer) -> tuple[dict[str, torch.Tensor], dict]:
         size = batch_gradient_difference(trainer, like, step, pad_id)
         d = _direction(trainer, seed, size)
-        kicked, passage, twin = trainer.fork(), trainer.fork(), trainer.fork()
-        kicked.advance(None, pad_id=pad_id, grad_delta=[d[k] for k, _ in kicked.model.named_parameters()])
-        passage.advance(like.rows_at(step), pad_id=pad_id, weights=like.weights_at(step))
-        twin.advance(None, pad_id=pad_id)
-        apart = lambda a: _norm(x.detach() - y.detach() for x, y in zip(a.params, twin.params))
-        return d, {"like": like.name, "like_norm": size, "update_norm": apart(kicked), "like_update_norm": apart(passage)}
+        moved = _update_norms(trainer, like, step, [d[k] for k, _ in trainer.model.named_parameters()], pad_id)
+        return d, {"like": like.name, "like_norm": size, **moved}
 
     return Arm(name, perturbation=Perturbation(
         step, delta, f"random gradient direction, the norm of {like.name}'s batch-gradient difference", channel="gradient"))

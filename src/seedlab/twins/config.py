@@ -17,12 +17,13 @@ from seedlab.store import content_hash
 
 #: the twin, the passage conditions, and the null arms (what a difference looks like without the passage)
 CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-gradient",
-              "weight-kick")
+              "sign-gradient", "weight-kick")
 INJECTED = CONDITIONS[1:]
 PASSAGES = ("fluent-fabricated", "fluent-attested", "random-chars")  # a text in the injected row
 #: ordinary rows in its place (``nulls.ordinary_rows`` arms); a one-ulp nudge; noise of the passage's size in the
-#: gradient (through the clip and AdamW's moments, as a row) and in the weights (once, at s)
-NULLS = ("ordinary-row", "nudge", "matched-gradient", "weight-kick")
+#: gradient (through the clip and AdamW's moments, as a row: an isotropic direction of its norm, matched-gradient, or its
+#: own gradient with random signs, sign-gradient: its size per coordinate) and in the weights (once, at s)
+NULLS = ("ordinary-row", "nudge", "matched-gradient", "sign-gradient", "weight-kick")
 FLUENT = ("fluent-fabricated", "fluent-attested")
 #: the condition that stands for ``nulls.ordinary_rows`` arms, one per drawn held-out stretch: ``ordinary-row.<i>``
 ORDINARY = "ordinary-row"
@@ -127,7 +128,7 @@ class TwinsConfig(ForkDesign):
             raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
         if "twin" not in self.conditions:
             raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
-        noise = [c for c in ("matched-gradient", "weight-kick") if c in self.conditions]
+        noise = [c for c in ("matched-gradient", "sign-gradient", "weight-kick") if c in self.conditions]
         if noise and self.nulls.noise_like not in self.conditions:
             raise ValueError(f"nulls.noise_like: {noise[0]} takes its size from {self.nulls.noise_like!r}, "
                              "which must be one of the conditions")

@@ -17,7 +17,7 @@ from seedlab.twins.rundir import Measured
 
 #: the colour of every condition (twins/config.py CONDITIONS) and of "seed" (twins of different seeds), in every figure
 COLORS = {"twin": "k", "fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green",
-          "ordinary-row": "tab:orange", "nudge": "tab:purple", "matched-gradient": "tab:brown", "weight-kick": "tab:olive",
+          "ordinary-row": "tab:orange", "nudge": "tab:purple", "matched-gradient": "tab:brown", "sign-gradient": "tab:pink", "weight-kick": "tab:olive",
           "seed": "0.4"}
 
 

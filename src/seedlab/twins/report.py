@@ -36,7 +36,7 @@ def write_report(root: str | Path) -> Path:
         rep.add(figure_block(fig))
     rep.add("## Pre-registration", preregistration(d))
     rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d, s))
-    rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(s), nulls_table(s))
+    rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(s), null_sizes_table(s), nulls_table(s))
     rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(s))
     rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, s))
     rep.add("## How alike the two fluent passages are (gradmatch)", gradmatch_table(s))
@@ -284,6 +284,8 @@ TESTS = ("p (paired t): two-sided paired t-test over seeds. p (exact sign-flip):
 NULL_WHAT = {stats.ORDINARY_ROWS: "the ordinary rows (any row's effect)",
              "matched-gradient": "gradient noise of the passage's size (a perturbation of that size, through the clip "
                                  "and AdamW's moments as a row)",
+             "sign-gradient": "the passage's own gradient with random signs per coordinate (its size in every "
+                              "coordinate and channel, no direction)",
              "weight-kick": "a weight kick of the passage's update size (once, at s)",
              "nudge": "a one-ulp nudge (chaos alone)"}
 #: measures.parquet columns the nulls are compared on, as the report names them
@@ -331,6 +333,24 @@ def nulls_answer(s: Summary) -> str:
             + "\n\nA difference that a null shows as well is not the passage's: an effect the ordinary rows have is any "
             "row's; one the gradient noise has is a perturbation of that size's acting as a row acts; one only the weight "
             "kick has is a kick's; one the nudge has is chaos. No difference shown is not equality: only the TOST says that.")
+
+
+def null_sizes_table(s: Summary) -> str:
+    """Whether each gradient-channel null is the passage's size in each channel it acts through (stats.null_sizes)."""
+    t = s.null_sizes
+    if not len(t):
+        return ""
+    cells = [[f"`{r.condition}`", str(r.seeds), f"{r.grad_ratio:.3g}",
+              f"{r.update_ratio:.3g} ({r.update_min:.3g} .. {r.update_max:.3g})",
+              "n/a" if not np.isfinite(r.cosine) else f"{r.cosine:+.3f}"] for r in t.itertuples()]
+    return ("**Are the gradient nulls the passage's size?** At s, per seed, each null's raw-gradient delta over the "
+            "passage's batch-gradient difference, and its update at s over the passage's (‖θ_{s+1} − θ_{s+1}(twin)‖, "
+            "both from that seed's θ_s; median (min .. max) over seeds); cos(δ, Δg) where recorded. AdamW divides each "
+            "coordinate by √v: an isotropic direction of the gradient's norm lands on coordinates the passage barely "
+            "touches, where v is small, and moves the weights more than the passage does (update ratio > 1); the sign "
+            "null keeps the passage's size in every coordinate (same δ², so the same second moment) and removes only its "
+            "direction.\n\n"
+            + md_table(["null", "seeds", "gradient norm / passage's", "update at s / passage's", "cos(δ, Δg)"], cells))
 
 
 def ordinary_table(s: Summary) -> str:

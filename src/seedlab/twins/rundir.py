@@ -349,3 +349,15 @@ class Measured:
         """preregistration.md (``--preregistration``), None when the run was not given one."""
         path = self.dir.preregistration_text
         return path.read_text() if path.is_file() else None
+    @property
+    def perturbations(self) -> pd.DataFrame:
+        """Every perturbation arm's record (``seed-<k>/<condition>/perturbation.json``: forks/arms.py), one row per
+        seed x condition: seed, condition and the record's numbers (``like_norm``, ``norm``, ``update_norm``,
+        ``like_update_norm``, ``cosine``, where the arm records them); empty when no arm has one."""
+        rows = []
+        for path in sorted(self.dir.root.glob("seed-*/*/perturbation.json")):
+            rec = json.loads(path.read_text())
+            rows.append({"seed": int(path.parent.parent.name.split("-", 1)[1]), "condition": path.parent.name,
+                         **{k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}})
+        return pd.DataFrame(rows)
+

@@ -41,7 +41,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -303,7 +303,7 @@ def checkpoint_course(checkpoints: pd.DataFrame) -> pd.DataFrame:
 PASSAGE_CONDITIONS = ("fluent-fabricated", "fluent-attested", "random-chars")
 #: the ordinary-row null as a distribution: per seed, the mean over its ordinary-row.<i> arms (and each arm's rank)
 ORDINARY_ROWS = "ordinary-rows"
-NULL_CONDITIONS = (ORDINARY_ROWS, "matched-gradient", "weight-kick", "nudge")
+NULL_CONDITIONS = (ORDINARY_ROWS, "matched-gradient", "sign-gradient", "weight-kick", "nudge")
 #: the measures every passage condition is compared with every null on (measures.parquet columns, and
 #: the time course's per-seed summary)
 NULL_MEASURES = ("barrier", "rise_mid", "heldout_ce_diff", "distance", "cka_mean", "tc_mean_absdiff")
@@ -387,6 +387,28 @@ def ordinary_tost(passage, ordinary_mean, scale, margin: float | None, *, alpha:
     p = max(p_low, p_high) if np.isfinite(p_low) and np.isfinite(p_high) else math.nan
     return out | {"tost_bound": float(b.mean()), "tost_p_low": p_low, "tost_p_high": p_high, "tost_p": p,
                   "tost_equivalent": bool(hi and lo)}
+
+
+def null_sizes(perturbations: pd.DataFrame) -> pd.DataFrame:
+    """How well each gradient-channel null matches its passage in size, per channel: per condition, over seeds, the
+    median (min, max) of its raw-gradient norm / the passage's batch-gradient difference (``grad_ratio``: 1 by
+    construction) and of its update at s / the passage's (``update_ratio``: ‖θ_{s+1}(null) − θ_{s+1}(twin)‖ /
+    ‖θ_{s+1}(passage) − θ_{s+1}(twin)‖, both from this seed's θ_s), and cos(δ, Δg) where recorded. A null of
+    the passage's size has both ratios ≈ 1; AdamW divides each coordinate by √v, so a norm-matched isotropic
+    direction need not be (forks/arms.py ``matched_gradient``, ``sign_gradient``). Rows: conditions that
+    record both update norms (the weight kick matches the update by construction, the nudge has no size)."""
+    need = {"like_norm", "norm", "update_norm", "like_update_norm"}
+    if perturbations.empty or not need <= set(perturbations.columns):
+        return pd.DataFrame(columns=["condition", "seeds", "grad_ratio", "update_ratio", "update_min", "update_max", "cosine"])
+    p = perturbations.dropna(subset=sorted(need))
+    p = p.assign(grad=p.norm / p.like_norm, upd=p.update_norm / p.like_update_norm)
+    rows = []
+    for c, g in p.groupby("condition", sort=True):
+        rows.append({"condition": c, "seeds": len(g), "grad_ratio": float(g.grad.median()),
+                     "update_ratio": float(g.upd.median()), "update_min": float(g.upd.min()),
+                     "update_max": float(g.upd.max()),
+                     "cosine": float(g.cosine.median()) if "cosine" in g and g.cosine.notna().any() else np.nan})
+    return pd.DataFrame(rows)
 
 
 def holm(p) -> np.ndarray:
@@ -722,6 +744,7 @@ class Summary:
     specificity: pd.DataFrame
     exposure: pd.DataFrame  # exposure_effect at s + 50
     gradmatch: pd.DataFrame | None  # gradmatch_rows; None: gradmatch.parquet absent
+    null_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)  # null_sizes: each gradient null's size per channel
 
 
 def summarize(d: Measured) -> Summary:
@@ -754,6 +777,7 @@ def summarize(d: Measured) -> Summary:
         specificity=specificity(x, steps, outcomes) if has_passages else pd.DataFrame(),
         exposure=exposure_effect(x, att, steps["s50"]) if has_passages else pd.DataFrame(),
         gradmatch=None if d.gradmatch is None else gradmatch_rows(d.gradmatch),
+        null_sizes=null_sizes(d.perturbations),
     )
 
 

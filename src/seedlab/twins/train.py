@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from seedlab.errors import SeedlabError
-from seedlab.forks.arms import TWIN, Arm, injection, matched_gradient, nudge, weight_kick
+from seedlab.forks.arms import TWIN, Arm, injection, matched_gradient, nudge, sign_gradient, weight_kick
 from seedlab.forks.loop import Design, ProgressBar, Recording, run_design
 from seedlab.forks.start import begin
 from seedlab.lm.batches import check_passage
@@ -87,13 +87,15 @@ def conditions(cfg: TwinsConfig, passages: dict[str, list[int]], pad_id: int) ->
     config's order (``cfg.arm_names``): each passage (and each of the ordinary rows, ``ordinary-row.<i>``)
     in row ``injection_row`` of the batch of s; the nudge (one ulp of one weight at s); matched-gradient
     (a random direction added to the raw gradient of s, as long as ``nulls.noise_like``'s own batch-gradient
-    difference: through the clip and AdamW's moments as a row); weight-kick (the same direction in the
-    weights at s, as long as that passage's update difference)."""
+    difference: through the clip and AdamW's moments as a row); sign-gradient (that passage's own batch-gradient
+    difference with random signs per coordinate: its norm and its size in every coordinate, no direction);
+    weight-kick (matched-gradient's direction in the weights at s, as long as that passage's update difference)."""
     s, row, n = cfg.injection_step, cfg.injection_row, cfg.nulls
     made = {c: injection(c, ids, s, row) for c, ids in passages.items()}
     like = made.get(ordinary_names(1)[0] if n.noise_like == ORDINARY else n.noise_like, TWIN)
     made["nudge"] = nudge("nudge", s, n.nudge_tensor, n.nudge_index)
     made["matched-gradient"] = matched_gradient("matched-gradient", like, s, n.noise_seed, pad_id)
+    made["sign-gradient"] = sign_gradient("sign-gradient", like, s, n.noise_seed, pad_id)
     made["weight-kick"] = weight_kick("weight-kick", like, s, n.noise_seed, pad_id)
     return [TWIN, *(made[c] for c in cfg.arm_names if c != "twin")]
 

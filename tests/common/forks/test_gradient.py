@@ -4,12 +4,13 @@ row's own gradient difference enters, so it passes through the clip and AdamW's 
 through s and differs from s + 1 on; it is bitwise reproducible, and the serial loop and the stacks agree."""
 
 import json
+import math
 
 import pytest
 import torch
 
 from seedlab.errors import SeedlabError
-from seedlab.forks.arms import TWIN, Arm, Perturbation, injection, matched_gradient, weight_kick
+from seedlab.forks.arms import TWIN, Arm, Perturbation, gradient_difference, injection, matched_gradient, sign_gradient, weight_kick
 from seedlab.forks.folders import DesignFolder
 from seedlab.forks.loop import run_design
 from seedlab.forks.prefix import advance_to
@@ -114,3 +115,31 @@ def test_a_gradient_delta_for_no_parameter_and_an_unknown_channel_are_refused(co
     with pytest.raises(SeedlabError, match=r"^arm odd: a perturbation's channel is one of weights, gradient, got 'moments'"):
         run_design(design(corpus, tmp_path / "b", [TWIN, odd]))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_sign_gradient_keeps_the_passages_size_in_every_coordinate_and_only_drops_its_direction(corpus, tmp_path):
+    """sign_gradient: δ_i = ±|Δg_i| — the passage's batch-gradient difference with random signs: the same absolute
+    value in every coordinate (so the same norm and the same δ² entering AdamW's v), nearly orthogonal to Δg; the
+    run is bitwise the twin through s and differs from s + 1 on, reproducibly; and its update at s is about the
+    passage's size, where matched_gradient's isotropic direction of the same norm moves the weights several times more."""
+    like = injection("once", TEXT, S, ROW)
+    arms = [TWIN, like, sign_gradient("sign", like, S, seed=0), matched_gradient("grad", like, S, seed=0)]
+    for name in ("a", "b"):
+        run_design(design(corpus, tmp_path / name, arms, arm_batch=1))
+    f, g = DesignFolder(tmp_path / "a"), DesignFolder(tmp_path / "b")
+    m = {a.name: f.run(0, a.name).read_manifest() for a in arms}
+    assert m["sign"][str(S)] == m["twin"][str(S)] and first_difference_step(m["twin"], m["sign"]) == S + 1
+    assert m["sign"] == g.run(0, "sign").read_manifest()  # bitwise reproducible
+    rec = json.loads(f.run(0, "sign").perturbation.read_text())
+    assert rec["channel"] == "gradient" and rec["norm"] == pytest.approx(rec["like_norm"], rel=1e-5)
+    assert abs(rec["cosine"]) < 0.2  # the direction is gone (a random-sign sum; Δg's own cosine is 1)
+    trainer = at_s(corpus)
+    delta, again = arms[2].perturbation.due(trainer)
+    diff = gradient_difference(trainer, like, S, corpus.eot_id)
+    named = [k for k, _ in trainer.model.named_parameters()]
+    for k, d in zip(named, diff):
+        assert torch.equal(delta[k].abs(), d.abs().to(delta[k].dtype)), k  # |δ| = |Δg|, coordinate by coordinate
+    assert again["update_norm"] == pytest.approx(rec["update_norm"], rel=1e-6)
+    iso = json.loads(f.run(0, "grad").perturbation.read_text())
+    sign_ratio, iso_ratio = rec["update_norm"] / rec["like_update_norm"], iso["update_norm"] / iso["like_update_norm"]
+    assert abs(math.log(sign_ratio)) < abs(math.log(iso_ratio)), (sign_ratio, iso_ratio)
