@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -e '.[dev,attribution]'
+	$(BIN)/pip install -q -e '.[dev,attribution,dattri]'
 	$(BIN)/pip install -q --no-deps kronfluence==1.0.1
 	touch $@
 

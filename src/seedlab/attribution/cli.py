@@ -98,3 +98,45 @@ def attribution_report(bank: Annotated[Path, typer.Argument(help="an attributed 
     from seedlab.attribution.report import write_report
 
     typer.echo(f"report: {write_report(bank)}")
+
+
+@app.command("export")
+def attribution_export(
+    bank: Annotated[Path, typer.Argument(help="a finished bank folder (seedlab attribution bank --out)")],
+    out: Annotated[Path, typer.Option(help="a new or empty folder: the benchmark (never written over)")],
+    rows: Annotated[str, typer.Option(help="the corpus slice: trained (every row of steps 0 .. end: every built-in can "
+                                           "be rescored) or injection (the batch of s: plug-ins and the estimators at "
+                                           "theta_s)")] = "trained",
+) -> None:
+    """A bank as a self-contained benchmark: config, texts and token ids, the corpus slice its batches read, the
+    prefix and twin checkpoints, measured.parquet and every other table, and manifest.json with every file's SHA-256."""
+    from seedlab.attribution.benchmark import export
+
+    r = export(bank, out, rows=rows)
+    typer.echo(f"{r.files} files, {r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s (rows: {r.rows}) -> {r.path}; "
+               f"digest {r.digest}")
+
+
+@app.command("score")
+def attribution_score(
+    folder: Annotated[Path, typer.Argument(help="an exported benchmark (seedlab attribution export), or a bank folder")],
+    estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
+        "estimator(s) to score, repeatable or comma-separated: a plug-in package.module:function "
+        "(seedlab.attribution.plugins), or a built-in name (seedlab attribution attribute --help)"))],
+    out: Annotated[Path | None, typer.Option(help="the score folder; default FOLDER/scores/<estimators>")] = None,
+    force: Annotated[bool, typer.Option(help="overwrite a score folder already there")] = False,
+    baselines: Annotated[bool, typer.Option(help="score the baselines random, loss, gradnorm and length beside them")] = True,
+    report: Annotated[bool, typer.Option(help="render report.md and its figures (the tables are written either way)")] = True,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Score estimators against a benchmark without retraining and without the corpus: every file checked against
+    its manifest first, then attribution.parquet, correlations.parquet and report.md in a score folder, beside the
+    bank's own estimators."""
+    from seedlab.attribution.benchmark import score
+
+    names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
+    r = score(folder, names, out=out, force=force, baselines=baselines, device=device, progress=progress, report=report)
+    what = f"digest {r.source['digest'][:16]}" if r.source["kind"] == "export" else "a bank"
+    typer.echo(f"{len(r.estimators)} estimator(s) scored ({what}), {len(r.from_bank)} from the bank beside them, "
+               f"{r.rows} rows in {r.seconds:.1f} s -> {r.report if report else r.path}")

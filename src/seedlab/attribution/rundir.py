@@ -39,6 +39,30 @@ The layout::
                                         ∂L_q(θ_h)/∂w_{t,i} (seed, query, horizon, step, row, value) and the run's
                                         settings and costs (attribution/metagrad.py)
     DIR/report.md, DIR/*.png            seedlab attribution report (it reads the bank through :func:`read_attributed`)
+    DIR/scores/<estimators>/            seedlab attribution score BANK: a score folder (below)
+
+Every table of a bank is a top-level ``*.parquet`` and every record a top-level ``*.json``
+(:meth:`BankDir.tables`, :meth:`BankDir.records`): what ``seedlab attribution export`` carries, whatever
+tables later stages add.
+
+An exported benchmark (``seedlab attribution export BANK --out DIR``; :class:`ExportDir`, attribution/benchmark.py)
+keeps the bank's own paths for what it holds, so the bank's readers read it::
+
+    DIR/manifest.json                   the format, the source bank, the rows kept, and the SHA-256 of every other
+                                        file (``files``) with one digest over them: checked before every use
+    DIR/*.json, DIR/*.parquet           the bank's records and tables (config, inputs, environment, integrity,
+                                        measured, additivity, weighted, distances, attribution, metagrad, ...)
+    DIR/seed-<k>/prefix*.safetensors    the prefix's complete state at s (and any prefix-<t> a removal arm started from)
+    DIR/seed-<k>/twin/                  the twin's step-<t>.safetensors, manifest.json, queries.parquet, losses.parquet,
+                                        done.json
+    DIR/rows.safetensors                the corpus slice: the spans of the training split the twins' batches read
+                                        (starts, lengths, tokens, and n_tokens: the split's length)
+    DIR/corpus/meta.json, DIR/corpus/<tokenizer file>   the corpus's meta.json and its tokenizer (if it has a file)
+    DIR/scores/<estimators>/            seedlab attribution score DIR (not in the manifest)
+
+A score folder (``seedlab attribution score``; :class:`ScoreDir`) is laid out as an attributed bank's top, so
+``seedlab attribution report`` reads it: config.json, integrity.json, attribution.parquet, attribution.json,
+every other table of the bank (additivity, weighted, distances, loo, ...), correlations.parquet, report.md and figures.
 
 A kept grid-cell summary (attribution/grid.py ``Cell.to_dir``; :class:`CellSummaryDir`), a small folder that
 outlives its bank::
@@ -66,6 +90,7 @@ from seedlab.attribution.config import AttributionConfig
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
+from seedlab.store import LOCK
 
 if TYPE_CHECKING:  # texts.py loads torch (it cuts batches): imported where used, so the report reads a bank without it
     from seedlab.attribution.texts import Inputs, Text
@@ -172,6 +197,22 @@ class BankDir(DesignFolder):
         """seedlab attribution metagrad: its settings, counts and wall time per seed."""
         return self.root / "metagrad.json"
 
+    def tables(self) -> list[Path]:
+        """Every table of the bank: its top-level ``*.parquet`` files (measured, additivity, attribution, ...)."""
+        return sorted(self.root.glob("*.parquet"))
+
+    def records(self) -> list[Path]:
+        """Every record of the bank: its top-level ``*.json`` files (config, inputs, environment, integrity, ...)."""
+        return sorted(self.root.glob("*.json"))
+
+    def scores(self, name: str) -> Path:
+        """The score folder of ``seedlab attribution score`` for estimators named ``name`` (a folder name)."""
+        return self.root / "scores" / name
+
+    def prefixes(self, seed: int) -> list[Path]:
+        """Every kept prefix state of ``seed``: prefix.safetensors (at s) and any prefix-<t>.safetensors (t < s)."""
+        return sorted(self.seed(seed).glob("prefix*.safetensors"))
+
     def check_inputs(self, inputs: dict) -> None:
         """A folder started before must be resumed with the same inputs (inputs.json): the corpus's
         hashes, every candidate's and query's token ids. Anything else is refused, before anything is written."""
@@ -269,3 +310,56 @@ class CellSummaryDir:
 
     def frame(self, topic: str) -> Path:
         return self.root / f"{topic}.csv"
+
+
+@dataclass(frozen=True)
+class ExportDir(BankDir):
+    """An exported benchmark (module doc): a bank's paths for what it keeps, and the export's own files."""
+
+    noun = "benchmark"
+    #: the subfolder that score folders live in: the one part of an export its manifest does not cover
+    SCORES = "scores"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def rows(self) -> Path:
+        """The corpus slice: spans of the training split (benchmark.py ``SparseTokens``)."""
+        return self.root / "rows.safetensors"
+
+    @property
+    def corpus(self) -> Path:
+        """The corpus's meta.json and tokenizer file (no token files)."""
+        return self.root / "corpus"
+
+    @property
+    def corpus_meta(self) -> Path:
+        return self.corpus / "meta.json"
+
+    def tokenizer(self, name: str) -> Path:
+        """The corpus's tokenizer file (its meta.json's ``tokenizer.file``)."""
+        return self.corpus / Path(name).name
+
+    def relative(self, path: Path) -> str:
+        """``path`` as manifest.json names it."""
+        return path.relative_to(self.root).as_posix()
+
+    def files(self) -> list[Path]:
+        """Every file the manifest covers: all files below the folder but manifest.json, the lock and scores/."""
+        return sorted(p for p in self.root.rglob("*") if (p.is_file() or p.is_symlink())
+                      and p != self.manifest and p.name != LOCK
+                      and p.relative_to(self.root).parts[0] != self.SCORES)
+
+
+@dataclass(frozen=True)
+class ScoreDir(BankDir):
+    """A score folder (module doc): an attributed bank's top, and the headline correlations as a table."""
+
+    noun = "score"
+
+    @property
+    def correlations(self) -> Path:
+        """stats.analyse's correlations of every estimator scored (what the report's headline tables show)."""
+        return self.root / "correlations.parquet"
