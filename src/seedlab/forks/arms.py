@@ -11,6 +11,16 @@ A fork design trains, per seed, a shared prefix to the fork step s and then one 
   (``weights={(t, r): w}``): the batch's loss is (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_r + w·ℓ_passage)/N, so
   w = 1 is the plain replacement (bit for bit) and w → 0 the infinitesimal one (lm/trainer.py
   ``Trainer.backward``); the size axis of a single row at a fixed trajectory;
+- a **removal** arm: rows of the ordinary batch left out of the loss (``removals={(t, r), ...}``): the row's
+  loss weight set to 0 with no text in its place, so the batch's loss is Σ_{i∉removed} ℓ_i / N with N = B·T
+  unchanged (lm/trainer.py ``Trainer.backward``; not the mean of B − 1 rows). It is w_r = 0 in (Σ_i w_i ℓ_i)/N,
+  the parametrisation attribution/metagrad.py differentiates at w = 1 (a removal is Δw = −1). One row at one
+  step is a leave-one-out arm; random rows of many steps, a group (attribution/bank.py);
+- an arm that leaves the shared prefix **before** the fork step (``start`` = t < s): it starts from the
+  prefix's own state after t updates (forks/prefix.py ``SharedPrefix``: kept when the prefix trains, or
+  trained again from step 0, which is the same run: the prefix is a pure function of the seed) instead of s,
+  so it may change batches from t on (a leave-one-out of a row older than s). It is bitwise the twin through
+  t, and *not* at s: it is left out of the design's comparison at s;
 - a **perturbation** arm: at step s something moves by a given delta (``{tensor: delta}``, or a
   function of the run's trainer then), in one of two channels (``Perturbation.channel``):
   ``"weights"``: the weights, just before that step's update, after its record (so the arm is bitwise
@@ -22,7 +32,9 @@ A fork design trains, per seed, a shared prefix to the fork step s and then one 
 
 :func:`check_arms` refuses, in one line, an arm that cannot run: a name that is not a folder name
 or is used twice, an injection before the fork or after the end or into a row the batch does not
-have, a text that does not fit a row, a delta for a tensor the model does not have (or of another shape).
+have, a text that does not fit a row, a delta for a tensor the model does not have (or of another shape), a
+removal outside the arm's run or of a row the batch does not have (or that the arm also injects into), a start
+after the fork step.
 """
 
 from __future__ import annotations
@@ -70,17 +82,29 @@ def _norm(tensors) -> float:
 
 @dataclass(frozen=True)
 class Arm:
-    """One run of a seed: ``name`` (its folder), the rows it injects and the perturbation it applies."""
+    """One run of a seed: ``name`` (its folder), the rows it injects, the rows it removes, the perturbation it
+    applies, and where it leaves the shared prefix (``start``; None: the design's fork step)."""
 
     name: str
     injections: Mapping[tuple[int, int], Sequence[int]] = field(default_factory=dict)  # {(step, row): token ids}
     perturbation: Perturbation | None = None
     weights: Mapping[tuple[int, int], float] = field(default_factory=dict)  # {(step, row): loss weight}; absent: 1
+    removals: frozenset[tuple[int, int]] = frozenset()  # {(step, row)}: left out of the loss (weight 0, no text)
+    start: int | None = None  # the step it leaves the shared prefix (None: the fork step s; t < s: module doc)
 
     @property
     def is_twin(self) -> bool:
-        """Nothing differs from the ordinary run."""
-        return not self.injections and self.perturbation is None
+        """Nothing differs from the ordinary run (and it forks where the twin does)."""
+        return not self.injections and not self.removals and self.perturbation is None and self.start is None
+
+    def leaves(self, fork: int) -> int:
+        """The step this arm starts from in a design forked at ``fork``: ``start``, else the fork step."""
+        return fork if self.start is None else int(self.start)
+
+    def removed_at(self, step: int) -> frozenset[int] | None:
+        """The rows of the batch of ``step`` this arm removes from the loss (None: none)."""
+        rows = frozenset(r for t, r in self.removals if t == step)
+        return rows or None
 
     def rows_at(self, step: int) -> dict[int, Sequence[int]] | None:
         """``{row: token ids}`` injected into the batch of ``step`` (None: the ordinary batch)."""
@@ -142,7 +166,9 @@ class Arm:
                for (t, r), ids in sorted(self.injections.items())]
         p = self.perturbation
         return {"name": self.name, "injections": inj, "perturbation": None if p is None else
-                {"step": p.step, "what": p.what} | ({"channel": p.channel} if p.channel != "weights" else {})}
+                {"step": p.step, "what": p.what} | ({"channel": p.channel} if p.channel != "weights" else {})} | (
+            {"removals": [{"step": t, "row": r} for t, r in sorted(self.removals)]} if self.removals else {}) | (
+            {"start": self.start} if self.start is not None else {})
 
 
 #: the run every other arm is compared with
@@ -152,6 +178,12 @@ TWIN = Arm("twin")
 def injection(name: str, tokens: Sequence[int], step: int, row: int, weight: float = 1.0) -> Arm:
     """The usual arm: ``tokens`` in row ``row`` of the batch of ``step`` (with loss weight ``weight``: module doc)."""
     return Arm(name, {(step, row): list(tokens)}, weights={(step, row): float(weight)} if weight != 1.0 else {})
+
+
+def removal(name: str, rows, start: int | None = None) -> Arm:
+    """Rows of the ordinary batches left out of the loss: ``rows`` an iterable of (step, row) (module doc);
+    ``start``: where the arm leaves the shared prefix (None: the fork step)."""
+    return Arm(name, removals=frozenset((int(t), int(r)) for t, r in rows), start=start)
 
 
 def nudge(name: str, step: int, tensor: str, index: int) -> Arm:
@@ -293,13 +325,25 @@ def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, blo
         if arm.name in seen:
             raise SeedlabError(f"arms: two arms are named {arm.name!r} (each arm is one run folder)")
         seen.add(arm.name)
+        if arm.start is not None and not (isinstance(arm.start, int) and 0 <= arm.start <= fork):
+            raise SeedlabError(f"arm {arm.name}: leaves the shared prefix at step {arm.start!r}; it must be in 0 .. {fork} "
+                               "(the fork step or an earlier state of the prefix)")
+        lo = arm.leaves(fork)
+        run = (f"steps {lo} .. {end - 1}: the fork step to the last update" if lo == fork else
+               f"steps {lo} .. {end - 1}: its start in the prefix to the last update")
         for (t, r), ids in arm.injections.items():
-            if not fork <= t < end:
-                raise SeedlabError(f"arm {arm.name}: injects at step {t}, outside the forked run "
-                                   f"(steps {fork} .. {end - 1}: the fork step to the last update)")
+            if not lo <= t < end:
+                raise SeedlabError(f"arm {arm.name}: injects at step {t}, outside the forked run ({run})")
             if not 0 <= r < batch_size:
                 raise SeedlabError(f"arm {arm.name}: injects into row {r}, but a batch has rows 0 .. {batch_size - 1}")
             check_passage(len(ids), block_size, f"arm {arm.name} (step {t}, row {r})")
+        for t, r in sorted(arm.removals):
+            if not lo <= t < end:
+                raise SeedlabError(f"arm {arm.name}: removes a row at step {t}, outside the forked run ({run})")
+            if not 0 <= r < batch_size:
+                raise SeedlabError(f"arm {arm.name}: removes row {r}, but a batch has rows 0 .. {batch_size - 1}")
+            if (t, r) in arm.injections:
+                raise SeedlabError(f"arm {arm.name}: removes row {r} of step {t}, which it also injects into")
         for key, w in arm.weights.items():
             if key not in arm.injections:
                 raise SeedlabError(f"arm {arm.name}: a loss weight for step {key[0]}, row {key[1]}, where it injects nothing")
@@ -309,8 +353,8 @@ def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, blo
         if p is not None:
             if p.channel not in CHANNELS:
                 raise SeedlabError(f"arm {arm.name}: a perturbation's channel is one of {', '.join(CHANNELS)}, got {p.channel!r}")
-            if not fork <= p.step < end:
-                raise SeedlabError(f"arm {arm.name}: perturbs at step {p.step}, outside the forked run ({fork} .. {end - 1})")
+            if not lo <= p.step < end:
+                raise SeedlabError(f"arm {arm.name}: perturbs at step {p.step}, outside the forked run ({lo} .. {end - 1})")
             for name, d in ({} if callable(p.delta) else p.delta).items():  # a computed delta: checked when due
                 if shapes is not None and tuple(shapes.get(name, ())) != tuple(d.shape):
                     why = "the model has no such tensor" if name not in shapes else f"its shape is {tuple(shapes[name])}"

@@ -153,6 +153,11 @@ class DesignFolder:
         """The shared prefix's complete state at the fork step."""
         return self.seed(seed) / "prefix.safetensors"
 
+    def prefix_at(self, seed: int, step: int) -> Path:
+        """The shared prefix's complete state after ``step`` updates, before the fork step (kept for the arms
+        that leave the prefix there: forks/arms.py ``Arm.start``)."""
+        return self.seed(seed) / f"prefix-{int(step)}.safetensors"
+
     def run(self, seed: int, arm: str) -> RunFolder:
         """One arm's run of one seed."""
         return RunFolder(self.seed(seed) / arm)

@@ -2,7 +2,8 @@
 the integrity record.
 
     for seed in design.seeds:
-        prefix = SharedPrefix(...)                 # steps 0 .. s-1, trained once, kept
+        prefix = SharedPrefix(...)                 # steps 0 .. s-1, trained once, kept (and its state at every
+                                                   # earlier step an arm starts from: forks/arms.py Arm.start)
         twin, then a short replica                 # fails fast: the first recorded steps after s, twice
         every other arm                            # forked from the prefix (or resumed, or read back)
         the replica control to the end             # bitwise the twin at every recorded step, or stop
@@ -32,7 +33,8 @@ from seedlab.forks import stacked
 from seedlab.forks.arms import TWIN, Arm, check_arms
 from seedlab.forks.design import ForkDesign
 from seedlab.forks.folders import DesignFolder, RunFolder
-from seedlab.forks.records import extra, finish, finish_replica, losses_frame, merge, save
+from seedlab.forks.records import (earlier_states, early_record, early_starts, extra, finish, finish_replica, losses_frame,
+                                   merge, remove_prefix, save)
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, replica_control
 from seedlab.lm.determinism import nondeterminism_is_an_error
 from seedlab.lm.distributed import World
@@ -209,6 +211,7 @@ def run_seed(d: Design, seed: int) -> SeedResult:
         return stacked.run_seeds(d, [seed])[seed]
     s, arms, w = d.cfg.injection_step, list(d.arms(seed)), d.folder.arm_word
     start, at_s = _starts(d, seed, arms, lambda: Trainer(d.cfg, d.gcfg, seed, d.tokens, d.world))
+    early = early_starts(d, seed)
     record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s" if d.independent
                     else f"by construction: every {w} forked from one copy of the prefix",
                     "arms": {a.name: a.record() for a in arms[1:]}}  # what each differs from the twin in
@@ -216,7 +219,8 @@ def run_seed(d: Design, seed: int) -> SeedResult:
     frames = []
     for i, arm in enumerate(arms):
         manifest, losses, added = run_arm(d, seed, arm, start)
-        at_s[arm.name] = manifest[str(s)]
+        if arm.name not in early:  # an arm that left the prefix before s is not the twin there
+            at_s[arm.name] = manifest[str(s)]
         frames.append(losses.assign(seed=seed, arm=arm.name))
         merge(record, added)
         if i == 0 and replica is not None and not replica.done:  # the twin is done: fail fast
@@ -224,8 +228,10 @@ def run_seed(d: Design, seed: int) -> SeedResult:
     check_identical(at_s, f"seed {seed}", s)
     if replica is not None:
         record["replica"] = replica.finish()
+    if early:
+        record["early_starts"] = early_record(early)
     if not (d.independent or d.recording.keep_prefix) and d.world.main:
-        d.folder.prefix(seed).unlink(missing_ok=True)  # every fork of it is done
+        remove_prefix(d, seed)  # every fork of it is done
     return record, frames
 
 
@@ -239,6 +245,10 @@ def _check(d: Design) -> None:
                    block_size=d.gcfg.block_size, shapes=shapes)
         if not arms or arms[0] != TWIN:
             raise SeedlabError("arms: the first arm must be the twin (forks.arms.TWIN): the replica control's reference")
+        if d.independent and any(a.leaves(d.cfg.injection_step) < d.cfg.injection_step for a in arms):
+            late = next(a for a in arms if a.leaves(d.cfg.injection_step) < d.cfg.injection_step)
+            raise SeedlabError(f"--independent: arm {late.name} leaves the prefix before the fork step; every arm of the "
+                               "audit trains its own prefix to s")
 
 
 def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer, list[float]]]):
@@ -247,19 +257,21 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
     cfg, rec, where, label = d.cfg, d.recording, d.folder.run(seed, arm.name), f"seed {seed} {arm.name}"
     finished, resumable = where.finished, rec.resume and where.state.is_file()
     manifest = where.read_manifest() if (finished or resumable) else {}
+    first = arm.leaves(cfg.injection_step)  # where it starts: the fork step, or an earlier state of the prefix
     d.world.barrier()  # every rank has looked at the folder before rank 0 writes to it
     if finished:  # before an interruption
-        d.observer.skip(cfg.end - cfg.injection_step)
+        d.observer.skip(cfg.end - first)
         return manifest, pd.read_parquet(where.losses), extra(d, seed, arm, where, manifest)
     if resumable:
         trainer = Trainer(cfg, d.gcfg, seed, d.tokens, d.world)
         losses = trainer.load_state(where.state, manifest)
-        d.observer.run(label, cfg.end - cfg.injection_step, trainer.step - cfg.injection_step)
+        d.observer.run(label, cfg.end - first, trainer.step - first)
     else:
         if d.world.main:
             where.clear()  # what an interruption left before the first resume point
-        trainer, losses = start(label)
-    hashed = rec.hashed.get(arm.name, frozenset()) | {cfg.injection_step}  # every run is compared at the fork
+        trainer, losses = start(label) if first == cfg.injection_step else start(label, first)
+    # every run is compared at the fork (an early arm's hashes there are its own), and hashed where it starts
+    hashed = rec.hashed.get(arm.name, frozenset()) | {cfg.injection_step, first}
     saved = rec.saved.get(arm.name, frozenset())
     recorded = hashed | saved
     watched, before = d.observer.stops(seed, arm), set(manifest)  # recorded before an interruption
@@ -319,15 +331,17 @@ def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Tra
             check_identical(at_s, f"seed {seed}", s)
         return own, at_s
     prefix = SharedPrefix(d.folder.prefix(seed), new_trainer, s, world=d.world,
-                          on_step=lambda: obs.step(f"seed {seed}: shared prefix"))
+                          on_step=lambda: obs.step(f"seed {seed}: shared prefix"), earlier=earlier_states(d, seed))
     if prefix.saved:
         obs.skip(s)  # trained before an interruption
     else:
         obs.run(f"seed {seed} shared prefix", s)  # trained when the first arm forks it
 
-    def fork(label: str) -> tuple[Trainer, list[float]]:
-        trainer, losses = prefix.fork()
-        obs.run(label, d.cfg.end - s)
+    def fork(label: str, at: int | None = None) -> tuple[Trainer, list[float]]:
+        if at is not None:
+            prefix.kept()  # the prefix first: its earlier states are kept on the way
+        trainer, losses = prefix.fork(at)
+        obs.run(label, d.cfg.end - trainer.step)
         return trainer, losses
 
     return fork, {}
@@ -383,8 +397,9 @@ class _Replica:
 def seed_updates(d: Design, seed: int) -> int:
     """Updates one seed trains: its prefix (or, independent, each arm's own), its arms and its replica control."""
     cfg, s = d.cfg, d.cfg.injection_step
-    runs = len(d.arms(seed)) + (seed in cfg.replica_seeds)
-    return (0 if d.independent else s) + runs * (cfg.end - (0 if d.independent else s))
+    if d.independent:
+        return (len(d.arms(seed)) + (seed in cfg.replica_seeds)) * cfg.end
+    return s + sum(cfg.end - a.leaves(s) for a in d.arms(seed)) + (seed in cfg.replica_seeds) * (cfg.end - s)
 
 
 def _total(d: Design) -> int:

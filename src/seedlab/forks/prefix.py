@@ -1,7 +1,8 @@
 """Forks of one training run, and the bitwise checks that make them single-row counterfactuals.
 
 - :class:`SharedPrefix` — steps 0 .. s-1 of a seed, trained once (or read back from its state
-  file) and kept; :meth:`~SharedPrefix.fork` hands out independent copies at step s.
+  file) and kept; :meth:`~SharedPrefix.fork` hands out independent copies at step s, or at an earlier
+  step t whose state it keeps too (``earlier``: an arm that leaves the prefix before s, forks/arms.py ``start``).
 - :func:`read_prefix` — a kept prefix's state file read back into a trainer, at the step it must hold.
 - :func:`advance_to` — a run from wherever it stands to a given update, trained as an
   :class:`~seedlab.forks.arms.Arm` says (rows of some batches replaced, the weights or the gradient
@@ -36,13 +37,24 @@ class SharedPrefix:
 
     ``new_trainer()`` makes the seed's trainer at step 0; ``on_step()`` is called after every
     update the prefix trains (a progress bar); ``path=None`` keeps the prefix in memory only.
-    Under torchrun (``world``) every rank trains or reads the prefix, and rank 0 alone writes it."""
+    Under torchrun (``world``) every rank trains or reads the prefix, and rank 0 alone writes it.
+
+    ``earlier``: ``{t: path}`` (t < ``step``; path None: in memory only) — states of the same run after t
+    updates, kept too: saved on the way when the prefix trains here, read back from ``path`` when it is
+    there, else trained again from step 0 (the prefix is a pure function of the seed: the same run, bit for
+    bit) and saved. :meth:`fork` ``(at=t)`` hands out copies of them."""
 
     def __init__(self, path: Path | None, new_trainer: Callable[[], Trainer], step: int, *,
-                 on_step: Callable[[], None] | None = None, world: World | None = None):
+                 on_step: Callable[[], None] | None = None, world: World | None = None,
+                 earlier: Mapping[int, Path | None] | None = None):
         self.path, self.new_trainer, self.step, self.on_step = path, new_trainer, step, on_step
         self.world = world or World()
         self._kept: tuple[Trainer, list[float]] | None = None
+        self.earlier = dict(earlier or {})
+        bad = sorted(t for t in self.earlier if not 0 <= t < step)
+        if bad:
+            raise SeedlabError(f"prefix: an earlier state must be before step {step}, got {bad[0]}")
+        self._early: dict[int, tuple[Trainer, list[float]]] = {}
 
     @property
     def saved(self) -> bool:
@@ -56,16 +68,45 @@ class SharedPrefix:
             if self.saved:
                 losses = read_prefix(trainer, self.path, self.step)
             else:
-                losses = advance_to(trainer, self.step, on_step=self.on_step)
+                losses = []
+                advance_to(trainer, self.step, on_step=self.on_step, stops=set(self.earlier),
+                           visit=lambda tr: self.keep_early(tr, losses), losses=losses)
                 if self.path is not None and self.world.main:
                     trainer.save_state(self.path, losses)
             self._kept = (trainer, losses)
         return self._kept
 
-    def fork(self) -> tuple[Trainer, list[float]]:
+    def keep_early(self, trainer: Trainer, losses: list[float]) -> None:
+        """Keep a copy of ``trainer`` (the prefix's own run, after ``trainer.step`` updates, one of ``earlier``)
+        and its losses so far, and save its complete state where ``earlier`` gives a file (rank 0)."""
+        t = trainer.step
+        if t not in self.earlier or t in self._early:
+            return
+        self._early[t] = (trainer.fork(), list(losses))
+        path = self.earlier[t]
+        if path is not None and self.world.main and not path.is_file():
+            trainer.save_state(path, losses)
+
+    def fork(self, at: int | None = None) -> tuple[Trainer, list[float]]:
         """An independent copy of the prefix's trainer at ``step`` (model and optimizer state
-        deep-copied together), and a copy of its losses."""
-        trainer, losses = self.kept()
+        deep-copied together), and a copy of its losses; ``at``: at that earlier step instead (one of
+        ``earlier``: the class doc)."""
+        if at is None or at == self.step:
+            trainer, losses = self.kept()
+            return trainer.fork(), list(losses)
+        if at not in self.earlier:
+            raise SeedlabError(f"prefix: no kept state at step {at} (kept: {sorted(self.earlier)} and {self.step})")
+        if at not in self._early:
+            path = self.earlier[at]
+            trainer = self.new_trainer()
+            if path is not None and path.is_file():
+                losses = read_prefix(trainer, path, at)
+            else:  # the prefix's own run again, to step at (the same bits: a pure function of the seed)
+                losses = advance_to(trainer, at, on_step=self.on_step)
+                if path is not None and self.world.main:
+                    trainer.save_state(path, losses)
+            self._early[at] = (trainer, losses)
+        trainer, losses = self._early[at]
         return trainer.fork(), list(losses)
 
 
@@ -85,8 +126,8 @@ def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, 
     """Advance ``trainer`` until ``end`` updates are completed; returns the losses (appended to
     ``losses`` when given).
 
-    The batch of step t carries ``arm``'s rows for t (padded with ``pad_id``), every other batch is
-    the ordinary one; ``arm``'s perturbation moves the weights just before the update of its step, or
+    The batch of step t carries ``arm``'s rows for t (padded with ``pad_id``) and leaves its removed rows
+    out of the loss, every other batch is the ordinary one; ``arm``'s perturbation moves the weights just before the update of its step, or
     (its gradient channel) is added to that update's raw gradient before clipping.
     ``visit(trainer)`` is called whenever ``trainer.step`` is in ``stops`` — at the start too,
     before any update (and before a perturbation at that step) — with the weights after that many
@@ -104,7 +145,7 @@ def advance_to(trainer: Trainer, end: int, *, arm: Arm = TWIN, pad_id: int = 0, 
         if done is not None and perturbed is not None:
             perturbed(done)
         losses.append(trainer.advance(arm.rows_at(trainer.step), pad_id=pad_id, weights=arm.weights_at(trainer.step),
-                                      grad_delta=None if kick is None else kick[0]))
+                                      grad_delta=None if kick is None else kick[0], removed=arm.removed_at(trainer.step)))
         if on_step is not None:
             on_step()
 

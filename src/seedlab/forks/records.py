@@ -67,3 +67,29 @@ def finish_replica(d, where: RunFolder, record: dict) -> None:
     if d.world.main:
         write_json(where.manifest, {"record": record})
         where.mark_finished(d.cfg.end)
+
+
+def early_starts(d, seed: int) -> dict[str, int]:
+    """``{arm: t}`` of the seed's arms that leave the shared prefix before the fork step (forks/arms.py ``Arm.start``)."""
+    s = d.cfg.injection_step
+    return {a.name: a.leaves(s) for a in d.arms(seed) if a.leaves(s) < s}
+
+
+def early_record(early: dict[str, int]) -> dict:
+    """What the seed's integrity record says of its arms that left the prefix before s."""
+    return {"identical_at_start": "by construction: forked from the shared prefix's own state at that step (the "
+                                  "prefix is a pure function of the seed); not compared with the twin at s",
+            "arms": dict(early)}
+
+
+def earlier_states(d, seed: int) -> dict[int, object]:
+    """``{t: path}`` of the prefix states the seed's early arms start from (forks/prefix.py ``SharedPrefix(earlier=)``)."""
+    return {t: d.folder.prefix_at(seed, t) for t in sorted(set(early_starts(d, seed).values()))}
+
+
+def remove_prefix(d, seed: int) -> None:
+    """The seed's kept prefix (and its earlier states) removed: every fork of it is done."""
+    d.folder.prefix(seed).unlink(missing_ok=True)
+    for path in earlier_states(d, seed).values():
+        path.unlink(missing_ok=True)
+

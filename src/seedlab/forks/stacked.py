@@ -29,7 +29,8 @@ from seedlab.errors import SeedlabError
 from seedlab.forks.arms import Arm
 from seedlab.forks.folders import RunFolder
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference
-from seedlab.forks.records import extra, finish, finish_replica, losses_frame, merge, save
+from seedlab.forks.records import (earlier_states, early_record, early_starts, extra, finish, finish_replica, losses_frame,
+                                   merge, remove_prefix, save)
 from seedlab.lm.gptconfig import param_count
 from seedlab.lm.stack import Stack, groups
 from seedlab.lm.trainer import Trainer
@@ -124,6 +125,7 @@ class _Loop:
         self.frames: dict[int, list[pd.DataFrame]] = {seed: [] for seed in self.seeds}
         self.at_s: dict[int, dict] = {seed: {} for seed in self.seeds}
         self.emitted = 0
+        self.early = {seed: early_starts(d, seed) for seed in self.seeds}  # arms that leave the prefix before s
         self.solo: dict | None = None  # the solo check's twin at its step: {"seed", "step", "hashes", "weights"}
 
     # ---------------------------------------------------------------- the whole loop
@@ -134,7 +136,7 @@ class _Loop:
             if not r.replica and (r.done or (d.recording.resume and r.where.state.is_file())):
                 r.manifest = r.where.read_manifest()
             if r.done:
-                d.observer.skip(self.end - self.s)  # finished before an interruption
+                d.observer.skip(self.end - self._first(r))  # finished before an interruption
         self.prefixes = self._prefixes([r.seed for r in self.runs if not r.done])
         self._solo_check()
         pending = [r for r in self.runs if not r.done]
@@ -145,10 +147,16 @@ class _Loop:
         out = {}
         for seed in self.seeds:
             check_identical(self.at_s[seed], f"seed {seed}", self.s)
+            if self.early[seed]:
+                self.records[seed]["early_starts"] = early_record(self.early[seed])
             if not d.recording.keep_prefix and d.world.main:
-                d.folder.prefix(seed).unlink(missing_ok=True)  # every fork of it is done
+                remove_prefix(d, seed)  # every fork of it is done
             out[seed] = (self.records[seed], self.frames[seed])
         return out
+
+    def _first(self, r: _Run) -> int:
+        """The step run ``r`` starts from: the fork step, or (an arm that leaves the prefix before it) an earlier one."""
+        return self.s if r.replica else r.arm.leaves(self.s)
 
     def _stacks(self, pending: list[_Run]) -> list[list[_Run]]:
         """The pending runs in stacks of ``batch``, in the design's order; a replica seed's twin opens a
@@ -169,7 +177,8 @@ class _Loop:
         """Every seed's shared prefix; those not saved yet trained in one stack (each bitwise its solo run)."""
         d, obs, out = self.d, self.d.observer, {}
         for seed in self.seeds:
-            out[seed] = SharedPrefix(d.folder.prefix(seed), lambda seed=seed: self._new(seed), self.s, world=d.world)
+            out[seed] = SharedPrefix(d.folder.prefix(seed), lambda seed=seed: self._new(seed), self.s, world=d.world,
+                                     earlier=earlier_states(d, seed))
         todo = [seed for seed in dict.fromkeys(seeds) if not out[seed].saved]
         for seed in self.seeds:
             if seed not in todo:
@@ -180,6 +189,9 @@ class _Loop:
         losses: list[list[float]] = [[] for _ in todo]
         obs.run(f"{self._what(len(todo), 'shared prefix')}", self.s * len(todo))
         while stack.step < self.s:
+            for i, seed in enumerate(todo):  # a state an early arm starts from (SharedPrefix.keep_early)
+                if stack.step in out[seed].earlier:
+                    out[seed].keep_early(stack.member(i), losses[i])
             for i, loss in enumerate(stack.advance([None] * len(todo))):
                 losses[i].append(loss)
                 obs.step("shared prefix")
@@ -240,7 +252,7 @@ class _Loop:
             if d.world.main:
                 r.where.clear()  # what an interruption left before the first resume point
             r.manifest, r.before = {}, set()
-            r.trainer, r.losses = self.prefixes[r.seed].fork()
+            r.trainer, r.losses = self.prefixes[r.seed].fork(None if r.replica else r.arm.start)
 
     def _train(self, runs: list[_Run]) -> None:
         """Train ``runs`` to the end: the laggards (resumed from earlier steps) first catch up, stacked
@@ -254,8 +266,8 @@ class _Loop:
             if not behind:
                 continue
             stack = Stack([r.trainer for r in behind])
-            done = (stack.step - self.s) * len(behind)
-            d.observer.run(self._what(len(behind), behind[0].label), (self.end - self.s) * len(behind), done)
+            done = sum(stack.step - self._first(r) for r in behind)
+            d.observer.run(self._what(len(behind), behind[0].label), sum(self.end - self._first(r) for r in behind), done)
             self._advance(stack, behind, target)
             for i, r in enumerate(behind):
                 r.trainer = stack.member(i) if target < self.end else None
@@ -286,9 +298,11 @@ class _Loop:
                         stack.put(i, solo)
                     if done is not None and d.world.main:
                         write_json(r.where.perturbation, done)
+            gone = [None if r.replica else r.arm.removed_at(t) for r in runs]
             losses = stack.advance([None if r.replica else r.arm.rows_at(t) for r in runs], pad_id=d.pad_id,
                                    weights=[None if r.replica else r.arm.weights_at(t) for r in runs],
-                                   grad_deltas=kicks if any(k is not None for k in kicks) else None)
+                                   grad_deltas=kicks if any(k is not None for k in kicks) else None,
+                                   removed=gone if any(g is not None for g in gone) else None)
             for r, loss in zip(runs, losses):
                 r.losses.append(loss)
                 d.observer.step(r.label)
@@ -309,7 +323,7 @@ class _Loop:
                 if t not in r.compared:
                     r.compared.append(t)
             return
-        hashed = rec.hashed.get(r.arm.name, frozenset()) | {self.s}
+        hashed = rec.hashed.get(r.arm.name, frozenset()) | {self.s, self._first(r)}
         saved = rec.saved.get(r.arm.name, frozenset())
         watched = d.observer.stops(r.seed, r.arm)
         solo = None
@@ -352,7 +366,8 @@ class _Loop:
             added = extra(d, r.seed, r.arm, r.where, r.manifest)
             if trained:
                 finish(d, r.where, frame, r.manifest)
-            self.at_s[r.seed][r.arm.name] = r.manifest[str(s)]
+            if r.arm.name not in self.early[r.seed]:  # an arm that left the prefix before s is not the twin there
+                self.at_s[r.seed][r.arm.name] = r.manifest[str(s)]
             self.frames[r.seed].append(frame.assign(seed=r.seed, arm=r.arm.name))
             merge(record, added)
 

@@ -40,8 +40,8 @@ from seedlab.errors import SeedlabError
 from seedlab.lm.batches import get_batch, replaced
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.schedule import lr_of
-from seedlab.lm.trainer import (Settings, Trainer, Weights, add_deltas, add_gradient_delta, attention_kernels, autocast,
-                                split_weighted)
+from seedlab.lm.trainer import (Removed, Settings, Trainer, Weights, add_deltas, add_gradient_delta, attention_kernels,
+                                autocast, split_weighted, without_rows)
 
 Rows = Mapping[int, Sequence[int]] | None  # one run's replaced rows at a step ({row: token ids}; None: none)
 
@@ -140,19 +140,25 @@ class Stack:
         return lr_of(self.cfg, self.step)
 
     def advance(self, rows: Sequence[Rows], *, pad_id: int = 0, weights: Sequence[Weights] | None = None,
-                grad_deltas: Sequence[Sequence[torch.Tensor] | None] | None = None) -> list[float]:
+                grad_deltas: Sequence[Sequence[torch.Tensor] | None] | None = None,
+                removed: Sequence[Removed] | None = None) -> list[float]:
         """One update of every run: run a on the batch of (its seed, this step) with ``rows[a]`` replaced
-        (each row with its loss weight in ``weights[a]``, as ``Trainer.backward`` weighs it) and
+        (each row with its loss weight in ``weights[a]``, as ``Trainer.backward`` weighs it), the rows of
+        ``removed[a]`` left out of its loss (as ``Trainer.backward`` removes them) and
         ``grad_deltas[a]`` (None: nothing; else one tensor per parameter, the solo model's ``parameters()``
         order) added to its raw gradient after the weighted rows, as ``Trainer.backward`` adds it; each run's
         gradient clipped by its own global norm, then one AdamW step. Returns each run's loss."""
         if len(rows) != self.size or (weights is not None and len(weights) != self.size) or (
-                grad_deltas is not None and len(grad_deltas) != self.size):
+                grad_deltas is not None and len(grad_deltas) != self.size) or (
+                removed is not None and len(removed) != self.size):
             raise SeedlabError(f"stack: {len(rows)} runs' rows for a stack of {self.size}")
         split = [split_weighted(r, w) for r, w in zip(rows, weights or [None] * self.size)]
         # a weighted row's difference from the ordinary row, taken by the run's solo trainer before the update
         extra = {a: self.member(a).row_deltas(weighted, pad_id=pad_id) for a, (_, weighted) in enumerate(split) if weighted}
-        losses = self.backward([plain for plain, _ in split], pad_id=pad_id)
+        gone = [None] * self.size if removed is None else list(removed)
+        for (plain, weighted), r in zip(split, gone):  # refused before any run's gradient is touched
+            without_rows(torch.ones(self.cfg.batch_size, 1, dtype=torch.bool), r, {**(plain or {}), **weighted})
+        losses = self.backward([plain for plain, _ in split], pad_id=pad_id, removed=gone)
         for a, (deltas, dloss) in extra.items():
             add_deltas([self.p[n].grad[a] for n in self.names], deltas)  # names: the solo model's parameters() order
             losses[a] = float(torch.tensor(losses[a], dtype=torch.float32) + dloss.cpu())
@@ -167,11 +173,14 @@ class Stack:
         self._batches.clear()
         return losses
 
-    def backward(self, rows: Sequence[Rows], *, pad_id: int = 0) -> list[float]:
+    def backward(self, rows: Sequence[Rows], *, pad_id: int = 0, removed: Sequence[Removed] | None = None) -> list[float]:
         """Every run's raw gradient (as ``Trainer.backward``: the masked CE sum over the rows / B·T,
-        micro-batch by micro-batch) into the stacked ``.grad``; returns each run's loss."""
+        micro-batch by micro-batch; ``removed[a]``: rows of run a left out of its loss) into the stacked
+        ``.grad``; returns each run's loss."""
         T = self.gcfg.block_size
         batches = [replaced(*self._batch(seed), mine, pad_id) for seed, mine in zip(self.seeds, rows)]
+        if removed is not None:
+            batches = [(x, y, without_rows(m, r, mine)) for (x, y, m), r, mine in zip(batches, removed, rows)]
         x, y, mask = (torch.stack(t).to(self.device) for t in zip(*batches))  # [A, B, T]
         A, B = x.shape[:2]
         n = B * T

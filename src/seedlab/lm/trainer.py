@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -74,6 +74,26 @@ class Settings(Protocol):
 
 #: loss weights of replaced rows at one step ({row: w}; None or absent: 1)
 Weights = Mapping[int, float] | None
+#: rows of one step's batch removed from its loss (weight 0, no text: :meth:`Trainer.backward`); None or empty: none
+Removed = Collection[int] | None
+
+
+def without_rows(mask: torch.Tensor, removed: Removed, rows: Mapping[int, Sequence[int]] | None = None) -> torch.Tensor:
+    """The loss mask [B, T] with every row of ``removed`` left out (False on the whole row): a removed row stays in
+    the batch's forward, its loss weight is 0. A removed row that is also replaced (``rows``), or one the batch does
+    not have, is a one-line error. ``removed`` empty: ``mask`` itself."""
+    if not removed:
+        return mask
+    B = mask.shape[0]
+    bad = next((r for r in sorted(removed) if not 0 <= r < B), None)
+    if bad is not None:
+        raise SeedlabError(f"removed rows: row {bad} is not in a batch of rows 0 .. {B - 1}")
+    both = sorted(set(removed) & set(rows or {}))
+    if both:
+        raise SeedlabError(f"removed rows: row {both[0]} is both replaced and removed")
+    mask = mask.clone()
+    mask[sorted(removed)] = False
+    return mask
 
 
 def split_weighted(rows: Mapping[int, Sequence[int]] | None, weights: Weights
@@ -129,12 +149,13 @@ class Trainer:
         self.params = list(self.model.parameters())
 
     def advance(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0,
-                weights: Weights = None, grad_delta: Sequence[torch.Tensor] | None = None) -> float:
+                weights: Weights = None, grad_delta: Sequence[torch.Tensor] | None = None,
+                removed: Removed = None) -> float:
         """One update on batch (seed, step) — with ``rows`` ({row: token ids}) replaced, each with its
-        loss weight in ``weights`` ({row: w}, 1 where absent), and ``grad_delta`` (one tensor per
-        parameter, ``self.params``' order) added to the raw gradient — and its loss: :meth:`backward`,
-        then gradient clipping and AdamW at this step's learning rate."""
-        loss = self.backward(rows, pad_id=pad_id, weights=weights, grad_delta=grad_delta)
+        loss weight in ``weights`` ({row: w}, 1 where absent), the rows of ``removed`` left out of the loss,
+        and ``grad_delta`` (one tensor per parameter, ``self.params``' order) added to the raw gradient — and
+        its loss: :meth:`backward`, then gradient clipping and AdamW at this step's learning rate."""
+        loss = self.backward(rows, pad_id=pad_id, weights=weights, grad_delta=grad_delta, removed=removed)
         lr = self.lr
         for g in self.opt.param_groups:
             g["lr"] = lr
@@ -149,7 +170,8 @@ class Trainer:
         return lr_of(self.cfg, self.step)
 
     def backward(self, rows: Mapping[int, Sequence[int]] | None = None, *, pad_id: int = 0,
-                 weights: Weights = None, grad_delta: Sequence[torch.Tensor] | None = None) -> float:
+                 weights: Weights = None, grad_delta: Sequence[torch.Tensor] | None = None,
+                 removed: Removed = None) -> float:
         """The raw gradient of batch (seed, step), with ``rows`` ({row: token ids}: a passage in each
         of those rows, lm/batches.py ``inject``) replaced, into every parameter's ``.grad`` (summed
         over ranks); returns the batch's loss. Nothing else changes.
@@ -169,6 +191,13 @@ class Trainer:
         loss), before the gradients are summed over ranks. w = 1 is the plain replacement above, bit
         for bit; a passage equal to the row it weighs leaves the run bitwise the ordinary one.
 
+        A **removed** row (``removed``: rows of this batch) is the row's loss weight set to 0 with no text in its
+        place: it stays in the batch's forward, its loss mask is False on the whole row (:func:`without_rows`), so
+        the loss is Σ_{i∉removed} ℓ_i / N with N = B·T *unchanged* — not the mean of a batch of B − 1 rows, which
+        would rescale every other row by B/(B − 1). That is w_i = 0 in (Σ_i w_i ℓ_i)/N, the parametrisation whose
+        derivative at w = 1 attribution/metagrad.py computes (a removal is Δw = −1). No removal: the ordinary
+        batch, bit for bit. A removed row cannot also be replaced.
+
         ``grad_delta`` (one tensor per parameter, ``self.params``' order; forks/arms.py's gradient-channel
         perturbations) is added to the raw gradient where a row's own difference enters it: after the
         batch's backward and the weighted rows, before the sum over ranks (on rank 0 only, so the summed
@@ -177,6 +206,7 @@ class Trainer:
         cfg, block = self.cfg, self.model.config.block_size
         rows, weighted = split_weighted(rows, weights)
         x, y, mask = replaced(*get_batch(self.tokens, self.seed, self.step, cfg.batch_size, block), rows, pad_id)
+        mask = without_rows(mask, removed, {**(rows or {}), **weighted})
         n = x.numel()  # N = B·T for every condition (see the docstring)
         mine = self.world.rows(cfg.batch_size)
         micro = cfg.micro_batch or (mine.stop - mine.start)
