@@ -26,8 +26,9 @@ ROOT = SRC.parent.parent
 #: (two nudges, every step) and the presets attribution/mini-size and attribution/grid (one cell of the B x lr grid);
 #: since issue 32, the twins' nulls: conditions matched-noise -> matched-gradient + weight-kick in every twins preset
 #: and the default, nulls.ordinary_rows (4; set in the presets too) and measure.ordinary_margin (0.25, in the
-#: pre-registration); then the null sign-gradient in the twins' conditions (default, mini, mini-long, gpt2-124m)
-PINNED = "145b056bc836b6c236752a7e5bde0c4582b6d742a73d219345e619ab9cc5cb04"
+#: pre-registration); then the null sign-gradient in the twins' conditions (default, mini, mini-long, gpt2-124m);
+#: since issue 33, the bank's loo and groups sections (null: off, in every attribution preset)
+PINNED = "03ee0efa132ab23b6e0271d25a1a2cf72fae036e6837bad26e40d96cbb6fe8a5"
 
 
 def _fingerprint() -> str:

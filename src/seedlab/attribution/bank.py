@@ -29,7 +29,12 @@ Per seed k (the batch of step t is a pure function of (k, t), lm/batches.py):
    both texts' and the queries' losses). Δ(pair) against Δ(first at r) + Δ(second at r′) — the
    candidate run and the replicate that replace the same two rows — is the additivity that group
    benchmarks assume (attribution/additivity.py). A pair whose first is the own-row control
-   leaves row r as it was: it must be bitwise the second's replicate, or the bank stops.
+   leaves row r as it was: it must be bitwise the second's replicate, or the bank stops;
+8. the **removals** (``loo``, ``groups``; attribution/removals.py): rows of the twin's own batches left out of the
+   loss (their loss weight 0, no text: forks/arms.py) — one row at a time at a few steps t, a leave-one-out of the
+   row at its age (a step before s forks from the prefix's own state at t, kept as ``prefix-<t>.safetensors``), and
+   random α-fractions of the rows of steps s .. end − 1 at once, the LDS's subsets. Hashes and the queries' losses
+   at every horizon (loo.parquet, groups.parquet: attribution/measure.py).
 
 The twin records every text's loss (all candidates' and the queries) at every horizon.
 ``integrity.json`` records what was shown. **Resume**: a finished run (its done marker) is skipped;
@@ -54,7 +59,8 @@ import pandas as pd
 
 from seedlab.attribution.config import AttributionConfig
 from seedlab.attribution.estimators import query_loss
-from seedlab.attribution.measure import write_additivity, write_measured, write_weighted
+from seedlab.attribution.measure import write_additivity, write_measured, write_removals, write_weighted
+from seedlab.attribution import removals
 from seedlab.attribution.rundir import BankDir, open_bank
 from seedlab.attribution.texts import (NUDGE, OWN_ROW, REPLICATE, WEIGHTED, Inputs, candidate_of, load_inputs, nudged,
                                        replicate, weighted)
@@ -108,6 +114,7 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
         run_design(design(inputs, rd, observer, start=started.first_files), apart if parallel else None)
     write_additivity(rd.root)  # with candidates.pairs
     write_weighted(rd.root)  # every bank's distances; with candidates.weights, the weighted effects
+    write_removals(rd.root)  # with loo / groups: loo.parquet, groups.parquet, group_rows.parquet
     return write_measured(rd.root)
 
 
@@ -163,7 +170,7 @@ def arms(inputs: Inputs, seed: int) -> list[Arm]:
     then (``candidates.pairs``) every pair: its first in row ``injection_row`` and its second in
     row ``replicate_row``, both in the one batch of s; then (``candidates.weights``) every candidate at
     each loss weight w < 1, largest first, in row ``injection_row``; then (``chaos.nudges``) one arm per
-    nudged tensor. A pair whose two texts are the same in this seed (the own-row control and a
+    nudged tensor; then (``loo``, ``groups``) the removal arms (attribution/removals.py ``arms``). A pair whose two texts are the same in this seed (the own-row control and a
     candidate equal to the replaced row) is a one-line error."""
     cfg, texts = inputs.cfg, inputs.candidates_of(seed)
     s, row, again = cfg.injection_step, cfg.injection_row, cfg.candidates.replicate_row
@@ -178,6 +185,7 @@ def arms(inputs: Inputs, seed: int) -> list[Arm]:
     for w in sorted((w for w in cfg.candidates.weights if w != 1.0), reverse=True):
         out += [injection(weighted(w, name), t.tokens, s, row, weight=w) for name, t in texts.items()]
     out += [nudge(nudged(tensor), s, tensor, cfg.chaos.index) for tensor in cfg.chaos.nudges]
+    out += removals.arms(cfg, seed)
     return out
 
 
@@ -194,7 +202,8 @@ def recording(inputs: Inputs) -> Recording:
 class QueryLosses(Observer):
     """At every horizon, the loss of every text a run is measured on — the twin: every candidate's
     and every query; a candidate and its replicate: the candidate's own and every query; a pair:
-    both its candidates' and every query — into its ``queries.parquet``."""
+    both its candidates' and every query; a removal arm (leave-one-out, group): every query — into its
+    ``queries.parquet``."""
 
     def __init__(self, inputs: Inputs):
         self.inputs, self.rows = inputs, {}
@@ -205,6 +214,8 @@ class QueryLosses(Observer):
         candidates = {n: t.tokens for n, t in self.inputs.candidates_of(seed).items()}
         if arm.is_twin or arm.name.startswith(NUDGE):  # a nudge: every text (the floor chaos alone makes)
             return candidates | queries
+        if removals.is_removal(arm.name):  # no text of its own
+            return queries
         own = self.inputs.pairs.get(arm.name) or (candidate_of(arm.name),)
         return {n: candidates[n] for n in own} | queries
 

@@ -92,6 +92,26 @@ def attribution_metagrad(
                f"{df.horizon.nunique()} horizons) -> {BankDir(bank).metagrad}")
 
 
+@app.command("rowscores")
+def attribution_rowscores(
+    bank: Annotated[Path, typer.Argument(help="a bank with loo or groups (seedlab attribution bank --out)")],
+    estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
+        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac (metagrad's rows come "
+        "from seedlab attribution metagrad); default: all installed"))] = [],  # noqa: B006
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Every removed training row's predicted effect (leave-one-out and group rows) by the estimators that score
+    arbitrary training rows -> rowscores.parquet (the LDS and leave-one-out sections of the report)."""
+    from seedlab.attribution.rowscores import bank_rowscores
+    from seedlab.attribution.rundir import BankDir
+
+    names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
+    df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress)
+    typer.echo(f"{len(df)} row scores ({df.estimator.nunique()} estimator(s), {df.seed.nunique()} seed(s)) -> "
+               f"{BankDir(bank).rowscores}")
+
+
 @app.command("report")
 def attribution_report(bank: Annotated[Path, typer.Argument(help="an attributed bank folder")]) -> None:
     """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the row invariance and the seed-mean reliability."""

@@ -93,6 +93,29 @@ class ChaosConfig(Strict):
         "per recorded step while a seed trains); distances.parquet (not stated)"))
 
 
+class LooConfig(Strict):
+    """Leave-one-out by age (issue 33 §2; attribution/removals.py): rows of the twin's own batches removed one at a
+    time (the row's loss weight set to 0, no text), measured at every horizon after the row's step."""
+
+    steps: list[int | str] = Field(["early", "s", "late"], description=(
+        "the steps t whose rows are removed: updates completed (an int), or s, s+n, s-n, end-n, early (s // 2), late "
+        "(s + (end - s) // 2); a step before s forks from the prefix's own state at t (not stated)"))
+    rows: Annotated[int, Field(gt=0)] = Field(4, description=(
+        "rows removed per step, one arm each: the first rows of its batch (a random sample: rows are independent "
+        "draws); arms per seed = steps x rows, each end - t updates (not stated)"))
+
+
+class GroupsConfig(Strict):
+    """Random groups of training rows removed at once (issue 33 §3; attribution/removals.py): the LDS's subsets."""
+
+    alphas: list[Annotated[float, Field(gt=0, lt=1)]] = Field([0.01, 0.05], description=(
+        "α: the fraction of the R = (end - s)·B rows of steps s .. end - 1 each subset removes (round(α·R) rows); "
+        "α·R < 1 is refused (not stated)"))
+    subsets: Annotated[int, Field(gt=0)] = Field(50, description=(
+        "subsets per α and seed, one arm each of end - s updates (the LDS literature: >= 50; not stated)"))
+    seed: int = Field(0, description="which subsets are drawn (with the training seed, α and the subset's index) (not stated)")
+
+
 class AttributeConfig(Strict):
     """How ``seedlab attribution attribute`` runs the estimators on the bank (none of it stated)."""
 
@@ -132,6 +155,11 @@ class AttributionConfig(ForkDesign):
     queries: QueriesConfig = Field(QueriesConfig(), description="the texts whose loss change is measured")
     attribute: AttributeConfig = Field(AttributeConfig(), description="how `seedlab attribution attribute` runs the estimators")
     chaos: ChaosConfig = Field(ChaosConfig(), description="nudge arms and every arm's distance to the twin")
+    loo: LooConfig | None = Field(None, description=(
+        "leave-one-out arms by the row's age (loo.parquet); null: none (e.g. --set loo.rows=4 for the defaults)"))
+    groups: GroupsConfig | None = Field(None, description=(
+        "group arms: random α-fractions of the rows after s removed (groups.parquet, the LDS); null: none "
+        "(e.g. --set groups.subsets=50)"))
 
     @model_validator(mode="after")
     def _check(self) -> AttributionConfig:
@@ -152,6 +180,10 @@ class AttributionConfig(ForkDesign):
                              f"(0 .. {self.batch_size - 1}), got {r2}")
         if not (self.queries.own or self.queries.heldout or self.queries.probes):
             raise ValueError("queries: at least one kind (own, heldout or probes)")
+        if self.loo is not None or self.groups is not None:
+            from seedlab.attribution.removals import check
+
+            check(self)
         return self
 
     @property

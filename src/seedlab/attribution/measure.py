@@ -24,6 +24,13 @@ With ``candidates.pairs`` the bank also gets ``additivity.parquet`` (:func:`writ
 columns :data:`PAIR_COLUMNS`): each pair's Δ beside the sum of its two single-row Δs, per seed ×
 pair × shared query × horizon (what each column means, and what is computed from it:
 attribution/additivity.py).
+
+With ``loo`` / ``groups`` (attribution/removals.py: rows of the twin's own batches removed) the bank also gets
+``loo.parquet`` (:data:`LOO_COLUMNS`: per seed × removed (step, row) × query × horizon after the step,
+measured = L_q(run without the row) − L_q(twin), ``age`` = horizon − step), ``groups.parquet``
+(:data:`GROUP_COLUMNS`: per seed × α × subset × query × horizon, the subset's measured Δ L_q; ``removed_before``:
+how many of its rows lie before the horizon) and ``group_rows.parquet`` (:data:`GROUP_ROW_COLUMNS`: the rows of
+every subset): :func:`write_removals`. A removal run has no text of its own: it is measured on the queries only.
 """
 
 from __future__ import annotations
@@ -183,6 +190,10 @@ def _effect(where: ForkFolder, twin: pd.DataFrame, seed: int, queries: dict[str,
 WEIGHTED_COLUMNS = ["seed", "candidate", "candidate_kind", "query", "query_kind", "horizon", "after", "label", "weight",
                     "measured"]
 DISTANCE_COLUMNS = ["seed", "arm", "kind", "candidate", "weight", "step", "after", "distance"]
+LOO_COLUMNS = ["seed", "step", "row", "query", "query_kind", "horizon", "label", "age", "measured", "loss", "twin_loss"]
+GROUP_COLUMNS = ["seed", "alpha", "subset", "rows", "query", "query_kind", "horizon", "label", "removed_before",
+                 "measured", "loss", "twin_loss"]
+GROUP_ROW_COLUMNS = ["seed", "alpha", "subset", "step", "row"]
 
 
 def collect_weighted(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
@@ -223,6 +234,7 @@ def collect_distances(bank: Bank) -> pd.DataFrame:
     step (forks/distances.py), with what the run is — ``kind`` candidate, replicate, pair, weighted or nudge; its
     ``candidate`` (None for pairs and nudges) and its loss ``weight`` (NaN for pairs and nudges)."""
     from seedlab.attribution.bank import arms
+    from seedlab.attribution.removals import GROUP, LOO
     from seedlab.attribution.texts import NUDGE, PAIR, REPLICATE, WEIGHTED, candidate_of, weight_and_candidate
 
     frames = []
@@ -233,7 +245,8 @@ def collect_distances(bank: Bank) -> pd.DataFrame:
                 continue
             n = arm.name
             kind = ("nudge" if n.startswith(NUDGE) else "pair" if n.startswith(PAIR) else "weighted"
-                    if n.startswith(WEIGHTED) else "replicate" if n.startswith(REPLICATE) else "candidate")
+                    if n.startswith(WEIGHTED) else "replicate" if n.startswith(REPLICATE) else "loo"
+                    if n.startswith(LOO) else "group" if n.startswith(GROUP) else "candidate")
             one = kind in ("candidate", "replicate", "weighted")
             weight = float(weight_and_candidate(n)[0]) if kind == "weighted" else 1.0 if one else np.nan
             d = pd.read_parquet(where.distances)
@@ -255,3 +268,88 @@ def write_weighted(root: str | Path) -> pd.DataFrame | None:
     df = collect_weighted(bank)
     write_parquet(bank.dir.weighted_measured, df)
     return df
+
+
+# ---------------------------------------------------------------- removals: leave-one-out and groups
+
+
+def _queries_beside_twin(bank: Bank, where: ForkFolder, twin: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """A removal run's (step, text, loss, twin_loss) on the bank's queries."""
+    own = beside_twin(where, twin, seed)
+    return own[own.text.isin(bank.inputs.queries)]
+
+
+def collect_loo(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
+    """loo.parquet's frame (:data:`LOO_COLUMNS`): every finished leave-one-out run's Δ L_q against its seed's twin at
+    every horizon after its step (at earlier horizons the run is the twin's, bit for bit). Unfinished runs are left
+    out with a warning."""
+    from seedlab.attribution.removals import loo_name, loo_rows
+
+    cfg, labels = bank.cfg, bank.cfg.horizon_steps()
+    kinds = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, missing = [], []
+    for seed, twin in finished_twins(bank, missing, "leave-one-out runs"):
+        for t, i in loo_rows(cfg):
+            where = bank.dir.run(seed, loo_name(t, i))
+            if not where.finished:
+                missing.append(f"seed {seed} {loo_name(t, i)}")
+                continue
+            d = _queries_beside_twin(bank, where, twin, seed)
+            d = d[d.step > t]
+            frames.append(pd.DataFrame({
+                "seed": seed, "step": t, "row": i, "query": d.text, "query_kind": d.text.map(kinds),
+                "horizon": d.step, "label": d.step.map(labels), "age": d.step - t, "measured": d.loss - d.twin_loss,
+                "loss": d.loss, "twin_loss": d.twin_loss}))
+    if warn:
+        warn_missing(missing, "measuring the rest")
+    if not frames:
+        return pd.DataFrame(columns=LOO_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[LOO_COLUMNS]
+
+
+def collect_groups(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """groups.parquet's and group_rows.parquet's frames (:data:`GROUP_COLUMNS`, :data:`GROUP_ROW_COLUMNS`): every
+    finished group run's Δ L_q against its seed's twin at every horizon, and the rows of every subset of the design
+    (finished or not). Unfinished runs are left out with a warning."""
+    from seedlab.attribution.removals import group_name, subsets
+
+    cfg, labels = bank.cfg, bank.cfg.horizon_steps()
+    kinds = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, rows, missing = [], [], []
+    for seed in cfg.seeds:
+        for (alpha, k), chosen in subsets(cfg, seed).items():
+            rows.append(pd.DataFrame({"seed": seed, "alpha": float(alpha), "subset": k,
+                                      "step": [t for t, _ in chosen], "row": [i for _, i in chosen]}))
+    for seed, twin in finished_twins(bank, missing, "group runs"):
+        for (alpha, k), chosen in subsets(cfg, seed).items():
+            where = bank.dir.run(seed, group_name(alpha, k))
+            if not where.finished:
+                missing.append(f"seed {seed} {group_name(alpha, k)}")
+                continue
+            d = _queries_beside_twin(bank, where, twin, seed)
+            steps = np.array([t for t, _ in chosen])
+            frames.append(pd.DataFrame({
+                "seed": seed, "alpha": float(alpha), "subset": k, "rows": len(chosen), "query": d.text,
+                "query_kind": d.text.map(kinds), "horizon": d.step, "label": d.step.map(labels),
+                "removed_before": [int((steps < h).sum()) for h in d.step], "measured": d.loss - d.twin_loss,
+                "loss": d.loss, "twin_loss": d.twin_loss}))
+    if warn:
+        warn_missing(missing, "measuring the rest")
+    effects = pd.concat(frames, ignore_index=True)[GROUP_COLUMNS] if frames else pd.DataFrame(columns=GROUP_COLUMNS)
+    members = pd.concat(rows, ignore_index=True)[GROUP_ROW_COLUMNS] if rows else pd.DataFrame(columns=GROUP_ROW_COLUMNS)
+    return effects, members
+
+
+def write_removals(root: str | Path) -> dict[str, pd.DataFrame]:
+    """loo.parquet (with ``loo``), groups.parquet and group_rows.parquet (with ``groups``) of a bank folder; returns
+    the frames written by name ({} for a bank without removals)."""
+    bank = open_bank(root)
+    out: dict[str, pd.DataFrame] = {}
+    if bank.cfg.loo is not None:
+        out["loo"] = collect_loo(bank)
+        write_parquet(bank.dir.loo, out["loo"])
+    if bank.cfg.groups is not None:
+        out["groups"], out["group_rows"] = collect_groups(bank)
+        write_parquet(bank.dir.groups, out["groups"])
+        write_parquet(bank.dir.group_rows, out["group_rows"])
+    return out

@@ -13,7 +13,8 @@ every number is computed by attribution/stats.py (:func:`~seedlab.attribution.st
 :func:`~seedlab.attribution.stats.design`, :func:`~seedlab.attribution.stats.integrity`),
 horizon.py (:func:`~seedlab.attribution.horizon.linear_response`) and additivity.py
 (:func:`~seedlab.attribution.additivity.summarise`), and the sections of the last two are worded
-by report_horizon.py and report_additivity.py.
+by report_horizon.py and report_additivity.py; a bank that removes rows of its own run (``loo``, ``groups``)
+gets the leave-one-out and LDS section, computed by loo.py and lds.py and worded by report_lds.py.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def write_report(root: str | Path) -> Path:
     extra = size_and_chaos(a)
     if extra:
         rep.add(*extra)
+    own_rows = removal_section(a)
+    if own_rows:
+        rep.add(own_rows)
     names = [e for e in dict.fromkeys(an.correlations.estimator) if e not in stats.REFERENCES]
     rep.add("## What the estimators are", estimator_text(a, names))
     return write_text(a.dir.report, rep.text())
@@ -94,6 +98,28 @@ def size_and_chaos(a: Attributed) -> list[str]:
     if sz is not None:
         out += [figure_block(size_figure(sz, ch, a.dir))]
     return out
+
+
+def removal_section(a: Attributed) -> str | None:
+    """The run's own rows (a bank with ``loo`` or ``groups``): leave-one-out by age (attribution/loo.py) and the LDS
+    beside the single rows (attribution/lds.py), worded by report_lds.py; None for a bank without them."""
+    if a.loo is None and a.groups is None:
+        return None
+    from seedlab.attribution import lds, loo
+    from seedlab.attribution.report_lds import removals_section
+    from seedlab.attribution.rowscores import read_scores
+
+    scores = read_scores(a.dir.root)
+    age = oldest = contrast = table = None
+    single, missing = pd.DataFrame(columns=loo.COLUMNS), []
+    if a.loo is not None:
+        age, single = loo.analyse(a.loo, scores)
+        oldest = loo.oldest(age, "metagrad")
+        missing = loo.unscored(a.loo, scores, "metagrad") if scores is not None else []
+    if a.groups is not None and a.group_rows is not None:
+        table = lds.analyse(a.groups, a.group_rows, scores)
+        contrast = lds.contrast(table, single)
+    return removals_section(age, oldest, contrast, table, missing)
 
 
 def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:

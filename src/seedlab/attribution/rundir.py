@@ -25,6 +25,12 @@ The layout::
                                         queries.parquet: both candidates' texts and the queries)
     DIR/seed-<k>/weighted/<w>/<name>/   the same files for the candidate at loss weight w < 1 (candidates.weights; its arm
                                         is ``weight.<w>.<name>``)
+    DIR/seed-<k>/prefix-<t>.safetensors     the prefix's complete state after t < s updates, where a leave-one-out arm
+                                        of an older row starts (loo.steps before s; forks/prefix.py)
+    DIR/seed-<k>/loo/<t>-<i>/           a leave-one-out arm (``loo.<t>.<i>``: row i of the batch of step t removed;
+                                        attribution/removals.py): hashes, the queries' losses
+    DIR/seed-<k>/groups/<α>-<j>/        a group arm (``group.<α>.<j>``: the j-th random α-fraction of the rows of steps
+                                        s .. end − 1 removed): hashes, the queries' losses
     DIR/seed-<k>/nudges/<tensor>/       a nudge arm (chaos.nudges: one ulp of one element of <tensor> at s; its arm is
                                         ``nudge.<tensor>``): hashes, the queries' losses
     DIR/seed-<k>/*/**/distances.parquet (step, distance) of every run but the twin and the replica: ‖θ_run − θ_twin‖₂
@@ -34,6 +40,13 @@ The layout::
     DIR/additivity.parquet              with pairs: each pair's Δ beside the sum of its two single-row Δs (attribution/measure.py)
     DIR/weighted.parquet                measured Δ L_query per seed × candidate × query × horizon × loss weight (measure.py)
     DIR/distances.parquet               every run's distance to the twin per step, all seeds (measure.py)
+    DIR/loo.parquet                     with loo: measured Δ L_query of every leave-one-out row per seed × step × row × query
+                                        × horizon after its step (measure.py)
+    DIR/groups.parquet, DIR/group_rows.parquet   with groups: every subset's measured Δ L_query per seed × α × subset ×
+                                        query × horizon, and the rows each subset removed (measure.py)
+    DIR/rowscores.parquet, DIR/rowscores.json   seedlab attribution rowscores: every removal row's predicted effect by
+                                        the estimators that score arbitrary training rows, and the run's settings and
+                                        seconds (attribution/rowscores.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
     DIR/metagrad.parquet, DIR/metagrad.json          seedlab attribution metagrad: every row's metagradient
                                         ∂L_q(θ_h)/∂w_{t,i} (seed, query, horizon, step, row, value) and the run's
@@ -116,8 +129,15 @@ class BankDir(DesignFolder):
     def run(self, seed: int, arm: str) -> ForkFolder:
         """An arm's run: the twin's, a candidate's, a candidate's replicate (``replicate.<name>``) or a
         pair's (``pair.<first>..<second>``)."""
+        from seedlab.attribution.removals import GROUP, LOO, parse_group, parse_loo
         from seedlab.attribution.texts import NUDGE, PAIR, REPLICATE, WEIGHTED, weight_and_candidate
 
+        if arm.startswith(LOO):
+            t, i = parse_loo(arm)
+            return ForkFolder(self.seed(seed) / "loo" / f"{t}-{i}")
+        if arm.startswith(GROUP):
+            alpha, k = parse_group(arm)
+            return ForkFolder(self.seed(seed) / "groups" / f"{alpha}-{k}")
         if arm.startswith(REPLICATE):
             return self.replicate_of(seed, arm.removeprefix(REPLICATE))
         if arm.startswith(PAIR):
@@ -178,6 +198,31 @@ class BankDir(DesignFolder):
     @property
     def distances(self) -> Path:
         return self.root / "distances.parquet"
+
+    @property
+    def loo(self) -> Path:
+        """With loo: every leave-one-out row's measured effect (measure.py ``LOO_COLUMNS``)."""
+        return self.root / "loo.parquet"
+
+    @property
+    def groups(self) -> Path:
+        """With groups: every subset's measured effect (measure.py ``GROUP_COLUMNS``)."""
+        return self.root / "groups.parquet"
+
+    @property
+    def group_rows(self) -> Path:
+        """With groups: the (step, row)s each subset removed (measure.py ``GROUP_ROW_COLUMNS``)."""
+        return self.root / "group_rows.parquet"
+
+    @property
+    def rowscores(self) -> Path:
+        """seedlab attribution rowscores: predicted removal effects of training rows (rowscores.py ``COLUMNS``)."""
+        return self.root / "rowscores.parquet"
+
+    @property
+    def rowscores_json(self) -> Path:
+        """seedlab attribution rowscores: its estimators, rows, horizons and seconds per seed."""
+        return self.root / "rowscores.json"
 
     @property
     def attribution(self) -> Path:
@@ -282,6 +327,9 @@ class Attributed:
     pairs: pd.DataFrame | None  # additivity.parquet; None for a bank without pairs
     weighted: pd.DataFrame | None = None  # weighted.parquet; None for a bank without row weights
     distances: pd.DataFrame | None = None  # distances.parquet; None for a bank from before it
+    loo: pd.DataFrame | None = None  # loo.parquet; None for a bank without leave-one-out arms
+    groups: pd.DataFrame | None = None  # groups.parquet; None for a bank without group arms
+    group_rows: pd.DataFrame | None = None  # group_rows.parquet (with groups)
 
 
 def read_attributed(root: str | Path) -> Attributed:
@@ -295,7 +343,7 @@ def read_attributed(root: str | Path) -> Attributed:
     meta = json.loads(rd.attribution_json.read_text()) if rd.attribution_json.is_file() else {}
     read = lambda path: pd.read_parquet(path) if path.is_file() else None
     return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, read(rd.additivity),
-                      read(rd.weighted_measured), read(rd.distances))
+                      read(rd.weighted_measured), read(rd.distances), read(rd.loo), read(rd.groups), read(rd.group_rows))
 
 
 @dataclass(frozen=True)

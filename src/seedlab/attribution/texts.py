@@ -56,7 +56,7 @@ REPLICATE = "replicate."  # a candidate's replicate arm: "replicate.<candidate>"
 PAIR, PAIR_SEP = "pair.", ".."  # a pair's arm: "pair.<first>..<second>"
 WEIGHTED = "weight."  # a candidate at loss weight w < 1: "weight.<w>.<candidate>"
 NUDGE = "nudge."  # one ulp of one weight at s: "nudge.<tensor>"
-RESERVED = (REPLICATE, PAIR, WEIGHTED, NUDGE)
+RESERVED = (REPLICATE, PAIR, WEIGHTED, NUDGE, "loo.", "group.")  # the last two: attribution/removals.py's arms
 
 
 def weight_label(w: float) -> str:

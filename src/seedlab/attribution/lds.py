@@ -1,0 +1,150 @@
+"""The linear datamodeling score (issue 33 §3): Spearman, over random subsets of the training rows, between the
+predicted and the measured effect of removing the subset. Compute only; report_lds.py words it.
+
+The bank removes random α-fractions of the rows of steps s .. end − 1 (attribution/removals.py; groups.parquet: the
+measured Δ L_q per seed × α × subset × query × horizon; group_rows.parquet: each subset's rows). An estimator that
+scores single training rows (attribution/rowscores.py: ``metagrad`` — the exact first order —, ``tracin``,
+``grad-dot``, ``grad-cosine``, ``ekfac``) predicts a subset's effect at horizon h as the **sum** of its rows' values
+over the rows before h (the additive datamodel every group attribution assumes; Ilyas et al. 2022, Park et al. 2023):
+
+    predicted(S, q, h) = Σ_{(t, i) ∈ S, t < h} value(t, i, q, h).
+
+Per estimator × α × horizon (and query kind, and ``all``):
+
+- ``lds``: per seed and query, Spearman(predicted, measured) over the subsets; the mean over queries, then over
+  seeds (the field's LDS: a mean over test examples of a rank correlation over subsets);
+- ``low``/``high``: the percentile interval of :data:`~seedlab.attribution.stats.RESAMPLES` joint bootstrap
+  resamples — the seeds with replacement, then the subsets anew within each drawn seed (stats.py ``joint_draws``),
+  shared by every estimator of an (α, horizon) (paired); ``se_seeds``: the jackknife standard error over seeds;
+- ``coverage``: the fraction of the (subset, row) memberships before h that the estimator scored (an estimator
+  without a value for some rows — ekfac beyond the end — is summed over the rows it has; < 1 says so).
+
+A subset whose measured effect is missing (its run unfinished) is left out of its seed.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_draws
+from seedlab.stats import bootstrap_interval, jackknife_se, spearman_along
+
+ALL = "all"
+COLUMNS = ["estimator", "unit", "alpha", "query_kind", "horizon", "label", "seeds", "subsets", "queries", "lds", "low",
+           "high", "se_seeds", "coverage"]
+PREDICTED = ["estimator", "unit", "seed", "alpha", "subset", "query", "horizon", "predicted", "coverage"]
+_CHUNK = 250
+
+
+def predictions(members: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
+    """Each subset's predicted effect (:data:`PREDICTED`), per estimator × seed × α × subset × query × horizon of
+    ``scores``: the sum of its rows' values over the rows before the horizon (module doc). ``members``:
+    group_rows.parquet (seed, alpha, subset, step, row); ``scores``: rowscores.py ``read_scores``."""
+    m = members[["seed", "alpha", "subset", "step", "row"]]
+    s = scores[["estimator", "unit", "seed", "query", "horizon", "step", "row", "value"]]
+    j = m.merge(s, on=["seed", "step", "row"], how="inner")
+    j = j[j.step < j.horizon]
+    keys = ["estimator", "unit", "seed", "alpha", "subset", "query", "horizon"]
+    sums = j.groupby(keys, sort=False).agg(predicted=("value", "sum"), scored=("value", "size")).reset_index()
+    # every subset of a seed at every (estimator, query, horizon) the estimator scored there: a subset none of whose
+    # rows lie before h is the twin at h (measured 0) and its prediction the empty sum, 0
+    grid = s[["estimator", "unit", "seed", "query", "horizon"]].drop_duplicates().merge(
+        m[["seed", "alpha", "subset"]].drop_duplicates(), on="seed")
+    out = grid.merge(sums, on=keys, how="left")
+    out["predicted"] = out.predicted.fillna(0.0)
+    out["scored"] = out.scored.fillna(0)
+    # memberships before h: the subset's rows with t < h (what a complete estimator sums over)
+    hs = pd.DataFrame({"horizon": sorted(s.horizon.unique())})
+    before = m.merge(hs, how="cross")
+    before = before[before.step < before.horizon].groupby(["seed", "alpha", "subset", "horizon"]).size()
+    out = out.merge(before.rename("want").reset_index(), on=["seed", "alpha", "subset", "horizon"], how="left")
+    out["want"] = out.want.fillna(0)
+    out["coverage"] = np.where(out.want > 0, out.scored / out.want.where(out.want > 0, 1), 1.0)
+    return out[PREDICTED]
+
+
+def _lds(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float) -> dict:
+    """One cell: ``M``, ``P`` [S, Q, K] measured and predicted (NaN: absent) -> lds, interval, jackknife SE."""
+    S, Q, K = M.shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per_seed = np.nanmean(spearman_along(P, M), axis=1)  # [S]: Spearman over subsets, mean over queries
+        lds = float(np.nanmean(per_seed)) if np.isfinite(per_seed).any() else math.nan
+        loo = [np.nanmean(np.delete(per_seed, i)) for i in range(S)] if S > 1 else []
+        slots, idx = joint_draws(S, K, resamples, seed)
+        draws = []
+        for c in range(0, resamples, _CHUNK):
+            sl, ix = slots[c:c + _CHUNK], idx[c:c + _CHUNK]  # [b, S], [b, S, K]
+            at = (sl[:, :, None, None], np.arange(Q)[None, None, :, None], ix[:, :, None, :])  # -> [b, S, Q, K]
+            rho = spearman_along(P[at], M[at])  # [b, S, Q]
+            draws.append(np.nanmean(np.nanmean(rho, axis=2), axis=1))
+        lo, hi = bootstrap_interval(np.concatenate(draws), alpha)
+    return {"lds": lds, "low": float(lo), "high": float(hi), "se_seeds": jackknife_se(loo) if loo else math.nan}
+
+
+def lds(measured: pd.DataFrame, predicted: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED,
+        alpha: float = ALPHA) -> pd.DataFrame:
+    """:data:`COLUMNS` per estimator × α × horizon × query kind (each, and :data:`ALL`): ``measured``: groups.parquet;
+    ``predicted``: :func:`predictions`' frame (module doc)."""
+    if not len(measured) or not len(predicted):
+        return pd.DataFrame(columns=COLUMNS)
+    j = predicted.merge(measured[["seed", "alpha", "subset", "query", "query_kind", "horizon", "label", "measured"]],
+                        on=["seed", "alpha", "subset", "query", "horizon"], how="inner")
+    kinds = list(dict.fromkeys(j.query_kind))
+    kinds = [*kinds, ALL] if len(kinds) > 1 else kinds
+    out = []
+    for (e, a, h), g in j.groupby(["estimator", "alpha", "horizon"], sort=True):
+        for kind in kinds:
+            gk = g if kind == ALL else g[g.query_kind == kind]
+            if not len(gk):
+                continue
+            seeds, queries, subsets = (sorted(gk[c].unique()) for c in ("seed", "query", "subset"))
+            M = np.full((len(seeds), len(queries), len(subsets)), np.nan)
+            P = M.copy()
+            si, qi, ki = (gk[c].map({v: n for n, v in enumerate(vals)}).to_numpy() for c, vals in
+                          (("seed", seeds), ("query", queries), ("subset", subsets)))
+            M[si, qi, ki], P[si, qi, ki] = gk.measured.to_numpy(), gk.predicted.to_numpy()
+            out.append({"estimator": e, "unit": gk.unit.iloc[0], "alpha": float(a), "query_kind": kind,
+                        "horizon": int(h), "label": gk.label.iloc[0], "seeds": len(seeds), "subsets": len(subsets),
+                        "queries": len(queries), **_lds(M, P, resamples, seed, alpha),
+                        "coverage": float(gk.coverage.min())})
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def analyse(measured: pd.DataFrame, members: pd.DataFrame, scores: pd.DataFrame | None, **kw) -> pd.DataFrame:
+    """:func:`lds` of a bank's groups.parquet and group_rows.parquet against its row scores (rowscores.py
+    ``read_scores``; None: an empty frame)."""
+    if scores is None:
+        return pd.DataFrame(columns=COLUMNS)
+    return lds(measured, predictions(members, scores), **kw)
+
+
+CONTRAST = ["estimator", "alpha", "query_kind", "single_rho", "single_low", "single_high", "single_predicts", "lds",
+            "low", "high", "group_predicts"]
+
+
+def contrast(table: pd.DataFrame, single: pd.DataFrame, kind: str | None = None) -> pd.DataFrame:
+    """Per estimator × α at the end (each frame's largest horizon): its single-row ρ (loo.py ``pooled``: every
+    leave-one-out row at the end) beside its LDS, and whether each *predicts* (its 95% interval above 0) — the
+    report's answer: which estimators that fail on single rows succeed on groups, and at what α (:data:`CONTRAST`)."""
+    if not len(table):
+        return pd.DataFrame(columns=CONTRAST)
+    kind = kind or (ALL if ALL in set(table.query_kind) else table.query_kind.iloc[0])
+    t = table[(table.query_kind == kind) & (table.horizon == table.horizon.max())]
+    sg = single[(single.query_kind == kind)] if len(single) else single
+    if len(sg):
+        sg = sg[sg.horizon == sg.horizon.max()].set_index("estimator")
+    rows = []
+    for r in t.sort_values(["estimator", "alpha"]).itertuples():
+        one = sg.loc[r.estimator] if len(sg) and r.estimator in sg.index else None
+        rows.append({"estimator": r.estimator, "alpha": r.alpha, "query_kind": kind,
+                     "single_rho": math.nan if one is None else float(one.rho),
+                     "single_low": math.nan if one is None else float(one.rho_low),
+                     "single_high": math.nan if one is None else float(one.rho_high),
+                     "single_predicts": None if one is None else bool(one.rho_low > 0),
+                     "lds": r.lds, "low": r.low, "high": r.high, "group_predicts": bool(r.low > 0)})
+    return pd.DataFrame(rows, columns=CONTRAST)

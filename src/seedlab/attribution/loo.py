@@ -1,0 +1,154 @@
+"""Leave-one-out by age (issue 33 §2): how old can a row be before its exact first-order effect no longer predicts
+its measured one? Compute only; report_lds.py words it.
+
+The bank removes row i of the batch of step t (attribution/removals.py; the row's loss weight set to 0, no text) and
+measures Δ L_q(h) = L_q(θ_h without the row) − L_q(θ_h of the twin) at every horizon h > t (loo.parquet). The row's
+**age** at h is h − t (updates between its visit and the readout). Each estimator of attribution/rowscores.py predicts
+the same Δ (its ``value``): for ``metagrad``, −∂L_q(θ_h)/∂w_{t,i} at w = 1, the exact first order of the removal
+(Δw = −1) through the twin's replayed run — the horizon law of issue 31 seen from the other side: at age 1 the first
+order of one step, at larger ages the propagation of a Δ of one row through every later update.
+
+Per estimator × query kind (and ``all`` kinds) × (t, h), over seeds:
+
+- ``rho``: per seed, Spearman(predicted, measured) over every (row, query) of the cell (rows × queries pairs: a
+  query's overall sensitivity is part of what is predicted), then the mean over seeds;
+- ``slope``: the OLS slope (with intercept) of measured on predicted over every (seed, row, query) of the cell, and
+  ``ratio``: the median of measured / predicted (predicted ≠ 0) — the calibration (1: the prediction has the effect's
+  scale; a ranking can survive a magnitude that is off many-fold);
+- intervals (``*_low``, ``*_high``): percentile intervals of :data:`~seedlab.attribution.stats.RESAMPLES` joint
+  bootstrap resamples (attribution/stats.py ``joint_draws``: the seeds with replacement, then the rows anew within
+  each drawn seed; a drawn row brings all its queries), shared by every estimator of a cell (paired).
+
+Rows are few per step (``loo.rows``); with one seed the interval is over rows only.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_draws
+from seedlab.stats import bootstrap_interval, slope_along, spearman_along
+
+ALL = "all"
+KEYS = ["seed", "step", "row", "query", "horizon"]
+COLUMNS = ["estimator", "unit", "query_kind", "step", "horizon", "label", "age", "seeds", "rows", "queries", "n",
+           "rho", "rho_low", "rho_high", "slope", "slope_low", "slope_high", "ratio", "ratio_low", "ratio_high",
+           "mean_abs"]
+_CHUNK = 250  # resamples materialised at once (memory)
+
+
+def joined(loo: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
+    """loo.parquet's rows with every estimator's prediction (``predicted``; rowscores.py's ``value``) beside the
+    measured effect: one row per estimator × seed × (step, row) × query × horizon both hold."""
+    s = scores[["estimator", "unit", *KEYS, "value"]].rename(columns={"value": "predicted"})
+    return loo.merge(s, on=KEYS, how="inner", validate="1:m")
+
+
+def _cell(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float) -> dict:
+    """The numbers of one cell: ``M``, ``P`` [S, R, Q] measured and predicted (NaN: absent)."""
+    S, R, Q = M.shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rho_s = spearman_along(P.reshape(S, -1), M.reshape(S, -1))  # [S]
+        rho = float(np.nanmean(rho_s)) if np.isfinite(rho_s).any() else math.nan
+        slope = float(slope_along(P.ravel(), M.ravel()))
+        ok = np.isfinite(P) & np.isfinite(M) & (P != 0)
+        ratio = float(np.median(M[ok] / P[ok])) if ok.any() else math.nan
+        slots, idx = joint_draws(S, R, resamples, seed)
+        rhos, slopes, ratios = [], [], []
+        for c in range(0, resamples, _CHUNK):
+            sl, ix = slots[c:c + _CHUNK], idx[c:c + _CHUNK]  # [b, S], [b, S, R]
+            Mb = M[sl[:, :, None], ix]  # [b, S, R, Q]
+            Pb = P[sl[:, :, None], ix]
+            b = len(sl)
+            rhos.append(np.nanmean(spearman_along(Pb.reshape(b, S, -1), Mb.reshape(b, S, -1)), axis=1))
+            slopes.append(slope_along(Pb.reshape(b, -1), Mb.reshape(b, -1)))
+            okb = np.isfinite(Pb) & np.isfinite(Mb) & (Pb != 0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratios.append(np.nanmedian(np.where(okb, Mb / np.where(okb, Pb, 1.0), np.nan).reshape(b, -1), axis=1))
+    (rl, rh), (sl_, sh), (ql, qh) = (bootstrap_interval(np.concatenate(v), alpha) for v in (rhos, slopes, ratios))
+    return {"rho": rho, "rho_low": float(rl), "rho_high": float(rh), "slope": slope, "slope_low": float(sl_),
+            "slope_high": float(sh), "ratio": ratio, "ratio_low": float(ql), "ratio_high": float(qh),
+            "n": int((np.isfinite(P) & np.isfinite(M)).sum()), "mean_abs": float(np.nanmean(np.abs(M)))}
+
+
+def by_age(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> pd.DataFrame:
+    """:data:`COLUMNS` per estimator × query kind (each, and :data:`ALL`) × (step, horizon) of :func:`joined`'s
+    frame (module doc); sorted by estimator, kind, age."""
+    out = []
+    if not len(df):
+        return pd.DataFrame(columns=COLUMNS)
+    kinds = [*dict.fromkeys(df.query_kind), ALL] if df.query_kind.nunique() > 1 else list(dict.fromkeys(df.query_kind))
+    for (e, t, h), g in df.groupby(["estimator", "step", "horizon"], sort=True):
+        for kind in kinds:
+            gk = g if kind == ALL else g[g.query_kind == kind]
+            if not len(gk):
+                continue
+            seeds, rows, queries = (sorted(gk[c].unique()) for c in ("seed", "row", "query"))
+            M = np.full((len(seeds), len(rows), len(queries)), np.nan)
+            P = M.copy()
+            si, ri, qi = (gk[c].map({v: j for j, v in enumerate(vals)}).to_numpy() for c, vals in
+                          (("seed", seeds), ("row", rows), ("query", queries)))
+            M[si, ri, qi], P[si, ri, qi] = gk.measured.to_numpy(), gk.predicted.to_numpy()
+            out.append({"estimator": e, "unit": gk.unit.iloc[0], "query_kind": kind, "step": int(t), "horizon": int(h),
+                        "label": gk.label.iloc[0], "age": int(h - t), "seeds": len(seeds), "rows": len(rows),
+                        "queries": len(queries), **_cell(M, P, resamples, seed, alpha)})
+    res = pd.DataFrame(out, columns=COLUMNS)
+    return res.sort_values(["estimator", "query_kind", "age", "step"], kind="stable", ignore_index=True)
+
+
+def pooled(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> pd.DataFrame:
+    """The single-row numbers of :func:`by_age` with every leave-one-out step of a horizon pooled (``step`` = −1,
+    ``age`` the mean age): per estimator × kind × horizon, Spearman over every (step, row, query) of a seed — the
+    single-row ρ the LDS is set beside (lds.py ``contrast``). The bootstrap's unit is a (step, row)."""
+    if not len(df):
+        return pd.DataFrame(columns=COLUMNS)
+    d = df.assign(row=df.step.astype(np.int64) * 1_000_000 + df.row, age_=df.horizon - df.step)
+    ages = d.groupby(["estimator", "horizon"]).age_.mean()
+    out = by_age(d.assign(step=d.horizon - 1).drop(columns="age_"), resamples=resamples, seed=seed, alpha=alpha)
+    out["age"] = [float(ages[e, h]) for e, h in zip(out.estimator, out.horizon)]
+    out["step"] = -1
+    return out
+
+
+def main_kind(table: pd.DataFrame) -> str | None:
+    """The query kind a summary reads: :data:`ALL` where the table has several kinds, else its one kind."""
+    kinds = list(dict.fromkeys(table.query_kind)) if len(table) else []
+    return ALL if ALL in kinds else (kinds[0] if kinds else None)
+
+
+def oldest(table: pd.DataFrame, estimator: str, kind: str | None = None) -> dict:
+    """For ``estimator`` at the end of the run (its largest horizon in ``table``, a :func:`by_age` frame), by the
+    rows' age (end − t) from the youngest: ``predicts`` — the ages whose ρ interval lies above 0 before the first
+    that does not; ``first_miss`` — that age (None: none misses); ``ages`` — every age there."""
+    kind = kind or main_kind(table)
+    g = table[(table.estimator == estimator) & (table.query_kind == kind)]
+    if not len(g):
+        return {"predicts": [], "first_miss": None, "ages": []}
+    g = g[g.horizon == g.horizon.max()].sort_values("age")
+    ok, miss = [], None
+    for r in g.itertuples():
+        if not (r.rho_low > 0):
+            miss = int(r.age)
+            break
+        ok.append(int(r.age))
+    return {"predicts": ok, "first_miss": miss, "ages": [int(a) for a in g.age]}
+
+
+def unscored(loo: pd.DataFrame, scores: pd.DataFrame | None, estimator: str) -> list[int]:
+    """The leave-one-out steps of ``loo`` that ``estimator`` scored no row of (metagrad run from a later t₀)."""
+    have = set() if scores is None else set(scores[scores.estimator == estimator].step)
+    return sorted(set(int(t) for t in loo.step) - have)
+
+
+def analyse(loo: pd.DataFrame, scores: pd.DataFrame | None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`by_age`, :func:`pooled`) of a bank's loo.parquet against its row scores (rowscores.py
+    ``read_scores``; None: nothing to score, empty frames)."""
+    if scores is None or not len(loo):
+        return pd.DataFrame(columns=COLUMNS), pd.DataFrame(columns=COLUMNS)
+    j = joined(loo, scores)
+    return by_age(j, **kw), pooled(j, **kw)

@@ -1,0 +1,318 @@
+"""Estimators of a *training row's* effect: what removing row (t, i) of the twin's own run does to L_q(θ_h), for the
+rows the bank's removal arms touch (attribution/removals.py ``rows_of``: the leave-one-out rows, and with groups every
+row of the steps s .. end − 1) — the predictions the leave-one-out (attribution/loo.py) and the LDS (attribution/lds.py)
+are scored on. ``seedlab attribution rowscores BANK`` writes them to rowscores.parquet (:data:`COLUMNS`).
+
+**Which estimators can score an arbitrary training row at an arbitrary step.** Most of the bank's estimators
+(attribution/estimators.py) are functions of one swap at s: the row's gradient difference δ_c at θ_s and AdamW's state
+before step s (sgd, adam, adam-linear, tracin's one term, cosine, adam-cosine, the baselines), and unroll carries the
+change of *that* step forward. A row of another step t is another case (its θ_t, its AdamW state, the moments carried
+to h): they do not apply as they are. What does:
+
+===========  ==========================================================================================  ==========
+name         value: the predicted Δ L_q(θ_h) of removing row (t, i) (positive: the query's loss rises)      unit
+===========  ==========================================================================================  ==========
+metagrad     −∂L_q(θ_h)/∂w_{t,i} at w = 1 (attribution/metagrad.py; a removal is Δw = −1): the exact first  nats/token
+             order through the twin's replayed run; read from metagrad.parquet, not computed here
+tracin       TracIn's one term for the row's one visit (Pruthi et al. 2020, §3): +lr_t·⟨∇L_q(θ_t),          nats/token
+             ∇ℓ_i(θ_t)⟩ / N at the weights the row was trained at (the twin replayed and hash-checked);
+             no clip, no Adam, no propagation: the same number at every horizon after t
+grad-dot     ⟨∇L_q(θ_h), ∇ℓ_i(θ_h)⟩ / N at the twin's weights of the horizon (one model, no projection, no  score
+             kernel: TRAK-like without its (ΦᵀΦ)⁻¹, the field's "gradient dot product")
+grad-cosine  cos(∇L_q(θ_h), ∇ℓ_i(θ_h)) (the field's gradient-cosine baseline)                            cosine
+ekfac        +⟨∇L_q, (F + λ)⁻¹ ∇ℓ_i⟩ / D at the twin's weights at the end (kronfluence's pairwise scores,   nats/token
+             F fitted on attribute.fit_rows rows of steps 0 .. end as attribute's ekfac is; D = B, or
+             attribute.train_rows): the influence function of removing the row, as the field computes it
+             for groups by summing per-row scores; the end horizon only (its cost: one score per row)
+===========  ==========================================================================================  ==========
+
+ℓ_i is row i's CE sum over its T targets and N = B·T (the trainer's loss, lm/trainer.py); ∇L_q the query's mean CE
+gradient, all in eval mode, float64 (attribution/estimators.py's ``Gradients``). A group's prediction is the sum of
+its rows' values (lds.py): the additive model every group attribution assumes. TRAK through traker (whose (ΦᵀΦ)⁻¹ would
+be fitted over the rows scored) is not done here; ``grad-dot`` is its one-model, unprojected, kernel-free core.
+
+Cost per seed (R rows, Q queries, H horizons, B rows a batch): tracin replays the twin from step 0 (rows before s)
+or from the prefix, and takes Q + B one-row gradients at each row step; grad-dot and grad-cosine take Q + R gradients
+per horizon (one pass gives both); ekfac fits the curvature once and scores R rows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from seedlab.attribution import removals
+from seedlab.attribution.rundir import Bank, open_bank
+from seedlab.errors import SeedlabError
+from seedlab.store import write_json, write_parquet
+
+if TYPE_CHECKING:  # torch is imported where the gradients are taken: the report reads row scores without it
+    import torch
+
+COLUMNS = ["seed", "estimator", "query", "horizon", "step", "row", "value", "unit"]
+#: the estimators computed here (metagrad's values come from metagrad.parquet: :func:`metagrad_scores`)
+ESTIMATORS = ("tracin", "grad-dot", "grad-cosine", "ekfac")
+UNITS = {"metagrad": "nats/token", "tracin": "nats/token", "grad-dot": "score", "grad-cosine": "cosine",
+         "ekfac": "nats/token"}
+
+
+def choose(names: Sequence[str] | None) -> list[str]:
+    """The estimators asked for (None: every one whose library is installed); an unknown name is a one-line error."""
+    if names:
+        bad = [n for n in names if n not in ESTIMATORS]
+        if bad:
+            more = " (metagrad's rows come from `seedlab attribution metagrad`)" if "metagrad" in bad else ""
+            raise SeedlabError(f"--estimator: must be among {', '.join(ESTIMATORS)}, got {bad[0]!r}{more}")
+        if "ekfac" in names:
+            _kronfluence()
+        return list(dict.fromkeys(names))
+    out = list(ESTIMATORS)
+    try:
+        _kronfluence()
+    except SeedlabError:
+        out.remove("ekfac")
+    return out
+
+
+def _kronfluence() -> None:
+    try:
+        import kronfluence  # noqa: F401
+    except ImportError:
+        from seedlab.attribution.registry import INSTALL_HINT
+
+        raise SeedlabError(f"rowscores: ekfac needs kronfluence, which is not installed: {INSTALL_HINT}") from None
+
+
+def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None, device: str = "auto",
+                   progress: bool = True) -> pd.DataFrame:
+    """``seedlab attribution rowscores BANK``: every removal row's value (module doc) for every estimator, query
+    and horizon after the row's step, every seed whose twin finished; written to rowscores.parquet and
+    rowscores.json (the seconds per seed and estimator). Every input is checked before any work: a bank without
+    ``loo`` or ``groups``, an unknown estimator, no finished twin — one line, nothing written."""
+    from seedlab.lm.determinism import nondeterminism_is_an_error, settle
+    from seedlab.lm.distributed import World
+    from seedlab.progress import Bar
+
+    bank = open_bank(root)
+    cfg = bank.cfg
+    if cfg.loo is None and cfg.groups is None:
+        raise SeedlabError(f"{bank.root}: the bank removes no rows (no loo or groups section): nothing to score")
+    names = choose(estimators)
+    seeds = [seed for seed in cfg.seeds if bank.dir.twin(seed).finished]
+    if not seeds:
+        raise SeedlabError(f"{bank.root}: no seed's twin has finished (run `seedlab attribution bank` first)")
+    rows = removals.rows_of(cfg)
+    hs = sorted(cfg.horizon_steps())
+    from seedlab.attribution.metagrad import replay_check
+
+    checks = {seed: replay_check(bank, seed, hs) for seed in seeds}
+    dev = World().device(device)
+    settle(dev, cfg.threads)
+    frames, seconds = [], {}
+    with Bar("rowscores", len(seeds) * len(names), "scores", enabled=progress) as bar, nondeterminism_is_an_error():
+        for seed in seeds:
+            seconds[str(seed)] = {}
+            for name in names:
+                bar.update(note=f"seed {seed} {name}")
+                t0 = time.perf_counter()
+                if name == "tracin":
+                    f = tracin_scores(bank, seed, rows, hs, dev, checks[seed])
+                elif name == "ekfac":
+                    f = ekfac_scores(bank, seed, rows, dev)
+                else:
+                    f = None
+                    if name == "grad-dot" or "grad-dot" not in names:  # one pass gives both
+                        f = gradient_scores(bank, seed, rows, hs, dev)
+                        f = f[f.estimator.isin(names)]
+                if f is not None:
+                    frames.append(f)
+                seconds[str(seed)][name] = time.perf_counter() - t0
+                bar.advance()
+    df = pd.concat(frames, ignore_index=True)[COLUMNS]
+    write_parquet(bank.dir.rowscores, df)
+    write_json(bank.dir.rowscores_json, {"estimators": names, "rows": len(rows), "horizons": hs,
+                                                         "device": str(dev), "seconds": seconds})
+    return df
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def _queries(bank: Bank) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(t.tokens) for n, t in bank.inputs.queries.items()}
+
+
+def _query_grads(model, queries: dict[str, tuple[int, ...]], micro_batch: int | None) -> torch.Tensor:
+    """[Q, P] float64: ∇L_q (mean CE) of every query at ``model``'s weights (estimators.py ``Gradients.query``)."""
+    import torch
+
+    from seedlab.attribution.estimators import Gradients
+
+    g = Gradients(model, SimpleNamespace(queries=queries), micro_batch=micro_batch)
+    return torch.stack([g.query(q) for q in queries])
+
+
+def _row_grads(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """[n, P] float64: ∇ℓ_i, each row's CE sum over its targets, one row at a time (eval mode)."""
+    import torch
+
+    from seedlab.attribution.estimators import _eval
+    from seedlab.lm.determinism import deterministic
+    from seedlab.lm.gradients import ce_sum_grad
+
+    device = next(model.parameters()).device
+    out = []
+    with _eval(model), deterministic(device):
+        for i in range(x.shape[0]):
+            g, _ = ce_sum_grad(model, x[i:i + 1], y[i:i + 1], torch.ones(1, x.shape[1], dtype=torch.bool), 1)
+            out.append(g)
+    return torch.stack(out)
+
+
+def _batch(bank: Bank, seed: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from seedlab.lm.batches import get_batch
+
+    return get_batch(bank.inputs.corpus.train, seed, t, bank.cfg.batch_size, bank.inputs.gcfg.block_size)
+
+
+def _long(seed: int, estimator: str, queries: list[str], h: int, rows: list[tuple[int, int]], values: np.ndarray
+          ) -> pd.DataFrame:
+    """values [rows, queries] as rowscores.parquet's long frame."""
+    R, Q = values.shape
+    return pd.DataFrame({"seed": seed, "estimator": estimator, "query": np.tile(np.asarray(queries, dtype=object), R),
+                         "horizon": h, "step": np.repeat([t for t, _ in rows], Q), "row": np.repeat([i for _, i in rows], Q),
+                         "value": values.reshape(-1), "unit": UNITS[estimator]})
+
+
+def tracin_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], horizons: list[int], device, check
+                  ) -> pd.DataFrame:
+    """``tracin`` (module doc): the twin replayed (from step 0 when a row is older than s, else from the kept
+    prefix; ``check(t, trainer)`` at every step: metagrad.py ``replay_check``), and at every row step t the value
+    +lr_t·⟨∇L_q(θ_t), ∇ℓ_i(θ_t)⟩ / N, repeated at every horizon after t."""
+    from seedlab.forks.prefix import advance_to, read_prefix
+    from seedlab.lm.trainer import Trainer
+
+    cfg, s, queries = bank.cfg, bank.cfg.injection_step, _queries(bank)
+    by_step: dict[int, list[int]] = {}
+    for t, i in rows:
+        by_step.setdefault(t, []).append(i)
+    tr = Trainer(cfg.model_copy(update={"device": str(device)}), bank.inputs.gcfg, seed, bank.inputs.corpus.train)
+    if min(by_step) >= s:
+        read_prefix(tr, bank.dir.prefix(seed), s)
+    N = cfg.batch_size * bank.inputs.gcfg.block_size
+    frames = []
+
+    def visit(trainer) -> None:
+        t = trainer.step
+        check(t, trainer)
+        if t not in by_step:
+            return
+        x, y = _batch(bank, seed, t)
+        idx = by_step[t]
+        G = _row_grads(trainer.model, x[idx], y[idx])  # [n, P]
+        Gq = _query_grads(trainer.model, queries, cfg.micro_batch)  # [Q, P]
+        values = (trainer.lr * (G @ Gq.T) / N).cpu().numpy()
+        for h in horizons:
+            if h > t:
+                frames.append(_long(seed, "tracin", list(queries), h, [(t, i) for i in idx], values))
+
+    manifest_steps = {int(k) for k in bank.dir.twin(seed).read_manifest()}
+    advance_to(tr, max(by_step), stops=set(by_step) | {t for t in manifest_steps if t <= max(by_step)}, visit=visit)
+    return pd.concat(frames, ignore_index=True)
+
+
+def gradient_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], horizons: list[int], device) -> pd.DataFrame:
+    """``grad-dot`` and ``grad-cosine`` (module doc) at the twin's saved weights of every horizon, for the rows
+    before it."""
+    import copy
+
+    from seedlab.lm.model import GPT
+
+    cfg, queries = bank.cfg, _queries(bank)
+    model = GPT(bank.inputs.gcfg).to(device)
+    N = cfg.batch_size * bank.inputs.gcfg.block_size
+    frames = []
+    batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    for h in horizons:
+        before = [(t, i) for t, i in rows if t < h]
+        if not before:
+            continue
+        model.load_state_dict(bank.dir.twin(seed).weights(h))
+        work = copy.deepcopy(model)
+        Gq = _query_grads(work, queries, cfg.micro_batch)
+        qn = Gq.norm(dim=1)
+        dots, cosines = np.zeros((len(before), len(queries))), np.zeros((len(before), len(queries)))
+        for j, (t, i) in enumerate(before):
+            if t not in batches:
+                batches[t] = _batch(bank, seed, t)
+            x, y = batches[t]
+            g = _row_grads(work, x[i:i + 1], y[i:i + 1])[0]
+            d = Gq @ g
+            dots[j] = (d / N).cpu().numpy()
+            cosines[j] = (d / (qn * g.norm()).clamp_min(1e-300)).cpu().numpy()
+        frames += [_long(seed, "grad-dot", list(queries), h, before, dots),
+                   _long(seed, "grad-cosine", list(queries), h, before, cosines)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def ekfac_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], device) -> pd.DataFrame:
+    """``ekfac`` (module doc): kronfluence's pairwise scores at the twin's weights at the end, for every row."""
+    import torch
+
+    from seedlab.attribution.attribute import fit_set
+    from seedlab.attribution.estimators import query_tensors
+    from seedlab.attribution.influence import _rows, gpt_task, kronfluence_scores, tracked_modules
+    from seedlab.lm.model import GPT
+
+    cfg, queries, end = bank.cfg, _queries(bank), bank.cfg.end
+    a = cfg.attribute
+    model = GPT(bank.inputs.gcfg).to(device)
+    model.load_state_dict(bank.dir.twin(seed).weights(end))
+    fx, fy = fit_set(bank, seed, end)
+    xs, ys = [], []
+    for t, i in rows:
+        x, y = _batch(bank, seed, t)
+        xs.append(x[i]), ys.append(y[i])
+    X, Y = torch.stack(xs), torch.stack(ys)
+    L = max(len(ids) for ids in queries.values()) - 1
+    qx = torch.zeros((len(queries), L), dtype=torch.int64)
+    qy, qm = qx.clone(), torch.zeros(qx.shape, dtype=torch.bool)
+    for j, ids in enumerate(queries.values()):
+        x, y, m = query_tensors(ids)
+        n = x.shape[1]
+        qx[j, :n], qy[j, :n], qm[j, :n] = x[0], y[0], m[0]
+    task = gpt_task(tracked_modules(model, a.modules))
+    scores = kronfluence_scores(model, task, _rows(fx, fy, torch.ones(fx.shape, dtype=torch.bool)), _rows(qx, qy, qm),
+                                _rows(X, Y, torch.ones(X.shape, dtype=torch.bool)), strategy="ekfac",
+                                damping=a.damping)  # [Q, R]
+    D = a.train_rows or cfg.batch_size
+    return _long(seed, "ekfac", list(queries), end, rows, scores.T / D)
+
+
+# --------------------------------------------------------------------------- reading them back
+
+
+def metagrad_scores(metagrad: pd.DataFrame) -> pd.DataFrame:
+    """metagrad.parquet as row scores (:data:`COLUMNS`): value = −∂L_q(θ_h)/∂w_{t,i}, a removal's first order."""
+    return metagrad.assign(estimator="metagrad", value=-metagrad["value"], unit=UNITS["metagrad"])[COLUMNS]
+
+
+def read_scores(root: str | Path) -> pd.DataFrame | None:
+    """Every row score of a bank folder: metagrad.parquet's (as :func:`metagrad_scores`) and rowscores.parquet's;
+    None when it has neither."""
+    from seedlab.attribution.rundir import BankDir
+
+    rd = BankDir(Path(root))
+    parts = []
+    if rd.metagrad.is_file():
+        parts.append(metagrad_scores(pd.read_parquet(rd.metagrad)))
+    if rd.rowscores.is_file():
+        parts.append(pd.read_parquet(rd.rowscores)[COLUMNS])
+    return pd.concat(parts, ignore_index=True) if parts else None

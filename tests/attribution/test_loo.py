@@ -1,0 +1,293 @@
+"""The run's own rows (issue 33 §2–3): leave-one-out arms by age and group arms in a tiny bank — their folders and
+tables, each arm bitwise the twin until its first removed row; −metagrad predicts a young row's measured removal
+effect (first order); the row estimators' sign convention; the LOO and LDS statistics on synthetic data (a perfect
+predictor scores 1, a shuffled one ~0); the report's section; bad input one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from seedlab.attribution import lds, loo, removals
+from seedlab.attribution.bank import run_bank
+from seedlab.attribution.config import AttributionConfig
+from seedlab.attribution.measure import GROUP_COLUMNS, GROUP_ROW_COLUMNS, LOO_COLUMNS
+from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.config import load_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+S, END = 4, 14  # TINY_BANK: s = 4, 14 updates, 4 rows a batch
+LOO_STEPS = ["early", "s", "end-1"]  # 2, 4, 13: ages at the end 12, 10, 1
+OVER = {"loo": {"steps": LOO_STEPS, "rows": 2}, "groups": {"alphas": [0.05, 0.1], "subsets": 4}}
+
+
+@pytest.fixture(scope="module")
+def bank(tmp_path_factory, twins_inputs, bank_design, one_thread):
+    """TINY_BANK (2 seeds) with leave-one-out rows at steps 2, 4 and 13 and 2 × 4 groups, its metagradients from
+    step 2 and its row scores (tracin, grad-dot, grad-cosine). Read it, never change it."""
+    from seedlab.attribution.metagrad import bank_metagrad
+    from seedlab.attribution.rowscores import bank_rowscores
+
+    base = tmp_path_factory.mktemp("loo")
+    cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(base, twins_inputs[0], **OVER))
+    run_bank(cfg, base / "bank", base=folder, progress=False)
+    bank_metagrad(base / "bank", first=2, progress=False)
+    bank_rowscores(base / "bank", estimators=["tracin", "grad-dot", "grad-cosine"], progress=False)
+    return base / "bank"
+
+
+def test_the_removal_rows_and_subsets_are_drawn_as_the_config_says(design):
+    cfg, _ = design(**OVER)
+    assert removals.loo_steps(cfg) == [2, 4, 13]
+    assert removals.loo_rows(cfg) == [(2, 0), (2, 1), (4, 0), (4, 1), (13, 0), (13, 1)]
+    R = (END - S) * 4
+    for seed in (0, 1):
+        subs = removals.subsets(cfg, seed)
+        assert sorted({a for a, _ in subs}) == [0.05, 0.1] and len(subs) == 8
+        for (alpha, _), rows in subs.items():
+            assert len(rows) == round(alpha * R) and len(set(rows)) == len(rows)
+            assert all(S <= t < END and 0 <= i < 4 for t, i in rows)
+        assert subs == removals.subsets(cfg, seed)  # reproducible
+    assert removals.subsets(cfg, 0) != removals.subsets(cfg, 1)
+    arms = removals.arms(cfg, 0)
+    early = next(a for a in arms if a.name == "loo.2.1")
+    assert early.start == 2 and early.removals == {(2, 1)}
+    assert next(a for a in arms if a.name == "loo.4.0").start is None
+    assert removals.updates_per_seed(cfg) == {"loo": 2 * (12 + 10 + 1), "groups": 2 * 4 * (END - S)}
+
+
+def test_the_tables_and_folders(bank):
+    b = open_bank(bank)
+    rd = b.dir
+    q = len(b.inputs.queries)
+    hs = sorted(b.cfg.horizon_steps())  # 5, 7, 9, 14
+    L = pd.read_parquet(rd.loo)
+    assert list(L.columns) == LOO_COLUMNS
+    after = {t: sum(h > t for h in hs) for t in (2, 4, 13)}
+    assert len(L) == 2 * 2 * q * sum(after.values())  # seeds × rows × queries × horizons after each step
+    assert (L.horizon > L.step).all() and (L.age == L.horizon - L.step).all()
+    assert set(L["query"]) == set(b.inputs.queries) and np.isfinite(L.measured).all()
+    G, M = pd.read_parquet(rd.groups), pd.read_parquet(rd.group_rows)
+    assert list(G.columns) == GROUP_COLUMNS and list(M.columns) == GROUP_ROW_COLUMNS
+    assert len(G) == 2 * 8 * q * len(hs) and len(M) == 2 * 4 * (2 + 4)  # α·R = 2 and 4 rows
+    assert (G[G.horizon == END].removed_before == G[G.horizon == END].rows).all()
+    # a subset none of whose rows lie before a horizon is the twin there: measured exactly 0
+    assert (G[G.removed_before == 0].measured == 0).all()
+    assert rd.run(0, "loo.2.1").path == rd.root / "seed-0" / "loo" / "2-1"
+    assert rd.run(1, "group.0.05.3").path == rd.root / "seed-1" / "groups" / "0.05-3"
+    assert rd.prefix_at(0, 2).is_file() and rd.prefix_at(1, 2).is_file()
+    integrity = json.loads(rd.integrity.read_text())["seeds"]["0"]
+    assert integrity["early_starts"]["arms"] == {"loo.2.0": 2, "loo.2.1": 2}
+    assert integrity["arms"]["loo.13.1"]["removals"] == [{"step": 13, "row": 1}]
+
+
+def test_each_removal_arm_is_the_twin_exactly_until_its_first_removed_row(bank):
+    rd = BankDir(bank)
+    twin = rd.twin(0).read_manifest()
+    for arm, first in (("loo.4.0", S), ("loo.13.1", 13)):
+        m = rd.run(0, arm).read_manifest()
+        assert all(m[t] == twin[t] for t in m if int(t) <= first)  # through its step (hashed at s and the horizons)
+        assert all(m[t] != twin[t] for t in m if int(t) > first)
+    early = rd.run(0, "loo.2.0").read_manifest()
+    assert "2" in early and early[str(S)] != twin[str(S)]  # left the prefix at 2: not the twin at s
+    cfg = open_bank(bank).cfg
+    for (alpha, k), rows in removals.subsets(cfg, 0).items():
+        m = rd.run(0, removals.group_name(alpha, k)).read_manifest()
+        first = min(t for t, _ in rows)
+        assert all(m[t] == twin[t] for t in m if int(t) <= first) and m[str(END)] != twin[str(END)]
+
+
+def test_a_removal_is_metagrads_step_at_weight_zero(bank):
+    """The arm's update with row r removed is the step metagrad differentiates (metagrad.py ``WeightedStep``: the loss
+    (Σ_i w_i ℓ_i)/N) evaluated at w_r = 0, to float32 round-off: the same function, so −∂/∂w at w = 1 is its first
+    order in Δw = −1."""
+    import torch
+
+    from seedlab.attribution.metagrad import WeightedStep
+    from seedlab.forks.prefix import read_prefix
+    from seedlab.lm.trainer import Trainer
+
+    b = open_bank(bank)
+    tr = Trainer(b.cfg.model_copy(update={"device": "cpu"}), b.inputs.gcfg, 0, b.inputs.corpus.train)
+    read_prefix(tr, b.dir.prefix(0), S)
+    removed = tr.fork()
+    removed.advance(None, removed={1})
+    step = WeightedStep(tr)
+    w = torch.ones(4)
+    w[1] = 0.0
+    with torch.no_grad():
+        theta = step.weighted(w, *step.state)[0]
+    err = max(float((r.detach() - q).abs().max()) for r, q in zip(removed.params, theta))
+    assert err < 5e-7  # a few float32 ulps of weights of order 1
+    kept = tr.fork()
+    kept.advance(None)
+    effect = max(float((a.detach() - c.detach()).abs().max()) for a, c in zip(kept.params, removed.params))
+    assert effect > 100 * err
+
+
+def test_minus_metagrad_predicts_a_late_rows_removal(bank):
+    """First order, small effect: the row of step end − 1 read at the end (age 1, at the schedule's small rate) moves
+    the queries by ~2e-4 nats and −∂L_q/∂w predicts it: per seed Pearson > 0.9, the pooled slope of measured on
+    predicted and the median ratio within 20 % of 1, and within 50 % pair by pair for the larger half of the effects.
+    A sign error (Δw = +1) or a removal that rescaled the other rows (a mean over B − 1 rows) fails every one of
+    these. The row of step s at s + 1 (peak rate, a quarter of the batch: Adam's normalisation is not linear in it,
+    issue 31) keeps its ranks only; older rows need not (the study's question) but stay positively related."""
+    from seedlab.attribution.rowscores import read_scores
+
+    j = loo.joined(pd.read_parquet(BankDir(bank).loo), read_scores(bank))
+    mg = j[j.estimator == "metagrad"]
+    late = mg[(mg.step == 13) & (mg.horizon == END)]
+    assert len(late) == 2 * 2 * 3
+    for _, g in late.groupby("seed"):
+        assert np.corrcoef(g.measured, g.predicted)[0, 1] > 0.9
+    big = late[late.measured.abs() >= late.measured.abs().median()]
+    assert ((big.measured - big.predicted).abs() < 0.5 * big.measured.abs()).all()
+    table = loo.by_age(mg, resamples=200)
+    r = table[(table.step == 13) & (table.query_kind == loo.ALL)].iloc[0]
+    assert r.age == 1 and 0.8 < r.slope < 1.25 and 0.8 < r.ratio < 1.25 and r.rho > 0.8 and r.rho_low > 0
+    at_s = table[(table.step == S) & (table.horizon == S + 1) & (table.query_kind == loo.ALL)].iloc[0]
+    assert at_s.rho > 0.8
+    assert (table[table.query_kind == loo.ALL].rho > 0).all()
+
+
+def test_the_row_estimators_sign_convention(bank):
+    """Every value is a predicted Δ L_q of removing the row: tracin's is +lr·⟨∇L_q, ∇ℓ_i⟩/N at the row's visit, so its
+    sign agrees with grad-dot's at the first horizon after a row of step s; cosines lie in [−1, 1]; each estimator
+    scores every removal row at every horizon after its step."""
+    from seedlab.attribution.rowscores import read_scores
+
+    sc = read_scores(bank)
+    assert set(sc.estimator) == {"metagrad", "tracin", "grad-dot", "grad-cosine"}
+    record = json.loads(BankDir(bank).rowscores_json.read_text())
+    assert record["estimators"] == ["tracin", "grad-dot", "grad-cosine"] and set(record["seconds"]) == {"0", "1"}
+    assert loo.unscored(pd.read_parquet(BankDir(bank).loo), sc, "metagrad") == []  # metagrad from t0 = 2
+    assert loo.unscored(pd.read_parquet(BankDir(bank).loo), sc[sc.step >= S], "metagrad") == [2]
+    cfg = open_bank(bank).cfg
+    rows = removals.rows_of(cfg)
+    assert len(rows) == 2 + (END - S) * 4  # the rows of step 2 and every row of s .. end − 1
+    for e in ("tracin", "grad-dot", "grad-cosine"):
+        g = sc[(sc.estimator == e) & (sc.seed == 0) & (sc.horizon == END)]
+        assert set(zip(g.step, g.row)) == set(rows)
+    cos = sc[sc.estimator == "grad-cosine"].value
+    assert (cos.abs() <= 1 + 1e-12).all()
+    at = lambda e: sc[(sc.estimator == e) & (sc.step == S) & (sc.horizon == S + 1)].set_index(
+        ["seed", "row", "query"]).value.sort_index()
+    assert (np.sign(at("tracin")) == np.sign(at("grad-dot"))).all()
+
+
+# --------------------------------------------------------------------------- the statistics, on synthetic data
+
+
+def _groups(seeds=3, queries=5, subsets=400, alphas=(0.1,), rng=0):
+    """A synthetic groups.parquet and group_rows.parquet with the row scores of a perfect, a monotone, an
+    anti-correlated and a shuffled predictor: the measured effect of a subset is the sum of its rows' true effects."""
+    g = np.random.default_rng(rng)
+    rows = [(t, i) for t in range(10) for i in range(4)]
+    true = {(s, q, r): g.normal() for s in range(seeds) for q in range(queries) for r in rows}
+    members, measured, scores = [], [], []
+    for s in range(seeds):
+        for a in alphas:
+            for k in range(subsets):
+                pick = [rows[j] for j in g.choice(len(rows), size=4, replace=False)]
+                members += [{"seed": s, "alpha": a, "subset": k, "step": t, "row": i} for t, i in pick]
+                for q in range(queries):
+                    measured.append({"seed": s, "alpha": a, "subset": k, "query": f"q{q}", "query_kind": "heldout",
+                                     "horizon": 10, "label": "end", "measured": sum(true[s, q, r] for r in pick)})
+    for (s, q, (t, i)), v in true.items():
+        for name, value in (("perfect", v), ("scaled", 3 * v), ("anti", -v), ("shuffled", g.normal())):
+            scores.append({"seed": s, "estimator": name, "query": f"q{q}", "horizon": 10, "step": t, "row": i,
+                           "value": value, "unit": "nats/token"})
+    return pd.DataFrame(measured), pd.DataFrame(members), pd.DataFrame(scores)
+
+
+def test_lds_of_a_perfect_predictor_is_one_and_of_a_shuffled_one_about_zero():
+    measured, members, scores = _groups()
+    t = lds.analyse(measured, members, scores, resamples=300).set_index("estimator")
+    for e in ("perfect", "scaled"):
+        assert t.loc[e].lds == pytest.approx(1.0) and t.loc[e].low == pytest.approx(1.0)
+    assert t.loc["anti"].lds == pytest.approx(-1.0)
+    assert abs(t.loc["shuffled"].lds) < 0.1 and t.loc["shuffled"].low < 0 < t.loc["shuffled"].high
+    assert (t.coverage == 1).all() and (t.subsets == 400).all() and (t.seeds == 3).all()
+    c = lds.contrast(lds.analyse(measured, members, scores, resamples=100), pd.DataFrame(columns=loo.COLUMNS))
+    assert set(c[c.group_predicts].estimator) == {"perfect", "scaled"}
+
+
+def test_a_subsets_prediction_sums_its_rows_before_the_horizon():
+    members = pd.DataFrame({"seed": 0, "alpha": 0.5, "subset": [0, 0, 1], "step": [1, 3, 3], "row": [0, 1, 1]})
+    scores = pd.DataFrame({"seed": 0, "estimator": "e", "unit": "nats/token", "query": "q",
+                           "horizon": [2, 2, 4, 4], "step": [1, 0, 1, 3], "row": [0, 0, 0, 1],
+                           "value": [1.0, 5.0, 2.0, 10.0]})
+    p = lds.predictions(members, scores).set_index(["subset", "horizon"]).sort_index()
+    assert p.loc[(0, 2)].predicted == 1.0  # only (1, 0) is before 2
+    assert p.loc[(0, 4)].predicted == 12.0
+    assert p.loc[(1, 2)].predicted == 0.0  # nothing before 2: the empty sum, the twin
+    assert p.loc[(1, 4)].predicted == 10.0 and (p.coverage == 1).all()
+
+
+def test_loo_by_age_of_a_perfect_predictor():
+    g = np.random.default_rng(1)
+    rows = []
+    for s in range(3):
+        for t in (2, 8):
+            for i in range(4):
+                for q in range(3):
+                    m = g.normal()
+                    rows += [{"seed": s, "step": t, "row": i, "query": f"q{q}", "query_kind": "heldout", "horizon": 10,
+                              "label": "end", "measured": m, "estimator": e, "unit": "nats/token", "predicted": p}
+                             for e, p in (("perfect", m), ("half", m / 2), ("noise", g.normal()))]
+    t = loo.by_age(pd.DataFrame(rows), resamples=200).set_index(["estimator", "age"])
+    assert t.loc[("perfect", 8)].rho == pytest.approx(1.0) and t.loc[("perfect", 2)].slope == pytest.approx(1.0)
+    assert t.loc[("half", 8)].ratio == pytest.approx(2.0) and t.loc[("half", 8)].slope == pytest.approx(2.0)
+    assert t.loc[("noise", 8)].rho_low < 0 < t.loc[("noise", 8)].rho_high
+    assert loo.oldest(t.reset_index(), "perfect") == {"predicts": [2, 8], "first_miss": None, "ages": [2, 8]}
+
+
+# --------------------------------------------------------------------------- the report, bad input
+
+
+def test_the_report_has_the_leave_one_out_and_lds_section(bank, tmp_path):
+    import shutil
+
+    from seedlab.attribution.attribute import attribute
+    from seedlab.attribution.report import write_report
+
+    shutil.copytree(bank, tmp_path / "bank")
+    attribute(tmp_path / "bank", estimators=["sgd"], progress=False)
+    text = write_report(tmp_path / "bank").read_text()
+    assert "## The run's own rows: leave-one-out by age, and groups (LDS)" in text
+    assert "### Leave-one-out by age" in text and "### Groups: the linear datamodeling score" in text
+    assert "| metagrad |" in text and "LDS α = 0.05" in text and "single-row ρ (end)" in text
+    assert "MAGIC 0.93" in text  # quoted, with its setting, as not ours
+
+
+def test_alpha_that_leaves_no_row_is_one_line_exit_2_nothing_written(seedlab_cli, tmp_path, twins_inputs, bank_design):
+    path = bank_design.write(tmp_path, twins_inputs[0])
+    for setting, message in (("groups.alphas=[0.01]", "groups.alphas: α = 0.01 leaves no row (α·R = 0.4 < 1 of the "
+                                                      "R = 40 rows of steps 4 .. 13)"),
+                             ("loo.steps=[14]", "loo.steps: a step must be an update of the run (0 .. 13), got 14"),
+                             ("loo.steps=[s+x]", "a step is an int (updates completed) or s, s+n, s-n, end-n")):
+        rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), "--set", setting,
+                                 "--no-progress")
+        assert rc == 2 and err.strip().count("\n") == 0, err
+        assert message in err, err
+        assert not (tmp_path / "bank").exists()
+
+
+def test_rowscores_bad_input_is_one_line_exit_2_nothing_written(seedlab_cli, bank, tmp_path):
+    plain = tmp_path / "plain"  # the same design without removals: its config and inputs are all rowscores reads first
+    plain.mkdir()
+    config = json.loads((bank / "config.json").read_text()) | {"loo": None, "groups": None}
+    (plain / "config.json").write_text(json.dumps(config))
+    (plain / "inputs.json").write_text((bank / "inputs.json").read_text())
+    rc, _, err = seedlab_cli("attribution", "rowscores", str(plain), "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0, err
+    assert "removes no rows" in err and not (plain / "rowscores.parquet").exists()
+    before = (bank / "rowscores.parquet").stat().st_mtime_ns
+    rc, _, err = seedlab_cli("attribution", "rowscores", str(bank), "--estimator", "metagrad", "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0, err
+    assert "must be among tracin, grad-dot, grad-cosine, ekfac" in err
+    assert (bank / "rowscores.parquet").stat().st_mtime_ns == before
