@@ -28,7 +28,8 @@ ROOT = SRC.parent.parent
 #: and the default, nulls.ordinary_rows (4; set in the presets too) and measure.ordinary_margin (0.25, in the
 #: pre-registration); then the null sign-gradient in the twins' conditions (default, mini, mini-long, gpt2-124m);
 #: since issue 33, the bank's loo and groups sections (null: off, in every attribution preset)
-PINNED = "03ee0efa132ab23b6e0271d25a1a2cf72fae036e6837bad26e40d96cbb6fe8a5"
+#: then the twins' scale-axis presets (twins/scale-b16, -b64, -b256, -b16-long, -wide-b64) and the GPT mini-wide
+PINNED = "89b25b3e4322ab788ddf4facae9dec10ae1be4fb70c74c9f2ba648db447955b1"
 
 
 def _fingerprint() -> str:
@@ -57,7 +58,7 @@ def _fingerprint() -> str:
         record[cls.__name__] = cls().model_dump(mode="json")
     record["gpt"] = {k: v.model_dump(mode="json") for k, v in PRESETS.items()}
     record["jobs-default"] = [j.key for j in plan(SweepConfig())]
-    assert len(record) == 21, sorted(record)  # every preset was read (12) and every default config
+    assert len(record) == 26, sorted(record)  # every preset was read (17) and every default config
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
