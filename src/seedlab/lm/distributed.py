@@ -89,10 +89,23 @@ class World:
         return torch.device("cpu")
 
 
+def launched_size() -> int:
+    """How many ranks torchrun launched (``WORLD_SIZE``; 1 for a plain process), read before any process group
+    exists, so a config that cannot split over them is refused before the ranks wait for each other."""
+    text = os.environ.get("WORLD_SIZE", "1")
+    try:
+        size = int(text)
+    except ValueError:
+        raise SeedlabError(f"WORLD_SIZE: must be a positive integer (torchrun sets it), got {text!r}") from None
+    if size < 1:
+        raise SeedlabError(f"WORLD_SIZE: must be a positive integer (torchrun sets it), got {text!r}")
+    return size
+
+
 def init_world() -> World:
     """The process group torchrun describes in the environment (RANK, WORLD_SIZE, ...);
     a plain ``python``/``seedlab`` process is a world of one and needs nothing."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
+    size = launched_size()
     if size == 1:
         return World()
     if not dist.is_initialized():

@@ -31,11 +31,14 @@ def twins_run(
 
     Under torchrun (e.g. torchrun --nproc-per-node 2 -m seedlab twins run ...) the ranks split every batch."""
     from seedlab.config import load_config
-    from seedlab.lm.distributed import init_world
+    from seedlab.lm.distributed import World, check_divisible, init_world, launched_size
     from seedlab.twins.config import TwinsConfig
     from seedlab.twins.train import run_twins
 
     cfg, base = load_config(TwinsConfig, PRESETS, config, set_)
+    # before the process group: a batch that cannot split over the launched ranks fails at once on every rank
+    # (run_twins checks it again against the world it is given)
+    check_divisible(cfg.batch_size, cfg.micro_batch, World(size=launched_size()))
     world = init_world()
     df = run_twins(cfg, out, base=base, independent=independent, force=force, progress=progress, world=world,
                    allow_env_change=allow_env_change, preregistration=preregistration)
