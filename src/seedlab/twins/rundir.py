@@ -25,6 +25,17 @@ A match folder (``seedlab twins match CONFIG --out DIR``, :class:`MatchDir`): ``
 prefixes depend on), ``inputs.json``, ``environment.json``, ``seed-<k>/prefix.safetensors`` and
 ``match.parquet`` (every fabricated x attested pair of passage variants, per seed and their mean).
 
+The scale axis (issue 32 §3; twins/scale.py, experiments/twins_scale.py) keeps each measured cell as a small
+folder that outlives its run folder (:class:`ScaleCellDir`) and renders the table across cells into another
+(:class:`ScaleDir`)::
+
+    CELL/cell.json                the cell's labels (B, steps after s, width), seeds, settings, stage wall times
+    CELL/per_seed.csv             per seed x arm: distance, barrier and passage drops against the twin
+    CELL/pairs.csv                per seed pair: the twins' distance, aligned distance and barrier
+    CELL/curves.csv               per seed x group x step after s: |training loss − twin's|
+    SCALE/scale.md, SCALE/scale-table.csv, SCALE/scale-trends.csv, SCALE/scale-paper.csv, SCALE/scale-<measure>.png
+    SCALE/scale-prediction.json, SCALE/scale-preregistration.md   the confirmatory prediction, before its run
+
 The folder policy of ``seedlab twins run`` (forks/folders.py ``DesignFolder.claim``): an absent or
 empty folder starts a run; a folder holding the same run (its config.json, with the fields added
 to TwinsConfig since it was started at their defaults) resumes it from its last checkpoints, in the
@@ -361,3 +372,48 @@ class Measured:
                          **{k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}})
         return pd.DataFrame(rows)
 
+
+# --------------------------------------------------------------------------- the scale axis (twins/scale.py)
+
+
+@dataclass(frozen=True)
+class ScaleCellDir:
+    """A kept scale-cell summary (twins/scale.py ``Cell.to_dir``): its record and its frames."""
+
+    root: Path
+
+    @property
+    def record(self) -> Path:
+        return self.root / "cell.json"
+
+    def frame(self, name: str) -> Path:
+        """One of twins/scale.py's ``FRAMES`` (per_seed, pairs, curves), as CSV."""
+        return self.root / f"{name}.csv"
+
+
+@dataclass(frozen=True)
+class ScaleDir:
+    """Where the scale table across cells is rendered (twins/report_scale.py)."""
+
+    root: Path
+
+    @property
+    def report(self) -> Path:
+        return self.root / "scale.md"
+
+    def table(self, name: str) -> Path:
+        """``scale-<name>.csv``: table, trends, paper."""
+        return self.root / f"scale-{name}.csv"
+
+    def figure(self, measure: str) -> Path:
+        return self.root / f"scale-{measure}.png"
+
+    @property
+    def prediction(self) -> Path:
+        """The confirmatory prediction (twins/scale.py ``Prediction``), JSON, written before its cell runs."""
+        return self.root / "scale-prediction.json"
+
+    @property
+    def preregistration(self) -> Path:
+        """The prediction's text (twins/scale.py ``preregistration_text``), which its run keeps (--preregistration)."""
+        return self.root / "scale-preregistration.md"

@@ -1,0 +1,266 @@
+"""The twins' scale axis (issue 32 §3): every cell of the scale table, one after another, then the table, its trends
+and a figure per measure.
+
+The cells are the presets twins/scale-* (:data:`CELLS`): rows per batch B ∈ {16, 64, 256} (scale-b16, scale-b64,
+scale-b256), 1,000 updates after the injection at B = 16 (scale-b16-long) and the wider model at B = 64
+(scale-wide-b64); a cell may also be a YAML config file (its name: the file's stem). Per cell:
+
+    seedlab twins run <preset> --out OUT/<cell> --set threads=T [--set seeds=[...]] [--set ...]
+    seedlab twins measure OUT/<cell>          (OMP_NUM_THREADS=T)
+
+then its summary (twins/scale.py ``summarise``) into OUT/summaries/<cell>/ with each stage's wall time, copied to
+KEEP/<cell>/ with ``--keep KEEP`` (a small folder to commit). A cell kept in KEEP is skipped; a cell whose folder is
+measured with nothing missing (measures.json) is not trained or measured again; ``twins run`` itself resumes a
+folder it started. Last, from every cell summarised (KEEP first, then OUT/summaries), the table, the trends and the
+paper extrapolation (REPORT/scale-{table,trends,paper}.csv), a figure per measure and REPORT/scale.md, REPORT =
+``--report`` (default: KEEP, else OUT).
+
+The table's cost (docs/benchmarks.md, estimated, not yet measured): ~11.6 h of one torch thread in all, scale-b256
+alone ~5.9 h, the other four ~5.7 h; on the 2-core machine run the two halves side by side, e.g.
+
+    taskset -c 0 python experiments/twins_scale.py --cells scale-b256 --out runs/scale --keep docs/results/twins-scale
+    taskset -c 1 python experiments/twins_scale.py --cells scale-b16,scale-b64,scale-b16-long,scale-wide-b64 \\
+        --out runs/scale --keep docs/results/twins-scale
+
+(the second to finish renders every kept cell; ``--render`` renders again without running anything).
+
+The confirmatory step: ``--predict batch_size=128 --predict-seeds 8,9,10,11,12,13`` writes REPORT/scale-prediction.json
+and REPORT/scale-preregistration.md from the kept cells (the measure the trend says moves most, twins/scale.py
+``predict``; refused once written); ``--confirm`` then runs that cell (confirm-<axis><level>, from the family cell
+nearest the level, its text kept by ``--preregistration`` before the first step), keeps it, and renders the verdict.
+The confirmatory cell is never part of the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: the shipped cells, in the table's order
+CELLS = ("scale-b16", "scale-b64", "scale-b256", "scale-b16-long", "scale-wide-b64")
+CONFIRM = "confirm-"
+_AXIS_TAG = {"batch_size": "b", "after": "after"}
+
+
+def cell_name(spec: str) -> str:
+    """A preset's name, or a YAML file's stem."""
+    return Path(spec).stem if spec.endswith((".yaml", ".yml")) else spec
+
+
+def confirm_name(axis: str, at: int) -> str:
+    return f"{CONFIRM}{_AXIS_TAG.get(axis, axis)}{at}"
+
+
+def commands(spec: str, folder: Path, threads: int, sets: list[str], progress: bool,
+             preregistration: Path | None = None) -> dict[str, list[str]]:
+    """The cell's two stages as command lines (``python -m seedlab``: the same interpreter as this script)."""
+    seedlab = [sys.executable, "-m", "seedlab", "twins"]
+    run = [*seedlab, "run", spec, "--out", str(folder), "--set", f"threads={threads}"]
+    for s in sets:
+        run += ["--set", s]
+    if preregistration is not None:
+        run += ["--preregistration", str(preregistration)]
+    measure = [*seedlab, "measure", str(folder)]
+    if not progress:
+        run.append("--no-progress")
+        measure.append("--no-progress")
+    return {"run": run, "measure": measure}
+
+
+def measured(folder: Path) -> bool:
+    """The folder is measured with nothing missing (its measures.json says so)."""
+    path = folder / "measures.json"
+    return path.is_file() and not json.loads(path.read_text()).get("missing", ["?"])
+
+
+def log(cell: str, what: str, t0: float) -> None:
+    print(f"[{cell}] {what} ({time.time() - t0:.0f} s)", flush=True)
+
+
+def run_cell(spec: str, args, sets: list[str], name: str | None = None, preregistration: Path | None = None) -> bool:
+    """The cell's stages, its summary and its copy; False when a stage failed (its exit code printed)."""
+    from seedlab.twins.rundir import Measured
+    from seedlab.twins.scale import summarise
+
+    name = name or cell_name(spec)
+    folder, start, stages = args.out / name, time.time(), {}
+    if measured(folder):
+        log(name, f"{folder} is measured with nothing missing: run and measure skipped", start)
+    else:
+        env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
+        for stage, cmd in commands(spec, folder, args.threads, sets, args.progress, preregistration).items():
+            t0 = time.time()
+            log(name, f"{stage}: {shlex.join(cmd)}", start)
+            done = subprocess.run(cmd, env=env)
+            if done.returncode:
+                log(name, f"{stage} FAILED with exit code {done.returncode}", t0)
+                return False
+            stages[stage] = round(time.time() - t0, 1)
+            log(name, f"{stage} done in {stages[stage]:.0f} s", start)
+    t0 = time.time()
+    cell = summarise(Measured.read(folder), name, preset=spec)
+    stages["summarise"] = round(time.time() - t0, 1)
+    cell.stages = stages
+    where = cell.to_dir(args.out / "summaries" / name)
+    log(name, f"summary -> {where}", start)
+    if args.keep:
+        shutil.copytree(where, args.keep / name, dirs_exist_ok=True)
+        log(name, f"kept -> {args.keep / name}", start)
+    return True
+
+
+def available(out: Path, keep: Path | None) -> list:
+    """Every cell summarised: KEEP/<cell> first, else OUT/summaries/<cell>; shipped cells in :data:`CELLS`' order,
+    then the others by name."""
+    from seedlab.twins.scale import Cell
+
+    found: dict[str, Path] = {}
+    for root in [out / "summaries"] + ([keep] if keep else []):  # KEEP last: it wins
+        if root.is_dir():
+            for d in sorted(root.iterdir()):
+                if (d / "cell.json").is_file():
+                    found[d.name] = d
+    order = sorted(found, key=lambda n: (CELLS.index(n) if n in CELLS else len(CELLS), n))
+    return [Cell.from_dir(found[n]) for n in order]
+
+
+def report_dir(args) -> Path:
+    return args.report or args.keep or args.out
+
+
+def render(args) -> Path:
+    """The table, trends, paper extrapolation, figures and scale.md from every cell summarised; the confirmatory
+    cell (if any) only for the verdict."""
+    from seedlab.twins import scale
+    from seedlab.twins.report_scale import write_scale
+    from seedlab.twins.rundir import ScaleDir
+
+    where = ScaleDir(report_dir(args))
+    where.root.mkdir(parents=True, exist_ok=True)
+    cells = available(args.out, args.keep)
+    fitted = [c for c in cells if not c.name.startswith(CONFIRM)]
+    dr = scale.draws(fitted)
+    t, tr, paper = scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr)
+    t.to_csv(where.table("table"), index=False)
+    tr.to_csv(where.table("trends"), index=False)
+    paper.to_csv(where.table("paper"), index=False)
+    prediction = verdict = None
+    if where.prediction.is_file():
+        prediction = scale.Prediction.from_json(where.prediction)
+        new = [c for c in cells if c.name == confirm_name(prediction.axis, prediction.at)]
+        if new:
+            verdict = scale.confirm(prediction, scale.draws(new), new[0].name)
+            (where.root / "scale-verdict.json").write_text(json.dumps(verdict, indent=1, default=float) + "\n")
+    where.report.write_text(write_scale(fitted, t, tr, paper, where, prediction, verdict))
+    return where.report
+
+
+def predict(args) -> Path:
+    """The confirmatory prediction from the kept cells, written once (module doc)."""
+    from seedlab.errors import SeedlabError
+    from seedlab.twins import scale
+    from seedlab.twins.rundir import ScaleDir
+
+    where = ScaleDir(report_dir(args))
+    if where.prediction.is_file():
+        raise SeedlabError(f"--predict: {where.prediction} is written already (a pre-registration is not rewritten)")
+    axis, _, level = args.predict.partition("=")
+    try:
+        at = int(level)
+    except ValueError:
+        raise SeedlabError(f"--predict: AXIS=LEVEL with an integer level, e.g. batch_size=128, got {args.predict!r}") from None
+    cells = [c for c in available(args.out, args.keep) if not c.name.startswith(CONFIRM)]
+    p = scale.predict(scale.draws(cells), axis, at, args.predict_seeds or [], measure=args.predict_measure)
+    where.root.mkdir(parents=True, exist_ok=True)
+    where.preregistration.write_text(scale.preregistration_text(p))
+    p.to_json(where.prediction)
+    return where.preregistration
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated integers, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from seedlab.errors import SeedlabError
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=Path("runs/scale"), help="the cells' run folders, OUT/<cell>")
+    p.add_argument("--cells", default=",".join(CELLS),
+                   help=f"comma-separated presets or YAML files (default: {','.join(CELLS)})")
+    p.add_argument("--seeds", type=parse_seeds, help="override every cell's seeds, e.g. 0,1,2,3")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each seedlab command (default 1)")
+    p.add_argument("--set", dest="sets", action="append", default=[], help="an override for every cell's run, e.g. corpus=DIR")
+    p.add_argument("--keep", type=Path, help="copy each cell's summary to KEEP/<cell>; a cell kept there is skipped")
+    p.add_argument("--report", type=Path, help="where the table, figures and scale.md go (default: KEEP, else OUT)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--render", action="store_true", help="only render from the kept cells")
+    p.add_argument("--predict", help="AXIS=LEVEL: pre-register the confirmatory prediction (batch_size or after)")
+    p.add_argument("--predict-seeds", type=parse_seeds, help="its fresh seeds, e.g. 8,9,10,11,12,13")
+    p.add_argument("--predict-measure", help="the measure to predict (default: the one the trend says moves most)")
+    p.add_argument("--confirm", action="store_true", help="run the pre-registered confirmatory cell and render its verdict")
+    args = p.parse_args(argv)
+    if args.threads < 1:
+        p.error(f"--threads: at least 1, got {args.threads}")
+    specs = [c.strip() for c in args.cells.split(",") if c.strip()]
+    unknown = [c for c in specs if c not in CELLS and not (c.endswith((".yaml", ".yml")) and Path(c).is_file())]
+    if unknown:
+        p.error(f"--cells: unknown {', '.join(unknown)} (the cells: {', '.join(CELLS)}, or YAML files)")
+    sets = list(args.sets) + ([f"seeds=[{','.join(map(str, args.seeds))}]"] if args.seeds else [])
+    try:
+        if args.predict:
+            print(f"pre-registered: {predict(args)}", flush=True)
+            return 0
+        if args.confirm:
+            from seedlab.twins.rundir import ScaleDir
+            from seedlab.twins.scale import Prediction
+
+            where = ScaleDir(report_dir(args))
+            pr = Prediction.from_json(where.prediction)
+            name = confirm_name(pr.axis, pr.at)
+            if args.dry_run:
+                for cmd in commands(pr.preset, args.out / name, args.threads, [*args.sets, *pr.sets], args.progress,
+                                    where.preregistration).values():
+                    print(shlex.join(cmd))
+                return 0
+            if not (args.keep and (args.keep / name / "cell.json").is_file()):
+                if not run_cell(pr.preset, args, [*args.sets, *pr.sets], name, where.preregistration):
+                    return 1
+            print(f"scale: {render(args)}", flush=True)
+            return 0
+        if not args.render:
+            for spec in specs:
+                name = cell_name(spec)
+                if args.keep and (args.keep / name / "cell.json").is_file():
+                    print(f"# {name}: kept in {args.keep / name}, skipped")
+                    continue
+                if args.dry_run:
+                    print(f"# {name}")
+                    for cmd in commands(spec, args.out / name, args.threads, sets, args.progress).values():
+                        print(shlex.join(cmd))
+                    continue
+                if not run_cell(spec, args, sets):
+                    return 1
+        if args.dry_run:
+            print(f"# scale.md -> {report_dir(args) / 'scale.md'}")
+            return 0
+        print(f"scale: {render(args)}", flush=True)
+    except SeedlabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""The scale axis's words and figures (issue 32 §3): what twins/scale.py computed across the cells, as one
+markdown text (:func:`scale_report`) and one PNG per measure against scale (:func:`measure_figure`). It computes
+nothing: every number comes from scale.py's frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import NullFormatter
+
+from seedlab.reporting import Fig, figure_block, fmt_num, level, md_lines, new_figure, save_figure
+from seedlab.twins.figures import color
+from seedlab.twins.rundir import ScaleDir
+from seedlab.twins.scale import AXES, FOCAL, MEASURES, NULLS, ORDINARY_ROWS, PAPER_SCALE, Cell, Prediction
+
+#: each group's colour: the twins figures' (twins/figures.py COLORS), the ordinary-row distribution as ordinary-row
+_GROUP_COLOR = {ORDINARY_ROWS: "ordinary-row"}
+
+
+def group_color(group: str) -> str:
+    return color(_GROUP_COLOR.get(group, group))
+
+
+def _ci(r) -> str:
+    """``value [low, high]``, or the value alone without an interval; n/a for NaN."""
+    if not np.isfinite(r.value):
+        return "n/a"
+    return fmt_num(r.value) + ("" if not np.isfinite(r.low) else f" [{fmt_num(r.low)}, {fmt_num(r.high)}]")
+
+
+def _cell_label(c: Cell) -> str:
+    return f"B {c.batch_size}, {c.after} after s, d {c.n_embd}"
+
+
+def _paper(m) -> str:
+    return fmt_num(m.paper) if np.isfinite(m.paper) else (m.paper_note or "—")
+
+
+def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
+                 figures: Sequence[Fig] = (), prediction: Prediction | None = None, verdict: dict | None = None,
+                 alpha: float = 0.05) -> str:
+    """The scale table's markdown from scale.py's frames (``table``, ``trends``, ``paper``: ``paper_extrapolation``),
+    the figures already drawn, and, when made, the confirmatory prediction and its verdict."""
+    lv = level(alpha)
+    out = ["# The twins' scale axis", ""]
+    if not cells:
+        return "\n".join([*out, "No cell is summarised yet.", ""])
+    out += [f"{len(cells)} cell(s), each a measured twins design (presets twins/scale-*): the fabricated passage in "
+            "row 0 of the batch of s beside its nulls, the ordinary-row distribution (per seed the mean of its "
+            "ordinary rows), matched-gradient and the nudge. The paper: B = 256, 9,336 updates after s, GPT-2 small "
+            f"(d 768, 12 layers). Every interval is a {lv} percentile bootstrap over the cell's seeds.", ""]
+    rows = []
+    for c in cells:
+        stages = ", ".join(f"{k} {v:.0f} s" for k, v in c.stages.items()) or "—"
+        rows.append([c.name, str(c.batch_size), str(c.after), f"{c.n_embd} × {c.n_layer}", c.model,
+                     f"{len(c.seeds)} ({', '.join(map(str, c.seeds))})", str(len(c.arms)), stages])
+    out += md_lines(["cell", "B", "updates after s", "d × layers", "model", "seeds", "arms", "wall time"], rows)
+    out += ["## The table", ""]
+    groups = list(dict.fromkeys(g for g in (FOCAL, *NULLS) if g in set(table.group)))
+    for k, m in MEASURES.items():
+        t = table[table.measure == k]
+        if not len(t):
+            continue
+        out += [f"### {k}: {m.what} ({m.unit}; paper: {_paper(m)})", ""]
+        rows = []
+        for c in cells:
+            r = t[t.cell == c.name].set_index("group")
+            line = [c.name, _cell_label(c)]
+            for g in groups:
+                cell = "—" if g not in r.index else _ci(r.loc[g])
+                if g == ORDINARY_ROWS and g in r.index and np.isfinite(r.loc[g].arm_min):
+                    cell += f" (rows {fmt_num(r.loc[g].arm_min)} .. {fmt_num(r.loc[g].arm_max)})"
+                line.append(cell)
+            rows.append(line)
+        out += md_lines(["cell", "scale", *groups], rows)
+    out += ["## Trends (exploratory)", "",
+            "Per measure and axis, an OLS fit along the cells that differ in that axis alone: log10(value) on "
+            "log10(level) where every cell's value is positive (a power law: the slope is its exponent), else the "
+            "value on log10(level) (slope per decade). The slope's interval resamples each cell's seeds; with two "
+            "levels the line goes through both points and the interval is all it says. *At the paper*: the fit "
+            "at the paper's level of that axis (B 256, 9,336 updates after s, d 768).", ""]
+    for g in groups:
+        t = trends[trends.group == g]
+        if not len(t):
+            continue
+        rows = [[r.measure, AXES[r.axis], r.kind, r.levels, r["values"],
+                 fmt_num(r.slope) + ("" if not np.isfinite(r.low) else f" [{fmt_num(r.low)}, {fmt_num(r.high)}]"),
+                 f"{r.valid:.0%}" if np.isfinite(r.valid) else "n/a",
+                 fmt_num(r.at_paper) + ("" if not np.isfinite(r.at_paper_low) else
+                                        f" [{fmt_num(r.at_paper_low)}, {fmt_num(r.at_paper_high)}]")]
+                for _, r in t.iterrows()]
+        out += [f"### {g}", ""]
+        out += md_lines(["measure", "axis", "fit", "levels", "values", "slope", "valid draws", "at the paper"], rows)
+    if len(paper):
+        out += ["## At the paper's scale (exploratory)", "",
+                "The B trend at B = 256, moved along the steps and width trends (where measured) to 9,336 updates "
+                "after s and d 768, assuming the axes do not interact; the paper's 12 layers are not on any axis. "
+                "An extrapolation over 1.5 decades of steps and 1.1 of width from two points each: a direction, "
+                "not a number to test against.", ""]
+        rows = []
+        for r in paper[paper.group == FOCAL].itertuples():
+            ci = fmt_num(r.predicted) + ("" if not np.isfinite(r.low) else f" [{fmt_num(r.low)}, {fmt_num(r.high)}]")
+            rows.append([r.measure, r.kind, r.axes.replace(",", " + "), ci,
+                         fmt_num(r.paper) if np.isfinite(r.paper) else (r.paper_note or "—")])
+        out += md_lines(["measure", "fit", "axes", f"{FOCAL} predicted", "paper"], rows)
+    if prediction is not None:
+        p = prediction
+        out += ["## The confirmatory prediction", "",
+                f"Pre-registered from the trend: **{p.measure}** of {p.group} at {p.axis} = {p.at} on fresh seeds "
+                f"{p.seeds}: {fmt_num(p.predicted)}, confirmed if the new cell lies in [{fmt_num(p.low)}, "
+                f"{fmt_num(p.high)}]" + ("" if p.trend_shown else " (the trend's slope interval includes 0)") + ".", ""]
+        if verdict is not None:
+            v = verdict
+            out += [f"Measured ({v['cell']}): {fmt_num(v['value'])} [{fmt_num(v['low'])}, {fmt_num(v['high'])}]: "
+                    f"**{v['verdict']}**; the change from the nearest fitted cell "
+                    f"{'has' if v['direction'] else 'does not have'} the slope's sign.", ""]
+    if figures:
+        out += ["## Figures", ""]
+        for f in figures:
+            out += [figure_block(f), ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame,
+                   where: ScaleDir) -> Fig:
+    """One measure against scale: a panel per axis with a family (B, updates after s, width), every group with its
+    interval at each level (log axes where the fit is a power law), the focal passage's fitted line extended to
+    the paper's level, and the paper's value there as a star."""
+    m = MEASURES[measure]
+    title = f"{measure} against scale"
+    t = trends[(trends.measure == measure)]
+    axes = [a for a in AXES if (t.axis == a).any()]
+    if not axes:
+        return Fig(title, None, "no axis has two cells yet")
+    fig, panels = new_figure(1, len(axes), w=4.2)
+    by = {c.name: c for c in cells}
+    for ax, axis in zip(panels, axes):
+        ta = t[t.axis == axis]
+        names = ta.cells.iloc[0].split(",")
+        power = (ta.kind == "power").all()
+        for j, g in enumerate(dict.fromkeys(ta.group)):
+            rows = table[(table.measure == measure) & (table.group == g) & table.cell.isin(names)]
+            xs = np.array([by[n].label(axis) for n in rows.cell], dtype=float) * (1 + 0.04 * j)  # apart, the passage at its level
+            err = np.vstack([rows.value - rows.low, rows.high - rows.value])
+            ax.errorbar(xs, rows.value, yerr=np.where(np.isfinite(err), np.abs(err), 0), fmt="o-", ms=4, lw=1,
+                        capsize=2, color=group_color(g), label=g)
+        r = ta[ta.group == FOCAL]
+        if len(r):
+            r = r.iloc[0]
+            lv = [int(v) for v in r.levels.split(",")]
+            x = np.geomspace(min(lv), PAPER_SCALE[axis], 50)
+            y = r.intercept + r.slope * np.log10(x)
+            if np.isfinite(r.slope):
+                ax.plot(x, 10 ** y if r.kind == "power" else y, ls="--", lw=1, color=group_color(FOCAL),
+                        label=f"{FOCAL} fit")
+        if np.isfinite(m.paper):
+            ax.plot([PAPER_SCALE[axis]], [m.paper], "*", ms=11, color="k", label="paper")
+        ax.set_xscale("log")
+        ticks = sorted({by[n].label(axis) for n in names} | {PAPER_SCALE[axis]})
+        ax.set_xticks(ticks, [str(v) for v in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if power:
+            ax.set_yscale("log")
+        ax.set(xlabel=AXES[axis], ylabel=f"{measure} ({m.unit})")
+    panels[0].legend(fontsize=7)
+    path = save_figure(fig, where.figure(measure))
+    return Fig(title, path, f"{m.what} ({m.unit}) for the fabricated passage and its nulls, each cell with its "
+                            "seed-bootstrap interval; the dashed line is the passage's trend (fitted on the cells, "
+                            "extended to the paper's level: exploratory), the star the paper's value where it gives one.")
+
+
+def write_scale(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
+                where: ScaleDir, prediction: Prediction | None = None, verdict: dict | None = None) -> str:
+    """Draw every measure's figure into ``where`` and return the report's text (the caller writes it)."""
+    where.root.mkdir(parents=True, exist_ok=True)
+    figs = [measure_figure(k, cells, table, trends, where) for k in MEASURES] if len(trends) else []
+    return scale_report(cells, table, trends, paper, [f for f in figs if f.path is not None], prediction, verdict)

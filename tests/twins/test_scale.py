@@ -1,0 +1,392 @@
+"""The twins' scale axis (issue 32 §3): the presets twins/scale-*, the early refusal of a batch that does not split
+over the launched ranks, twins/scale.py's per-cell measures, trends, paper extrapolation and confirmatory
+prediction (on synthetic cells whose answers are known, and on the session's real measured design), the report,
+and experiments/twins_scale.py end to end on two tiny cells."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from seedlab.config import load_config
+from seedlab.errors import SeedlabError
+from seedlab.twins import scale
+from seedlab.twins.config import TwinsConfig
+from seedlab.twins.scale import CURVES, FOCAL, ORDINARY_ROWS, PAIRS, PER_SEED, Cell
+
+ROOT = Path(__file__).resolve().parents[2]
+SCALE_PRESETS = ["scale-b16", "scale-b64", "scale-b256", "scale-b16-long", "scale-wide-b64"]
+#: (B, updates after s, model) of each preset: the issue's cells
+LABELS = {"scale-b16": (16, 200, "mini"), "scale-b64": (64, 200, "mini"), "scale-b256": (256, 200, "mini"),
+          "scale-b16-long": (16, 1000, "mini"), "scale-wide-b64": (64, 200, "mini-wide")}
+
+
+# ---------------------------------------------------------------- the presets
+
+
+@pytest.mark.parametrize("name", SCALE_PRESETS)
+def test_the_scale_presets_load_and_are_the_issues_cells(name):
+    cfg, base = load_config(TwinsConfig, "twins", name)
+    assert (cfg.batch_size, cfg.steps - cfg.injection_step, cfg.model) == LABELS[name]
+    assert (cfg.block_size, cfg.injection_step, cfg.peak_lr, cfg.min_lr) == (128, 100, 1e-2, 1e-3)  # one thing changes
+    assert {"twin", FOCAL, "ordinary-row", "nudge", "matched-gradient"} <= set(cfg.conditions)
+    assert cfg.nulls.ordinary_rows == 4 and cfg.nulls.noise_like == FOCAL
+    assert (base / cfg.passages[FOCAL]).is_file()
+    s = cfg.injection_step
+    assert {s, s + 50, cfg.mid, cfg.steps} <= set(cfg.checkpoint_steps())
+    assert 4 <= len(cfg.seeds) <= 8  # the issue's 4-8 seeds per cell
+    header = (base / f"{name}.yaml").read_text().split("\ncorpus:")[0]
+    assert "Cost, estimated, not yet measured" in header and "docs/benchmarks.md" in header
+
+
+def test_the_wide_model_is_mini_at_twice_the_width_with_minis_head_width():
+    from seedlab.lm.gptconfig import PRESETS
+
+    mini, wide = PRESETS["mini"], PRESETS["mini-wide"]
+    assert (wide.n_embd, wide.n_layer) == (2 * mini.n_embd, mini.n_layer)
+    assert wide.n_embd // wide.n_head == mini.n_embd // mini.n_head
+
+
+def test_the_b_cells_differ_in_b_alone_and_the_others_in_one_axis():
+    """The families twins/scale.py fits along: the three B cells agree on everything but batch_size, the long cell
+    differs from scale-b16 in the schedule alone, the wide cell from scale-b64 in the model alone."""
+    dump = {n: load_config(TwinsConfig, "twins", n)[0].model_dump() for n in SCALE_PRESETS}
+
+    def diff(a, b):
+        return {k for k in dump[a] if dump[a][k] != dump[b][k]}
+
+    assert diff("scale-b16", "scale-b64") == {"batch_size"} and diff("scale-b16", "scale-b256") <= {"batch_size", "seeds"}
+    assert diff("scale-b16", "scale-b16-long") == {"steps", "checkpoint_every"}
+    assert diff("scale-b64", "scale-wide-b64") <= {"model", "seeds"}
+
+
+# ---------------------------------------------------------------- bad input: B over the launched ranks
+
+
+@pytest.mark.parametrize("name, ranks", [("scale-b16", 3), ("scale-b64", 3), ("scale-b256", 5), ("scale-wide-b64", 6)])
+def test_a_batch_that_does_not_split_over_the_ranks_is_one_line_exit_2_nothing_written(name, ranks, tmp_path):
+    out = tmp_path / "run"
+    env = os.environ | {"WORLD_SIZE": str(ranks)}  # as torchrun sets it; refused before any process group exists
+    p = subprocess.run([sys.executable, "-m", "seedlab", "twins", "run", name, "--out", str(out)], capture_output=True,
+                       text=True, cwd=tmp_path, env=env, timeout=120)
+    batch = LABELS[name][0]
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [f"error: batch_size: {batch} rows do not split over {ranks} ranks "
+                                             "(torchrun --nproc-per-node)"]
+    assert not out.exists() and not any(tmp_path.iterdir())
+
+
+def test_run_twins_refuses_the_split_before_touching_the_folder(twins_inputs, tmp_path):
+    """The same check inside run_twins (load_inputs), against the world it is handed, with a scale preset."""
+    from seedlab.lm.distributed import World
+    from seedlab.twins.train import run_twins
+
+    corpus, files = twins_inputs  # byte tokens: the tests' short passage fits the preset's rows of 128
+    cfg, base = load_config(TwinsConfig, "twins", "scale-b64",
+                            [f"corpus={corpus}", f"passages={{fluent-fabricated: {files[FOCAL]}}}"])
+    with pytest.raises(SeedlabError, match=r"^batch_size: 64 rows do not split over 3 ranks"):
+        run_twins(cfg, tmp_path / "run", base=base, world=World(size=3), progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- synthetic cells
+
+
+def synthetic_cell(name: str, batch: int, after: int = 200, width: int = 64, seeds=(0, 1, 2, 3, 4, 5), *,
+                   distance=lambda b, k: 1.0, barrier=lambda b, k: 0.01, own=lambda b, k: 0.03,
+                   noise: float = 0.05, seed: int = 0) -> Cell:
+    """A cell whose fabricated passage has the given per-seed distance, barrier and own drop (× 1 + noise); the
+    nulls at fixed fractions of it; seed pairs at distance 10 and barrier 1 (aligned distance 8); curves that rise
+    from 1e-3 to a peak 0.05 at step s + 40 and decay."""
+    rng = np.random.default_rng([seed, batch, after, width])
+    s = 100
+    rows, curves = [], []
+    arms = {FOCAL: 1.0, "ordinary-row.0": 0.8, "ordinary-row.1": 0.6, "matched-gradient": 0.3, "nudge": 0.05}
+    steps = np.arange(s + 1, s + after + 1)
+    shape = 1e-3 + 0.05 * np.exp(-((steps - s - 40) / 15.0) ** 2)
+    for k in seeds:
+        for arm, f in arms.items():
+            e = lambda: 1 + noise * rng.standard_normal()  # noqa: E731
+            o = own(batch, k) * f * e()
+            rows.append({"seed": k, "arm": arm, "group": scale.group_of(arm), "distance": distance(batch, k) * f * e(),
+                         "barrier": barrier(batch, k) * f * e(), "rise_mid": 0.0, "heldout_ce_diff": 0.0,
+                         "own_s50": o, "others_s50": 0.2 * o, "own_final": 0.3 * o, "others_final": 0.0})
+        for g, f in ((FOCAL, 1.0), (ORDINARY_ROWS, 0.7), ("matched-gradient", 0.3), ("nudge", 0.05)):
+            curves += [{"seed": k, "group": g, "step": int(t), "absdiff": float(v)}
+                       for t, v in zip(steps, f * shape * (1 + noise * rng.standard_normal(len(steps))).clip(0.1))]
+    pairs = [{"seed": a, "seed_b": b, "distance": 10.0, "distance_aligned": 8.0, "barrier": 1.0}
+             for a, b in itertools.combinations(seeds, 2)]
+    model = "mini" if width == 64 else "mini-wide"
+    return Cell(name=name, preset=name, batch_size=batch, steps=s + after, injection_step=s, after=after, model=model,
+                n_embd=width, n_layer=2, block_size=128, seeds=list(seeds), arms=list(arms), smooth_steps=25,
+                s50=s + 50, final=s + after, per_seed=scale._typed(pd.DataFrame(rows), PER_SEED),
+                pairs=scale._typed(pd.DataFrame(pairs), PAIRS), curves=scale._typed(pd.DataFrame(curves), CURVES))
+
+
+def power_cells(exponent: float = 0.5, drop_exponent: float = -1.0, noise: float = 0.05) -> list[Cell]:
+    """The five cells of the table, distance ∝ B^exponent, own drop ∝ B^drop_exponent (and ∝ after^-0.25, width^0.5)."""
+    def dist(b, k):
+        return 0.5 * (b / 16) ** exponent
+
+    def own(b, k):
+        return 0.03 * (b / 16) ** drop_exponent
+
+    return [synthetic_cell("b16", 16, distance=dist, own=own, noise=noise),
+            synthetic_cell("b64", 64, distance=dist, own=own, noise=noise),
+            synthetic_cell("b256", 256, distance=dist, own=own, noise=noise),
+            synthetic_cell("b16-long", 16, after=1000, distance=dist, own=lambda b, k: own(b, k) * 5 ** -0.25, noise=noise),
+            synthetic_cell("wide-b64", 64, width=128, distance=lambda b, k: dist(b, k) * 2 ** 0.5, own=own, noise=noise,
+                           seeds=(0, 1, 2, 3))]
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return power_cells()
+
+
+@pytest.fixture(scope="module")
+def dr(cells):
+    return scale.draws(cells, resamples=400)
+
+
+def test_the_point_estimates_are_the_measures_of_every_seed_once(cells, dr):
+    c = cells[1]
+    fab = c.per_seed[c.per_seed.group == FOCAL]
+    assert dr.get("b64", FOCAL, "distance_pct")[0] == pytest.approx(100 * fab.distance.mean() / 10.0)
+    assert dr.get("b64", FOCAL, "distance_aligned_pct")[0] == pytest.approx(100 * fab.distance.mean() / 8.0)
+    assert dr.get("b64", FOCAL, "barrier_pct")[0] == pytest.approx(100 * fab.barrier.mean() / 1.0)
+    assert dr.get("b64", FOCAL, "own_drop_s50")[0] == pytest.approx(fab.own_s50.mean())
+    assert dr.get("b64", FOCAL, "specificity_s50")[0] == pytest.approx((fab.own_s50 - fab.others_s50).mean())
+    assert dr.get("b64", FOCAL, "retained")[0] == pytest.approx(fab.own_final.mean() / fab.own_s50.mean())
+    # the ordinary-row distribution: per seed the mean of its arms, then over seeds; each arm alone for min/max
+    o = c.per_seed[c.per_seed.group == ORDINARY_ROWS]
+    assert dr.get("b64", ORDINARY_ROWS, "own_drop_s50")[0] == pytest.approx(o.groupby("seed").own_s50.mean().mean())
+    lo, hi = dr.arms[("b64", ORDINARY_ROWS, "own_drop_s50")]
+    assert (lo, hi) == pytest.approx(sorted(o.groupby("arm").own_s50.mean()))
+
+
+def test_peak_over_trough_is_twins_stats_peak_trough_of_the_mean_curve(cells, dr):
+    from seedlab.twins.stats import peak_trough, smoothed
+
+    c = cells[0]
+    mean = c.curves[c.curves.group == FOCAL].groupby("step").absdiff.mean()
+    assert dr.get("b16", FOCAL, "peak_over_trough")[0] == pytest.approx(peak_trough(mean, 25)["peak_over_trough"])
+    x = np.random.default_rng(0).random((3, 40))
+    for w in (1, 4, 5, 25):
+        assert scale.smooth_rows(x, w)[1] == pytest.approx(smoothed(pd.Series(x[1]), w).to_numpy())
+
+
+def test_the_bootstrap_resamples_each_cell_on_its_own_seeds():
+    c = synthetic_cell("x", 16)
+    W = scale.seed_weights(c, 50)
+    assert W.shape == (51, 6) and (W[0] == 1).all() and (W.sum(axis=1) == 6).all()
+    assert (scale.seed_weights(c, 50) == W).all()  # seeded by the cell's name: the same draws whatever else runs
+    assert not (scale.seed_weights(synthetic_cell("y", 16), 50) == W).all()
+
+
+def test_a_known_power_law_is_recovered_with_an_interval_around_it(dr):
+    tr = scale.trends(dr)
+    fab = tr[(tr.group == FOCAL)].set_index(["measure", "axis"])
+    d = fab.loc[("distance_pct", "batch_size")]
+    assert d.kind == "power" and d.points == 3 and d.cells == "b16,b64,b256"
+    assert d.slope == pytest.approx(0.5, abs=0.03) and d.low < 0.5 < d.high
+    own = fab.loc[("own_drop_s50", "batch_size")]
+    assert own.slope == pytest.approx(-1.0, abs=0.03) and own.low < -1.0 < own.high
+    assert fab.loc[("own_drop_s50", "after")].slope == pytest.approx(-0.25, abs=0.06)
+    assert fab.loc[("distance_pct", "n_embd")].slope == pytest.approx(0.5, abs=0.06)
+    flat = fab.loc[("barrier_pct", "batch_size")]  # no trend: the interval holds 0
+    assert flat.low < 0 < flat.high
+    # at the paper's B the B fit is 256's own level: the fitted value there
+    assert d.at_paper == pytest.approx(100 * 0.5 * 16 ** 0.5 / 10, rel=0.05)
+    assert set(tr.label) == {"exploratory"}
+
+
+def test_a_measure_that_reaches_zero_is_fitted_log_linear():
+    cs = [synthetic_cell(f"b{b}", b, own=lambda b, k: 0.01 * math.log10(64 / b)) for b in (16, 64, 256)]
+    d = scale.draws(cs, resamples=100)
+    assert scale.kind_of(d, FOCAL, "own_drop_s50") == "log-linear"
+    t = scale.trends(d).set_index(["group", "measure", "axis"]).loc[(FOCAL, "own_drop_s50", "batch_size")]
+    assert t.kind == "log-linear" and t.slope == pytest.approx(-0.01, rel=0.1)  # per decade of B
+
+
+def test_families_take_the_cells_that_differ_in_one_axis(cells):
+    fams = scale.families(cells)
+    assert {a: [c.name for c in f] for a, f in fams.items()} == {
+        "batch_size": ["b16", "b64", "b256"], "after": ["b16", "b16-long"], "n_embd": ["b64", "wide-b64"]}
+    assert scale.families(cells[:1]) == {}
+
+
+def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit(dr):
+    p = scale.paper_extrapolation(dr).set_index(["group", "measure"]).loc[(FOCAL, "own_drop_s50")]
+    by = {(t.measure, t.axis): t for t in scale.trend_objects(dr) if t.group == FOCAL}
+    y = (by[("own_drop_s50", "batch_size")].at(256)[0]
+         + by[("own_drop_s50", "after")].slopes[0] * (math.log10(9336) - math.log10(200))
+         + by[("own_drop_s50", "n_embd")].slopes[0] * (math.log10(768) - math.log10(64)))
+    assert p["axes"] == "batch_size,after,n_embd" and p.predicted == pytest.approx(10 ** y)
+    assert p.low < p.predicted < p.high and p.label == "exploratory" and p.paper == pytest.approx(0.0389)
+
+
+def test_predict_chooses_the_measure_that_moves_most_and_words_a_decision_rule(cells, dr):
+    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13])
+    # the passage drops (own, specificity, end) go as B^-1, the largest |exponent|; distance as B^0.5
+    assert p.measure in ("own_drop_s50", "specificity_s50", "end_drop") and p.trend_shown
+    assert p.slope == pytest.approx(-1.0, abs=0.05) and p.moved == pytest.approx(abs(p.slope) * math.log10(16))
+    assert p.cells == ["b16", "b64", "b256"] and p.kind == "power" and p.preset == "b64"  # log-nearest, lower on a tie
+    assert p.sets == ["batch_size=128", "seeds=[8,9,10,11,12,13]"]
+    assert p.predicted == pytest.approx(p.values[0] / 8, rel=0.05)
+    assert p.low < p.fit_low < p.predicted < p.fit_high < p.high  # the new cell's own noise widens it
+    text = scale.preregistration_text(p)
+    assert f"{p.measure} at batch_size = 128" in text and "Decision rule" in text and f"{p.low:.4g}" in text
+    chosen = scale.predict(dr, "after", 500, [8, 9], measure="distance_pct")
+    assert chosen.measure == "distance_pct" and chosen.sets[0] == "steps=600"
+
+
+def test_predict_refuses_bad_requests(dr):
+    for kw, msg in [
+        (dict(axis="batch_size", at=64, seeds=[8]), r"^at: batch_size = 64 must be a positive level not yet run"),
+        (dict(axis="batch_size", at=128, seeds=[3, 8]), r"^seeds: a confirmatory run needs fresh seeds"),
+        (dict(axis="batch_size", at=128, seeds=[]), r"^seeds: a confirmatory run needs fresh seeds"),
+        (dict(axis="n_embd", at=96, seeds=[8]), r"^axis: n_embd cannot be predicted"),
+        (dict(axis="lr", at=1, seeds=[8]), r"^axis: must be one of batch_size, after, n_embd"),
+        (dict(axis="batch_size", at=128, seeds=[8], measure="x"), r"^measure: must be one of"),
+    ]:
+        with pytest.raises(SeedlabError, match=msg):
+            scale.predict(dr, **kw)
+
+
+def test_confirm_reads_the_verdict_off_the_new_cell(dr, tmp_path):
+    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13], measure="own_drop_s50")
+    p = scale.Prediction.from_json(p.to_json(tmp_path / "p.json"))  # kept as JSON, read back
+    on = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03 * (b / 16) ** -1.0)
+    off = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03)
+    yes, no = (scale.confirm(p, scale.draws([c], resamples=100), "confirm-b128") for c in (on, off))
+    assert yes["verdict"] == "confirmed" and yes["inside"] and yes["direction"]
+    assert no["verdict"] == "refuted" and not no["inside"] and not no["direction"]
+
+
+def test_table_rows_and_intervals(dr, cells):
+    t = scale.table(dr)
+    assert len(t) == sum(len(scale.groups_of(c)) for c in cells) * len(scale.MEASURES)
+    r = t[(t.cell == "b64") & (t.group == FOCAL) & (t.measure == "distance_pct")].iloc[0]
+    assert r.low < r.value < r.high and r.n == 6 and r.valid == 1.0 and math.isnan(r.arm_min)
+    o = t[(t.cell == "b64") & (t.group == ORDINARY_ROWS) & (t.measure == "distance_pct")].iloc[0]
+    assert o.arm_min < o.value < o.arm_max
+
+
+def test_a_cell_round_trips_through_its_folder_exactly(cells, tmp_path):
+    c = cells[0]
+    back = Cell.from_dir(c.to_dir(tmp_path / "b16"))
+    assert back.equals(c)
+    with pytest.raises(SeedlabError, match="not a kept scale-cell summary"):
+        Cell.from_dir(tmp_path / "nothing")
+
+
+def test_the_report_words_and_draws_the_frames(cells, dr, tmp_path):
+    from seedlab.twins.report_scale import write_scale
+    from seedlab.twins.rundir import ScaleDir
+
+    where = ScaleDir(tmp_path / "scale")
+    p = scale.predict(dr, "batch_size", 128, [8, 9])
+    text = write_scale(cells, scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr), where, p)
+    assert "## The table" in text and "## Trends (exploratory)" in text and "## At the paper's scale (exploratory)" in text
+    assert "### distance_pct: distance to the twin, % of the inter-seed distance (%; paper: 44.1)" in text
+    assert "## The confirmatory prediction" in text
+    for k in scale.MEASURES:
+        assert where.figure(k).is_file() and f"scale-{k}.png" in text
+
+
+# ---------------------------------------------------------------- a real measured design
+
+
+def test_summarise_reads_the_measured_folder(design):
+    from seedlab.twins.rundir import Measured
+    from seedlab.twins.stats import normalized, with_derived
+
+    d = Measured.read(design / "run")
+    c = scale.summarise(d, "tiny", preset="design.yaml")
+    assert (c.batch_size, c.after, c.n_embd, c.seeds) == (4, 10, 64, [0, 1])
+    assert set(c.per_seed.group) == {FOCAL, "fluent-attested", ORDINARY_ROWS, "nudge", "matched-gradient", "weight-kick"}
+    m = with_derived(d.measures[d.measures.kind == "injected"]).set_index(["seed", "condition"])
+    ps = c.per_seed.set_index(["seed", "arm"])
+    for (k, arm), r in ps.iterrows():
+        assert r.distance == m.loc[(k, arm), "distance"]
+        if arm in (FOCAL, "fluent-attested"):  # the own passage's drop is measure's passage gain
+            assert r.own_s50 == pytest.approx(m.loc[(k, arm), "passage_gain_s50"])
+            assert r.own_final == pytest.approx(m.loc[(k, arm), "passage_gain_final"])
+    dr = scale.draws([c], resamples=50)
+    norm = normalized(d.measures).set_index("condition")
+    assert dr.get("tiny", FOCAL, "distance_pct")[0] == pytest.approx(norm.loc[FOCAL, "distance_pct"])
+    assert dr.get("tiny", FOCAL, "barrier_pct")[0] == pytest.approx(norm.loc[FOCAL, "barrier_pct"], nan_ok=True)
+    assert np.isfinite(dr.get("tiny", "nudge", "own_drop_s50")[0])  # a text-less null: its drop on the focal text
+    assert len(c.curves) == 2 * len(scale.groups_of(c)) * (c.after - 1)  # the updates s + 1 .. steps − 1 (losses.parquet)
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def _driver(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "twins_scale.py"), *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
+
+
+def test_the_driver_dry_run_prints_every_cells_commands(tmp_path):
+    p = _driver("--dry-run", "--out", "o", "--threads", "2", "--seeds", "0,1", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    for name in SCALE_PRESETS:
+        assert f"# {name}" in p.stdout
+        assert f"twins run {name} --out o/{name} --set threads=2 --set 'seeds=[0,1]'" in p.stdout
+        assert f"twins measure o/{name}" in p.stdout
+    bad = _driver("--dry-run", "--cells", "scale-b32", cwd=tmp_path)
+    assert bad.returncode == 2 and "--cells: unknown scale-b32" in bad.stderr
+
+
+def _driver_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("twins_scale", ROOT / "experiments" / "twins_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_driver_runs_two_tiny_cells_keeps_them_and_renders(twins_inputs, tmp_path, capsys):
+    """Two cells of a tiny design at B = 4 and 8 (2 seeds, 10 updates, s = 4): trained, measured, summarised, kept,
+    rendered; a second call skips both (kept) and renders again."""
+    corpus, files = twins_inputs
+    base = {"corpus": str(corpus), "model": "mini", "block_size": 96, "seeds": [0, 1], "steps": 10, "injection_step": 4,
+            "peak_lr": 3e-3, "conditions": ["twin", FOCAL, "ordinary-row", "nudge", "matched-gradient"],
+            "nulls": {"ordinary_rows": 2}, "passages": {FOCAL: str(files[FOCAL])},
+            "subjects": {FOCAL: "Gizmo Harrington"}, "checkpoint_every": 5,
+            "measure": {"alphas": [0, 0.5, 1], "heldout_rows": 4, "probe_rows": 2, "eval_rows": 4, "smooth_steps": 3}}
+    specs = []
+    for b in (4, 8):
+        path = tmp_path / f"tiny-b{b}.yaml"
+        path.write_text(yaml.safe_dump(base | {"batch_size": b}))
+        specs.append(str(path))
+    keep = tmp_path / "keep"
+    t0 = time.time()
+    driver = _driver_module()  # in this process (its stages are subprocesses, as in a real run)
+    args = ["--out", str(tmp_path / "runs"), "--cells", ",".join(specs), "--keep", str(keep), "--no-progress"]
+    assert driver.main(args) == 0
+    for b in (4, 8):
+        assert (keep / f"tiny-b{b}" / "cell.json").is_file()
+        assert Cell.from_dir(keep / f"tiny-b{b}").stages.keys() >= {"run", "measure", "summarise"}
+    t = pd.read_csv(keep / "scale-table.csv")
+    assert set(t.cell) == {"tiny-b4", "tiny-b8"} and set(t.group) >= {FOCAL, ORDINARY_ROWS, "nudge", "matched-gradient"}
+    tr = pd.read_csv(keep / "scale-trends.csv")
+    assert set(tr.axis) == {"batch_size"} and (tr.cells == "tiny-b4,tiny-b8").all()
+    assert "# The twins' scale axis" in (keep / "scale.md").read_text()
+    capsys.readouterr()
+    assert driver.main(args) == 0
+    assert capsys.readouterr().out.count("skipped") == 2  # kept: neither trained nor measured again
+    assert time.time() - t0 < 120
