@@ -350,16 +350,6 @@ class Measured:
         """gradmatch.parquet (``seedlab twins gradmatch``), None when it was not run."""
         return pd.read_parquet(self.dir.gradmatch) if self.dir.gradmatch.is_file() else None
 
-    def record(self, name: str) -> dict | None:
-        """One of the run's records, ``integrity``, ``inputs`` or ``preregistration`` (json), None when absent."""
-        path = {"integrity": self.dir.integrity, "inputs": self.dir.inputs, "preregistration": self.dir.preregistration}[name]
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    @property
-    def preregistration_text(self) -> str | None:
-        """preregistration.md (``--preregistration``), None when the run was not given one."""
-        path = self.dir.preregistration_text
-        return path.read_text() if path.is_file() else None
     @property
     def perturbations(self) -> pd.DataFrame:
         """Every perturbation arm's record (``seed-<k>/<condition>/perturbation.json``: forks/arms.py), one row per
@@ -371,6 +361,17 @@ class Measured:
             rows.append({"seed": int(path.parent.parent.name.split("-", 1)[1]), "condition": path.parent.name,
                          **{k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}})
         return pd.DataFrame(rows)
+
+    def record(self, name: str) -> dict | None:
+        """One of the run's records, ``integrity``, ``inputs`` or ``preregistration`` (json), None when absent."""
+        path = {"integrity": self.dir.integrity, "inputs": self.dir.inputs, "preregistration": self.dir.preregistration}[name]
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    @property
+    def preregistration_text(self) -> str | None:
+        """preregistration.md (``--preregistration``), None when the run was not given one."""
+        path = self.dir.preregistration_text
+        return path.read_text() if path.is_file() else None
 
 
 # --------------------------------------------------------------------------- the scale axis (twins/scale.py)
