@@ -102,7 +102,7 @@ FOCAL = "fluent-fabricated"
 #: every ordinary-row.<i> arm in one group: the ordinary-row distribution
 ORDINARY_ROWS = "ordinary-rows"
 #: the nulls set beside the passage, in the table's order (any other arm measured is kept as its own group)
-NULLS = (ORDINARY_ROWS, "matched-gradient", "nudge")
+NULLS = (ORDINARY_ROWS, "matched-gradient", "sign-gradient", "nudge")
 #: arms with no text of their own: their "own" drop is on the focal passage's text
 TEXTLESS = ("nudge", "matched-gradient", "sign-gradient", "weight-kick")
 RESAMPLES = 2000
