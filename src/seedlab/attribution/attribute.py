@@ -154,7 +154,7 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
 
             done = run_local(attribute_seed, specs, lambda spec: bar.advance(len(names)), jobs=jobs)
         else:
-            done = [_estimates(bank, seed, names, dev, bar) for seed in seeds]
+            done = [seed_estimates(bank, seed, names, dev, bar) for seed in seeds]
     est = pd.concat([frame for frame, _ in done], ignore_index=True)
     seconds = {n: {str(seed): t[n] for seed, (_, t) in zip(seeds, done)} for n in names}
     df = measured.merge(est, on=["seed", "candidate", "query", "horizon"], how="inner", validate="1:m")[COLUMNS]
@@ -182,12 +182,12 @@ def attribute_seed(spec: tuple[str, int, list[str], str, tuple[str, ...]]) -> tu
         bank = with_settings(open_bank(root), settings)
         dev = World().device(device)
         settle(dev, 1)
-        return _estimates(bank, seed, names, dev, None)
+        return seed_estimates(bank, seed, names, dev, None)
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
 
 
-def _estimates(bank: Bank, seed: int, names: list[str], dev, bar: Bar | None) -> tuple[pd.DataFrame, dict[str, float]]:
+def seed_estimates(bank: Bank, seed: int, names: list[str], dev, bar: Bar | None) -> tuple[pd.DataFrame, dict[str, float]]:
     """:func:`estimates_of_seed` with its wall times, kronfluence's gc kept cheap and nondeterminism an error."""
     seconds: dict[str, dict[str, float]] = {n: {} for n in names}
     gc.freeze()  # kronfluence runs gc.collect() a dozen times per analysis: what lives now need not be walked each time

@@ -368,7 +368,7 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
     """Score ``estimators`` on an export or a bank (module doc) into a score folder; returns where.
     ``report=False``: the tables without report.md and its figures (rendering them is most of the time on a
     small bank)."""
-    from seedlab.attribution.attribute import COLUMNS, _estimates, choose_estimators, tracin_steps
+    from seedlab.attribution.attribute import COLUMNS, choose_estimators, seed_estimates, tracin_steps
     from seedlab.attribution.registry import get_estimator
     from seedlab.attribution.report import write_report
     from seedlab.attribution.stats import analyse
@@ -391,7 +391,7 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
         measured = measured.assign(measured_replicate=np.nan)
     seeds = sorted(int(k) for k in measured.seed.unique())
     with Bar("score", len(seeds) * len(names), "estimators", enabled=progress) as bar:
-        done = [_estimates(bank, seed, names, dev, bar) for seed in seeds]
+        done = [seed_estimates(bank, seed, names, dev, bar) for seed in seeds]
     est = pd.concat([frame for frame, _ in done], ignore_index=True)
     seconds = {n: {str(seed): t[n] for seed, (_, t) in zip(seeds, done)} for n in names}
     df = measured.merge(est, on=["seed", "candidate", "query", "horizon"], how="inner", validate="1:m")[COLUMNS]
