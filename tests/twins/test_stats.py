@@ -4,6 +4,7 @@ gives each p."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -228,7 +229,14 @@ def test_summary_computes_each_number_once_from_the_measured_files(design):
     assert s.ordinary_margin == 0.25 and s.null_family.equivalence == int(end.tost_equivalent.notna().sum()) > 0
     assert s.null_family.tests == len(s.nulls) + s.null_family.equivalence  # every p-value of the table, counted
     assert sum(len(v.differ) for v in s.null_verdicts) == int((end.p_t_holm < stats.ALPHA).sum())
-    assert set(s.nulls.null) == set(stats.NULL_CONDITIONS)  # the ordinary rows as one null: their distribution
+    # the ordinary rows as one null (their distribution); the fixture trains every null but sign-gradient
+    assert set(s.nulls.null) == set(stats.NULL_CONDITIONS) - {"sign-gradient"}
+    sizes = s.null_sizes.set_index("condition")  # each gradient null's size, from its perturbation.json, per channel
+    assert list(sizes.index) == ["matched-gradient"] and sizes.loc["matched-gradient", "seeds"] == 2
+    recs = [json.loads((d.dir.root / f"seed-{k}" / "matched-gradient" / "perturbation.json").read_text()) for k in (0, 1)]
+    assert sizes.loc["matched-gradient", "grad_ratio"] == pytest.approx(np.median([r["norm"] / r["like_norm"] for r in recs]))
+    assert sizes.loc["matched-gradient", "update_ratio"] == pytest.approx(
+        np.median([r["update_norm"] / r["like_update_norm"] for r in recs]))
     assert (s.comp.gain == -s.comp["diff"]).all() and s.last_before == d.steps["injection"] - 1
     assert set(s.matrix) == {d.steps["s50"], d.steps["final"]} and s.gradmatch is None
 
@@ -320,7 +328,8 @@ def test_the_table_counts_and_corrects_every_p_value_it_tests(margin):
     f = stats.null_family(nulls)
     assert (f.end, f.checkpoint) == (4 * 6, 4 * 2) and f.perm == 32
     assert f.equivalence == (6 if margin else 0) and f.tests == 32 + f.equivalence
-    assert set(nulls.null) == set(stats.NULL_CONDITIONS) and (nulls.kind == "end").sum() == 24
+    assert set(nulls.null) == {stats.ORDINARY_ROWS, "matched-gradient", "weight-kick", "nudge"}  # the frames' nulls
+    assert (nulls.kind == "end").sum() == 24
     tested = nulls.tost_equivalent.notna()
     family = np.concatenate([nulls.p_t.to_numpy(), nulls.tost_p[tested].to_numpy()])
     assert len(family) == f.tests

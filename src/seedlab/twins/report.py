@@ -553,10 +553,12 @@ def gauge_sentence(s: Summary) -> str:
         return ("The aligned inter-seed distance was not measured (measures.parquet predates it): run "
                 "`seedlab twins measure` again.")
     return (f"Measured: the inter-seed distance is {fmt_num(raw)} raw and {fmt_num(al)} ({_pct(s.aligned_share)} of it) after "
-            "weight matching: the second seed's twin permuted to the first's, per layer, MLP neurons and attention heads "
-            "by linear assignment as in Git Re-Basin (the residual basis is fixed, so every layer is matched in one "
-            "pass). Matching removes the permutation part of the gauge freedom, not rotations within a head, so the "
-            "ratio against the aligned distance is still a lower bound, a tighter one.")
+            "weight matching (lm/align.py): the second seed's twin permuted to the first's — the residual stream's features "
+            "(one permutation through embeddings, every LayerNorm and every matrix that reads or writes the stream) "
+            "alternating with each layer's attention heads and MLP neurons, by linear assignment as in Git Re-Basin's "
+            "coordinate descent, until no permutation lowers the distance. Matching removes the permutation part of the "
+            "gauge freedom, not rotations within a head, so the ratio against the aligned distance is still a lower "
+            "bound, a tighter one.")
 
 
 def over_training_table(s: Summary) -> str:
