@@ -275,6 +275,7 @@ def sign_gradient(name: str, like: Arm, step: int, seed: int, pad_id: int = 0) -
 
     def delta(trainer) -> tuple[dict[str, torch.Tensor], dict]:
         diff = gradient_difference(trainer, like, step, pad_id)
+        # + 7: not _direction's stream (same seeds), so the signs are independent of matched_gradient's direction
         g = torch.Generator().manual_seed(seed * 1_000_003 + trainer.seed + 7)
         signs = [torch.randint(0, 2, d.shape, generator=g, dtype=torch.int64).double() * 2 - 1 for d in diff]
         named = [k for k, _ in trainer.model.named_parameters()]
