@@ -216,6 +216,30 @@ def test_lds_of_a_perfect_predictor_is_one_and_of_a_shuffled_one_about_zero():
     assert set(c[c.group_predicts].estimator) == {"perfect", "scaled"}
 
 
+def test_lds_differences_are_paired_against_the_reference():
+    measured, members, scores = _groups()
+    predicted = lds.predictions(members, scores)
+    table = lds.lds(measured, predicted, resamples=300).set_index("estimator")
+    d = lds.differences(measured, predicted, "perfect", resamples=300).set_index("estimator")
+    assert "perfect" not in d.index and set(d.index) == {"scaled", "anti", "shuffled"}
+    # a rescaled copy of the reference ranks every subset alike: zero in every resample, not just on average
+    # (up to the ranks of float sums that tie to ~1e-9)
+    r = d.loc["scaled"]
+    assert r.difference == pytest.approx(0, abs=1e-6) and r.low == pytest.approx(0, abs=1e-6) == r.high
+    for e in ("anti", "shuffled"):
+        assert d.loc[e].difference == pytest.approx(table.loc[e].lds - table.loc["perfect"].lds)
+        assert d.loc[e].high < 0  # the perfect predictor is better, and the paired interval says so
+    assert d.loc["anti"].difference == pytest.approx(-2.0)
+    # pairing: the reference is 1 in every resample, so the difference's interval is the estimator's own shifted by 1
+    # (the same resamples of seeds and subsets; an unpaired draw would move the bounds)
+    assert d.loc["shuffled"].low == pytest.approx(table.loc["shuffled"].low - 1, abs=1e-6)
+    assert d.loc["shuffled"].high == pytest.approx(table.loc["shuffled"].high - 1, abs=1e-6)
+    t2, d2 = lds.analyse_paired(measured, members, scores, "perfect", resamples=300)
+    pd.testing.assert_frame_equal(t2.set_index("estimator"), table)
+    pd.testing.assert_frame_equal(d2.set_index("estimator"), d)
+    assert lds.differences(measured, predicted, "absent").empty
+
+
 def test_a_subsets_prediction_sums_its_rows_before_the_horizon():
     members = pd.DataFrame({"seed": 0, "alpha": 0.5, "subset": [0, 0, 1], "step": [1, 3, 3], "row": [0, 1, 1]})
     scores = pd.DataFrame({"seed": 0, "estimator": "e", "unit": "nats/token", "query": "q",

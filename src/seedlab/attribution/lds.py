@@ -67,14 +67,14 @@ def predictions(members: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
     return out[PREDICTED]
 
 
-def _lds(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float) -> dict:
-    """One cell: ``M``, ``P`` [S, Q, K] measured and predicted (NaN: absent) -> lds, interval, jackknife SE."""
+def _draws(M: np.ndarray, P: np.ndarray, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One cell: ``M``, ``P`` [S, Q, K] measured and predicted (NaN: absent) -> (per-seed LDS [S], the LDS of each of
+    :func:`~seedlab.attribution.stats.joint_draws`' resamples [resamples]). The draws depend on (S, K, resamples,
+    seed) only, so two estimators of one (α, horizon, kind) are resampled alike (paired)."""
     S, Q, K = M.shape
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         per_seed = np.nanmean(spearman_along(P, M), axis=1)  # [S]: Spearman over subsets, mean over queries
-        lds = float(np.nanmean(per_seed)) if np.isfinite(per_seed).any() else math.nan
-        loo = [np.nanmean(np.delete(per_seed, i)) for i in range(S)] if S > 1 else []
         slots, idx = joint_draws(S, K, resamples, seed)
         draws = []
         for c in range(0, resamples, _CHUNK):
@@ -82,21 +82,27 @@ def _lds(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float) 
             at = (sl[:, :, None, None], np.arange(Q)[None, None, :, None], ix[:, :, None, :])  # -> [b, S, Q, K]
             rho = spearman_along(P[at], M[at])  # [b, S, Q]
             draws.append(np.nanmean(np.nanmean(rho, axis=2), axis=1))
-        lo, hi = bootstrap_interval(np.concatenate(draws), alpha)
+    return per_seed, np.concatenate(draws)
+
+
+def _summary(per_seed: np.ndarray, draws: np.ndarray, alpha: float) -> dict:
+    """lds (the mean over seeds), its percentile interval over ``draws`` and the jackknife SE over seeds."""
+    S = len(per_seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lds = float(np.nanmean(per_seed)) if np.isfinite(per_seed).any() else math.nan
+        loo = [np.nanmean(np.delete(per_seed, i)) for i in range(S)] if S > 1 else []
+        lo, hi = bootstrap_interval(draws, alpha)
     return {"lds": lds, "low": float(lo), "high": float(hi), "se_seeds": jackknife_se(loo) if loo else math.nan}
 
 
-def lds(measured: pd.DataFrame, predicted: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED,
-        alpha: float = ALPHA) -> pd.DataFrame:
-    """:data:`COLUMNS` per estimator × α × horizon × query kind (each, and :data:`ALL`): ``measured``: groups.parquet;
-    ``predicted``: :func:`predictions`' frame (module doc)."""
-    if not len(measured) or not len(predicted):
-        return pd.DataFrame(columns=COLUMNS)
+def _cells(measured: pd.DataFrame, predicted: pd.DataFrame):
+    """Per estimator × α × horizon × query kind (each, and :data:`ALL`): (the table's keys, M, P) with M, P
+    [seeds, queries, subsets] (NaN: absent)."""
     j = predicted.merge(measured[["seed", "alpha", "subset", "query", "query_kind", "horizon", "label", "measured"]],
                         on=["seed", "alpha", "subset", "query", "horizon"], how="inner")
     kinds = list(dict.fromkeys(j.query_kind))
     kinds = [*kinds, ALL] if len(kinds) > 1 else kinds
-    out = []
     for (e, a, h), g in j.groupby(["estimator", "alpha", "horizon"], sort=True):
         for kind in kinds:
             gk = g if kind == ALL else g[g.query_kind == kind]
@@ -108,19 +114,69 @@ def lds(measured: pd.DataFrame, predicted: pd.DataFrame, *, resamples: int = RES
             si, qi, ki = (gk[c].map({v: n for n, v in enumerate(vals)}).to_numpy() for c, vals in
                           (("seed", seeds), ("query", queries), ("subset", subsets)))
             M[si, qi, ki], P[si, qi, ki] = gk.measured.to_numpy(), gk.predicted.to_numpy()
-            out.append({"estimator": e, "unit": gk.unit.iloc[0], "alpha": float(a), "query_kind": kind,
-                        "horizon": int(h), "label": gk.label.iloc[0], "seeds": len(seeds), "subsets": len(subsets),
-                        "queries": len(queries), **_lds(M, P, resamples, seed, alpha),
-                        "coverage": float(gk.coverage.min())})
+            keys = {"estimator": e, "unit": gk.unit.iloc[0], "alpha": float(a), "query_kind": kind,
+                    "horizon": int(h), "label": gk.label.iloc[0], "seeds": len(seeds), "subsets": len(subsets),
+                    "queries": len(queries), "coverage": float(gk.coverage.min())}
+            yield keys, M, P
+
+
+def lds(measured: pd.DataFrame, predicted: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED,
+        alpha: float = ALPHA) -> pd.DataFrame:
+    """:data:`COLUMNS` per estimator × α × horizon × query kind (each, and :data:`ALL`): ``measured``: groups.parquet;
+    ``predicted``: :func:`predictions`' frame (module doc)."""
+    if not len(measured) or not len(predicted):
+        return pd.DataFrame(columns=COLUMNS)
+    out = [{**keys, **_summary(*_draws(M, P, resamples, seed), alpha)}
+           for keys, M, P in _cells(measured, predicted)]
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+DIFFERENCES = ["estimator", "reference", "alpha", "query_kind", "horizon", "label", "seeds", "subsets", "difference",
+               "low", "high", "se_seeds"]
+
+
+def differences(measured: pd.DataFrame, predicted: pd.DataFrame, reference: str = "metagrad", *,
+                resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> pd.DataFrame:
+    """Each estimator's LDS minus ``reference``'s, paired (:data:`DIFFERENCES`): per α × horizon × query kind, the
+    difference of the point LDS, its percentile interval over the *same* resamples of seeds and subsets (the
+    draws of :func:`_draws` depend on the design only) and the jackknife SE over seeds of the per-seed difference.
+    A cell where the two estimators saw other seeds or subsets (a partial estimator) is left out: no pairing."""
+    if not len(measured) or not len(predicted) or reference not in set(predicted.estimator):
+        return pd.DataFrame(columns=DIFFERENCES)
+    cells: dict[tuple, dict[str, tuple]] = {}
+    for keys, M, P in _cells(measured, predicted):
+        cells.setdefault((keys["alpha"], keys["horizon"], keys["query_kind"]), {})[keys["estimator"]] = (keys, M, P)
+    out = []
+    for (a, h, kind), by in cells.items():
+        if reference not in by:
+            continue
+        rk, rM, rP = by[reference]
+        ref = _draws(rM, rP, resamples, seed)
+        for e, (keys, M, P) in sorted(by.items()):
+            if e == reference or M.shape != rM.shape or not np.array_equal(np.isnan(M), np.isnan(rM)):
+                continue
+            per_seed, draws = _draws(M, P, resamples, seed)
+            s = _summary(per_seed - ref[0], draws - ref[1], alpha)
+            out.append({"estimator": e, "reference": reference, "alpha": a, "query_kind": kind, "horizon": h,
+                        "label": keys["label"], "seeds": keys["seeds"], "subsets": keys["subsets"],
+                        "difference": s["lds"], "low": s["low"], "high": s["high"], "se_seeds": s["se_seeds"]})
+    return pd.DataFrame(out, columns=DIFFERENCES)
 
 
 def analyse(measured: pd.DataFrame, members: pd.DataFrame, scores: pd.DataFrame | None, **kw) -> pd.DataFrame:
     """:func:`lds` of a bank's groups.parquet and group_rows.parquet against its row scores (rowscores.py
     ``read_scores``; None: an empty frame)."""
+    return analyse_paired(measured, members, scores, **kw)[0]
+
+
+def analyse_paired(measured: pd.DataFrame, members: pd.DataFrame, scores: pd.DataFrame | None,
+                   reference: str = "metagrad", **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(:func:`lds`, :func:`differences` against ``reference``) of a bank's groups.parquet and group_rows.parquet
+    against its row scores, the subsets' predictions summed once (None: empty frames)."""
     if scores is None:
-        return pd.DataFrame(columns=COLUMNS)
-    return lds(measured, predictions(members, scores), **kw)
+        return pd.DataFrame(columns=COLUMNS), pd.DataFrame(columns=DIFFERENCES)
+    predicted = predictions(members, scores)
+    return lds(measured, predicted, **kw), differences(measured, predicted, reference, **kw)
 
 
 CONTRAST = ["estimator", "alpha", "query_kind", "single_rho", "single_low", "single_high", "single_predicts", "lds",

@@ -110,16 +110,16 @@ def removal_section(a: Attributed) -> str | None:
     from seedlab.attribution.rowscores import read_scores
 
     scores = read_scores(a.dir.root)
-    age = oldest = contrast = table = None
+    age = oldest = contrast = table = paired = None
     single, missing = pd.DataFrame(columns=loo.COLUMNS), []
     if a.loo is not None:
         age, single = loo.analyse(a.loo, scores)
         oldest = loo.oldest(age, "metagrad")
         missing = loo.unscored(a.loo, scores, "metagrad") if scores is not None else []
     if a.groups is not None and a.group_rows is not None:
-        table = lds.analyse(a.groups, a.group_rows, scores)
+        table, paired = lds.analyse_paired(a.groups, a.group_rows, scores)
         contrast = lds.contrast(table, single)
-    return removals_section(age, oldest, contrast, table, missing)
+    return removals_section(age, oldest, contrast, table, missing, paired)
 
 
 def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:

@@ -123,8 +123,27 @@ def contrast_sentence(c: pd.DataFrame) -> str:
     return " ".join(parts) or "No estimator to compare."
 
 
+DIFF_HELP = (
+    "Each estimator's LDS minus {ref}'s at the end, paired: the same resamples of seeds and subsets for both "
+    "[95% interval] ±jackknife SE over seeds of the per-seed difference. Below 0: {ref} ranks the subsets better.")
+
+
+def differences_table(d: pd.DataFrame) -> str:
+    """lds.py ``differences`` at the end horizon and the main query kind: rows the estimators, columns the α."""
+    kind = _kind(d)
+    g = d[(d.query_kind == kind) & (d.horizon == d.horizon.max())]
+    alphas = sorted(g.alpha.unique())
+    rows = []
+    for e, ge in g.groupby("estimator", sort=True):
+        ge = ge.set_index("alpha")
+        rows.append([e, *(f"{fmt_ci(ge.loc[a].difference, ge.loc[a].low, ge.loc[a].high)} ±{fmt_num(ge.loc[a].se_seeds)}"
+                          if a in ge.index else "" for a in alphas)])
+    return md_table(["estimator", *(f"LDS − {g.reference.iloc[0]}'s, α = {a:g}" for a in alphas)], rows)
+
+
 def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd.DataFrame | None,
-                     lds: pd.DataFrame | None, missing: list[int] | None = None) -> str:
+                     lds: pd.DataFrame | None, missing: list[int] | None = None,
+                     paired: pd.DataFrame | None = None) -> str:
     """The section: the LOO tables (with ``age``, loo.py ``by_age``; ``oldest`` for metagrad; ``missing``, the
     leave-one-out steps metagrad scored no row of: loo.py ``unscored``) and the LDS table (with ``contrast``, lds.py
     ``contrast``; ``lds``, lds.py's full table, for the subset count)."""
@@ -148,5 +167,8 @@ def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd
             end = lds[(lds.horizon == lds.horizon.max()) & (lds.query_kind == _kind(lds))] if lds is not None else None
             n = end.iloc[0] if end is not None and len(end) else None
             size = "" if n is None else f"{n.seeds} seed(s), {n.subsets} subsets per α, {n.queries} queries. "
-            out += [LDS_HELP, size + contrast_sentence(contrast), lds_table(contrast), PUBLISHED]
+            out += [LDS_HELP, size + contrast_sentence(contrast), lds_table(contrast)]
+            if paired is not None and len(paired):
+                out += [DIFF_HELP.format(ref=paired.reference.iloc[0]), differences_table(paired)]
+            out.append(PUBLISHED)
     return "\n\n".join(out)
