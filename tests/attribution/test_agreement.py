@@ -193,6 +193,28 @@ def test_the_joint_bootstrap_by_hand():
         stats.READOUT)
 
 
+def test_joint_gathers_index_an_array_at_the_joint_draws_chunk_by_chunk():
+    """joint_gathers (lds.py's and loo.py's resampling): x[at] is x at joint_draws' seeds and, along the units' axis,
+    their units drawn anew; every other axis whole; the chunks only split the resamples; the draws follow the shape's
+    seeds and units alone (two arrays of one design are resampled alike)."""
+    x = np.arange(3 * 4 * 5, dtype=float).reshape(3, 4, 5)
+    for axis, units in ((1, 4), (2, 5)):
+        slots, idx = stats.joint_draws(3, units, 11, 7)
+        got = [x[at] for at in stats.joint_gathers(x.shape, axis, 11, 7, chunk=4)]
+        assert [len(g) for g in got] == [4, 4, 3]
+        got = np.concatenate(got)
+        assert got.shape == (11, 3, 4, 5)
+        for k in (0, 6, 10):
+            for j in range(3):
+                want = np.take(x[slots[k, j]], idx[k, j], axis=axis - 1)
+                assert np.array_equal(got[k, j], want)
+        wider = (3, 9, 5) if axis == 2 else (3, 4, 9)  # another size of the axis not resampled: the same draws
+        for at, at2 in zip(stats.joint_gathers(x.shape, axis, 11, 7), stats.joint_gathers(wider, axis, 11, 7)):
+            assert np.array_equal(at[0], at2[0]) and np.array_equal(at[axis], at2[axis])
+    with pytest.raises(ValueError, match="units' axis"):
+        next(stats.joint_gathers(x.shape, 0, 11, 7))
+
+
 def test_constant_estimate_has_no_correlation_and_effects_table():
     an = stats.analyse(_frame({"e": lambda m, rng, h: np.full(len(m), 0.5)}), resamples=20)
     assert _rows(an.correlations, "within", "e").rho.isna().all() and an.sign["sign"].notna().all()

@@ -30,14 +30,13 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_draws
+from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_gathers
 from seedlab.stats import bootstrap_interval, jackknife_se, spearman_along
 
 ALL = "all"
 COLUMNS = ["estimator", "unit", "alpha", "query_kind", "horizon", "label", "seeds", "subsets", "queries", "lds", "low",
            "high", "se_seeds", "coverage"]
 PREDICTED = ["estimator", "unit", "seed", "alpha", "subset", "query", "horizon", "predicted", "coverage"]
-_CHUNK = 250
 
 
 def predictions(members: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
@@ -71,17 +70,11 @@ def _draws(M: np.ndarray, P: np.ndarray, resamples: int, seed: int) -> tuple[np.
     """One cell: ``M``, ``P`` [S, Q, K] measured and predicted (NaN: absent) -> (per-seed LDS [S], the LDS of each of
     :func:`~seedlab.attribution.stats.joint_draws`' resamples [resamples]). The draws depend on (S, K, resamples,
     seed) only, so two estimators of one (α, horizon, kind) are resampled alike (paired)."""
-    S, Q, K = M.shape
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         per_seed = np.nanmean(spearman_along(P, M), axis=1)  # [S]: Spearman over subsets, mean over queries
-        slots, idx = joint_draws(S, K, resamples, seed)
-        draws = []
-        for c in range(0, resamples, _CHUNK):
-            sl, ix = slots[c:c + _CHUNK], idx[c:c + _CHUNK]  # [b, S], [b, S, K]
-            at = (sl[:, :, None, None], np.arange(Q)[None, None, :, None], ix[:, :, None, :])  # -> [b, S, Q, K]
-            rho = spearman_along(P[at], M[at])  # [b, S, Q]
-            draws.append(np.nanmean(np.nanmean(rho, axis=2), axis=1))
+        draws = [np.nanmean(np.nanmean(spearman_along(P[at], M[at]), axis=2), axis=1)  # [b, S, Q] -> [b]
+                 for at in joint_gathers(M.shape, 2, resamples, seed)]  # P[at]: [b, S, Q, K]
     return per_seed, np.concatenate(draws)
 
 

@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_draws
+from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_gathers
 from seedlab.stats import bootstrap_interval, slope_along, spearman_along
 
 ALL = "all"
@@ -38,7 +38,6 @@ KEYS = ["seed", "step", "row", "query", "horizon"]
 COLUMNS = ["estimator", "unit", "query_kind", "step", "horizon", "label", "age", "seeds", "rows", "queries", "n",
            "rho", "rho_low", "rho_high", "slope", "slope_low", "slope_high", "ratio", "ratio_low", "ratio_high",
            "mean_abs"]
-_CHUNK = 250  # resamples materialised at once (memory)
 
 
 def joined(loo: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
@@ -50,7 +49,7 @@ def joined(loo: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
 
 def _cell(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float) -> dict:
     """The numbers of one cell: ``M``, ``P`` [S, R, Q] measured and predicted (NaN: absent)."""
-    S, R, Q = M.shape
+    S = len(M)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         rho_s = spearman_along(P.reshape(S, -1), M.reshape(S, -1))  # [S]
@@ -58,13 +57,10 @@ def _cell(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float)
         slope = float(slope_along(P.ravel(), M.ravel()))
         ok = np.isfinite(P) & np.isfinite(M) & (P != 0)
         ratio = float(np.median(M[ok] / P[ok])) if ok.any() else math.nan
-        slots, idx = joint_draws(S, R, resamples, seed)
         rhos, slopes, ratios = [], [], []
-        for c in range(0, resamples, _CHUNK):
-            sl, ix = slots[c:c + _CHUNK], idx[c:c + _CHUNK]  # [b, S], [b, S, R]
-            Mb = M[sl[:, :, None], ix]  # [b, S, R, Q]
-            Pb = P[sl[:, :, None], ix]
-            b = len(sl)
+        for at in joint_gathers(M.shape, 1, resamples, seed):
+            Mb, Pb = M[at], P[at]  # [b, S, R, Q]
+            b = len(Mb)
             rhos.append(np.nanmean(spearman_along(Pb.reshape(b, S, -1), Mb.reshape(b, S, -1)), axis=1))
             slopes.append(slope_along(Pb.reshape(b, -1), Mb.reshape(b, -1)))
             okb = np.isfinite(Pb) & np.isfinite(Mb) & (Pb != 0)

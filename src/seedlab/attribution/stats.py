@@ -43,7 +43,8 @@ reliability, which depends on k). A resample weights each candidate by how often
 without a sort per resample); the kind baseline is not recomputed inside a resample.
 :func:`within_joint` resamples seeds and candidates jointly instead (the seeds with replacement,
 then the candidates anew within each drawn seed: :func:`joint_draws`), for statements about
-training rather than about these seeds (attribution/horizon.py's h*, additivity.py).
+training rather than about these seeds (attribution/horizon.py's h*, additivity.py);
+:func:`joint_gathers` indexes an array at those draws, chunk by chunk (lds.py's subsets, loo.py's rows).
 
 **Baselines.** The registry's baseline estimators (random, loss at s, ‖∇ℓ_c‖, length: see
 :func:`is_baseline`) and :data:`KIND`, the candidate's kind: the leave-one-out mean of the
@@ -70,6 +71,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -262,6 +264,29 @@ def joint_draws(seeds: int, units: int, resamples: int, seed: int) -> tuple[np.n
     replacement ([resamples, seeds, units], indices). A seed drawn twice gets two independent draws."""
     rng = np.random.default_rng([seed, 2])
     return rng.integers(0, seeds, size=(resamples, seeds)), rng.integers(0, units, size=(resamples, seeds, units))
+
+
+JOINT_CHUNK = 250  # joint resamples gathered at once (memory)
+
+
+def joint_gathers(shape: tuple[int, ...], axis: int, resamples: int, seed: int,
+                  chunk: int = JOINT_CHUNK) -> Iterator[tuple[np.ndarray, ...]]:
+    """:func:`joint_draws` applied to an array of ``shape`` — the seeds on axis 0, the units (subsets, rows) on
+    ``axis`` ≥ 1 — as index tuples, ``chunk`` resamples at a time: ``x[at]`` is [b, *shape], its slot j in resample
+    k the drawn seed ``slots[k, j]`` with its units drawn anew along ``axis`` (every other axis whole). The draws
+    depend on (shape[0], shape[axis], resamples, seed) only, so two arrays of one design are resampled alike
+    (paired: lds.py's estimators, loo.py's)."""
+    if not 1 <= axis < len(shape):
+        raise ValueError(f"the units' axis must be one of 1 .. {len(shape) - 1}, got {axis}")
+    slots, idx = joint_draws(shape[0], shape[axis], resamples, seed)
+
+    def placed(v: np.ndarray, i: int) -> np.ndarray:  # the slots [b, S]: as they are; [b | 1, S | 1, d]: d on axis i
+        return v.reshape(*v.shape[:2], *(v.shape[-1] if j == i else 1 for j in range(1, len(shape))))
+
+    whole = {i: np.arange(d)[None, None, :] for i, d in enumerate(shape) if i not in (0, axis)}
+    for c in range(0, resamples, chunk):
+        drawn = {0: slots[c:c + chunk], axis: idx[c:c + chunk]}  # [b, S], [b, S, K]
+        yield tuple(placed(drawn[i] if i in drawn else whole[i], i) for i in range(len(shape)))
 
 
 def within_joint(a: Arrays, resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, np.ndarray]:
