@@ -1,7 +1,8 @@
 """The run's own rows (issue 33 §2–3): leave-one-out arms by age and group arms in a tiny bank — their folders and
 tables, each arm bitwise the twin until its first removed row; −metagrad predicts a young row's measured removal
-effect (first order); the row estimators' sign convention; the LOO and LDS statistics on synthetic data (a perfect
-predictor scores 1, a shuffled one ~0); the report's section; bad input one line, exit 2, nothing written."""
+effect (first order); the row estimators' sign convention; TRAK as a row estimator (influence.py's trak on the same
+rows, its sign, ``rowscores --add``); the LOO and LDS statistics on synthetic data (a perfect predictor scores 1, a
+shuffled one ~0); the report's section; bad input one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -313,5 +314,147 @@ def test_rowscores_bad_input_is_one_line_exit_2_nothing_written(seedlab_cli, ban
     before = (bank / "rowscores.parquet").stat().st_mtime_ns
     rc, _, err = seedlab_cli("attribution", "rowscores", str(bank), "--estimator", "metagrad", "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0, err
-    assert "must be among tracin, grad-dot, grad-cosine, ekfac" in err
+    assert "must be among tracin, grad-dot, grad-cosine, ekfac, trak" in err
     assert (bank / "rowscores.parquet").stat().st_mtime_ns == before
+    rc, _, err = seedlab_cli("attribution", "rowscores", str(bank), "--estimator", "trak,tracein", "--add",
+                             "--no-progress")
+    assert rc == 2 and err.strip().count("\n") == 0 and "'tracein'" in err, err
+    assert (bank / "rowscores.parquet").stat().st_mtime_ns == before
+
+
+# --------------------------------------------------------------------------- TRAK as a row estimator (rowscores.py)
+
+
+@pytest.fixture(scope="module")
+def traked(bank, tmp_path_factory):
+    """A copy of the bank, ``seedlab attribution rowscores COPY --estimator trak --add`` run on it (the command line):
+    (the copy, its rowscores.json)."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path_factory.mktemp("traked") / "bank"
+    shutil.copytree(bank, copy)
+    p = subprocess.run([sys.executable, "-m", "seedlab", "attribution", "rowscores", str(copy), "--estimator", "trak",
+                        "--add", "--no-progress"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return copy, json.loads(BankDir(copy).rowscores_json.read_text())
+
+
+def _rowscores(folder) -> pd.DataFrame:
+    keys = ["seed", "estimator", "query", "horizon", "step", "row"]
+    return pd.read_parquet(BankDir(folder).rowscores).sort_values(keys).reset_index(drop=True)
+
+
+def test_trak_scores_every_row_at_the_end_and_add_keeps_the_others_bitwise(bank, traked):
+    """``--estimator trak --add``: tracin, grad-dot and grad-cosine kept as they were (values bitwise, their seconds);
+    trak added, one value per seed, removal row and query, at the end horizon only, unit "score"."""
+    copy, record = traked
+    old, new = _rowscores(bank), _rowscores(copy)
+    kept = new[new.estimator != "trak"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, old, check_exact=True)
+    before = json.loads(BankDir(bank).rowscores_json.read_text())
+    assert record["estimators"] == ["tracin", "grad-dot", "grad-cosine", "trak"]
+    for seed in ("0", "1"):
+        assert record["seconds"][seed] == before["seconds"][seed] | {"trak": record["seconds"][seed]["trak"]}
+    b = open_bank(bank)
+    rows, queries = removals.rows_of(b.cfg), set(b.inputs.queries)
+    tr = new[new.estimator == "trak"]
+    assert set(tr.horizon) == {END} and set(tr.unit) == {"score"} and np.isfinite(tr.value).all()
+    assert len(tr) == 2 * len(rows) * len(queries)
+    for seed in (0, 1):
+        g = tr[tr.seed == seed]
+        assert set(zip(g.step, g.row, g["query"])) == {(t, i, q) for t, i in rows for q in queries}
+
+
+def test_trak_row_scores_are_influence_trak_on_the_same_training_set(traked):
+    """The same rows and queries through influence.py's ``trak`` (the bank's estimator for a swap): the fit rows and
+    every scored row but the last two as its fit set, the second-to-last as the replaced row and the last as the
+    candidate — Φ's training set the same rows in the same order — give −(τ(q, c) − τ(q, r)), which is the row
+    scores' v(r) − v(c) for every query (a removal is +τ)."""
+    import torch
+
+    from seedlab.attribution.attribute import fit_set
+    from seedlab.attribution.estimators import Case
+    from seedlab.attribution.influence import InfluenceOptions, trak
+    from seedlab.lm.batches import get_batch
+    from seedlab.lm.model import GPT
+
+    copy, _ = traked
+    b = open_bank(copy)
+    rows = removals.rows_of(b.cfg)
+    batch = lambda t: get_batch(b.inputs.corpus.train, 0, t, b.cfg.batch_size, b.inputs.gcfg.block_size)
+    X = torch.stack([batch(t)[0][i] for t, i in rows])
+    Y = torch.stack([batch(t)[1][i] for t, i in rows])
+    fx, fy = fit_set(b, 0, END)
+    model = GPT(b.inputs.gcfg)
+    model.load_state_dict(b.dir.twin(0).weights(END))
+    queries = {n: t.tokens for n, t in b.inputs.queries.items()}
+    last = tuple(int(v) for v in torch.cat([X[-1], Y[-1, -1:]]))
+    case = Case.of(X[-2:-1], Y[-2:-1], 0, {"last": last}, queries, b.inputs.pad_id)
+    est = trak(model, case, options=InfluenceOptions(fit=(torch.cat([fx, X[:-2]]), torch.cat([fy, Y[:-2]]))))[0]
+    sc = _rowscores(copy)
+    v = sc[(sc.estimator == "trak") & (sc.seed == 0)].set_index(["step", "row", "query"]).value
+    want = np.array([v[(*rows[-2], q)] - v[(*rows[-1], q)] for q in queries])
+    assert np.abs(est).min() > 0
+    np.testing.assert_allclose(est, want, rtol=1e-6, atol=0)
+
+
+def test_trak_puts_a_querys_own_text_among_its_largest_removal_effects(traked):
+    """The sign: a query whose text *is* a training row (three rows of the run taken as queries) — removing that row
+    is predicted to raise the query's loss more than removing any other row, and positive (a flipped sign puts it
+    at the bottom). The bank's own queries keep their values beside them (τ is per query)."""
+    from dataclasses import replace
+
+    from seedlab.attribution.rowscores import trak_scores
+    from seedlab.attribution.rundir import Bank
+    from seedlab.attribution.texts import Text
+    from seedlab.lm.batches import get_batch
+
+    copy, _ = traked
+    b = open_bank(copy)
+    rows = removals.rows_of(b.cfg)
+    picked = [rows[0], rows[len(rows) // 2], rows[-1]]
+    dup = {}
+    for t, i in picked:
+        x, y = get_batch(b.inputs.corpus.train, 0, t, b.cfg.batch_size, b.inputs.gcfg.block_size)
+        dup[f"row-{t}-{i}"] = Text("heldout", tuple(int(v) for v in np.r_[x[i].numpy(), y[i, -1:].numpy()]), "")
+    bank2 = Bank(b.dir, b.cfg, replace(b.inputs, queries=dict(b.inputs.queries) | dup))
+    f = trak_scores(bank2, 0, rows)
+    for (t, i), q in zip(picked, dup):
+        g = f[f["query"] == q].set_index(["step", "row"]).value
+        assert g[(t, i)] > 0 and g[(t, i)] > g.median() and g.idxmax() == (t, i)  # the largest of all (~10x the next)
+    sc = _rowscores(copy)
+    own = sc[(sc.estimator == "trak") & (sc.seed == 0)].set_index(["step", "row", "query"]).value
+    again = f[~f["query"].isin(dup)].set_index(["step", "row", "query"]).value
+    # float32 features: the query gradients taken in another batch differ by round-off, which (ΦᵀΦ)⁻¹ amplifies
+    np.testing.assert_allclose(again.loc[own.index], own, rtol=0, atol=1e-3 * own.abs().max())
+
+
+def test_add_replaces_the_estimators_asked_for_and_without_it_rowscores_overwrites(traked, tmp_path, monkeypatch):
+    """``add``: an estimator asked for again replaces its rows (no duplicates), the others stay; without ``add`` the
+    file holds the estimators asked for only. (trak stubbed: the merge is what is tested.) traker missing: a
+    one-line error naming it when asked for, left out of the default."""
+    import shutil
+    import sys
+
+    from seedlab.attribution import rowscores
+    from seedlab.errors import SeedlabError
+
+    copy = shutil.copytree(traked[0], tmp_path / "bank")
+    before = _rowscores(copy)
+    monkeypatch.setattr(rowscores, "trak_scores", lambda bank, seed, rows: rowscores._long(
+        seed, "trak", list(bank.inputs.queries), END, rows, np.full((len(rows), len(bank.inputs.queries)), 7.0)))
+    rowscores.bank_rowscores(copy, estimators=["trak"], add=True, progress=False)
+    after = _rowscores(copy)
+    assert len(after) == len(before) and (after[after.estimator == "trak"].value == 7.0).all()
+    pd.testing.assert_frame_equal(after[after.estimator != "trak"], before[before.estimator != "trak"], check_exact=True)
+    record = json.loads(BankDir(copy).rowscores_json.read_text())
+    assert record["estimators"] == ["tracin", "grad-dot", "grad-cosine", "trak"]
+    rowscores.bank_rowscores(copy, estimators=["trak"], progress=False)
+    assert set(_rowscores(copy).estimator) == {"trak"}
+    assert json.loads(BankDir(copy).rowscores_json.read_text())["estimators"] == ["trak"]
+    monkeypatch.setitem(sys.modules, "trak", None)  # as if traker were not installed
+    with pytest.raises(SeedlabError, match=r"^rowscores: trak needs traker, which is not installed: pip install traker"):
+        rowscores.choose(["trak"])
+    assert "trak" not in rowscores.choose(None) and "tracin" in rowscores.choose(None)

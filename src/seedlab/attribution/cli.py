@@ -96,10 +96,11 @@ def attribution_metagrad(
 def attribution_rowscores(
     bank: Annotated[Path, typer.Argument(help="a bank with loo or groups (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
-        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac (metagrad's rows come "
-        "from seedlab attribution metagrad); default: all installed"))] = [],  # noqa: B006
+        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac, trak (metagrad's rows "
+        "come from seedlab attribution metagrad); default: all installed"))] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    add: Annotated[bool, typer.Option(help="keep the other estimators' rows already in rowscores.parquet (e.g. --estimator trak --add)")] = False,
 ) -> None:
     """Every removed training row's predicted effect (leave-one-out and group rows) by the estimators that score
     arbitrary training rows -> rowscores.parquet (the LDS and leave-one-out sections of the report)."""
@@ -107,7 +108,7 @@ def attribution_rowscores(
     from seedlab.attribution.rundir import BankDir
 
     names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
-    df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress)
+    df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress, add=add)
     typer.echo(f"{len(df)} row scores ({df.estimator.nunique()} estimator(s), {df.seed.nunique()} seed(s)) -> "
                f"{BankDir(bank).rowscores}")
 

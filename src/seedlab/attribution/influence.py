@@ -236,11 +236,16 @@ def _swap_rows(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _query_rows(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(x, y, mask) [Q, L] of the queries, padded after the text (masked) to the longest."""
-    L = max(len(ids) for ids in case.queries.values()) - 1
-    qx = torch.full((len(case.queries), L), case.pad_id, dtype=torch.int64)
+    """(x, y, mask) [Q, L] of the case's queries (:func:`query_rows`)."""
+    return query_rows(case.queries, case.pad_id)
+
+
+def query_rows(queries: Mapping[str, Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, y, mask) [Q, L] of the queries (token ids), padded with ``pad_id`` after the text (masked) to the longest."""
+    L = max(len(ids) for ids in queries.values()) - 1
+    qx = torch.full((len(queries), L), pad_id, dtype=torch.int64)
     qy, qm = qx.clone(), torch.zeros(qx.shape, dtype=torch.bool)
-    for i, ids in enumerate(case.queries.values()):
+    for i, ids in enumerate(queries.values()):
         x, y, m = query_tensors(ids)
         n = x.shape[1]
         qx[i, :n], qy[i, :n], qm[i, :n] = x[0], y[0], m[0]
@@ -295,41 +300,56 @@ def trak(model: GPT, case: Case, *, options: InfluenceOptions | None = None) -> 
     margin, i.e. lowers its loss: hence the minus sign. traker rescales (ΦᵀΦ)⁻¹ by its mean
     |entry|, so the scale is arbitrary: unit "score". All parameters are tracked; the model is
     copied to float32 on the CPU (``options.weights``: at those weights); ``options.seed`` seeds P."""
-    from trak import TRAKer
-    from trak.projectors import BasicProjector, ProjectionType
-
     o = options or InfluenceOptions()
-    work = copy.deepcopy(_weights(model, o)).float().cpu().eval()
-    fx, fy = _fit_rows(case, o, work.config.block_size)
+    model = _weights(model, o)
+    fx, fy = _fit_rows(case, o, model.config.block_size)
     sx, sy, sm = _swap_rows(case)
     X, Y = torch.cat([fx, sx]), torch.cat([fy, sy])
     M = torch.cat([torch.ones(fx.shape, dtype=torch.bool), sm])
-    n, m = len(X), len(fx)
-    k = o.proj_dim or min(2048, max(1, n // 2))
-    queries = _query_rows(case)
+    m = len(fx)
+    scores = trak_tau(model, (X, Y, M), _query_rows(case), proj_dim=o.proj_dim, seed=o.seed,
+                      fit_batch=o.fit_batch)  # [train, queries]
+    est = -(scores[m + 1 :] - scores[m : m + 1])
+    est[[case.passage(c) == case.own_row() for c in case.candidates]] = 0.0  # no swap (float32 features: ±1 ulp)
+    return est
+
+
+def trak_tau(model: GPT, train: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+             queries: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *, proj_dim: int | None = None,
+             seed: int = 0, fit_batch: int = 8) -> np.ndarray:
+    """[train rows × queries] float64 of traker's τ(q, z) = φ(q)ᵀ (ΦᵀΦ)⁻¹ φ(z) · Q_z (:func:`trak`'s core, shared
+    with attribution/rowscores.py): Φ the projected margin gradients of ``train`` (x, y, mask) [n, T], featurized
+    ``fit_batch`` rows at a time in their order; ``queries`` (x, y, mask) [Q, L]; P seeded by ``seed``, of dimension
+    ``proj_dim`` (None: n // 2, at most 2048); ``model`` copied to float32 on the CPU, every parameter tracked.
+    τ > 0: training on z raises q's margin (lowers its loss); the scale is traker's (arbitrary)."""
+    from trak import TRAKer
+    from trak.projectors import BasicProjector, ProjectionType
+
+    work = copy.deepcopy(model).float().cpu().eval()
+    X, Y, M = train
+    n, nq = len(X), len(queries[0])
+    k = proj_dim or min(2048, max(1, n // 2))
     root = logging.getLogger()
     handlers = root.handlers[:]  # TRAKer calls logging.basicConfig(): the root logger is restored after
     with tempfile.TemporaryDirectory(prefix="seedlab-trak-") as out, _quiet_logs("TRAK"), _no_tqdm(), \
             warnings.catch_warnings(), deterministic(torch.device("cpu"), strict=False):
         warnings.simplefilter("ignore")
-        projector = BasicProjector(grad_dim=sum(p.numel() for p in work.parameters()), proj_dim=k, seed=o.seed,
+        projector = BasicProjector(grad_dim=sum(p.numel() for p in work.parameters()), proj_dim=k, seed=seed,
                                    proj_type=ProjectionType.normal, device="cpu", block_size=k)
         tr = TRAKer(model=work, task=_margins_task(), train_set_size=n, save_dir=out, device="cpu",
                     projector=projector, use_half_precision=False, logging_level=logging.ERROR)
         tr.load_checkpoint(work.state_dict(), model_id=0)
-        for i in range(0, n, o.fit_batch):
-            j = min(i + o.fit_batch, n)
+        for i in range(0, n, fit_batch):
+            j = min(i + fit_batch, n)
             tr.featurize(batch=(X[i:j], Y[i:j], M[i:j]), num_samples=j - i)
         tr.finalize_features()
         if not tr.projector.proj_matrix_available:  # traker 0.3.2 frees it and, with one block, never makes it again
             tr.projector.generate_sketch_matrix(tr.projector.generator_states[0])
-        tr.start_scoring_checkpoint("queries", work.state_dict(), model_id=0, num_targets=len(case.queries))
-        tr.score(batch=queries, num_samples=len(case.queries))
+        tr.start_scoring_checkpoint("queries", work.state_dict(), model_id=0, num_targets=nq)
+        tr.score(batch=queries, num_samples=nq)
         scores = np.asarray(tr.finalize_scores("queries"), dtype=np.float64)  # [train, queries]
     root.handlers = handlers
-    est = -(scores[m + 1 :] - scores[m : m + 1])
-    est[[case.passage(c) == case.own_row() for c in case.candidates]] = 0.0  # no swap (float32 features: ±1 ulp)
-    return est
+    return scores
 
 
 def _margins_task() -> Any:

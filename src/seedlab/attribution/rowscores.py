@@ -24,16 +24,27 @@ ekfac        +⟨∇L_q, (F + λ)⁻¹ ∇ℓ_i⟩ / D at the twin's weights at 
              F fitted on attribute.fit_rows rows of steps 0 .. end as attribute's ekfac is; D = B, or
              attribute.train_rows): the influence function of removing the row, as the field computes it
              for groups by summing per-row scores; the end horizon only (its cost: one score per row)
+trak         +τ(q, z) = φ(q)ᵀ (ΦᵀΦ)⁻¹ φ(z) · Q_z (TRAK, Park et al. 2023, one model, through traker exactly  score
+             as influence.py's ``trak``: margin gradients, a seeded Gaussian projection, traker's scale)
+             at the twin's weights at the end; Φ's training set is the rows themselves, as the field
+             fits it for groups: the attribute.fit_rows rows ekfac fits F on, then every row scored (a
+             scored row drawn among the fit rows is in Φ twice, as ``trak``'s replaced row is). τ > 0
+             says training on z lowers q's loss, so removing it raises it: +τ (``trak``'s swap is
+             −(τ(q, c) − τ(q, r)): the candidate added, the row removed); the end horizon only
 ===========  ==========================================================================================  ==========
 
 ℓ_i is row i's CE sum over its T targets and N = B·T (the trainer's loss, lm/trainer.py); ∇L_q the query's mean CE
-gradient, all in eval mode, float64 (attribution/estimators.py's ``Gradients``). A group's prediction is the sum of
-its rows' values (lds.py): the additive model every group attribution assumes. TRAK through traker (whose (ΦᵀΦ)⁻¹ would
-be fitted over the rows scored) is not done here; ``grad-dot`` is its one-model, unprojected, kernel-free core.
+gradient, all in eval mode, float64 (attribution/estimators.py's ``Gradients``; trak: traker's float32, on the CPU,
+whatever ``device`` says). A group's prediction is the sum of its rows' values (lds.py): the additive model every
+group attribution assumes (TRAK's LDS sums τ so). ``grad-dot`` is TRAK's one-model, unprojected, kernel-free core.
 
 Cost per seed (R rows, Q queries, H horizons, B rows a batch): tracin replays the twin from step 0 (rows before s)
 or from the prefix, and takes Q + B one-row gradients at each row step; grad-dot and grad-cosine take Q + R gradients
-per horizon (one pass gives both); ekfac fits the curvature once and scores R rows.
+per horizon (one pass gives both); ekfac fits the curvature once and scores R rows; trak featurizes M + R rows (M
+the fit rows) and the Q queries once, on the CPU (the p × k projection held: 4·p·k bytes, k = (M + R) // 2 ≤ 2048).
+
+``--add`` (``add=True``) keeps the estimators of a rowscores.parquet already there that were not asked for and
+replaces those that were (rowscores.json's estimators and seconds merged likewise).
 """
 
 from __future__ import annotations
@@ -58,9 +69,11 @@ if TYPE_CHECKING:  # torch is imported where the gradients are taken: the report
 
 COLUMNS = ["seed", "estimator", "query", "horizon", "step", "row", "value", "unit"]
 #: the estimators computed here (metagrad's values come from metagrad.parquet: :func:`metagrad_scores`)
-ESTIMATORS = ("tracin", "grad-dot", "grad-cosine", "ekfac")
+ESTIMATORS = ("tracin", "grad-dot", "grad-cosine", "ekfac", "trak")
 UNITS = {"metagrad": "nats/token", "tracin": "nats/token", "grad-dot": "score", "grad-cosine": "cosine",
-         "ekfac": "nats/token"}
+         "ekfac": "nats/token", "trak": "score"}
+#: the optional library an estimator needs: its import name (the key of registry.py's install hints)
+LIBRARIES = {"ekfac": "kronfluence", "trak": "trak"}
 
 
 def choose(names: Sequence[str] | None) -> list[str]:
@@ -70,32 +83,43 @@ def choose(names: Sequence[str] | None) -> list[str]:
         if bad:
             more = " (metagrad's rows come from `seedlab attribution metagrad`)" if "metagrad" in bad else ""
             raise SeedlabError(f"--estimator: must be among {', '.join(ESTIMATORS)}, got {bad[0]!r}{more}")
-        if "ekfac" in names:
-            _kronfluence()
+        for name in names:
+            _library(name)
         return list(dict.fromkeys(names))
-    out = list(ESTIMATORS)
-    try:
-        _kronfluence()
-    except SeedlabError:
-        out.remove("ekfac")
+    out = []
+    for name in ESTIMATORS:
+        try:
+            _library(name)
+        except SeedlabError:
+            continue
+        out.append(name)
     return out
 
 
-def _kronfluence() -> None:
-    try:
-        import kronfluence  # noqa: F401
-    except ImportError:
-        from seedlab.attribution.registry import INSTALL_HINT
+def _library(name: str) -> None:
+    """A one-line error when ``name`` needs a library (:data:`LIBRARIES`) that is not installed."""
+    import importlib
 
-        raise SeedlabError(f"rowscores: ekfac needs kronfluence, which is not installed: {INSTALL_HINT}") from None
+    lib = LIBRARIES.get(name)
+    if lib is None:
+        return
+    try:
+        importlib.import_module(lib)
+    except ImportError:
+        from seedlab.attribution.registry import HINTS
+
+        package = "traker" if lib == "trak" else lib
+        raise SeedlabError(f"rowscores: {name} needs {package}, which is not installed: {HINTS[lib]}") from None
 
 
 def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None, device: str = "auto",
-                   progress: bool = True) -> pd.DataFrame:
+                   progress: bool = True, add: bool = False) -> pd.DataFrame:
     """``seedlab attribution rowscores BANK``: every removal row's value (module doc) for every estimator, query
     and horizon after the row's step, every seed whose twin finished; written to rowscores.parquet and
     rowscores.json (the seconds per seed and estimator). Every input is checked before any work: a bank without
-    ``loo`` or ``groups``, an unknown estimator, no finished twin — one line, nothing written."""
+    ``loo`` or ``groups``, an unknown estimator, no finished twin — one line, nothing written. ``add``: keep the
+    other estimators' rows of a rowscores.parquet already there (these estimators' rows are replaced), e.g.
+    ``--estimator trak --add`` on a bank scored before; the frame returned is then the merged one."""
     from seedlab.lm.determinism import nondeterminism_is_an_error, settle
     from seedlab.lm.distributed import World
     from seedlab.progress import Bar
@@ -126,6 +150,8 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
                     f = tracin_scores(bank, seed, rows, hs, dev, checks[seed])
                 elif name == "ekfac":
                     f = ekfac_scores(bank, seed, rows, dev)
+                elif name == "trak":
+                    f = trak_scores(bank, seed, rows)
                 else:
                     f = None
                     if name == "grad-dot" or "grad-dot" not in names:  # one pass gives both
@@ -136,10 +162,27 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
                 seconds[str(seed)][name] = time.perf_counter() - t0
                 bar.advance()
     df = pd.concat(frames, ignore_index=True)[COLUMNS]
+    if add and bank.dir.rowscores.is_file() and bank.dir.rowscores_json.is_file():
+        df, names, seconds = _merged(bank, df, names, seconds)
     write_parquet(bank.dir.rowscores, df)
     write_json(bank.dir.rowscores_json, {"estimators": names, "rows": len(rows), "horizons": hs,
                                                          "device": str(dev), "seconds": seconds})
     return df
+
+
+def _merged(bank: Bank, df: pd.DataFrame, names: list[str], seconds: dict[str, dict[str, float]]
+            ) -> tuple[pd.DataFrame, list[str], dict[str, dict[str, float]]]:
+    """``add``: the estimators already in rowscores.parquet that were not asked for kept (their rows and seconds as
+    they are), those asked for replaced."""
+    import json
+
+    old, before = pd.read_parquet(bank.dir.rowscores), json.loads(bank.dir.rowscores_json.read_text())
+    kept = [n for n in before["estimators"] if n not in names]
+    df = pd.concat([old[old.estimator.isin(kept)][COLUMNS], df], ignore_index=True)
+    merged = {seed: {n: t for n, t in times.items() if n in kept} for seed, times in before["seconds"].items()}
+    for seed, times in seconds.items():
+        merged[seed] = merged.get(seed, {}) | times
+    return df, kept + names, merged
 
 
 # --------------------------------------------------------------------------- gradients
@@ -294,6 +337,29 @@ def ekfac_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], device) -> 
                                 damping=a.damping)  # [Q, R]
     D = a.train_rows or cfg.batch_size
     return _long(seed, "ekfac", list(queries), end, rows, scores.T / D)
+
+
+def trak_scores(bank: Bank, seed: int, rows: list[tuple[int, int]]) -> pd.DataFrame:
+    """``trak`` (module doc): traker's τ(q, z) at the twin's weights at the end (influence.py ``trak_tau``, on the
+    CPU, as ``trak`` computes it: P seeded 0, proj_dim half the training rows, at most 2048), Φ fitted on the
+    :func:`~seedlab.attribution.attribute.fit_set` rows of the end, then every row scored."""
+    import torch
+
+    from seedlab.attribution.attribute import fit_set
+    from seedlab.attribution.influence import InfluenceOptions, query_rows, trak_tau
+    from seedlab.lm.model import GPT
+
+    queries, end = _queries(bank), bank.cfg.end
+    model = GPT(bank.inputs.gcfg)
+    model.load_state_dict(bank.dir.twin(seed).weights(end))
+    fx, fy = fit_set(bank, seed, end)
+    batches = {t: _batch(bank, seed, t) for t in sorted({t for t, _ in rows})}
+    X = torch.cat([fx, torch.stack([batches[t][0][i] for t, i in rows])])
+    Y = torch.cat([fy, torch.stack([batches[t][1][i] for t, i in rows])])
+    o = InfluenceOptions()  # attribute's trak: its defaults (seed 0, proj_dim None, fit_batch 8)
+    tau = trak_tau(model, (X, Y, torch.ones(X.shape, dtype=torch.bool)), query_rows(queries, bank.inputs.pad_id),
+                   proj_dim=o.proj_dim, seed=o.seed, fit_batch=o.fit_batch)  # [M + R, Q]
+    return _long(seed, "trak", list(queries), end, rows, tau[len(fx):])
 
 
 # --------------------------------------------------------------------------- reading them back
