@@ -135,10 +135,6 @@ class Exported:
 
 def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Exported:
     """Write the benchmark folder ``out`` from the bank ``root`` (module doc); bad input writes nothing."""
-    import torch
-
-    from seedlab.lm.batches import batch_indices
-
     t0 = time.perf_counter()
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -146,6 +142,10 @@ def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Expor
                            "choose a new or empty one)")
     if ExportDir(Path(root)).manifest.is_file():
         raise SeedlabError(f"{root}: is an exported benchmark already (export a bank folder)")
+    import torch  # after the checks above: bad input fails fast
+
+    from seedlab.lm.batches import batch_indices
+
     bank = open_bank(root)
     rd, cfg = bank.dir, bank.cfg
     steps = row_steps(cfg, rows)
@@ -290,12 +290,12 @@ class ExportedBank(Bank):
 
 def open_export(root: str | Path) -> ExportedBank:
     """An export, verified (:func:`verify`), as a bank: config, inputs (texts, the corpus slice), measured."""
+    manifest = verify(root)  # before the imports below (torch): a folder that is none, or was changed, fails fast
     from seedlab.attribution.texts import Inputs, Text
     from seedlab.config import parse
     from seedlab.corpus.corpus import Corpus
     from seedlab.corpus.tokenizers import tokenizer_for
 
-    manifest = verify(root)
     ex = ExportDir(Path(root))
     try:
         cfg = parse(AttributionConfig, ex.read_config())
@@ -368,6 +368,12 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
     """Score ``estimators`` on an export or a bank (module doc) into a score folder; returns where.
     ``report=False``: the tables without report.md and its figures (rendering them is most of the time on a
     small bank)."""
+    t0 = time.perf_counter()
+    given = list(dict.fromkeys(n for n in estimators if n))
+    if not given:
+        raise SeedlabError("--estimator: name one at least (a plug-in package.module:function, or a built-in)")
+    bank, measured, source = open_scorable(root)  # before the imports below: bad input fails fast
+
     from seedlab.attribution.attribute import COLUMNS, choose_estimators, seed_estimates, tracin_steps
     from seedlab.attribution.registry import get_estimator
     from seedlab.attribution.report import write_report
@@ -376,11 +382,6 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
     from seedlab.lm.distributed import World
     from seedlab.progress import Bar
 
-    t0 = time.perf_counter()
-    given = list(dict.fromkeys(n for n in estimators if n))
-    if not given:
-        raise SeedlabError("--estimator: name one at least (a plug-in package.module:function, or a built-in)")
-    bank, measured, source = open_scorable(root)
     names = choose_estimators(bank.cfg, [*given, *(b for b in BASELINES if baselines and b not in given)])
     target = Path(out) if out is not None else bank.dir.scores(slug(given))
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
