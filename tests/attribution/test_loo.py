@@ -241,6 +241,31 @@ def test_lds_differences_are_paired_against_the_reference():
     assert lds.differences(measured, predicted, "absent").empty
 
 
+def test_the_lds_section_renders_the_paired_differences_at_the_end():
+    """report_lds.removals_section with lds.differences' frame: the paired table after the LDS table, a row per
+    estimator (not the reference), a column per α, at the end horizon only; no table without a paired frame."""
+    from seedlab.attribution.report_lds import removals_section
+    from seedlab.reporting import fmt_ci, fmt_num
+
+    measured, members, scores = _groups(queries=3, subsets=40, alphas=(0.1, 0.2))
+    table, paired = lds.analyse_paired(measured, members, scores, "perfect", resamples=50)
+    early = paired[paired.estimator == "anti"].assign(horizon=5, difference=0.777, low=0.776, high=0.778)
+    contrast = lds.contrast(table, pd.DataFrame(columns=loo.COLUMNS))
+    text = removals_section(None, None, contrast, table, None, pd.concat([paired, early], ignore_index=True))
+    assert "Each estimator's LDS minus perfect's at the end, paired" in text
+    assert "| estimator | LDS − perfect's, α = 0.1 | LDS − perfect's, α = 0.2 |" in text
+    assert "| anti | -2.00 [-2.00, -2.00] ±0 | -2.00 [-2.00, -2.00] ±0 |" in text  # -1 against 1 in every resample
+    sh = paired[paired.estimator == "shuffled"].set_index("alpha")
+    assert "| shuffled | " + " | ".join(f"{fmt_ci(sh.loc[a].difference, sh.loc[a].low, sh.loc[a].high)} "
+                                        f"±{fmt_num(sh.loc[a].se_seeds)}" for a in (0.1, 0.2)) + " |" in text
+    diff = text[text.index("| estimator | LDS − "):text.index("For comparison")].strip().splitlines()[2:]
+    assert [line.split(" | ")[0].removeprefix("| ") for line in diff] == ["anti", "scaled", "shuffled"]  # no reference
+    assert "0.777" not in text  # an earlier horizon left out
+    assert text.index("| LDS α = 0.1 |") < text.index("LDS − perfect's") < text.index("MAGIC 0.93")
+    for none in (None, paired.iloc[:0]):
+        assert "LDS − " not in removals_section(None, None, contrast, table, None, none)
+
+
 def test_a_subsets_prediction_sums_its_rows_before_the_horizon():
     members = pd.DataFrame({"seed": 0, "alpha": 0.5, "subset": [0, 0, 1], "step": [1, 3, 3], "row": [0, 1, 1]})
     scores = pd.DataFrame({"seed": 0, "estimator": "e", "unit": "nats/token", "query": "q",
