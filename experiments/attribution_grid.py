@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 BATCHES = (8, 32, 128)
@@ -83,81 +80,50 @@ def _attributed(folder: Path) -> bool:
     return set(ESTIMATORS) <= set(pd.read_parquet(path, columns=["estimator"]).estimator.unique())
 
 
-def log(cell: str, what: str, t0: float) -> None:
-    print(f"[{cell}] {what} ({time.time() - t0:.0f} s)", flush=True)
-
-
 def run_cell(cell: str, args, seeds: list[int] | None) -> bool:
-    """The cell's stages, its summary and its copy; False when a stage failed (its exit code printed)."""
+    """The cell's stages, its summary and its copy (seedlab/cells.py ``run_cell``); False when a stage failed (its
+    exit code printed). The attribute stage is skipped when attribution.parquet holds every estimator already."""
+    from seedlab import cells
     from seedlab.attribution.grid import summarise
     from seedlab.attribution.rundir import read_attributed
 
-    start = time.time()
-    stages: dict[str, float] = {}
-    for stage, cmd in commands(cell, args.out, args.jobs, seeds).items():
-        t0 = time.time()
-        if stage == "attribute" and _attributed(args.out / cell):
-            log(cell, "attribute: attribution.parquet holds every estimator already, skipped", t0)
-            continue
-        log(cell, f"{stage}: {shlex.join(cmd)}", start)
-        done = subprocess.run(cmd)
-        if done.returncode:
-            log(cell, f"{stage} FAILED with exit code {done.returncode}", t0)
-            return False
-        stages[stage] = round(time.time() - t0, 1)
-        log(cell, f"{stage} done in {stages[stage]:.0f} s", start)
-    t0 = time.time()
-    summary = summarise(read_attributed(args.out / cell), cell)
-    stages["summarise"] = round(time.time() - t0, 1)
-    summary.stages = stages
-    where = summary.to_dir(args.out / "summaries" / cell)
-    log(cell, f"summary -> {where}", start)
-    if args.keep:
-        shutil.copytree(where, args.keep / cell, dirs_exist_ok=True)
-        log(cell, f"kept -> {args.keep / cell}", start)
-    return True
+    skip = {"attribute": "attribution.parquet holds every estimator already"} if _attributed(args.out / cell) else {}
+    return cells.run_cell(cell, commands(cell, args.out, args.jobs, seeds),
+                          lambda: summarise(read_attributed(args.out / cell), cell), out=args.out, keep=args.keep,
+                          skip=skip)
 
 
 def available(out: Path, keep: Path | None) -> list:
     """Every cell summarised, in the grid's order: KEEP/<cell> first, else OUT/summaries/<cell>."""
     from seedlab.attribution.grid import Cell
-    from seedlab.attribution.rundir import CellSummaryDir
+    from seedlab.cells import summaries
 
-    cells = []
-    for cell in CELLS:
-        for where in ([keep / cell] if keep else []) + [out / "summaries" / cell]:
-            if CellSummaryDir(where).record.is_file():
-                cells.append(Cell.from_dir(where))
-                break
-    return cells
+    found = summaries(out, keep)
+    return [Cell.from_dir(found[cell]) for cell in CELLS if cell in found]
 
 
 def write_grid(args, reference: tuple[dict, str] | None) -> Path:
     """OUT/grid.md, OUT/grid-table.csv and (with a reference) OUT/grid-law.csv from every cell summarised."""
     from seedlab.attribution import grid
     from seedlab.attribution.report_grid import grid_report
+    from seedlab.attribution.rundir import GridDir
 
-    args.out.mkdir(parents=True, exist_ok=True)
+    where = GridDir(args.out)
+    where.root.mkdir(parents=True, exist_ok=True)
     cells = available(args.out, args.keep)
     t = grid.table(cells)
     law = None
     if reference is not None:
         law = grid.law(cells, *reference)
-        law.to_csv(args.out / "grid-law.csv", index=False)
-    t.to_csv(args.out / "grid-table.csv", index=False)
-    path = args.out / "grid.md"
-    path.write_text(grid_report(cells, t, law, grid.effect_of(t)))
-    return path
-
-
-def parse_seeds(text: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seeds: comma-separated integers, got {text!r}") from None
+        law.to_csv(where.table("law"), index=False)
+    t.to_csv(where.table("table"), index=False)
+    where.report.write_text(grid_report(cells, t, law, grid.effect_of(t)))
+    return where.report
 
 
 def main(argv: list[str] | None = None) -> int:
+    from seedlab.cells import parse_seeds, skip_kept
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("runs/grid"), help="the cells' bank folders, OUT/<cell>")
     p.add_argument("--cells", default=",".join(CELLS),
@@ -184,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         except SeedlabError as e:
             p.error(f"--reference: {e}")
     for cell in chosen:
-        if args.keep and (args.keep / cell / "cell.json").is_file():
-            print(f"# {cell}: kept in {args.keep / cell}, skipped")
+        if skip_kept(args.keep, cell):
             continue
         if args.dry_run:
             print(f"# {cell}")

@@ -37,10 +37,7 @@ import argparse
 import json
 import os
 import shlex
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 #: the shipped cells, in the table's order
@@ -80,53 +77,28 @@ def measured(folder: Path) -> bool:
     return path.is_file() and not json.loads(path.read_text()).get("missing", ["?"])
 
 
-def log(cell: str, what: str, t0: float) -> None:
-    print(f"[{cell}] {what} ({time.time() - t0:.0f} s)", flush=True)
-
-
 def run_cell(spec: str, args, sets: list[str], name: str | None = None, preregistration: Path | None = None) -> bool:
-    """The cell's stages, its summary and its copy; False when a stage failed (its exit code printed)."""
+    """The cell's stages, its summary and its copy (seedlab/cells.py ``run_cell``); False when a stage failed (its
+    exit code printed). Run and measure are skipped when the folder is measured with nothing missing."""
+    from seedlab import cells
     from seedlab.twins.rundir import Measured
     from seedlab.twins.scale import summarise
 
     name = name or cell_name(spec)
-    folder, start, stages = args.out / name, time.time(), {}
-    if measured(folder):
-        log(name, f"{folder} is measured with nothing missing: run and measure skipped", start)
-    else:
-        env = os.environ | {"OMP_NUM_THREADS": str(args.threads)}
-        for stage, cmd in commands(spec, folder, args.threads, sets, args.progress, preregistration).items():
-            t0 = time.time()
-            log(name, f"{stage}: {shlex.join(cmd)}", start)
-            done = subprocess.run(cmd, env=env)
-            if done.returncode:
-                log(name, f"{stage} FAILED with exit code {done.returncode}", t0)
-                return False
-            stages[stage] = round(time.time() - t0, 1)
-            log(name, f"{stage} done in {stages[stage]:.0f} s", start)
-    t0 = time.time()
-    cell = summarise(Measured.read(folder), name, preset=spec)
-    stages["summarise"] = round(time.time() - t0, 1)
-    cell.stages = stages
-    where = cell.to_dir(args.out / "summaries" / name)
-    log(name, f"summary -> {where}", start)
-    if args.keep:
-        shutil.copytree(where, args.keep / name, dirs_exist_ok=True)
-        log(name, f"kept -> {args.keep / name}", start)
-    return True
+    folder = args.out / name
+    stages = commands(spec, folder, args.threads, sets, args.progress, preregistration)
+    skip = dict.fromkeys(stages, f"{folder} is measured with nothing missing") if measured(folder) else {}
+    return cells.run_cell(name, stages, lambda: summarise(Measured.read(folder), name, preset=spec), out=args.out,
+                          keep=args.keep, skip=skip, env=os.environ | {"OMP_NUM_THREADS": str(args.threads)})
 
 
 def available(out: Path, keep: Path | None) -> list:
     """Every cell summarised: KEEP/<cell> first, else OUT/summaries/<cell>; shipped cells in :data:`CELLS`' order,
     then the others by name."""
+    from seedlab.cells import summaries
     from seedlab.twins.scale import Cell
 
-    found: dict[str, Path] = {}
-    for root in [out / "summaries"] + ([keep] if keep else []):  # KEEP last: it wins
-        if root.is_dir():
-            for d in sorted(root.iterdir()):
-                if (d / "cell.json").is_file():
-                    found[d.name] = d
+    found = summaries(out, keep)
     order = sorted(found, key=lambda n: (CELLS.index(n) if n in CELLS else len(CELLS), n))
     return [Cell.from_dir(found[n]) for n in order]
 
@@ -157,7 +129,7 @@ def render(args) -> Path:
         new = [c for c in cells if c.name == confirm_name(prediction.axis, prediction.at)]
         if new:
             verdict = scale.confirm(prediction, scale.draws(new), new[0].name)
-            (where.root / "scale-verdict.json").write_text(json.dumps(verdict, indent=1, default=float) + "\n")
+            where.verdict.write_text(json.dumps(verdict, indent=1, default=float) + "\n")
     where.report.write_text(write_scale(fitted, t, tr, paper, where, prediction, verdict))
     return where.report
 
@@ -184,14 +156,8 @@ def predict(args) -> Path:
     return where.preregistration
 
 
-def parse_seeds(text: str) -> list[int]:
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"comma-separated integers, got {text!r}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
+    from seedlab.cells import parse_seeds, skip_kept
     from seedlab.errors import SeedlabError
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -234,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                                     where.preregistration).values():
                     print(shlex.join(cmd))
                 return 0
-            if not (args.keep and (args.keep / name / "cell.json").is_file()):
+            if not skip_kept(args.keep, name):
                 if not run_cell(pr.preset, args, [*args.sets, *pr.sets], name, where.preregistration):
                     return 1
             print(f"scale: {render(args)}", flush=True)
@@ -242,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.render:
             for spec in specs:
                 name = cell_name(spec)
-                if args.keep and (args.keep / name / "cell.json").is_file():
-                    print(f"# {name}: kept in {args.keep / name}, skipped")
+                if skip_kept(args.keep, name):
                     continue
                 if args.dry_run:
                     print(f"# {name}")

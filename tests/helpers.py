@@ -25,6 +25,22 @@ def copy_run(design: Path, tmp_path: Path) -> Path:
     return tmp_path / "run"
 
 
+def kept_round_trip(cls, folder: Path, tmp_path: Path):
+    """A committed kept cell summary (seedlab/cells.py ``Summary``) read by ``cls``, written again byte for byte and
+    read back to identical frames with the declared columns; returns what was read."""
+    c = cls.from_dir(folder)
+    again = c.to_dir(tmp_path / folder.name)
+    assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in folder.iterdir())
+    for p in folder.iterdir():
+        assert (again / p.name).read_bytes() == p.read_bytes(), p.name
+    back = cls.from_dir(again)
+    assert back.equals(c)
+    for name, columns in cls.FRAMES.items():
+        pd.testing.assert_frame_equal(getattr(back, name), getattr(c, name), check_exact=True)
+        assert list(getattr(c, name).columns) == list(columns)
+    return c
+
+
 #: the tiny fork design the twins tests share: GPT mini on 128-token rows, 4 rows a batch, one seed,
 #: the fork at step 8 of 24, a checkpoint every 4 updates (seconds on one core)
 TINY_FORK = {"model": "mini", "block_size": 128, "seeds": [3], "steps": 24, "batch_size": 4, "injection_step": 8,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import attribution_frame
+from helpers import attribution_frame, kept_round_trip
 from seedlab.attribution import grid, size
 from seedlab.attribution.grid import Cell, effect_of, law, summarise, table, weight_one
 from seedlab.attribution.measure import WEIGHTED_COLUMNS
@@ -124,6 +124,17 @@ def test_a_cell_round_trips_through_its_folder_exactly(cell, tmp_path):
     assert back.stages == kept.stages and back.seeds == [0, 1, 2]
     with pytest.raises(SeedlabError, match="cell.json"):
         Cell.from_dir(tmp_path)
+
+
+KEPT = sorted(p.parent for p in (ROOT / "docs" / "results" / "grid").glob("*/cell.json"))
+
+
+@pytest.mark.parametrize("folder", KEPT, ids=[p.name for p in KEPT])
+def test_every_committed_kept_cell_reads_back_and_writes_the_same_bytes(folder, tmp_path):
+    """docs/results/grid/<cell>/: read, written again byte for byte, read back to identical frames of the declared
+    types."""
+    c = kept_round_trip(Cell, folder, tmp_path)
+    assert c.estimators.baseline.dtype == bool and c.errors.horizon.dtype == "int64" and c.size.eps_nl.dtype == float
 
 
 def _with(c: Cell, *, name, batch=8, lr=1e-2, status="reached", label="s+10", after=10.0, previous=5.0, ordinal=3.0,

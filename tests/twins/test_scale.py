@@ -1,10 +1,11 @@
 """The twins' scale axis (issue 32 §3): the presets twins/scale-*, the early refusal of a batch that does not split
 over the launched ranks, twins/scale.py's per-cell measures, trends, paper extrapolation and confirmatory
 prediction (on synthetic cells whose answers are known, and on the session's real measured design), the report,
-and experiments/twins_scale.py end to end on two tiny cells."""
+and experiments/twins_scale.py end to end on a tiny cell beside a kept one."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -18,6 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers import kept_round_trip
 from seedlab.config import load_config
 from seedlab.errors import SeedlabError
 from seedlab.twins import scale
@@ -129,8 +131,9 @@ def synthetic_cell(name: str, batch: int, after: int = 200, width: int = 64, see
     model = "mini" if width == 64 else "mini-wide"
     return Cell(name=name, preset=name, batch_size=batch, steps=s + after, injection_step=s, after=after, model=model,
                 n_embd=width, n_layer=2, block_size=128, seeds=list(seeds), arms=list(arms), smooth_steps=25,
-                s50=s + 50, final=s + after, per_seed=scale._typed(pd.DataFrame(rows), PER_SEED),
-                pairs=scale._typed(pd.DataFrame(pairs), PAIRS), curves=scale._typed(pd.DataFrame(curves), CURVES))
+                s50=s + 50, final=s + after, per_seed=scale.COLUMNS.typed(pd.DataFrame(rows), PER_SEED),
+                pairs=scale.COLUMNS.typed(pd.DataFrame(pairs), PAIRS),
+                curves=scale.COLUMNS.typed(pd.DataFrame(curves), CURVES))
 
 
 def power_cells(exponent: float = 0.5, drop_exponent: float = -1.0, noise: float = 0.05) -> list[Cell]:
@@ -291,6 +294,17 @@ def test_a_cell_round_trips_through_its_folder_exactly(cells, tmp_path):
         Cell.from_dir(tmp_path / "nothing")
 
 
+KEPT = sorted(p.parent for p in (ROOT / "docs" / "results" / "twins-scale").glob("*/cell.json"))
+
+
+@pytest.mark.parametrize("folder", KEPT, ids=[p.name for p in KEPT])
+def test_every_committed_kept_cell_reads_back_and_writes_the_same_bytes(folder, tmp_path):
+    """docs/results/twins-scale/<cell>/: read, written again byte for byte, read back to identical frames of the
+    declared types."""
+    c = kept_round_trip(Cell, folder, tmp_path)
+    assert c.per_seed.seed.dtype == "int64" and c.per_seed.arm.dtype == object and c.curves.absdiff.dtype == float
+
+
 def test_the_report_words_and_draws_the_frames(cells, dr, tmp_path):
     from seedlab.twins.report_scale import write_scale
     from seedlab.twins.rundir import ScaleDir
@@ -359,13 +373,14 @@ def _driver_module():
     return module
 
 
-def test_the_driver_runs_two_tiny_cells_keeps_them_and_renders(twins_inputs, tmp_path, capsys):
-    """Two cells of a tiny design at B = 4 and 8 (2 seeds, 10 updates, s = 4): trained, measured, summarised, kept,
-    rendered; a second call skips both (kept) and renders again."""
+def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(twins_inputs, tmp_path, capsys):
+    """A tiny design at B = 4 (2 seeds, 10 updates, s = 4) trained, measured, summarised, kept and rendered beside a
+    cell at B = 8 kept before the call (skipped, never trained: a synthetic summary with the same labels but B);
+    a second call skips both (kept) and renders again."""
     corpus, files = twins_inputs
     base = {"corpus": str(corpus), "model": "mini", "block_size": 96, "seeds": [0, 1], "steps": 10, "injection_step": 4,
             "peak_lr": 3e-3, "conditions": ["twin", FOCAL, "ordinary-row", "nudge", "matched-gradient"],
-            "nulls": {"ordinary_rows": 2}, "passages": {FOCAL: str(files[FOCAL])},
+            "nulls": {"ordinary_rows": 1}, "passages": {FOCAL: str(files[FOCAL])},
             "subjects": {FOCAL: "Gizmo Harrington"}, "checkpoint_every": 5,
             "measure": {"alphas": [0, 0.5, 1], "heldout_rows": 4, "probe_rows": 2, "eval_rows": 4, "smooth_steps": 3}}
     specs = []
@@ -374,19 +389,21 @@ def test_the_driver_runs_two_tiny_cells_keeps_them_and_renders(twins_inputs, tmp
         path.write_text(yaml.safe_dump(base | {"batch_size": b}))
         specs.append(str(path))
     keep = tmp_path / "keep"
+    dataclasses.replace(synthetic_cell("tiny-b8", 8, after=6, seeds=(0, 1)), block_size=96).to_dir(keep / "tiny-b8")
     t0 = time.time()
     driver = _driver_module()  # in this process (its stages are subprocesses, as in a real run)
     args = ["--out", str(tmp_path / "runs"), "--cells", ",".join(specs), "--keep", str(keep), "--no-progress"]
     assert driver.main(args) == 0
-    for b in (4, 8):
-        assert (keep / f"tiny-b{b}" / "cell.json").is_file()
-        assert Cell.from_dir(keep / f"tiny-b{b}").stages.keys() >= {"run", "measure", "summarise"}
+    out = capsys.readouterr().out
+    assert "# tiny-b8: kept in" in out and "[tiny-b8]" not in out and not (tmp_path / "runs" / "tiny-b8").exists()
+    assert (keep / "tiny-b4" / "cell.json").is_file()
+    assert Cell.from_dir(keep / "tiny-b4").stages.keys() >= {"run", "measure", "summarise"}
     t = pd.read_csv(keep / "scale-table.csv")
-    assert set(t.cell) == {"tiny-b4", "tiny-b8"} and set(t.group) >= {FOCAL, ORDINARY_ROWS, "nudge", "matched-gradient"}
+    assert set(t.cell) == {"tiny-b4", "tiny-b8"}
+    assert set(t[t.cell == "tiny-b4"].group) >= {FOCAL, ORDINARY_ROWS, "nudge", "matched-gradient"}
     tr = pd.read_csv(keep / "scale-trends.csv")
     assert set(tr.axis) == {"batch_size"} and (tr.cells == "tiny-b4,tiny-b8").all()
     assert "# The twins' scale axis" in (keep / "scale.md").read_text()
-    capsys.readouterr()
     assert driver.main(args) == 0
     assert capsys.readouterr().out.count("skipped") == 2  # kept: neither trained nor measured again
     assert time.time() - t0 < 120

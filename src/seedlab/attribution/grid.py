@@ -41,7 +41,8 @@ its ε_nl, which interpolates between the regime's largest weight and the next �
   ``baseline`` and ``reference`` (stats.py ``is_reference``: the row invariance, the reliability, the responses).
 
 :meth:`Cell.to_dir` keeps a cell as CSV files and ``cell.json`` (the scalars and each stage's wall time) so the
-summary outlives its bank folder; :meth:`Cell.from_dir` reads it back exactly.
+summary outlives its bank folder; :meth:`Cell.from_dir` reads it back exactly (seedlab/cells.py ``Summary``, the
+mechanism the twins' scale cells share: this module declares the frames, their column types and the scalars).
 
 **Across cells:**
 
@@ -69,7 +70,6 @@ attribution/report_grid.py words the frames; experiments/attribution_grid.py run
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +82,7 @@ from seedlab.attribution import chaos, horizon, size, stats
 from seedlab.attribution.config import AttributeConfig
 from seedlab.attribution.rundir import Attributed, CellSummaryDir, read_attributed
 from seedlab.attribution.stats import ALPHA, RESAMPLES, ROW_INVARIANCE, SEED, TANGENT, UNROLL
+from seedlab.cells import Columns, Summary
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
 
@@ -110,10 +111,11 @@ ESTIMATORS = ["track", "query_kind", "horizon", "label", "after", "estimator", "
               "high", "se_seeds", "bound"]
 TOPICS = {"size": SIZE, "errors": ERRORS, "responses": RESPONSES, "h_star": H_STAR, "estimators": ESTIMATORS}
 #: each topic's column types (the rest are float): what makes a CSV read back exactly
-_STR = {"query_kind", "bent_label", "size_status", "size_label", "label", "track", "against", "compared", "response",
-        "status", "unbeaten", "low_label", "high_label", "tau_label", "last_label", "estimator"}
-_INT = {"eps_nl_horizons", "horizon", "horizons"}
-_BOOL = {"baseline", "reference"}
+COLUMNS = Columns(strings=frozenset({"query_kind", "bent_label", "size_status", "size_label", "label", "track",
+                                     "against", "compared", "response", "status", "unbeaten", "low_label",
+                                     "high_label", "tau_label", "last_label", "estimator"}),
+                  ints=frozenset({"eps_nl_horizons", "horizon", "horizons"}),
+                  bools=frozenset({"baseline", "reference"}))
 SCALARS = ["name", "batch_size", "peak_lr", "min_lr", "seeds", "injection_step", "candidates", "rate", "rate_low",
            "rate_high", "window", "rate_window", "rate_window_low", "rate_window_high", "epsilon", "epsilon_low", "epsilon_high", "epsilon_after", "alpha", "threshold", "tolerance",
            "source", "stages"]
@@ -151,7 +153,7 @@ def weight_one(measured: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass
-class Cell:
+class Cell(Summary, scalars=SCALARS, frames=TOPICS, columns=COLUMNS, noun="kept grid cell summary"):
     """One attributed bank's summary (module doc; the frames' columns :data:`TOPICS`)."""
 
     name: str
@@ -183,56 +185,11 @@ class Cell:
     source: str = ""  # the bank folder summarised
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage (the driver's)
 
-    def scalars(self) -> dict:
-        return {k: getattr(self, k) for k in SCALARS}
-
-    def to_dir(self, path: str | Path) -> Path:
-        """``path/cell.json`` (the scalars) and one CSV per frame; returns ``path``."""
-        d = CellSummaryDir(Path(path))
-        d.root.mkdir(parents=True, exist_ok=True)
-        for topic in TOPICS:
-            getattr(self, topic).to_csv(d.frame(topic), index=False)
-        d.record.write_text(json.dumps(self.scalars(), indent=1) + "\n")
-        return d.root
-
-    @classmethod
-    def from_dir(cls, path: str | Path) -> Cell:
-        """What :meth:`to_dir` wrote; a folder without ``cell.json`` is a one-line error."""
-        d = CellSummaryDir(Path(path))
-        if not d.record.is_file():
-            raise SeedlabError(f"{d.root}: no {d.record.name} (not a kept grid cell summary)")
-        record = json.loads(d.record.read_text())
-        frames = {t: _typed(pd.read_csv(d.frame(t), dtype=str, keep_default_na=False), cols)
-                  for t, cols in TOPICS.items()}
-        return cls(**{k: record[k] for k in SCALARS}, **frames)
-
-    def equals(self, other: Cell) -> bool:
-        """The same scalars and the same frames (NaN equal to NaN)."""
-        same = json.dumps(self.scalars(), sort_keys=True) == json.dumps(other.scalars(), sort_keys=True)
-        return same and all(getattr(self, t).equals(getattr(other, t)) for t in TOPICS)
-
     def eps_nl(self) -> dict[str, tuple[float, float, float]]:
         """This cell's own ε_nl per query kind, for :func:`law` when this cell is the reference (a kept summary of a
         size-axis bank); kinds without one left out."""
         return {r.query_kind: (r.eps_nl, r.eps_nl_low, r.eps_nl_high) for r in self.size.itertuples()
                 if not math.isnan(r.eps_nl)}
-
-
-def _typed(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """``frame`` with exactly ``columns``, each of its type: strings ("" for none), ints, bools, floats (NaN)."""
-    out = {}
-    for c in columns:
-        v = frame[c] if c in frame else pd.Series([None] * len(frame), index=frame.index, dtype=object)
-        if c in _STR:
-            out[c] = v.map(lambda x: "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x))
-            out[c] = out[c].astype(object)
-        elif c in _INT:
-            out[c] = pd.to_numeric(v).astype(np.int64)
-        elif c in _BOOL:
-            out[c] = v.map(lambda x: x if isinstance(x, (bool, np.bool_)) else str(x) == "True").astype(bool)
-        else:
-            out[c] = pd.to_numeric(v.replace("", np.nan) if v.dtype == object else v).astype(np.float64)
-    return pd.DataFrame(out, columns=columns).reset_index(drop=True)
 
 
 def _float(v) -> float:
@@ -329,9 +286,10 @@ def summarise(a: Attributed, name: str, *, resamples: int = RESAMPLES, seed: int
                 candidates=int(ordinary.candidate.nunique()), rate=rate[0], rate_low=rate[1], rate_high=rate[2],
                 window=WINDOW, rate_window=windowed[0], rate_window_low=windowed[1], rate_window_high=windowed[2],
                 epsilon=eps[0], epsilon_low=eps[1], epsilon_high=eps[2], epsilon_after=eps[3], alpha=alpha,
-                threshold=tau, tolerance=tolerance, size=_typed(pd.DataFrame(size_rows), SIZE),
-                errors=_typed(pd.DataFrame(error_rows), ERRORS), responses=_typed(lr.table, RESPONSES),
-                h_star=_typed(pd.DataFrame(star_rows), H_STAR), estimators=_typed(estimators, ESTIMATORS),
+                threshold=tau, tolerance=tolerance, size=COLUMNS.typed(pd.DataFrame(size_rows), SIZE),
+                errors=COLUMNS.typed(pd.DataFrame(error_rows), ERRORS),
+                responses=COLUMNS.typed(lr.table, RESPONSES), h_star=COLUMNS.typed(pd.DataFrame(star_rows), H_STAR),
+                estimators=COLUMNS.typed(estimators, ESTIMATORS),
                 source=str(a.dir.root))
 
 

@@ -77,11 +77,12 @@ A score folder (``seedlab attribution score``; :class:`ScoreDir`) is laid out as
 ``seedlab attribution report`` reads it: config.json, integrity.json, attribution.parquet, attribution.json,
 every other table of the bank (additivity, weighted, distances, loo, ...), correlations.parquet, report.md and figures.
 
-A kept grid-cell summary (attribution/grid.py ``Cell.to_dir``; :class:`CellSummaryDir`), a small folder that
-outlives its bank::
+A kept grid-cell summary (attribution/grid.py ``Cell.to_dir``; :data:`CellSummaryDir`, seedlab/cells.py's kept
+cell folder), a small folder that outlives its bank, and the grid rendered across them (:class:`GridDir`)::
 
     SUMMARY/cell.json                   the cell's scalars (B, lr, seeds, λ, ε, each stage's wall time)
     SUMMARY/<topic>.csv                 one frame per topic (size, errors, responses, h_star, estimators)
+    OUT/grid.md, OUT/grid-table.csv, OUT/grid-law.csv   the table across cells and the law (the driver's OUT)
 
 The folder policy of ``seedlab attribution bank`` (forks/folders.py ``DesignFolder.claim``): an
 absent or empty folder starts a bank; a folder holding the same design (config.json, with fields
@@ -100,6 +101,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from seedlab.attribution.config import AttributionConfig
+from seedlab.cells import CellDir, TableDir
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.forks.folders import DesignFolder, RunFolder, open_design
@@ -346,18 +348,16 @@ def read_attributed(root: str | Path) -> Attributed:
                       read(rd.weighted_measured), read(rd.distances), read(rd.loo), read(rd.groups), read(rd.group_rows))
 
 
+#: a kept grid-cell summary folder (module doc): where its record and its frames live (seedlab/cells.py)
+CellSummaryDir = CellDir
+
+
 @dataclass(frozen=True)
-class CellSummaryDir:
-    """A kept grid-cell summary folder (module doc): where its record and its frames live."""
+class GridDir(TableDir):
+    """Where the grid's table across kept cells is rendered (experiments/attribution_grid.py): ``grid.md``,
+    ``grid-table.csv``, ``grid-law.csv``."""
 
-    root: Path
-
-    @property
-    def record(self) -> Path:
-        return self.root / "cell.json"
-
-    def frame(self, topic: str) -> Path:
-        return self.root / f"{topic}.csv"
+    stem = "grid"
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ prefixes depend on), ``inputs.json``, ``environment.json``, ``seed-<k>/prefix.sa
 ``match.parquet`` (every fabricated x attested pair of passage variants, per seed and their mean).
 
 The scale axis (issue 32 §3; twins/scale.py, experiments/twins_scale.py) keeps each measured cell as a small
-folder that outlives its run folder (:class:`ScaleCellDir`) and renders the table across cells into another
-(:class:`ScaleDir`)::
+folder that outlives its run folder (:data:`ScaleCellDir`: seedlab/cells.py's kept cell folder, shared with the
+attribution grid) and renders the table across cells into another (:class:`ScaleDir`)::
 
     CELL/cell.json                the cell's labels (B, steps after s, width), seeds, settings, stage wall times
     CELL/per_seed.csv             per seed x arm: distance, barrier and passage drops against the twin
@@ -35,6 +35,7 @@ folder that outlives its run folder (:class:`ScaleCellDir`) and renders the tabl
     CELL/curves.csv               per seed x group x step after s: |training loss − twin's|
     SCALE/scale.md, SCALE/scale-table.csv, SCALE/scale-trends.csv, SCALE/scale-paper.csv, SCALE/scale-<measure>.png
     SCALE/scale-prediction.json, SCALE/scale-preregistration.md   the confirmatory prediction, before its run
+    SCALE/scale-verdict.json      the confirmatory cell's verdict on it
 
 The folder policy of ``seedlab twins run`` (forks/folders.py ``DesignFolder.claim``): an absent or
 empty folder starts a run; a folder holding the same run (its config.json, with the fields added
@@ -60,6 +61,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from seedlab.cells import CellDir, TableDir
 from seedlab.config import parse, with_new_defaults
 from seedlab.errors import SeedlabError
 from seedlab.lm.gptconfig import GPTConfig
@@ -377,37 +379,16 @@ class Measured:
 # --------------------------------------------------------------------------- the scale axis (twins/scale.py)
 
 
-@dataclass(frozen=True)
-class ScaleCellDir:
-    """A kept scale-cell summary (twins/scale.py ``Cell.to_dir``): its record and its frames."""
-
-    root: Path
-
-    @property
-    def record(self) -> Path:
-        return self.root / "cell.json"
-
-    def frame(self, name: str) -> Path:
-        """One of twins/scale.py's ``FRAMES`` (per_seed, pairs, curves), as CSV."""
-        return self.root / f"{name}.csv"
+#: a kept scale-cell summary (twins/scale.py ``Cell.to_dir``): its record and its frames (seedlab/cells.py)
+ScaleCellDir = CellDir
 
 
 @dataclass(frozen=True)
-class ScaleDir:
-    """Where the scale table across cells is rendered (twins/report_scale.py)."""
+class ScaleDir(TableDir):
+    """Where the scale table across cells is rendered (twins/report_scale.py): ``scale.md``, ``scale-<name>.csv``
+    (table, trends, paper), ``scale-<measure>.png``, the prediction and its verdict."""
 
-    root: Path
-
-    @property
-    def report(self) -> Path:
-        return self.root / "scale.md"
-
-    def table(self, name: str) -> Path:
-        """``scale-<name>.csv``: table, trends, paper."""
-        return self.root / f"scale-{name}.csv"
-
-    def figure(self, measure: str) -> Path:
-        return self.root / f"scale-{measure}.png"
+    stem = "scale"
 
     @property
     def prediction(self) -> Path:
@@ -418,3 +399,8 @@ class ScaleDir:
     def preregistration(self) -> Path:
         """The prediction's text (twins/scale.py ``preregistration_text``), which its run keeps (--preregistration)."""
         return self.root / "scale-preregistration.md"
+
+    @property
+    def verdict(self) -> Path:
+        """The confirmatory cell's verdict on the prediction (twins/scale.py ``confirm``), JSON."""
+        return self.root / "scale-verdict.json"

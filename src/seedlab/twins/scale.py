@@ -8,7 +8,8 @@ updates after the injection (``after`` = steps − s) and the model's residual w
 ``n_layer``). The paper: B = 256, 9,336 updates after s, GPT-2 small (d 768, 12 layers): :data:`PAPER_SCALE`.
 
 **Per cell** (:func:`summarise`, one measured folder; :class:`Cell`, kept as a small folder by
-:meth:`Cell.to_dir`, twins/rundir.py ``ScaleCellDir``) the per-seed numbers every measure is computed from:
+:meth:`Cell.to_dir` and read back exactly by :meth:`Cell.from_dir`: seedlab/cells.py ``Summary``, the mechanism the
+attribution grid's cells share, twins/rundir.py ``ScaleCellDir``) the per-seed numbers every measure is computed from:
 
 - ``per_seed`` (:data:`PER_SEED`): per seed × arm against the seed's twin at the end (measures.parquet):
   ``distance``, ``barrier``, ``rise_mid``, ``heldout_ce_diff``; from the cross-passage matrix (passages.parquet)
@@ -90,11 +91,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from seedlab.cells import Columns, Summary
 from seedlab.errors import SeedlabError
 from seedlab.lm.gptconfig import PRESETS
 from seedlab.stats import bootstrap_interval
 from seedlab.twins.config import is_ordinary
-from seedlab.twins.rundir import Measured, ScaleCellDir
+from seedlab.twins.rundir import Measured
 from seedlab.twins.stats import LEGACY_NAMES, PAPER, with_current_names
 
 #: the passage the scale table is about, and whose text the text-less nulls' "own" drop is read on
@@ -144,6 +146,8 @@ PER_SEED = ["seed", "arm", "group", "distance", "barrier", "rise_mid", "heldout_
 PAIRS = ["seed", "seed_b", "distance", "distance_aligned", "barrier"]
 CURVES = ["seed", "group", "step", "absdiff"]
 FRAMES = {"per_seed": PER_SEED, "pairs": PAIRS, "curves": CURVES}
+#: the frames' column types (the rest are float): what makes a CSV read back exactly
+COLUMNS = Columns(strings=frozenset({"arm", "group"}), ints=frozenset({"seed", "seed_b", "step"}))
 SCALARS = ["name", "preset", "batch_size", "steps", "injection_step", "after", "model", "n_embd", "n_layer",
            "block_size", "seeds", "arms", "smooth_steps", "s50", "final", "source", "stages"]
 TABLE = ["cell", "batch_size", "after", "n_embd", "n_layer", "n", "group", "measure", "value", "low", "high", "sd",
@@ -163,7 +167,7 @@ def group_of(arm: str) -> str:
 
 
 @dataclass
-class Cell:
+class Cell(Summary, scalars=SCALARS, frames=FRAMES, columns=COLUMNS, noun="kept scale-cell summary"):
     """One measured cell's per-seed numbers and labels (module doc; frames :data:`FRAMES`)."""
 
     name: str
@@ -187,47 +191,8 @@ class Cell:
     source: str = ""  # the run folder summarised
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage (the driver's)
 
-    def scalars(self) -> dict:
-        return {k: getattr(self, k) for k in SCALARS}
-
     def label(self, axis: str) -> int:
         return int(getattr(self, axis))
-
-    def to_dir(self, path: str | Path) -> Path:
-        """``path/cell.json`` (the scalars) and one CSV per frame; returns ``path``."""
-        d = ScaleCellDir(Path(path))
-        d.root.mkdir(parents=True, exist_ok=True)
-        for name in FRAMES:
-            getattr(self, name).to_csv(d.frame(name), index=False)
-        d.record.write_text(json.dumps(self.scalars(), indent=1) + "\n")
-        return d.root
-
-    @classmethod
-    def from_dir(cls, path: str | Path) -> Cell:
-        """What :meth:`to_dir` wrote; a folder without ``cell.json`` is a one-line error."""
-        d = ScaleCellDir(Path(path))
-        if not d.record.is_file():
-            raise SeedlabError(f"{d.root}: no {d.record.name} (not a kept scale-cell summary)")
-        record = json.loads(d.record.read_text())
-        frames = {n: _typed(pd.read_csv(d.frame(n)), cols) for n, cols in FRAMES.items()}
-        return cls(**{k: record[k] for k in SCALARS}, **frames)
-
-    def equals(self, other: Cell) -> bool:
-        """The same scalars and the same frames (NaN equal to NaN)."""
-        same = json.dumps(self.scalars(), sort_keys=True) == json.dumps(other.scalars(), sort_keys=True)
-        return same and all(getattr(self, n).equals(getattr(other, n)) for n in FRAMES)
-
-
-_STR = {"arm", "group"}
-_INT = {"seed", "seed_b", "step"}
-
-
-def _typed(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    out = {}
-    for c in columns:
-        v = frame[c] if c in frame else pd.Series(np.nan, index=frame.index)
-        out[c] = v.astype(str).astype(object) if c in _STR else v.astype(np.int64) if c in _INT else v.astype(np.float64)
-    return pd.DataFrame(out, columns=columns).reset_index(drop=True)
 
 
 def _r9(x) -> np.ndarray:
@@ -259,15 +224,16 @@ def summarise(d: Measured, name: str, *, preset: str = "") -> Cell:
             row[f"own_{tag}"] = float(at.get(own_text, np.nan))
             row[f"others_{tag}"] = float(np.mean(others)) if others else np.nan
         rows.append(row)
-    per_seed = _typed(pd.DataFrame(rows), PER_SEED)
+    per_seed = COLUMNS.typed(pd.DataFrame(rows), PER_SEED)
     aligned = seed_rows["distance_aligned"] if "distance_aligned" in seed_rows else pd.Series(np.nan, index=seed_rows.index)
-    pairs = _typed(pd.DataFrame({"seed": seed_rows.seed, "seed_b": seed_rows.seed_b, "distance": seed_rows.distance,
-                                 "distance_aligned": aligned, "barrier": seed_rows.barrier}), PAIRS)
+    pairs = COLUMNS.typed(pd.DataFrame({"seed": seed_rows.seed, "seed_b": seed_rows.seed_b,
+                                        "distance": seed_rows.distance, "distance_aligned": aligned,
+                                        "barrier": seed_rows.barrier}), PAIRS)
     tc = with_current_names(d.timecourse, ("condition",))
     tc = tc[tc.step > s]
     tc = tc.assign(group=tc.condition.map(group_of), absdiff=tc["diff"].abs())
     g = tc.groupby(["seed", "group", "step"]).absdiff.mean().reset_index()
-    curves = _typed(g.assign(absdiff=_r9(g.absdiff)), CURVES)
+    curves = COLUMNS.typed(g.assign(absdiff=_r9(g.absdiff)), CURVES)
     model = str(c["model"])
     gpt = PRESETS[model]
     seeds = sorted({int(v) for v in inj.seed} | {int(v) for v in seed_rows.seed} | {int(v) for v in seed_rows.seed_b})
