@@ -16,6 +16,11 @@ PRESETS = "attribution"
 app = typer.Typer(no_args_is_help=True)  # its line in `seedlab --help` is its entry in seedlab.cli.STUDIES
 
 
+def _names(items: list[str]) -> list[str]:
+    """An option given repeatedly or comma-separated (--estimator a,b --estimator c) -> its names, in order."""
+    return [n.strip() for item in items for n in item.split(",") if n.strip()]
+
+
 @app.command("bank", cls=config_command("seedlab.attribution.config:AttributionConfig"))
 def attribution_bank(
     config: Annotated[str, typer.Argument(help="attribution config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
@@ -61,7 +66,7 @@ def attribution_attribute(
     from seedlab.attribution.attribute import attribute
     from seedlab.attribution.rundir import BankDir
 
-    names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
+    names = _names(estimators)
     df = attribute(bank, estimators=names or None, device=device, progress=progress, settings=set_, jobs=jobs, add=add)
     typer.echo(f"{df.estimator.nunique()} estimator(s) x {len(df) // max(df.estimator.nunique(), 1)} measured effects "
                f"-> {BankDir(bank).attribution}")
@@ -107,7 +112,7 @@ def attribution_rowscores(
     from seedlab.attribution.rowscores import bank_rowscores
     from seedlab.attribution.rundir import BankDir
 
-    names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
+    names = _names(estimators)
     df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress, add=add)
     typer.echo(f"{len(df)} row scores ({df.estimator.nunique()} estimator(s), {df.seed.nunique()} seed(s)) -> "
                f"{BankDir(bank).rowscores}")
@@ -156,7 +161,7 @@ def attribution_score(
     bank's own estimators."""
     from seedlab.attribution.benchmark import score
 
-    names = [n.strip() for item in estimators for n in item.split(",") if n.strip()]
+    names = _names(estimators)
     r = score(folder, names, out=out, force=force, baselines=baselines, device=device, progress=progress, report=report)
     what = f"digest {r.source['digest'][:16]}" if r.source["kind"] == "export" else "a bank"
     typer.echo(f"{len(r.estimators)} estimator(s) scored ({what}), {len(r.from_bank)} from the bank beside them, "
