@@ -240,3 +240,20 @@ def test_cli_bad_t0_is_exit_2(bank, tmp_path, seedlab_cli):
     rc, _, err = seedlab_cli("attribution", "metagrad", str(root), "--t0", "-1", "--no-progress")
     assert rc == 2 and err.startswith("error: --t0: must be in 0 .. 5") and err.count("\n") == 1
     assert not BankDir(root).metagrad.exists()
+
+
+def test_the_comparison_script_finds_the_two_modes_equal(bank):
+    # experiments/metagrad_vs_unroll.py: its frame is the one the test above asserts, per seed and horizon
+    import importlib.util
+
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "metagrad_vs_unroll", Path(__file__).resolve().parents[2] / "experiments" / "metagrad_vs_unroll.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    df = mod.compare(bank, [0])
+    assert list(df.columns) == mod.COLUMNS and sorted(df.horizon) == [5, 7, 14] and set(df.seed) == {0}
+    assert (df.max_abs_unroll > 1e-3).all() and (df.max_rel < 1e-5).all()
+    assert (df.unroll_s > 0).all() and (df.metagrad_s > 0).all()
+    assert mod.main([str(bank), "--seeds", "x"]) == 2
