@@ -296,6 +296,34 @@ def test_loo_by_age_of_a_perfect_predictor():
     assert loo.oldest(t.reset_index(), "perfect") == {"predicts": [2, 8], "first_miss": None, "ages": [2, 8]}
 
 
+def test_a_query_only_predictor_has_a_high_pooled_rho_and_no_within_query_rho():
+    # each query's removals move it by its own offset (a sensitivity every row shares) plus a row-specific part; the
+    # predictor knows the offset only: the pooled ρ rewards it, rho_within (the rows ranked per query) does not
+    g = np.random.default_rng(2)
+    rows = []
+    for s in range(4):
+        for q in range(8):
+            offset = 3.0 * q
+            for i in range(12):
+                m = offset + g.normal()
+                rows += [{"seed": s, "step": 5, "row": i, "query": f"q{q}", "query_kind": "heldout", "horizon": 10,
+                          "label": "end", "measured": m, "estimator": e, "unit": "nats/token", "predicted": p}
+                         for e, p in (("query-only", offset + 1e-6 * g.normal()), ("perfect", m))]
+    t = loo.by_age(pd.DataFrame(rows), resamples=300).set_index("estimator")
+    assert t.loc["query-only"].rho > 0.9 and t.loc["query-only"].rho_low > 0.8
+    assert abs(t.loc["query-only"].rho_within) < 0.15
+    assert t.loc["query-only"].rho_within_low < 0 < t.loc["query-only"].rho_within_high
+    assert t.loc["perfect"].rho_within == pytest.approx(1.0) and t.loc["perfect"].rho_within_low == pytest.approx(1.0)
+    t = t.reset_index()
+    assert loo.oldest(t, "query-only")["first_miss"] is None  # pooled: "predicts"
+    assert loo.oldest(t, "query-only", column="rho_within") == {"predicts": [], "first_miss": 5, "ages": [5]}
+    from seedlab.attribution.report_lds import removals_section
+
+    text = removals_section(t, loo.oldest(t, "query-only"), None, None,
+                            within=loo.oldest(t, "query-only", column="rho_within"))
+    assert "ranked **within each query**" in text and "does not predict which rows matter for each query" in text
+
+
 # --------------------------------------------------------------------------- the report, bad input
 
 

@@ -12,6 +12,10 @@ Per estimator × query kind (and ``all`` kinds) × (t, h), over seeds:
 
 - ``rho``: per seed, Spearman(predicted, measured) over every (row, query) of the cell (rows × queries pairs: a
   query's overall sensitivity is part of what is predicted), then the mean over seeds;
+- ``rho_within``: per seed and query, Spearman over the cell's rows (which rows matter *for this query*: a prediction
+  that knows only the query — its sensitivity, its sign — scores nothing here, however high its pooled ``rho``), the
+  mean over queries, then over seeds. The pooled ``rho`` needs it beside it: where queries differ in how much every
+  removal moves them, a query-only predictor reaches a high pooled ρ with no knowledge of the rows;
 - ``slope``: the OLS slope (with intercept) of measured on predicted over every (seed, row, query) of the cell, and
   ``ratio``: the median of measured / predicted (predicted ≠ 0) — the calibration (1: the prediction has the effect's
   scale; a ranking can survive a magnitude that is off many-fold);
@@ -37,7 +41,7 @@ ALL = "all"
 KEYS = ["seed", "step", "row", "query", "horizon"]
 COLUMNS = ["estimator", "unit", "query_kind", "step", "horizon", "label", "age", "seeds", "rows", "queries", "n",
            "rho", "rho_low", "rho_high", "slope", "slope_low", "slope_high", "ratio", "ratio_low", "ratio_high",
-           "mean_abs"]
+           "mean_abs", "rho_within", "rho_within_low", "rho_within_high"]
 
 
 def joined(loo: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
@@ -54,22 +58,28 @@ def _cell(M: np.ndarray, P: np.ndarray, resamples: int, seed: int, alpha: float)
         warnings.simplefilter("ignore", RuntimeWarning)
         rho_s = spearman_along(P.reshape(S, -1), M.reshape(S, -1))  # [S]
         rho = float(np.nanmean(rho_s)) if np.isfinite(rho_s).any() else math.nan
+        within_s = np.nanmean(spearman_along(P.transpose(0, 2, 1), M.transpose(0, 2, 1)), axis=1)  # [S]
+        within = float(np.nanmean(within_s)) if np.isfinite(within_s).any() else math.nan
         slope = float(slope_along(P.ravel(), M.ravel()))
         ok = np.isfinite(P) & np.isfinite(M) & (P != 0)
         ratio = float(np.median(M[ok] / P[ok])) if ok.any() else math.nan
-        rhos, slopes, ratios = [], [], []
+        rhos, slopes, ratios, withins = [], [], [], []
         for at in joint_gathers(M.shape, 1, resamples, seed):
             Mb, Pb = M[at], P[at]  # [b, S, R, Q]
             b = len(Mb)
             rhos.append(np.nanmean(spearman_along(Pb.reshape(b, S, -1), Mb.reshape(b, S, -1)), axis=1))
+            w = spearman_along(Pb.transpose(0, 1, 3, 2), Mb.transpose(0, 1, 3, 2))  # [b, S, Q]
+            withins.append(np.nanmean(np.nanmean(w, axis=2), axis=1))
             slopes.append(slope_along(Pb.reshape(b, -1), Mb.reshape(b, -1)))
             okb = np.isfinite(Pb) & np.isfinite(Mb) & (Pb != 0)
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratios.append(np.nanmedian(np.where(okb, Mb / np.where(okb, Pb, 1.0), np.nan).reshape(b, -1), axis=1))
-    (rl, rh), (sl_, sh), (ql, qh) = (bootstrap_interval(np.concatenate(v), alpha) for v in (rhos, slopes, ratios))
+        (rl, rh), (sl_, sh), (ql, qh), (wl, wh) = (bootstrap_interval(np.concatenate(v), alpha)
+                                                   for v in (rhos, slopes, ratios, withins))
     return {"rho": rho, "rho_low": float(rl), "rho_high": float(rh), "slope": slope, "slope_low": float(sl_),
             "slope_high": float(sh), "ratio": ratio, "ratio_low": float(ql), "ratio_high": float(qh),
-            "n": int((np.isfinite(P) & np.isfinite(M)).sum()), "mean_abs": float(np.nanmean(np.abs(M)))}
+            "n": int((np.isfinite(P) & np.isfinite(M)).sum()), "mean_abs": float(np.nanmean(np.abs(M))),
+            "rho_within": within, "rho_within_low": float(wl), "rho_within_high": float(wh)}
 
 
 def by_age(df: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> pd.DataFrame:
@@ -117,10 +127,11 @@ def main_kind(table: pd.DataFrame) -> str | None:
     return ALL if ALL in kinds else (kinds[0] if kinds else None)
 
 
-def oldest(table: pd.DataFrame, estimator: str, kind: str | None = None) -> dict:
+def oldest(table: pd.DataFrame, estimator: str, kind: str | None = None, column: str = "rho") -> dict:
     """For ``estimator`` at the end of the run (its largest horizon in ``table``, a :func:`by_age` frame), by the
-    rows' age (end − t) from the youngest: ``predicts`` — the ages whose ρ interval lies above 0 before the first
-    that does not; ``first_miss`` — that age (None: none misses); ``ages`` — every age there."""
+    rows' age (end − t) from the youngest: ``predicts`` — the ages whose ``column`` (``rho`` or ``rho_within``)
+    interval lies above 0 before the first that does not; ``first_miss`` — that age (None: none misses); ``ages`` —
+    every age there."""
     kind = kind or main_kind(table)
     g = table[(table.estimator == estimator) & (table.query_kind == kind)]
     if not len(g):
@@ -128,7 +139,7 @@ def oldest(table: pd.DataFrame, estimator: str, kind: str | None = None) -> dict
     g = g[g.horizon == g.horizon.max()].sort_values("age")
     ok, miss = [], None
     for r in g.itertuples():
-        if not (r.rho_low > 0):
+        if not (getattr(r, f"{column}_low") > 0):
             miss = int(r.age)
             break
         ok.append(int(r.age))

@@ -110,16 +110,16 @@ def removal_section(a: Attributed) -> str | None:
     from seedlab.attribution.rowscores import read_scores
 
     scores = read_scores(a.dir.root)
-    age = oldest = contrast = table = paired = None
+    age = oldest = within = contrast = table = paired = None
     single, missing = pd.DataFrame(columns=loo.COLUMNS), []
     if a.loo is not None:
         age, single = loo.analyse(a.loo, scores)
-        oldest = loo.oldest(age, "metagrad")
+        oldest, within = loo.oldest(age, "metagrad"), loo.oldest(age, "metagrad", column="rho_within")
         missing = loo.unscored(a.loo, scores, "metagrad") if scores is not None else []
     if a.groups is not None and a.group_rows is not None:
         table, paired = lds.analyse_paired(a.groups, a.group_rows, scores)
         contrast = lds.contrast(table, single)
-    return removals_section(age, oldest, contrast, table, missing, paired)
+    return removals_section(age, oldest, contrast, table, missing, paired, within)
 
 
 def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:

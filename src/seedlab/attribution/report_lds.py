@@ -54,8 +54,14 @@ def _kind(table: pd.DataFrame) -> str | None:
     return "all" if "all" in kinds else (kinds[0] if kinds else None)
 
 
-def loo_table(table: pd.DataFrame) -> str:
-    """ρ by (t, h): rows the ages, columns the estimators."""
+WITHIN_HELP = (
+    "The same cells ranked **within each query** (loo.py ``rho_within``): per seed and query the Spearman over the "
+    "cell's rows, the mean over queries, then over seeds [the same resamples' interval]. The pooled ρ above also "
+    "rewards knowing only how much a query moves under any removal; this one only knowing which rows matter.")
+
+
+def loo_table(table: pd.DataFrame, column: str = "rho") -> str:
+    """``column`` (``rho`` or ``rho_within``) by (t, h): rows the ages, columns the estimators."""
     kind = _kind(table)
     g = table[table.query_kind == kind]
     cells = g.drop_duplicates(["step", "horizon"]).sort_values(["age", "step"])
@@ -64,7 +70,7 @@ def loo_table(table: pd.DataFrame) -> str:
     for c in cells.itertuples():
         here = g[(g.step == c.step) & (g.horizon == c.horizon)].set_index("estimator")
         rows.append([str(c.age), str(c.step), f"{c.label} ({c.horizon})", fmt_num(c.mean_abs),
-                     *(_ci(here.loc[e]) if e in here.index else "" for e in names)])
+                     *(_ci(here.loc[e], column) if e in here.index else "" for e in names)])
     n = g.iloc[0]
     return (f"{kind} queries; {n.seeds} seed(s), {n.rows} row(s) a step, {n.queries} quer"
             f"{'y' if n.queries == 1 else 'ies'}.\n\n"
@@ -81,19 +87,21 @@ def calibration_table(table: pd.DataFrame) -> str:
     return md_table(["estimator", "age", "step t", "horizon h", "slope", "median ratio"], rows)
 
 
-def age_sentence(oldest: dict, estimator: str = "metagrad") -> str:
-    """loo.py ``oldest``'s answer in words."""
+def age_sentence(oldest: dict, estimator: str = "metagrad", within: bool = False) -> str:
+    """loo.py ``oldest``'s answer in words (``within``: ``oldest`` read on ``rho_within``)."""
+    what = ("which rows matter for each query (ρ within queries, interval above 0)" if within else
+            "the leave-one-out effect (ρ interval above 0)")
+    short = "which rows matter for each query" if within else "the leave-one-out effect"
     if not oldest["ages"]:
         return f"No leave-one-out row was scored by {estimator}."
     if oldest["first_miss"] is None:
-        return (f"At the end, {estimator}'s exact first order predicts the leave-one-out effect (ρ interval above 0) "
-                f"at every age measured ({', '.join(map(str, oldest['ages']))} updates).")
+        return (f"At the end, {estimator}'s exact first order predicts {what} at every age measured "
+                f"({', '.join(map(str, oldest['ages']))} updates).")
     if not oldest["predicts"]:
-        return (f"At the end, {estimator}'s exact first order does not predict the leave-one-out effect even at the "
-                f"youngest age measured ({oldest['first_miss']} updates).")
-    return (f"At the end, {estimator}'s exact first order predicts the leave-one-out effect up to age "
-            f"{oldest['predicts'][-1]} and no longer at age {oldest['first_miss']} (ages measured: "
-            f"{', '.join(map(str, oldest['ages']))}).")
+        return (f"At the end, {estimator}'s exact first order does not predict {short} even at the youngest age "
+                f"measured ({oldest['first_miss']} updates).")
+    return (f"At the end, {estimator}'s exact first order predicts {what} up to age {oldest['predicts'][-1]} and no "
+            f"longer at age {oldest['first_miss']} (ages measured: {', '.join(map(str, oldest['ages']))}).")
 
 
 def lds_table(c: pd.DataFrame) -> str:
@@ -143,10 +151,11 @@ def differences_table(d: pd.DataFrame) -> str:
 
 def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd.DataFrame | None,
                      lds: pd.DataFrame | None, missing: list[int] | None = None,
-                     paired: pd.DataFrame | None = None) -> str:
+                     paired: pd.DataFrame | None = None, within: dict | None = None) -> str:
     """The section: the LOO tables (with ``age``, loo.py ``by_age``; ``oldest`` for metagrad; ``missing``, the
     leave-one-out steps metagrad scored no row of: loo.py ``unscored``) and the LDS table (with ``contrast``, lds.py
-    ``contrast``; ``lds``, lds.py's full table, for the subset count)."""
+    ``contrast``; ``lds``, lds.py's full table, for the subset count; ``paired``, lds.py ``differences``; ``within``,
+    loo.py ``oldest`` on ``rho_within``)."""
     out = [TITLE]
     if age is not None:
         out.append("### Leave-one-out by age")
@@ -156,8 +165,11 @@ def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd
         else:
             gap = ([f"metagrad.parquet holds no row of step {', '.join(map(str, missing))}: run `seedlab attribution "
                     f"metagrad BANK --t0 {min(missing)}` (or earlier) for those rows."] if missing else [])
-            out += [LOO_HELP, *([age_sentence(oldest)] if oldest is not None else []), *gap, loo_table(age), CAL_HELP,
-                    calibration_table(age)]
+            out += [LOO_HELP, *([age_sentence(oldest)] if oldest is not None else []), *gap, loo_table(age)]
+            if "rho_within" in age and age.rho_within.notna().any():
+                out += [WITHIN_HELP, *([age_sentence(within, within=True)] if within is not None else []),
+                        loo_table(age, "rho_within")]
+            out += [CAL_HELP, calibration_table(age)]
     if contrast is not None:
         out.append("### Groups: the linear datamodeling score")
         if not len(contrast):
