@@ -15,12 +15,13 @@ folder it started. Last, from every cell summarised (KEEP first, then OUT/summar
 paper extrapolation (REPORT/scale-{table,trends,paper}.csv), a figure per measure and REPORT/scale.md, REPORT =
 ``--report`` (default: KEEP, else OUT).
 
-The table's cost (docs/benchmarks.md, estimated, not yet measured): ~11.6 h of one torch thread in all, scale-b256
-alone ~5.9 h, the other four ~5.7 h; on the 2-core machine run the two halves side by side, e.g.
+The table's cost and the plan (docs/benchmarks.md, "The twins' scale axis", re-estimated 2026-12-06 from the two
+measured cells: ~6.1 h in all with two torch threads, one training job at a time), in session-sized chunks:
 
-    taskset -c 0 python experiments/twins_scale.py --cells scale-b256 --out runs/scale --keep docs/results/twins-scale
-    taskset -c 1 python experiments/twins_scale.py --cells scale-b16,scale-b64,scale-b16-long,scale-wide-b64 \\
-        --out runs/scale --keep docs/results/twins-scale
+    python experiments/twins_scale.py --cells scale-b256 --seeds 0,1,2,3 --threads 2 \
+        --out runs/scale --keep docs/results/twins-scale --no-progress                 # ~2.0 h
+    python experiments/twins_scale.py --cells scale-b16-long,scale-wide-b64 --threads 2 \
+        --out runs/scale --keep docs/results/twins-scale --no-progress                 # ~1.9 h
 
 (the second to finish renders every kept cell; ``--render`` renders again without running anything).
 
