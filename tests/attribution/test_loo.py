@@ -511,3 +511,23 @@ def test_add_replaces_the_estimators_asked_for_and_without_it_rowscores_overwrit
     with pytest.raises(SeedlabError, match=r"^rowscores: trak needs traker, which is not installed: pip install traker"):
         rowscores.choose(["trak"])
     assert "trak" not in rowscores.choose(None) and "tracin" in rowscores.choose(None)
+
+
+def test_ekfac_scores_every_row_at_the_end_from_the_rows_of_the_twins_batches(bank):
+    # rowscores' shared row gathering (each step's batch drawn once) is the batches' own rows, in the order asked;
+    # ekfac, built on it, scores every (row, query) once at the end, in nats/token
+    import torch
+
+    from seedlab.attribution import rowscores
+
+    b = open_bank(bank)
+    rows = removals.rows_of(b.cfg)
+    X, Y = rowscores._row_tensors(b, 0, rows)
+    for j in (0, len(rows) // 2, len(rows) - 1):
+        t, i = rows[j]
+        x, y = rowscores._batch(b, 0, t)
+        assert torch.equal(X[j], x[i]) and torch.equal(Y[j], y[i])
+    e = rowscores.ekfac_scores(b, 0, rows, torch.device("cpu"))
+    assert len(e) == len(rows) * len(b.inputs.queries) and set(e.horizon) == {b.cfg.end}
+    assert set(e.unit) == {"nats/token"} and np.isfinite(e.value).all() and (e.value != 0).any()
+    assert not e.duplicated(["step", "row", "query"]).any()

@@ -225,6 +225,14 @@ def _batch(bank: Bank, seed: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
     return get_batch(bank.inputs.corpus.train, seed, t, bank.cfg.batch_size, bank.inputs.gcfg.block_size)
 
 
+def _row_tensors(bank: Bank, seed: int, rows: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, y) [len(rows), T] of the training rows (t, i), in order; each step's batch drawn once."""
+    import torch
+
+    batches = {t: _batch(bank, seed, t) for t in dict.fromkeys(t for t, _ in rows)}
+    return (torch.stack([batches[t][0][i] for t, i in rows]), torch.stack([batches[t][1][i] for t, i in rows]))
+
+
 def _long(seed: int, estimator: str, queries: list[str], h: int, rows: list[tuple[int, int]], values: np.ndarray
           ) -> pd.DataFrame:
     """values [rows, queries] as rowscores.parquet's long frame."""
@@ -310,8 +318,7 @@ def ekfac_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], device) -> 
     import torch
 
     from seedlab.attribution.attribute import fit_set
-    from seedlab.attribution.estimators import query_tensors
-    from seedlab.attribution.influence import _rows, gpt_task, kronfluence_scores, tracked_modules
+    from seedlab.attribution.influence import _rows, gpt_task, kronfluence_scores, query_rows, tracked_modules
     from seedlab.lm.model import GPT
 
     cfg, queries, end = bank.cfg, _queries(bank), bank.cfg.end
@@ -319,18 +326,8 @@ def ekfac_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], device) -> 
     model = GPT(bank.inputs.gcfg).to(device)
     model.load_state_dict(bank.dir.twin(seed).weights(end))
     fx, fy = fit_set(bank, seed, end)
-    xs, ys = [], []
-    for t, i in rows:
-        x, y = _batch(bank, seed, t)
-        xs.append(x[i]), ys.append(y[i])
-    X, Y = torch.stack(xs), torch.stack(ys)
-    L = max(len(ids) for ids in queries.values()) - 1
-    qx = torch.zeros((len(queries), L), dtype=torch.int64)
-    qy, qm = qx.clone(), torch.zeros(qx.shape, dtype=torch.bool)
-    for j, ids in enumerate(queries.values()):
-        x, y, m = query_tensors(ids)
-        n = x.shape[1]
-        qx[j, :n], qy[j, :n], qm[j, :n] = x[0], y[0], m[0]
+    X, Y = _row_tensors(bank, seed, rows)
+    qx, qy, qm = query_rows(queries, 0)  # padded with token 0 after each text (masked)
     task = gpt_task(tracked_modules(model, a.modules))
     scores = kronfluence_scores(model, task, _rows(fx, fy, torch.ones(fx.shape, dtype=torch.bool)), _rows(qx, qy, qm),
                                 _rows(X, Y, torch.ones(X.shape, dtype=torch.bool)), strategy="ekfac",
@@ -353,9 +350,8 @@ def trak_scores(bank: Bank, seed: int, rows: list[tuple[int, int]]) -> pd.DataFr
     model = GPT(bank.inputs.gcfg)
     model.load_state_dict(bank.dir.twin(seed).weights(end))
     fx, fy = fit_set(bank, seed, end)
-    batches = {t: _batch(bank, seed, t) for t in sorted({t for t, _ in rows})}
-    X = torch.cat([fx, torch.stack([batches[t][0][i] for t, i in rows])])
-    Y = torch.cat([fy, torch.stack([batches[t][1][i] for t, i in rows])])
+    rx, ry = _row_tensors(bank, seed, rows)
+    X, Y = torch.cat([fx, rx]), torch.cat([fy, ry])
     o = InfluenceOptions()  # attribute's trak: its defaults (seed 0, proj_dim None, fit_batch 8)
     tau = trak_tau(model, (X, Y, torch.ones(X.shape, dtype=torch.bool)), query_rows(queries, bank.inputs.pad_id),
                    proj_dim=o.proj_dim, seed=o.seed, fit_batch=o.fit_batch)  # [M + R, Q]
