@@ -113,19 +113,48 @@ def _cells(measured: pd.DataFrame, predicted: pd.DataFrame):
             yield keys, M, P
 
 
+def _drawn(measured: pd.DataFrame, predicted: pd.DataFrame, resamples: int, seed: int) -> list[tuple]:
+    """Per cell of :func:`_cells`: (keys, M, per-seed LDS, resampled LDS) — each estimator's bootstrap done once,
+    for :func:`lds` and :func:`differences` alike."""
+    return [(keys, M, *_draws(M, P, resamples, seed)) for keys, M, P in _cells(measured, predicted)]
+
+
+def _lds_table(drawn: list[tuple], alpha: float) -> pd.DataFrame:
+    return pd.DataFrame([{**keys, **_summary(per_seed, draws, alpha)} for keys, _, per_seed, draws in drawn],
+                        columns=COLUMNS)
+
+
 def lds(measured: pd.DataFrame, predicted: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED,
         alpha: float = ALPHA) -> pd.DataFrame:
     """:data:`COLUMNS` per estimator × α × horizon × query kind (each, and :data:`ALL`): ``measured``: groups.parquet;
     ``predicted``: :func:`predictions`' frame (module doc)."""
     if not len(measured) or not len(predicted):
         return pd.DataFrame(columns=COLUMNS)
-    out = [{**keys, **_summary(*_draws(M, P, resamples, seed), alpha)}
-           for keys, M, P in _cells(measured, predicted)]
-    return pd.DataFrame(out, columns=COLUMNS)
+    return _lds_table(_drawn(measured, predicted, resamples, seed), alpha)
 
 
 DIFFERENCES = ["estimator", "reference", "alpha", "query_kind", "horizon", "label", "seeds", "subsets", "difference",
                "low", "high", "se_seeds"]
+
+
+def _differences_table(drawn: list[tuple], reference: str, alpha: float) -> pd.DataFrame:
+    cells: dict[tuple, dict[str, tuple]] = {}
+    for keys, M, per_seed, draws in drawn:
+        cells.setdefault((keys["alpha"], keys["horizon"], keys["query_kind"]), {})[keys["estimator"]] = (
+            keys, M, per_seed, draws)
+    out = []
+    for (a, h, kind), by in cells.items():
+        if reference not in by:
+            continue
+        _, rM, r_seed, r_draws = by[reference]
+        for e, (keys, M, per_seed, draws) in sorted(by.items()):
+            if e == reference or M.shape != rM.shape or not np.array_equal(np.isnan(M), np.isnan(rM)):
+                continue
+            s = _summary(per_seed - r_seed, draws - r_draws, alpha)
+            out.append({"estimator": e, "reference": reference, "alpha": a, "query_kind": kind, "horizon": h,
+                        "label": keys["label"], "seeds": keys["seeds"], "subsets": keys["subsets"],
+                        "difference": s["lds"], "low": s["low"], "high": s["high"], "se_seeds": s["se_seeds"]})
+    return pd.DataFrame(out, columns=DIFFERENCES)
 
 
 def differences(measured: pd.DataFrame, predicted: pd.DataFrame, reference: str = "metagrad", *,
@@ -136,24 +165,7 @@ def differences(measured: pd.DataFrame, predicted: pd.DataFrame, reference: str 
     A cell where the two estimators saw other seeds or subsets (a partial estimator) is left out: no pairing."""
     if not len(measured) or not len(predicted) or reference not in set(predicted.estimator):
         return pd.DataFrame(columns=DIFFERENCES)
-    cells: dict[tuple, dict[str, tuple]] = {}
-    for keys, M, P in _cells(measured, predicted):
-        cells.setdefault((keys["alpha"], keys["horizon"], keys["query_kind"]), {})[keys["estimator"]] = (keys, M, P)
-    out = []
-    for (a, h, kind), by in cells.items():
-        if reference not in by:
-            continue
-        rk, rM, rP = by[reference]
-        ref = _draws(rM, rP, resamples, seed)
-        for e, (keys, M, P) in sorted(by.items()):
-            if e == reference or M.shape != rM.shape or not np.array_equal(np.isnan(M), np.isnan(rM)):
-                continue
-            per_seed, draws = _draws(M, P, resamples, seed)
-            s = _summary(per_seed - ref[0], draws - ref[1], alpha)
-            out.append({"estimator": e, "reference": reference, "alpha": a, "query_kind": kind, "horizon": h,
-                        "label": keys["label"], "seeds": keys["seeds"], "subsets": keys["subsets"],
-                        "difference": s["lds"], "low": s["low"], "high": s["high"], "se_seeds": s["se_seeds"]})
-    return pd.DataFrame(out, columns=DIFFERENCES)
+    return _differences_table(_drawn(measured, predicted, resamples, seed), reference, alpha)
 
 
 def analyse(measured: pd.DataFrame, members: pd.DataFrame, scores: pd.DataFrame | None, **kw) -> pd.DataFrame:
@@ -163,13 +175,16 @@ def analyse(measured: pd.DataFrame, members: pd.DataFrame, scores: pd.DataFrame 
 
 
 def analyse_paired(measured: pd.DataFrame, members: pd.DataFrame, scores: pd.DataFrame | None,
-                   reference: str = "metagrad", **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   reference: str = "metagrad", *, resamples: int = RESAMPLES, seed: int = SEED,
+                   alpha: float = ALPHA) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(:func:`lds`, :func:`differences` against ``reference``) of a bank's groups.parquet and group_rows.parquet
-    against its row scores, the subsets' predictions summed once (None: empty frames)."""
-    if scores is None:
+    against its row scores, the subsets' predictions summed and every estimator resampled once (None: empty
+    frames)."""
+    predicted = None if scores is None else predictions(members, scores)
+    if predicted is None or not len(measured) or not len(predicted):
         return pd.DataFrame(columns=COLUMNS), pd.DataFrame(columns=DIFFERENCES)
-    predicted = predictions(members, scores)
-    return lds(measured, predicted, **kw), differences(measured, predicted, reference, **kw)
+    drawn = _drawn(measured, predicted, resamples, seed)  # once for both tables
+    return _lds_table(drawn, alpha), _differences_table(drawn, reference, alpha)
 
 
 CONTRAST = ["estimator", "alpha", "query_kind", "single_rho", "single_low", "single_high", "single_predicts", "lds",
