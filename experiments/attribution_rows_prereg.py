@@ -19,6 +19,7 @@ Five decisions, fixed before the bank was trained, each read on a 99% interval (
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -49,6 +50,17 @@ def growth(metagrad: pd.DataFrame, horizon: int) -> pd.Series:
     old = m[(age > OLD[0]) & (age <= OLD[1])].groupby("seed").value.apply(lambda v: np.median(np.abs(v)))
     young = m[(age > YOUNG[0]) & (age <= YOUNG[1])].groupby("seed").value.apply(lambda v: np.median(np.abs(v)))
     return (old / young).dropna()
+
+
+AGES = (0, 1, 5, 10, 20, 50, 100, 200)  # the bins of :func:`magnitudes`
+
+
+def magnitudes(metagrad: pd.DataFrame, horizon: int) -> pd.Series:
+    """Reported beside the decisions (no decision): the median |metagrad value| at ``horizon`` over every seed, row
+    and query, per age bin (lo, hi] of :data:`AGES` — the growth D3 decides, at every age."""
+    m = metagrad[metagrad.horizon == horizon]
+    bins = pd.cut(m.horizon - m.step, list(AGES))
+    return m.value.abs().groupby(bins, observed=True).median()
 
 
 def decide(age: pd.DataFrame, table: pd.DataFrame, metagrad: pd.DataFrame, s: int, end: int) -> pd.DataFrame:
@@ -107,13 +119,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{a.bank}: missing {', '.join(missing)} (bank, metagrad and rowscores first)", file=sys.stderr)
         return 2
     try:
-        cfg = __import__("json").loads(Path(d.root / "config.json").read_text())
+        cfg = json.loads(Path(d.root / "config.json").read_text())
         s, end = int(cfg["injection_step"]), int(cfg["steps"])
         scores = read_scores(a.bank)
         age, _ = loo.analyse(pd.read_parquet(d.loo), scores, resamples=RESAMPLES, alpha=ALPHA)
         table = lds.analyse(pd.read_parquet(d.groups), pd.read_parquet(d.group_rows), scores, resamples=RESAMPLES,
                             alpha=ALPHA)
-        out = render(decide(age, table, pd.read_parquet(d.metagrad), s, end))
+        metagrad = pd.read_parquet(d.metagrad)
+        out = render(decide(age, table, metagrad, s, end))
+        for h, label in ((s + 1, "s+1"), (end, "the end")):
+            out += (f"\n\nBeside them (no decision): the median |metagrad| at {label} by the row's age: "
+                    + ", ".join(f"{b} {v:.3g}" for b, v in magnitudes(metagrad, h).items()) + ".")
     except SeedlabError as err:
         print(err, file=sys.stderr)
         return 2

@@ -63,3 +63,9 @@ def test_missing_statistics_are_undecided_not_confirmed():
     assert d.confirmed.isna().all() or (d.confirmed.map(lambda v: v is None)).all()
     assert np.isnan(d.set_index("id").loc["D1"].value)
     assert "undecided" in p.render(d)
+
+
+def test_magnitudes_by_age_are_medians_of_absolute_values_per_bin():
+    m = p.magnitudes(_metagrad(ratio=50.0), 101)
+    assert m[pd.Interval(5, 10)] == 1.0 and m[pd.Interval(0, 1)] == 1e6
+    assert m[pd.Interval(20, 50)] == 50.0  # seeds 1-3 hold 50, seed 0 5,000: the median over rows
