@@ -42,15 +42,15 @@ def test_data_contract(seedlab_cli, tmp_path):
         assert int((z["y"] == z["shortcut"]).sum()) == 75
 
 
-def test_train_contract(seedlab_cli, tmp_path):
-    rc, out, err = seedlab_cli("shortcut", "train", str(_write(tmp_path, TINY)), "--out", str(tmp_path / "run"), "--no-progress")
+def test_train_contract(seedlab_main, tmp_path):
+    rc, out, err = seedlab_main("shortcut", "train", str(_write(tmp_path, TINY)), "--out", str(tmp_path / "run"), "--no-progress")
     assert rc == 0, err
     s = pd.read_parquet(tmp_path / "run" / "summary.parquet")
     assert len(s) == 4 and set(s.ratio) == {0.5, 0.9}
     c = pd.read_parquet(tmp_path / "run" / "curves.parquet")
     assert set(c.split) == {"train", "val", "adv"}
     # a second run into the same folder refuses to overwrite
-    rc, _, err = seedlab_cli("shortcut", "train", str(_write(tmp_path, TINY)), "--out", str(tmp_path / "run"))
+    rc, _, err = seedlab_main("shortcut", "train", str(_write(tmp_path, TINY)), "--out", str(tmp_path / "run"))
     assert rc == 2 and "already exists" in err
 
 
@@ -77,9 +77,9 @@ def _bad(over):
         ({"optim.weight_decay": -1}, "optim.weight_decay"),
     ],
 )
-def test_train_bad_input(seedlab_cli, tmp_path, over, field):
+def test_train_bad_input(seedlab_main, tmp_path, over, field):
     out = tmp_path / "run"
-    rc, stdout, err = seedlab_cli("shortcut", "train", str(_write(tmp_path, _bad(over))), "--out", str(out))
+    rc, stdout, err = seedlab_main("shortcut", "train", str(_write(tmp_path, _bad(over))), "--out", str(out))
     assert rc == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), err
@@ -87,8 +87,8 @@ def test_train_bad_input(seedlab_cli, tmp_path, over, field):
     assert not out.exists()  # nothing written
 
 
-def test_unknown_top_level_field_lists_allowed(seedlab_cli, tmp_path):
-    rc, _, err = seedlab_cli("shortcut", "train", str(_write(tmp_path, TINY | {"optimiser": {}})), "--out", str(tmp_path / "r"))
+def test_unknown_top_level_field_lists_allowed(seedlab_main, tmp_path):
+    rc, _, err = seedlab_main("shortcut", "train", str(_write(tmp_path, TINY | {"optimiser": {}})), "--out", str(tmp_path / "r"))
     assert rc == 2 and "optimiser: unknown field (allowed: model, data, optim, train, members)" in err
 
 
@@ -101,10 +101,10 @@ def test_unknown_top_level_field_lists_allowed(seedlab_cli, tmp_path):
         (["--vocab", "2"], "vocab"),
     ],
 )
-def test_data_bad_input(seedlab_cli, tmp_path, args, field):
+def test_data_bad_input(seedlab_main, tmp_path, args, field):
     base = {"--task": "sum2-max", "--ratio": "0.5", "--n-train": "100", "--seed": "0", "--out": str(tmp_path / "d")}
     base[args[0]] = args[1]
-    rc, _, err = seedlab_cli("shortcut", "data", *[a for kv in base.items() for a in kv])
+    rc, _, err = seedlab_main("shortcut", "data", *[a for kv in base.items() for a in kv])
     assert rc == 2 and err.strip().startswith(f"error: {field}:"), err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "d").exists()
@@ -115,19 +115,19 @@ def test_missing_config_file(seedlab_cli, tmp_path):
     assert rc == 2 and err.startswith("error: config: no such file")
 
 
-def test_corpus_commands(seedlab_cli, tmp_path):
-    rc, out, err = seedlab_cli("corpus", "prepare", "embedded", "--out", str(tmp_path / "c"), "--max-bytes", "60000")
+def test_corpus_commands(seedlab_main, tmp_path):
+    rc, out, err = seedlab_main("corpus", "prepare", "embedded", "--out", str(tmp_path / "c"), "--max-bytes", "60000")
     assert rc == 0, err
-    rc, out, err = seedlab_cli("corpus", "verify", str(tmp_path / "c"))
+    rc, out, err = seedlab_main("corpus", "verify", str(tmp_path / "c"))
     assert rc == 0 and out.startswith("ok: train"), err
-    rc, out, _ = seedlab_cli("corpus", "count", str(tmp_path / "c"), "Gizmo Harrington")
+    rc, out, _ = seedlab_main("corpus", "count", str(tmp_path / "c"), "Gizmo Harrington")
     assert rc == 0 and "text=0 tokens=0" in out
     with open(tmp_path / "c" / "train.bin", "r+b") as f:  # corrupt one byte
         f.seek(10)
         b = f.read(1)
         f.seek(10)
         f.write(bytes([b[0] ^ 1]))
-    rc, _, err = seedlab_cli("corpus", "verify", str(tmp_path / "c"))
+    rc, _, err = seedlab_main("corpus", "verify", str(tmp_path / "c"))
     assert rc == 2 and "SHA-256 mismatch" in err and len(err.strip().splitlines()) == 1
 
 
@@ -174,16 +174,16 @@ def test_help_and_presets_import_no_study():
     assert set(loaded) <= {"seedlab", "seedlab.cli", "seedlab.errors", "seedlab.presets", "seedlab.store"}, loaded
 
 
-def test_presets_copy(seedlab_cli, tmp_path):
+def test_presets_copy(seedlab_main, tmp_path):
     out = tmp_path / "mine"
-    rc, stdout, err = seedlab_cli("presets", "copy", "shortcut/quick", str(out))
+    rc, stdout, err = seedlab_main("presets", "copy", "shortcut/quick", str(out))
     assert rc == 0, err
     assert stdout.strip() == f"{out / 'quick.yaml'} (0 more file(s) beside it)"
     assert (out / "quick.yaml").read_bytes() == presets.find("shortcut", "quick").read_bytes()
     assert presets.copy("twins/mini", out) == [out / rel for rel in presets.files("twins", "mini")]
-    rc, _, err = seedlab_cli("presets", "copy", "shortcut/quick", str(out))
+    rc, _, err = seedlab_main("presets", "copy", "shortcut/quick", str(out))
     assert rc == 2 and err.startswith("error: --out:") and "already exists" in err and len(err.strip().splitlines()) == 1
-    assert seedlab_cli("presets", "copy", "shortcut/quick", str(out), "--force")[0] == 0
+    assert seedlab_main("presets", "copy", "shortcut/quick", str(out), "--force")[0] == 0
 
 
 @pytest.mark.parametrize("args", [
@@ -193,9 +193,9 @@ def test_presets_copy(seedlab_cli, tmp_path):
     ["attribution", "attribute", "X"],
     ["shortcut", "report", "X"],
 ])
-def test_bad_input_in_every_room_is_one_line_exit_2(seedlab_cli, tmp_path, args):
+def test_bad_input_in_every_room_is_one_line_exit_2(seedlab_main, tmp_path, args):
     args = [str(tmp_path / a) if a in ("X", "Y") else a for a in args]
-    rc, _, err = seedlab_cli(*args)
+    rc, _, err = seedlab_main(*args)
     assert rc == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
     assert not (tmp_path / "X").exists() and not (tmp_path / "Y").exists()
@@ -204,7 +204,7 @@ def test_bad_input_in_every_room_is_one_line_exit_2(seedlab_cli, tmp_path, args)
 # --------------------------------------------------------------------------- config fields: presets show, --help
 
 
-def test_presets_show_prints_every_field_with_its_value_default_and_help(seedlab_cli):
+def test_presets_show_prints_every_field_with_its_value_default_and_help(seedlab_main):
     res = CliRunner().invoke(app, ["presets", "show", "attribution/mini"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
@@ -222,7 +222,7 @@ def test_presets_show_prints_every_field_with_its_value_default_and_help(seedlab
     assert "\nmeasure.alphas " in CliRunner().invoke(app, ["presets", "show", path]).output
     for args, words in ((["nope"], "name: a preset (attribution/gpt2-124m"),
                         (["mini"], "name: 'mini' is a preset of attribution and twins: say which")):
-        rc, out, err = seedlab_cli("presets", "show", *args)
+        rc, out, err = seedlab_main("presets", "show", *args)
         assert rc == 2 and not out and err.startswith(f"error: {words}") and len(err.strip().splitlines()) == 1, err
 
 
