@@ -49,7 +49,7 @@ def _sweep_cmd(cfg_path, out, *extra):
     return [sys.executable, "-m", "seedlab", "shortcut", "sweep", str(cfg_path), "--out", str(out), "--no-progress", *extra]
 
 
-def test_kill9_and_resume(tmp_path):
+def test_kill9_and_resume(tmp_path, seedlab_main):
     cfg = SMALL | {"train": SMALL["train"] | {"epochs": 30}, "max_members": 2}
     path, out = _write(tmp_path, cfg), tmp_path / "sweep"
     n_jobs = len(plan(parse(SweepConfig, cfg)))
@@ -61,9 +61,9 @@ def test_kill9_and_resume(tmp_path):
     proc.wait()
     done_before = {p: p.stat().st_mtime_ns for p in out.glob("jobs/*/done.json")}
     assert 2 <= len(done_before) < n_jobs
-    # the restart finishes without redoing finished jobs
-    r = subprocess.run(_sweep_cmd(path, out), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    # the restart (in process: the kill above is the real one) finishes without redoing finished jobs
+    rc, _, err = seedlab_main(*_sweep_cmd(path, out)[3:])
+    assert rc == 0, err
     assert all(p.stat().st_mtime_ns == t for p, t in done_before.items())
     assert len(list(out.glob("jobs/*/done.json"))) == n_jobs
     s = pd.read_parquet(out / "summary.parquet")
@@ -83,11 +83,11 @@ def test_second_sweep_on_same_folder_is_refused(tmp_path):
     assert not (out / "sweep.yaml").exists()
 
 
-def test_ray_executor_matches_local(tmp_path):
+def test_ray_executor_matches_local(tmp_path, seedlab_main):
     pytest.importorskip("ray")
     path = _write(tmp_path, SMALL)
-    local = subprocess.run(_sweep_cmd(path, tmp_path / "local"), capture_output=True, text=True)
-    assert local.returncode == 0, local.stderr
+    rc, _, err = seedlab_main(*_sweep_cmd(path, tmp_path / "local")[3:])  # here; Ray's workers are other processes
+    assert rc == 0, err
     ray_run = subprocess.run(_sweep_cmd(path, tmp_path / "ray", "--executor", "ray"), capture_output=True, text=True)
     assert ray_run.returncode == 0, ray_run.stderr
     a = pd.read_parquet(tmp_path / "local" / "curves.parquet")
@@ -105,19 +105,19 @@ def test_ray_executor_matches_local(tmp_path):
         ({"grid": SMALL["grid"] | {"heads": [3]}}, "error: grid.heads: must divide d_model"),
     ],
 )
-def test_bad_sweep_config(tmp_path, over, msg):
+def test_bad_sweep_config(tmp_path, over, msg, seedlab_main):
     out = tmp_path / "sweep"
-    r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL | over), out), capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.startswith(msg), r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    rc, _, err = seedlab_main(*_sweep_cmd(_write(tmp_path, SMALL | over), out)[3:])
+    assert rc == 2 and err.startswith(msg), err
+    assert len(err.strip().splitlines()) == 1
     assert not out.exists()
 
 
-def test_unreachable_ray_address(tmp_path):
+def test_unreachable_ray_address(tmp_path, seedlab_main):
     pytest.importorskip("ray")
     out = tmp_path / "sweep"
-    r = subprocess.run(_sweep_cmd(_write(tmp_path, SMALL), out, "--executor", "ray", "--ray-address", "127.0.0.1:9"), capture_output=True, text=True)
-    assert r.returncode == 2 and "no Ray cluster answers" in r.stderr
+    rc, _, err = seedlab_main(*_sweep_cmd(_write(tmp_path, SMALL), out, "--executor", "ray", "--ray-address", "127.0.0.1:9")[3:])
+    assert rc == 2 and "no Ray cluster answers" in err
     assert not out.exists()
 
 
@@ -160,12 +160,12 @@ def test_ray_executor_joins_a_running_cluster(tmp_path):
         subprocess.run([ray_bin, "stop", "--force"], capture_output=True)
 
 
-def test_analyze_a_sweep_uses_global_member_ids(tmp_path):
+def test_analyze_a_sweep_uses_global_member_ids(tmp_path, seedlab_main):
     cfg = SMALL | {"train": SMALL["train"] | {"checkpoint_epochs": [0, 4]}, "grid": SMALL["grid"] | {"task": ["sum2-max"], "seed": 2}}
     out = tmp_path / "s"
-    assert subprocess.run(_sweep_cmd(_write(tmp_path, cfg), out), capture_output=True).returncode == 0
-    r = subprocess.run([sys.executable, "-m", "seedlab", "shortcut", "analyze", str(out), "--n", "16"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    assert seedlab_main(*_sweep_cmd(_write(tmp_path, cfg), out)[3:])[0] == 0
+    rc, _, err = seedlab_main("shortcut", "analyze", str(out), "--n", "16")
+    assert rc == 0, err
     c = pd.read_parquet(out / "circuits.parquet")
     s = pd.read_parquet(out / "summary.parquet")
     assert set(c.member) == set(s.member) and set(c.epoch) == {0, 4}
@@ -202,7 +202,7 @@ def test_the_chunk_follows_the_device():
     assert TrainConfig(chunk=512, device="cuda").chunk_rows() == 512 and TrainConfig(chunk=None).chunk_rows() is None
 
 
-def test_a_preregistration_is_kept_before_the_first_member_and_quoted_by_the_report(tmp_path, seedlab_cli):
+def test_a_preregistration_is_kept_before_the_first_member_and_quoted_by_the_report(tmp_path, seedlab_main):
     """--preregistration: a missing file writes nothing; the text and its SHA-256 are kept before training and
     quoted by the report; it cannot change on resume, nor be added to a sweep that already has members."""
     from seedlab.store import file_sha256
@@ -211,24 +211,24 @@ def test_a_preregistration_is_kept_before_the_first_member_and_quoted_by_the_rep
     path, out = _write(tmp_path, cfg), tmp_path / "confirm"
     pre = tmp_path / "pre.md"
     pre.write_text("# Hypotheses\n\nP1: the rate rises.\n")
-    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "nope.md"))
+    rc, _, err = seedlab_main("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "nope.md"))
     assert rc == 2 and "--preregistration: no such file" in err and not out.exists()
-    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(pre))
+    rc, _, err = seedlab_main("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(pre))
     assert rc == 0, err
     sweep = SweepDir(out)
     assert sweep.preregistration_path.read_text() == pre.read_text()
     assert yaml.safe_load(sweep.preregistration_record.read_text())["sha256"] == file_sha256(pre)
-    assert seedlab_cli("shortcut", "report", str(out))[0] == 0
+    assert seedlab_main("shortcut", "report", str(out))[0] == 0
     text = (out / "report.md").read_text()
     assert "## Pre-registration: a confirmatory sweep" in text and "> P1: the rate rises." in text and "unchanged since" in text
     other = tmp_path / "other.md"
     other.write_text("P1: the rate falls.\n")
-    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(other))
+    rc, _, err = seedlab_main("shortcut", "sweep", str(path), "--out", str(out), "--no-progress", "--preregistration", str(other))
     assert rc == 2 and "was pre-registered with another text" in err
     assert sweep.preregistration_path.read_text() == pre.read_text()
     plain = tmp_path / "plain"  # members first, pre-registration after: refused
-    assert seedlab_cli("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress")[0] == 0
-    rc, _, err = seedlab_cli("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress", "--preregistration", str(pre))
+    assert seedlab_main("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress")[0] == 0
+    rc, _, err = seedlab_main("shortcut", "sweep", str(path), "--out", str(plain), "--no-progress", "--preregistration", str(pre))
     assert rc == 2 and "must come before the first one" in err and not SweepDir(plain).preregistration_record.exists()
 
 
