@@ -83,24 +83,24 @@ def test_start_writes_the_preregistration_once(tmp_path):
     assert rd.config.stat().st_mtime_ns == stamp  # unchanged: left untouched
 
 
-def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_cli):
+def test_a_different_run_in_the_same_folder_is_refused(setup, tmp_path, seedlab_main):
     base, cfg = setup
     p1, p2 = base / "r1.yaml", base / "r2.yaml"
     p1.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4}))
     p2.write_text(yaml.safe_dump(cfg | {"steps": 12, "injection_step": 4}))
-    assert seedlab_cli("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
-    rc, _, err = seedlab_cli("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
+    assert seedlab_main("twins", "run", str(p1), "--out", str(tmp_path / "o"), "--no-progress")[0] == 0
+    rc, _, err = seedlab_main("twins", "run", str(p2), "--out", str(tmp_path / "o"), "--no-progress")
     assert rc == 2 and "holds another twins design" in err
 
 
-def test_export_command_gives_the_same_logits(twins_design, tmp_path, seedlab_cli):
+def test_export_command_gives_the_same_logits(twins_design, tmp_path, seedlab_main):
     transformers = pytest.importorskip("transformers")
     from safetensors.torch import load_file
 
     from seedlab.corpus import load
 
     design = twins_design
-    rc, out, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--condition", "fluent-attested",
+    rc, out, err = seedlab_main("twins", "export", str(design / "run"), "--seed", "1", "--condition", "fluent-attested",
                                "--out", str(tmp_path / "hf"))
     assert rc == 0, err
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
@@ -110,7 +110,7 @@ def test_export_command_gives_the_same_logits(twins_design, tmp_path, seedlab_cl
     x = torch.randint(0, corpus.vocab_size, (2, 128), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (hf(x).logits - model(x)[0]).abs().max() < 1e-5
-    rc, _, err = seedlab_cli("twins", "export", str(design / "run"), "--seed", "1", "--step", "7", "--out", str(tmp_path / "h2"))
+    rc, _, err = seedlab_main("twins", "export", str(design / "run"), "--seed", "1", "--step", "7", "--out", str(tmp_path / "h2"))
     assert rc == 2 and "no checkpoint at step 7" in err
 
 
@@ -134,29 +134,29 @@ def test_inputs_are_written_once_and_checked_on_resume(tmp_path):
         rd.check_inputs(inputs | {"passages": inputs["passages"] | {"fluent-fabricated": {"text": "z", "tokens": [4]}}})
 
 
-def test_a_resume_under_another_environment_is_refused(setup, tmp_path, seedlab_cli):
+def test_a_resume_under_another_environment_is_refused(setup, tmp_path, seedlab_main):
     """environment.json records what the bits depend on; a resume elsewhere is one line, exit 2, nothing
     written, unless --allow-env-change (then the change is recorded)."""
     base, cfg = setup
     path = base / "env.yaml"
     path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "threads": 1}))
     out = tmp_path / "o"
-    assert seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    assert seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
     env = json.loads((out / "environment.json").read_text())
     assert env["changes"] == [] and env["environment"]["threads"] == 1 and env["environment"]["device"] == "cpu"
     elsewhere = env | {"environment": env["environment"] | {"torch": "0.0.0"}}
     (out / "environment.json").write_text(json.dumps(elsewhere))
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != LOCK}  # the lock: its holder's pid
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress")
     assert rc == 2 and err.count("\n") == 1
     assert err.startswith(f"error: environment: {out} was started with torch = '0.0.0', now ")
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file() and p.name != LOCK} == before  # nothing written
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--allow-env-change")
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress", "--allow-env-change")
     assert rc == 0, err
     assert json.loads((out / "environment.json").read_text())["changes"] == [env["environment"]]
 
 
-def test_a_preregistration_text_is_kept_before_the_first_step(setup, tmp_path, seedlab_cli):
+def test_a_preregistration_text_is_kept_before_the_first_step(setup, tmp_path, seedlab_main):
     """--preregistration FILE: the text and its SHA-256 kept at the start; another text, or one added to a
     started run, refused in one line."""
     import hashlib
@@ -166,15 +166,15 @@ def test_a_preregistration_text_is_kept_before_the_first_step(setup, tmp_path, s
     path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "threads": 1, "conditions": ["twin", "fluent-fabricated"]}))
     (tmp_path / "h.md").write_text(text)
     out = tmp_path / "o"
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
     assert rc == 0, err
     assert (out / "preregistration.md").read_text() == text
     assert json.loads((out / "preregistration.json").read_text())["text_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     (tmp_path / "h.md").write_text(text + "H2: changed afterwards.\n")
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
     assert rc == 2 and "was pre-registered with another text" in err and err.count("\n") == 1
     assert (out / "preregistration.md").read_text() == text
     other = tmp_path / "o2"
-    assert seedlab_cli("twins", "run", str(path), "--out", str(other), "--no-progress")[0] == 0
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(other), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
+    assert seedlab_main("twins", "run", str(path), "--out", str(other), "--no-progress")[0] == 0
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(other), "--no-progress", "--preregistration", str(tmp_path / "h.md"))
     assert rc == 2 and "has started without one" in err
