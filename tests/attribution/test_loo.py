@@ -2,7 +2,8 @@
 tables, each arm bitwise the twin until its first removed row; −metagrad predicts a young row's measured removal
 effect (first order); the row estimators' sign convention; TRAK as a row estimator (influence.py's trak on the same
 rows, its sign, ``rowscores --add``); the LOO and LDS statistics on synthetic data (a perfect predictor scores 1, a
-shuffled one ~0); the report's section; bad input one line, exit 2, nothing written."""
+shuffled one ~0); the removals beside the nudges' own query effects (the floor: each nudge against the twin at the same
+horizon, the summary from that table); the report's section; bad input one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -205,6 +206,76 @@ def _groups(seeds=3, queries=5, subsets=400, alphas=(0.1,), rng=0):
     return pd.DataFrame(measured), pd.DataFrame(members), pd.DataFrame(scores)
 
 
+def test_the_nudges_floor_pairs_each_nudge_with_the_twin_at_the_same_horizon(bank):
+    """loo.beside_nudges: a nudge's Δ at horizon h is its own queries.parquet loss at h minus the twin's at h (by hand
+    here, from the two files), on loo.parquet's queries, at the horizons loo.parquet holds; the removals' rows are
+    loo.parquet's, unchanged."""
+    from seedlab.attribution.rundir import read_nudge_losses
+
+    b = open_bank(bank)
+    rd, cfg = b.dir, b.cfg
+    L = pd.read_parquet(rd.loo)
+    tensors = cfg.chaos.nudges
+    assert len(tensors) == 2 and rd.nudge(0, tensors[0]).path == rd.run(0, "nudge." + tensors[0]).path
+    t = loo.beside_nudges(L, read_nudge_losses(rd, rd.read_config()), S)
+    assert list(t.columns) == loo.BESIDE
+    n = t[t.kind == loo.NUDGE]
+    hs = sorted(cfg.horizon_steps())  # 5, 7, 9, 14: every one after s
+    assert sorted(n.horizon.unique()) == hs == sorted(L.horizon.unique())
+    assert len(n) == 2 * len(tensors) * len(b.inputs.queries) * len(hs)  # seeds × nudges × queries × horizons
+    assert (n.step == S).all() and (n.age == n.horizon - S).all() and (n.row == -1).all()
+    assert set(n["query"]) == set(L["query"])
+    for seed in (0, 1):
+        twin = pd.read_parquet(rd.twin(seed).queries).set_index(["step", "text"]).loss
+        for tensor in tensors:
+            own = pd.read_parquet(rd.run(seed, "nudge." + tensor).queries).set_index(["step", "text"]).loss
+            got = n[(n.seed == seed) & (n.arm == tensor)]
+            for h in hs:
+                for q in b.inputs.queries:
+                    at = got[(got.horizon == h) & (got["query"] == q)]
+                    assert len(at) == 1 and at.measured.iloc[0] == own[h, q] - twin[h, q]
+                    assert at["abs"].iloc[0] == abs(own[h, q] - twin[h, q])
+            assert (got.measured != 0).any()  # the nudge left the twin (one ulp is not lost)
+    r = t[t.kind == loo.REMOVAL].sort_values(["seed", "step", "row", "query", "horizon"], ignore_index=True)
+    want = L.sort_values(["seed", "step", "row", "query", "horizon"], ignore_index=True)
+    assert len(r) == len(L) and (r.measured.to_numpy() == want.measured.to_numpy()).all()
+    assert (r.arm == [f"loo.{a}.{b}" for a, b in zip(r.step, r.row)]).all()
+
+
+def test_the_nudges_floor_summary_is_the_tables_medians(bank):
+    """loo.nudge_floor: per horizon, every leave-one-out step before it pooled and each alone; the medians, the
+    nudges' max, the ratio, the share of removals at or below that max and the worst seed, each recomputed from
+    beside_nudges' table by hand; the ratio's interval is over seeds (one seed: no spread)."""
+    from seedlab.attribution.rundir import read_nudge_losses
+
+    rd = BankDir(bank)
+    t = loo.beside_nudges(pd.read_parquet(rd.loo), read_nudge_losses(rd, rd.read_config()), S)
+    f = loo.nudge_floor(t, resamples=300)
+    assert list(f.columns) == loo.FLOOR
+    steps = {h: [t_ for t_ in (2, 4, 13) if t_ < h] for h in (5, 7, 9, 14)}
+    assert [(r.horizon, r.step) for r in f.itertuples()] == [(h, x) for h, ts in steps.items()
+                                                             for x in (loo.EVERY_STEP, *ts)]
+    for r in f.itertuples():
+        nudged = t[(t.kind == loo.NUDGE) & (t.horizon == r.horizon)]
+        removed = t[(t.kind == loo.REMOVAL) & (t.horizon == r.horizon)]
+        if r.step != loo.EVERY_STEP:
+            removed = removed[removed.step == r.step]
+            assert r.age == r.horizon - r.step
+        assert r.nudge_age == r.horizon - S and r.seeds == 2
+        assert r.nudge_n == len(nudged) and r.removal_n == len(removed)
+        assert r.nudge_median == np.median(np.abs(nudged.measured)) and r.nudge_max == np.abs(nudged.measured).max()
+        assert r.removal_median == np.median(np.abs(removed.measured))
+        assert r.ratio == pytest.approx(r.removal_median / r.nudge_median, rel=1e-12)
+        assert r.ratio_low <= r.ratio_high and np.isfinite([r.ratio_low, r.ratio_high]).all()
+        assert r.below_max == pytest.approx(float((removed["abs"] <= r.nudge_max).mean()))
+        per_seed = {k: np.median(removed[removed.seed == k]["abs"]) / np.median(nudged[nudged.seed == k]["abs"])
+                    for k in (0, 1)}
+        assert r.worst_seed == min(per_seed, key=per_seed.get)
+        assert r.worst_seed_ratio == pytest.approx(min(per_seed.values()), rel=1e-12)
+    one = loo.nudge_floor(t[t.seed == 0], resamples=50)
+    assert (one.ratio_low == one.ratio).all() and (one.ratio_high == one.ratio).all()
+
+
 def test_lds_of_a_perfect_predictor_is_one_and_of_a_shuffled_one_about_zero():
     measured, members, scores = _groups()
     t = lds.analyse(measured, members, scores, resamples=300).set_index("estimator")
@@ -340,6 +411,12 @@ def test_the_report_has_the_leave_one_out_and_lds_section(bank, tmp_path):
     assert "### Leave-one-out by age" in text and "### Groups: the linear datamodeling score" in text
     assert "| metagrad |" in text and "LDS α = 0.05" in text and "single-row ρ (end)" in text
     assert "MAGIC 0.93" in text  # quoted, with its setting, as not ours
+    # the removals beside the nudges' own query effects (loo.nudge_floor), a floor and said to be one
+    from seedlab.attribution.report_lds import FLOOR_TITLE
+
+    assert FLOOR_TITLE in text and "not a size-matched null" in text and "| ratio removal / nudge |" in text
+    assert text.index("### Leave-one-out by age") < text.index(FLOOR_TITLE) < text.index("### Groups")
+    assert "| end (14) | every t < 14 |" in text and "| t = 13 (age 1) |" in text
 
 
 def test_alpha_that_leaves_no_row_is_one_line_exit_2_nothing_written(seedlab_cli, tmp_path, twins_inputs, bank_design):

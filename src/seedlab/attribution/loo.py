@@ -24,6 +24,20 @@ Per estimator × query kind (and ``all`` kinds) × (t, h), over seeds:
   each drawn seed; a drawn row brings all its queries), shared by every estimator of a cell (paired).
 
 Rows are few per step (``loo.rows``); with one seed the interval is over rows only.
+
+**The nudges' floor** (:func:`beside_nudges`, :func:`nudge_floor`). A bank with ``chaos.nudges`` also trains, per
+seed, one arm per nudged tensor: one ulp of one weight element at s, no row changed (forks/arms.py ``nudge``; the
+arms chaos.py fits λ on), whose every text's loss is recorded at the same horizons as the removals'
+(rundir.py ``read_nudge_losses``). Per seed, query and horizon h > s its |Δ L_q| = |L_q(nudged run at h) − L_q(twin
+at h)| is what the chaotic dynamics alone make of the smallest possible difference; beside it the leave-one-out rows'
+|Δ L_q| at the same h (every step t < h). Per horizon (every step pooled, ``step`` = :data:`EVERY_STEP`, and each step
+alone): the nudges' median and max |Δ|, the removals' median, ``ratio`` = removals' median / nudges' median with its
+percentile interval over :data:`~seedlab.attribution.stats.RESAMPLES` resamples of the seeds (stats.py
+``joint_draws``' seed draws; a drawn seed brings its nudges and its removals, so the two medians are paired),
+``below_max``: the share of the removals' |Δ| at or below the nudges' max, and ``worst_seed_ratio``: the smallest
+per-seed ratio (the seed's removals' median / its nudges' median; ``worst_seed``: that seed) — chaos differs between
+seeds, and a pooled median hides a seed whose nudges grew as large as its removals. One ulp is far smaller than a
+removal's kick to the weights: a floor, not a size-matched null.
 """
 
 from __future__ import annotations
@@ -34,7 +48,8 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_gathers
+from seedlab.attribution.removals import loo_name
+from seedlab.attribution.stats import ALPHA, RESAMPLES, SEED, joint_draws, joint_gathers
 from seedlab.stats import bootstrap_interval, slope_along, spearman_along
 
 ALL = "all"
@@ -159,3 +174,83 @@ def analyse(loo: pd.DataFrame, scores: pd.DataFrame | None, **kw) -> tuple[pd.Da
         return pd.DataFrame(columns=COLUMNS), pd.DataFrame(columns=COLUMNS)
     j = joined(loo, scores)
     return by_age(j, **kw), pooled(j, **kw)
+
+
+# ---------------------------------------------------------------- the nudges' floor
+
+NUDGE = "nudge"  # beside_nudges' kind of a nudge arm's row (its ``arm``: the tensor)
+REMOVAL = "removal"  # ... of a leave-one-out row's (its ``arm``: removals.py ``loo_name``)
+EVERY_STEP = -1  # nudge_floor's ``step`` of the row pooling every leave-one-out step before the horizon
+BESIDE = ["seed", "kind", "arm", "step", "row", "query", "query_kind", "horizon", "label", "age", "measured", "abs"]
+FLOOR = ["horizon", "label", "step", "age", "nudge_age", "seeds", "nudge_n", "nudge_median", "nudge_max", "removal_n",
+         "removal_median", "ratio", "ratio_low", "ratio_high", "below_max", "worst_seed", "worst_seed_ratio"]
+
+
+def beside_nudges(loo: pd.DataFrame, nudges: pd.DataFrame, s: int) -> pd.DataFrame:
+    """The tidy table of the module doc (columns :data:`BESIDE`): every leave-one-out row of loo.parquet (kind
+    :data:`REMOVAL`, ``arm`` loo.<t>.<i>) and every nudge run's Δ L_q = ``loss`` − ``twin_loss`` at the same step
+    (``nudges``: rundir.py ``read_nudge_losses``; kind :data:`NUDGE`, ``arm`` the tensor, ``step`` s, ``row`` −1,
+    ``age`` h − s) on loo.parquet's queries, at the horizons after s that loo.parquet holds; ``abs`` = |measured|."""
+    kinds = dict(zip(loo["query"], loo.query_kind))
+    labels = dict(zip(loo.horizon, loo.label))
+    n = nudges[nudges.text.isin(kinds) & nudges.step.isin(labels) & (nudges.step > s)]
+    nudged = pd.DataFrame({
+        "seed": n.seed.to_numpy(), "kind": NUDGE, "arm": n.nudge.to_numpy(), "step": int(s), "row": -1,
+        "query": n.text.to_numpy(), "query_kind": n.text.map(kinds).to_numpy(), "horizon": n.step.to_numpy(),
+        "label": n.step.map(labels).to_numpy(), "age": (n.step - s).to_numpy(),
+        "measured": (n.loss - n.twin_loss).to_numpy()})
+    removed = loo.assign(kind=REMOVAL, arm=[loo_name(t, i) for t, i in zip(loo.step, loo.row)])
+    out = pd.concat([nudged, removed[[c for c in BESIDE if c != "abs"]]], ignore_index=True)
+    out["abs"] = out.measured.abs()
+    return out.sort_values(["horizon", "kind", "seed", "step", "row", "arm", "query"], kind="stable",
+                           ignore_index=True)[BESIDE]
+
+
+def _per_seed(g: pd.DataFrame, seeds: list) -> np.ndarray:
+    """``abs`` of ``g`` as [seeds, most values of a seed], NaN-padded."""
+    parts = [g.loc[g.seed == k, "abs"].to_numpy(np.float64) for k in seeds]
+    out = np.full((len(seeds), max([1, *map(len, parts)])), np.nan)
+    for j, v in enumerate(parts):
+        out[j, :len(v)] = v
+    return out
+
+
+def nudge_floor(table: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED,
+                alpha: float = ALPHA) -> pd.DataFrame:
+    """Per horizon of :func:`beside_nudges`' table holding both kinds, the row pooling every leave-one-out step
+    (``step`` :data:`EVERY_STEP`, ``age`` NaN), then one row per step t (``age`` h − t): columns :data:`FLOOR`
+    (module doc; ``nudge_age`` h − s; ``nudge_n``, ``removal_n``: the |Δ| values behind each median). The seeds'
+    resamples are shared by every row."""
+    if not len(table):
+        return pd.DataFrame(columns=FLOOR)
+    seeds = sorted(table.seed.unique())
+    slots = joint_draws(len(seeds), 1, resamples, seed)[0]  # [resamples, S]: the seeds with replacement
+    out = []
+    for h, g in table.groupby("horizon", sort=True):
+        nudged, removed = g[g.kind == NUDGE], g[g.kind == REMOVAL]
+        if not (len(nudged) and len(removed)):
+            continue
+        N = _per_seed(nudged, seeds)
+        with warnings.catch_warnings():  # a resample of seeds none of which holds the kind: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            n_med = np.nanmedian(N[slots].reshape(resamples, -1), axis=1)
+        nudge_median, nudge_max = float(nudged["abs"].median()), float(nudged["abs"].max())
+        for t in [EVERY_STEP, *sorted(removed.step.unique())]:
+            r = removed if t == EVERY_STEP else removed[removed.step == t]
+            R = _per_seed(r, seeds)
+            with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ratios = np.nanmedian(R[slots].reshape(resamples, -1), axis=1) / n_med
+                ratio = float(np.float64(r["abs"].median()) / nudge_median)
+            lo, hi = bootstrap_interval(ratios, alpha)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per_seed = (r.groupby("seed")["abs"].median() / nudged.groupby("seed")["abs"].median()).dropna()
+            out.append({"horizon": int(h), "label": g.label.iloc[0], "step": int(t),
+                        "age": math.nan if t == EVERY_STEP else float(h - t), "nudge_age": int(nudged.age.iloc[0]),
+                        "seeds": int(g.seed.nunique()), "nudge_n": len(nudged), "nudge_median": nudge_median,
+                        "nudge_max": nudge_max, "removal_n": len(r), "removal_median": float(r["abs"].median()),
+                        "ratio": ratio, "ratio_low": float(lo), "ratio_high": float(hi),
+                        "below_max": float((r["abs"] <= nudge_max).mean()),
+                        "worst_seed": int(per_seed.idxmin()) if len(per_seed) else -1,
+                        "worst_seed_ratio": float(per_seed.min()) if len(per_seed) else math.nan})
+    return pd.DataFrame(out, columns=FLOOR)

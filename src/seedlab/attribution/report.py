@@ -101,8 +101,9 @@ def size_and_chaos(a: Attributed) -> list[str]:
 
 
 def removal_section(a: Attributed) -> str | None:
-    """The run's own rows (a bank with ``loo`` or ``groups``): leave-one-out by age (attribution/loo.py) and the LDS
-    beside the single rows (attribution/lds.py), worded by report_lds.py; None for a bank without them."""
+    """The run's own rows (a bank with ``loo`` or ``groups``): leave-one-out by age (attribution/loo.py; with nudge
+    runs, beside the nudges' own query effects: loo.py ``nudge_floor``) and the LDS beside the single rows
+    (attribution/lds.py), worded by report_lds.py; None for a bank without them."""
     if a.loo is None and a.groups is None:
         return None
     from seedlab.attribution import lds, loo
@@ -110,16 +111,18 @@ def removal_section(a: Attributed) -> str | None:
     from seedlab.attribution.rowscores import read_scores
 
     scores = read_scores(a.dir.root)
-    age = oldest = within = contrast = table = paired = None
+    age = oldest = within = contrast = table = paired = floor = None
     single, missing = pd.DataFrame(columns=loo.COLUMNS), []
     if a.loo is not None:
         age, single = loo.analyse(a.loo, scores)
         oldest, within = loo.oldest(age, "metagrad"), loo.oldest(age, "metagrad", column="rho_within")
         missing = loo.unscored(a.loo, scores, "metagrad") if scores is not None else []
+        if a.nudges is not None:
+            floor = loo.nudge_floor(loo.beside_nudges(a.loo, a.nudges, a.config["injection_step"]))
     if a.groups is not None and a.group_rows is not None:
         table, paired = lds.analyse_paired(a.groups, a.group_rows, scores)
         contrast = lds.contrast(table, single)
-    return removals_section(age, oldest, contrast, table, missing, paired, within)
+    return removals_section(age, oldest, contrast, table, missing, paired, within, floor)
 
 
 def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""The report's sections on the run's own rows (issue 33 §2–3): leave-one-out by age and the LDS beside the single
-rows. Render only: loo.py (:func:`~seedlab.attribution.loo.analyse`, :func:`~seedlab.attribution.loo.oldest`) and
+"""The report's sections on the run's own rows (issue 33 §2–3): leave-one-out by age (beside the nudges' floor) and the
+LDS beside the single rows. Render only: loo.py (:func:`~seedlab.attribution.loo.analyse`,
+:func:`~seedlab.attribution.loo.oldest`, :func:`~seedlab.attribution.loo.nudge_floor`) and
 lds.py (:func:`~seedlab.attribution.lds.analyse`, :func:`~seedlab.attribution.lds.contrast`) compute every number;
 :func:`removals_section` words them. Everything here is exploratory unless a pre-registration names it (nothing in a
 bank records one, so the report passes none).
@@ -104,6 +105,37 @@ def age_sentence(oldest: dict, estimator: str = "metagrad", within: bool = False
             f"longer at age {oldest['first_miss']} (ages measured: {', '.join(map(str, oldest['ages']))}).")
 
 
+FLOOR_TITLE = "### Leave-one-out beside the nudges' floor"
+FLOOR_HELP = (
+    "What this controls for: a removal's Δ L_q is only readable as the row's own effect if it lies far above what a "
+    "perturbation with no data change produces along the same chaotic dynamics. The bank's nudge arms (one ulp of "
+    "one weight element at s, no row changed; the arms λ is fitted on) are measured on the same queries at the same "
+    "horizons: per horizon h, |Δ L_q| = |L_q(nudged run at h) − L_q(twin at h)| over every nudge, query and seed, "
+    "beside the leave-one-out rows' |Δ L_q| at h (every step t < h, then each step). A one-ulp nudge is far smaller "
+    "than a removal's kick to the weights, so this is a **floor** (what chaos alone makes of the smallest possible "
+    "difference), not a size-matched null: a removal far above it is not chaos acting on nothing, but this does not "
+    "show that its effect is the row's content rather than the size of its kick. Ratio: the removals' median / the "
+    "nudges' median [95% bootstrap interval: the seeds with replacement, a drawn seed's nudges and removals "
+    "together]; then the share of removals at or below the nudges' largest |Δ|, and the smallest per-seed ratio "
+    "(its seed), since chaos differs between seeds. Exploratory.")
+
+
+def floor_table(f: pd.DataFrame) -> str:
+    """loo.py ``nudge_floor``: a row per horizon (every leave-one-out step pooled), then per step."""
+    rows = []
+    for r in f.itertuples():
+        every = r.step < 0
+        rows.append([f"{r.label} ({r.horizon})" if every else "", f"every t < {r.horizon}" if every else
+                     f"t = {r.step} (age {int(r.age)})", f"{fmt_num(r.nudge_median)} ({fmt_num(r.nudge_max)})",
+                     fmt_num(r.removal_median), f"{fmt_num(r.ratio)} [{fmt_num(r.ratio_low)}, {fmt_num(r.ratio_high)}]",
+                     f"{100 * r.below_max:.0f} %", f"{fmt_num(r.worst_seed_ratio)} (seed {r.worst_seed})"])
+    n = f.iloc[0]
+    return (f"{n.seeds} seed(s); {n.nudge_n} nudge values per horizon (the nudges are at s: their age at h is "
+            "h − s).\n\n"
+            + md_table(["horizon h", "removals", "nudges: median abs Δ L (max)", "removals: median abs Δ L",
+                        "ratio removal / nudge", "removals ≤ nudges' max", "smallest seed's ratio"], rows))
+
+
 def lds_table(c: pd.DataFrame) -> str:
     alphas = sorted(c.alpha.unique())
     rows = []
@@ -151,11 +183,12 @@ def differences_table(d: pd.DataFrame) -> str:
 
 def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd.DataFrame | None,
                      lds: pd.DataFrame | None, missing: list[int] | None = None,
-                     paired: pd.DataFrame | None = None, within: dict | None = None) -> str:
+                     paired: pd.DataFrame | None = None, within: dict | None = None,
+                     floor: pd.DataFrame | None = None) -> str:
     """The section: the LOO tables (with ``age``, loo.py ``by_age``; ``oldest`` for metagrad; ``missing``, the
     leave-one-out steps metagrad scored no row of: loo.py ``unscored``) and the LDS table (with ``contrast``, lds.py
     ``contrast``; ``lds``, lds.py's full table, for the subset count; ``paired``, lds.py ``differences``; ``within``,
-    loo.py ``oldest`` on ``rho_within``)."""
+    loo.py ``oldest`` on ``rho_within``; ``floor``, loo.py ``nudge_floor``: the removals beside the nudges)."""
     out = [TITLE]
     if age is not None:
         out.append("### Leave-one-out by age")
@@ -170,6 +203,8 @@ def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd
                 out += [WITHIN_HELP, *([age_sentence(within, within=True)] if within is not None else []),
                         loo_table(age, "rho_within")]
             out += [CAL_HELP, calibration_table(age)]
+    if floor is not None and len(floor):
+        out += [FLOOR_TITLE, FLOOR_HELP, floor_table(floor)]
     if contrast is not None:
         out.append("### Groups: the linear datamodeling score")
         if not len(contrast):

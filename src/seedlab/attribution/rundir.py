@@ -174,6 +174,11 @@ class BankDir(DesignFolder):
 
         return self.run(seed, pair(first, second))
 
+    def nudge(self, seed: int, tensor: str) -> ForkFolder:
+        """The nudge arm of ``tensor`` (``nudge.<tensor>``, :meth:`run`'s folder), without the name check :meth:`run`
+        imports torch for: the report reads the nudges' query losses by it (``tensor`` from the bank's config)."""
+        return ForkFolder(self.seed(seed) / "nudges" / tensor)
+
     def _named(self, seed: int, folder: str, name: str) -> ForkFolder:
         from seedlab.forks.arms import NAME  # arms.py loads torch (perturbations); the report reads without it
 
@@ -332,6 +337,30 @@ class Attributed:
     loo: pd.DataFrame | None = None  # loo.parquet; None for a bank without leave-one-out arms
     groups: pd.DataFrame | None = None  # groups.parquet; None for a bank without group arms
     group_rows: pd.DataFrame | None = None  # group_rows.parquet (with groups)
+    nudges: pd.DataFrame | None = None  # the nudge runs' query losses beside the twin's (:func:`read_nudge_losses`)
+
+
+NUDGE_LOSS_COLUMNS = ["seed", "nudge", "step", "text", "loss", "twin_loss"]
+
+
+def read_nudge_losses(rd: BankDir, config: dict) -> pd.DataFrame | None:
+    """Every finished nudge run's (``chaos.nudges``) texts' L at every horizon beside its seed's twin's at the same
+    step (columns :data:`NUDGE_LOSS_COLUMNS`; ``nudge``: the tensor), from seed-<k>/nudges/<tensor>/queries.parquet
+    and the twin's queries.parquet (no corpus, no torch); None where no nudge run finished beside its twin (a bank
+    without nudges, an export, a score folder). What the losses give: attribution/loo.py ``beside_nudges``."""
+    frames = []
+    for seed in config.get("seeds", []):
+        twin = rd.twin(seed)
+        if not (twin.finished and twin.queries.is_file()):
+            continue
+        t = pd.read_parquet(twin.queries).rename(columns={"loss": "twin_loss"})
+        for tensor in (config.get("chaos") or {}).get("nudges", []):
+            where = rd.nudge(seed, tensor)
+            if not (where.finished and where.queries.is_file()):
+                continue
+            d = pd.read_parquet(where.queries).merge(t, on=["step", "text"], how="inner", validate="1:1")
+            frames.append(d.assign(seed=seed, nudge=tensor))
+    return pd.concat(frames, ignore_index=True)[NUDGE_LOSS_COLUMNS] if frames else None
 
 
 def read_attributed(root: str | Path) -> Attributed:
@@ -345,7 +374,8 @@ def read_attributed(root: str | Path) -> Attributed:
     meta = json.loads(rd.attribution_json.read_text()) if rd.attribution_json.is_file() else {}
     read = lambda path: pd.read_parquet(path) if path.is_file() else None
     return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, read(rd.additivity),
-                      read(rd.weighted_measured), read(rd.distances), read(rd.loo), read(rd.groups), read(rd.group_rows))
+                      read(rd.weighted_measured), read(rd.distances), read(rd.loo), read(rd.groups),
+                      read(rd.group_rows), read_nudge_losses(rd, config))
 
 
 #: a kept grid-cell summary folder (module doc): where its record and its frames live (seedlab/cells.py)
