@@ -25,6 +25,73 @@ def copy_run(design: Path, tmp_path: Path) -> Path:
     return tmp_path / "run"
 
 
+def seedlab_main(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """``python -m seedlab ARGS`` without the subprocess: ``seedlab.cli.main`` called in this process, cwd ``cwd``,
+    stdout and stderr captured, the exit code as a process would have it (SystemExit's code; an uncaught
+    exception: its traceback on stderr and 1): (returncode, stdout, stderr).
+
+    It saves the ~2-4 s a fresh interpreter pays to import torch and the study (more on a busy machine). What a
+    process would not carry over is reset around the call: torch's determinism settings (a fresh process's
+    defaults during the call: environment.json records them, and a resume compares them), torch's thread count
+    and the torch, numpy and random RNG states (restored), the once-per-process precision warning (cleared),
+    Python's default warning filters (a warning is printed on the captured stderr, as a fresh process prints it). The real console entry point
+    (exit code 2 and one line from a subprocess, kill -9 of a process) is still tested with the ``seedlab_cli``
+    fixture (tests/common/test_cli.py, the kill -9 tests, tests/shortcut/test_sweep.py)."""
+    import contextlib
+    import io
+    import os
+    import random
+    import sys
+    import traceback
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from seedlab import cli, precision
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    out, err = io.StringIO(), io.StringIO()
+    threads, rng = torch.get_num_threads(), (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    cudnn = torch.backends.cudnn
+    determinism = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                   cudnn.deterministic, cudnn.benchmark)
+    argv, here = sys.argv, os.getcwd()
+    precision.warn_precision.cache_clear()
+    code = 0
+    try:
+        sys.argv = ["seedlab", *args]
+        torch.use_deterministic_algorithms(False)  # a fresh process's settings (lm/determinism.py settle sets them)
+        cudnn.deterministic, cudnn.benchmark = False, False
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.resetwarnings()  # Python's defaults, as a fresh interpreter has them
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.showwarning = show
+            try:
+                cli.main()
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+                if not isinstance(exit_.code, int | None):
+                    print(exit_.code, file=sys.stderr)
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(determinism[0], warn_only=determinism[1])
+        cudnn.deterministic, cudnn.benchmark = determinism[2], determinism[3]
+        torch.set_rng_state(rng[0])
+        np.random.set_state(rng[1])
+        random.setstate(rng[2])
+    return code, out.getvalue(), err.getvalue()
+
+
 def kept_round_trip(cls, folder: Path, tmp_path: Path):
     """A committed kept cell summary (seedlab/cells.py ``Summary``) read by ``cls``, written again byte for byte and
     read back to identical frames with the declared columns; returns what was read."""

@@ -144,17 +144,19 @@ def test_independent_audit_reproduces_the_forked_runs_bitwise(setup, tmp_path):
         ({"block_size": 32}, "error: passages.fluent-fabricated: 86 tokens do not fit a row of block_size+1 = 33"),
     ],
 )
-def test_bad_input(setup, tmp_path, seedlab_cli, over, msg):
+def test_bad_input(setup, tmp_path, seedlab_main, over, msg):
     base, cfg = setup
     path = base / f"bad-{len(over)}-{list(over)[0]}.yaml"
     path.write_text(yaml.safe_dump(cfg | over))
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(tmp_path / "out"), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(tmp_path / "out"), "--no-progress")
     assert rc == 2 and err.startswith(msg), err
     assert not (tmp_path / "out").exists()
 
 
-def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
-    """A run killed mid-way and started again ends with the same weights as an uninterrupted one."""
+def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path, seedlab_main):
+    """A run killed mid-way and started again ends with the same weights as an uninterrupted one.
+    The killed run is a real process; the reference and the resume run in this one (seedlab_main), all three on
+    one thread (the thread count is part of the environment a resume must match)."""
     import os
     import signal
     import subprocess
@@ -163,10 +165,10 @@ def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
 
     base, cfg = setup
     path = base / "resume.yaml"
-    path.write_text(yaml.safe_dump(cfg | {"steps": 40, "injection_step": 10, "checkpoint_every": 5}))
+    path.write_text(yaml.safe_dump(cfg | {"steps": 40, "injection_step": 10, "checkpoint_every": 5, "threads": 1}))
     cmd = lambda out: [sys.executable, "-m", "seedlab", "twins", "run", str(path), "--out", str(out), "--no-progress"]
-    ref = subprocess.run(cmd(tmp_path / "ref"), capture_output=True, text=True)
-    assert ref.returncode == 0, ref.stderr
+    rc, _, err = seedlab_main(*cmd(tmp_path / "ref")[3:])
+    assert rc == 0, err
     out = tmp_path / "killed"
     proc = subprocess.Popen(cmd(out), start_new_session=True)
     target = out / "seed-3" / "fluent-attested" / "state.safetensors"  # the second fork, mid-way
@@ -176,8 +178,8 @@ def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "seed-3" / "random-chars" / "done.json").exists()  # it really was interrupted
-    again = subprocess.run(cmd(out), capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
+    rc, _, err = seedlab_main(*cmd(out)[3:])
+    assert rc == 0, err
     for cond in ("twin", "fluent-fabricated", "fluent-attested", "random-chars"):
         assert _manifest(out, 3, cond) == _manifest(tmp_path / "ref", 3, cond), cond  # every step, every tensor
         a = pd.read_parquet(out / "seed-3" / cond / "losses.parquet")
@@ -185,7 +187,7 @@ def test_kill9_then_resume_gives_bitwise_identical_weights(setup, tmp_path):
         pd.testing.assert_frame_equal(a, b)
 
 
-def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
+def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_main):
     """Resuming reads the kept prefix state; one flipped byte there is an exit-2 error, not a silent run."""
     import shutil
 
@@ -193,14 +195,14 @@ def test_a_corrupted_checkpoint_is_refused(setup, tmp_path, seedlab_cli):
     path = base / "corrupt.yaml"
     path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "conditions": ["twin", "fluent-attested"]}))
     out = tmp_path / "o"
-    assert seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    assert seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
     shutil.rmtree(out / "seed-3" / "fluent-attested")  # as if interrupted before this fork started
     prefix = out / "seed-3" / "prefix.safetensors"
     data = bytearray(prefix.read_bytes())
     data[-3] ^= 0x01  # inside the last tensor
     prefix.write_bytes(bytes(data))
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".lock"}  # the lock holds its holder's pid
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress")
     assert rc == 2 and "prefix.safetensors: tensor" in err and "corrupted checkpoint" in err, err
     assert len(err.strip().splitlines()) == 1
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p in before} == before  # nothing overwritten
@@ -271,6 +273,7 @@ def test_cuda_settings_are_hard_errors(monkeypatch, setup, tmp_path):
     from seedlab.lm.trainer import Trainer
 
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    cudnn = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     try:
         settle(torch.device("cpu"))
@@ -281,8 +284,9 @@ def test_cuda_settings_are_hard_errors(monkeypatch, setup, tmp_path):
         import os
 
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
-    finally:
+    finally:  # the process's settings as they were (later tests record them in environment.json)
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = cudnn
 
     def raises(self, *a, **k):  # what PyTorch raises for such an operation under warn_only=False
         raise RuntimeError("index_add_cuda_ does not have a deterministic implementation, but you set "
@@ -295,7 +299,7 @@ def test_cuda_settings_are_hard_errors(monkeypatch, setup, tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_resume_refuses_edited_inputs(setup, tmp_path, seedlab_cli):
+def test_resume_refuses_edited_inputs(setup, tmp_path, seedlab_main):
     """A folder is resumed only with the passages and corpus it was started with; inputs.json is never rewritten."""
     import shutil
 
@@ -306,11 +310,11 @@ def test_resume_refuses_edited_inputs(setup, tmp_path, seedlab_cli):
     path = base / "edit.yaml"
     path.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "passages": {c: str(p) for c, p in passages.items()}}))
     out = tmp_path / "o"
-    assert seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
+    assert seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress")[0] == 0
     shutil.rmtree(out / "seed-3" / "random-chars")  # as if interrupted
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".lock"}  # the lock holds its holder's pid
     passages["fluent-attested"].write_text(passages["fluent-attested"].read_text().replace("care", "caution"))
-    rc, _, err = seedlab_cli("twins", "run", str(path), "--out", str(out), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(path), "--out", str(out), "--no-progress")
     assert rc == 2 and err.startswith("error: passages.fluent-attested: the passage was edited since"), err
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".lock"} == before  # nothing written
 
