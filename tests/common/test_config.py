@@ -63,8 +63,8 @@ def test_set_overrides_parse_as_yaml():
 # --------------------------------------------------------------------------- the CLI
 
 
-def test_presets_lists_every_preset(seedlab_cli):
-    rc, out, err = seedlab_cli("presets")
+def test_presets_lists_every_preset(seedlab_main):
+    rc, out, err = seedlab_main("presets")
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0] == "shortcut:" and "twins:" in lines and "attribution:" in lines
@@ -74,9 +74,9 @@ def test_presets_lists_every_preset(seedlab_cli):
     assert "CPU-scale reproduction" in quick  # the preset's first comment line says what it is
 
 
-def test_presets_copy_twins_mini_parses_to_the_same_config(seedlab_cli, tmp_path):
+def test_presets_copy_twins_mini_parses_to_the_same_config(seedlab_main, tmp_path):
     out = tmp_path / "mine"
-    rc, stdout, err = seedlab_cli("presets", "copy", "twins/mini", str(out))
+    rc, stdout, err = seedlab_main("presets", "copy", "twins/mini", str(out))
     assert rc == 0, err
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
         "mini.yaml", "passages/fluent-attested.txt", "passages/fluent-fabricated.txt"]
@@ -88,16 +88,16 @@ def test_presets_copy_twins_mini_parses_to_the_same_config(seedlab_cli, tmp_path
     for rel in copied.passages.values():
         assert filecmp.cmp(where / rel, shipped_where / rel, shallow=False)
     # a second copy is refused unless --force; an unknown name lists the presets
-    rc, _, err = seedlab_cli("presets", "copy", "twins/mini", str(out))
+    rc, _, err = seedlab_main("presets", "copy", "twins/mini", str(out))
     assert rc == 2 and len(err.strip().splitlines()) == 1
-    assert seedlab_cli("presets", "copy", "twins/mini", str(out), "--force")[0] == 0
-    rc, _, err = seedlab_cli("presets", "copy", "twins/nope", str(tmp_path / "x"))
+    assert seedlab_main("presets", "copy", "twins/mini", str(out), "--force")[0] == 0
+    rc, _, err = seedlab_main("presets", "copy", "twins/nope", str(tmp_path / "x"))
     assert rc == 2 and "twins/mini" in err and "shortcut/quick" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
 
 
-def test_sweep_with_an_unknown_preset_exits_2_and_writes_nothing(seedlab_cli, tmp_path):
-    rc, out, err = seedlab_cli("shortcut", "sweep", "nope", "--out", str(tmp_path / "X"))
+def test_sweep_with_an_unknown_preset_exits_2_and_writes_nothing(seedlab_main, tmp_path):
+    rc, out, err = seedlab_main("shortcut", "sweep", "nope", "--out", str(tmp_path / "X"))
     assert rc == 2 and err.startswith("error: config: no such file 'nope', and no shortcut preset of that name")
     assert len(err.strip().splitlines()) == 1 and "quick" in err
     assert not (tmp_path / "X").exists()

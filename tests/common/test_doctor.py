@@ -27,9 +27,9 @@ def test_the_suggestion_follows_the_measured_ratio(monkeypatch, fp32, bf16, sugg
     assert f"fp32 {fp32:.0f} GFLOP/s, bf16 {bf16:.0f} GFLOP/s ({bf16 / fp32:.2f}x): suggests precision {suggest}" in line
 
 
-def test_the_command(seedlab_cli):
-    rc, out, err = seedlab_cli("doctor", "--size", "64")
+def test_the_command(seedlab_main):
+    rc, out, err = seedlab_main("doctor", "--size", "64")
     assert rc == 0, err
     assert out.splitlines()[0].startswith("torch ") and "cpu (" in out and "suggests precision" in out
-    rc, _, err = seedlab_cli("doctor", "--size", "8")
+    rc, _, err = seedlab_main("doctor", "--size", "8")
     assert rc == 2 and err == "error: --size: at least 16, got 8\n"

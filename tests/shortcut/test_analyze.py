@@ -61,7 +61,7 @@ def test_analyze_run_without_checkpoints(tiny_run):
         analyze.analyze_run(run)
 
 
-def test_no_counterfactual_pairs_is_a_one_line_error_and_nothing_is_written(tmp_path, seedlab_cli):
+def test_no_counterfactual_pairs_is_a_one_line_error_and_nothing_is_written(tmp_path, seedlab_main):
     from seedlab.shortcut.train import train_ensemble
 
     cfg = EnsembleConfig.model_validate(
@@ -77,6 +77,6 @@ def test_no_counterfactual_pairs_is_a_one_line_error_and_nothing_is_written(tmp_
         analyze.write_analyses(tmp_path)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "circuits.parquet").exists() and not (tmp_path / "patching.parquet").exists()
-    rc, _, err = seedlab_cli("shortcut", "analyze", str(tmp_path))
+    rc, _, err = seedlab_main("shortcut", "analyze", str(tmp_path))
     assert rc == 2 and err.startswith("error: vocab: counterfactual pairs") and err.count("\n") == 1
     assert not (tmp_path / "circuits.parquet").exists() and not (tmp_path / "patching.parquet").exists()

@@ -270,9 +270,9 @@ def test_logit_gradient_norm_of_a_saturated_row_is_not_zero():
 
 
 @pytest.mark.parametrize(("command", "value"), [("train", "0"), ("train", "1"), ("sweep", "1.5")])
-def test_a_saturated_loss_outside_0_1_is_a_one_line_error(tmp_path, seedlab_cli, command, value):
+def test_a_saturated_loss_outside_0_1_is_a_one_line_error(tmp_path, seedlab_main, command, value):
     (tmp_path / "c.yaml").write_text("train: {epochs: 1}\n")
-    rc, _, err = seedlab_cli("shortcut", command, "c.yaml", "--out", "out", "--set", f"train.gradients.saturated_loss={value}")
+    rc, _, err = seedlab_main("shortcut", command, "c.yaml", "--out", "out", "--set", f"train.gradients.saturated_loss={value}")
     assert rc == 2 and err.startswith("error: train.gradients.saturated_loss: Input should be ") and err.count("\n") == 1
     assert f"got {value}" in err and not (tmp_path / "out").exists()
 

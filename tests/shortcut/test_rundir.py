@@ -41,7 +41,7 @@ def test_manifest_records_every_tensor_of_every_checkpoint(tiny_run):
         run.load_checkpoint(2)
 
 
-def test_corrupted_checkpoint_is_a_one_line_error(tiny_run, seedlab_cli):
+def test_corrupted_checkpoint_is_a_one_line_error(tiny_run, seedlab_main):
     root = tiny_run([0, 4])
     run = RunDir(root)
     path = run.checkpoint(4)
@@ -50,7 +50,7 @@ def test_corrupted_checkpoint_is_a_one_line_error(tiny_run, seedlab_cli):
     path.write_bytes(bytes(data))
     with pytest.raises(SeedlabError, match=r"does not match its recorded SHA-256 \(corrupted checkpoint\)"):
         run.load_checkpoint(4)
-    rc, _, err = seedlab_cli("shortcut", "analyze", str(root), "--n", "8")
+    rc, _, err = seedlab_main("shortcut", "analyze", str(root), "--n", "8")
     assert rc == 2, err
     assert err.startswith("error: ") and "corrupted checkpoint" in err and len(err.strip().splitlines()) == 1
     assert not run.circuits_path.exists()

@@ -192,7 +192,7 @@ def test_cli_without_the_hub_exits_2_with_one_line(seedlab_cli, tmp_path, monkey
     assert not (tmp_path / "owt").exists()
 
 
-def test_partial_conversion_in_a_folder_is_refused_unless_allowed(tmp_path, docs, seedlab_cli):
+def test_partial_conversion_in_a_folder_is_refused_unless_allowed(tmp_path, docs, seedlab_main):
     """The Hub's partial conversion downloaded to a folder (``plain_text/partial-train/*.parquet``), named by
     the folder above it or by the shards' own folder: exit 2 with one line and nothing written; with
     ``--allow-partial`` prepared, and meta.json says it is partial."""
@@ -203,14 +203,14 @@ def test_partial_conversion_in_a_folder_is_refused_unless_allowed(tmp_path, docs
                                   root / "partial-notes.parquet", shards / "notes.txt"]) == [
         str(shards / "0000.parquet"), "hf://datasets/x@refs%2Fconvert%2Fparquet/a/partial-train/0.parquet"]
     for src in (root, shards):
-        rc, out, err = seedlab_cli("corpus", "prepare", str(src), "--out", str(tmp_path / "c"))
+        rc, out, err = seedlab_main("corpus", "prepare", str(src), "--out", str(tmp_path / "c"))
         assert rc == 2 and "Traceback" not in err, err
         assert err.strip().splitlines() == [err.strip().splitlines()[-1]]
         assert err.strip().startswith("error: source: folder ") and "partial parquet conversion (3 of 3 files lie under partial-train/" in err
         assert "--allow-partial" in err and not (tmp_path / "c").exists()
     with pytest.raises(SeedlabError, match=r"^source: file '.*0000\.parquet' is a partial parquet conversion \(1 of 1 files"):
         build.prepare(shards / "0000.parquet", tmp_path / "c")
-    rc, out, err = seedlab_cli("corpus", "prepare", str(root), "--out", str(tmp_path / "c"), "--allow-partial")
+    rc, out, err = seedlab_main("corpus", "prepare", str(root), "--out", str(tmp_path / "c"), "--allow-partial")
     assert rc == 0, err
     assert "PARTIAL parquet conversion" in out
     meta = corpus.load(tmp_path / "c").meta
