@@ -203,16 +203,16 @@ def test_a_corrupted_checkpoint_is_refused(run, tmp_path):
         match(copy, {"fluent-fabricated": [files["fab"]], "fluent-attested": [files["att"]]}, corpus=base / "corpus")
 
 
-def test_gradmatch_command(twins_design, tmp_path, seedlab_cli):
+def test_gradmatch_command(twins_design, tmp_path, seedlab_main):
     shutil.copytree(twins_design / "run", tmp_path / "run")
     run = tmp_path / "run"
-    rc, out, err = seedlab_cli("twins", "gradmatch", str(run), "--seed", "1")
+    rc, out, err = seedlab_main("twins", "gradmatch", str(run), "--seed", "1")
     assert rc == 0, err
     assert "best: inputs.json:fluent-fabricated vs inputs.json:fluent-attested, differ by" in out
     assert pd.read_parquet(run / "gradmatch.parquet").seed.dropna().tolist() == [1]
-    rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(tmp_path / "nope.txt"))
+    rc, _, err = seedlab_main("twins", "gradmatch", str(run), "--attested", str(tmp_path / "nope.txt"))
     assert rc == 2 and err.startswith("error: passages.fluent-attested: no such file")
     other = tmp_path / "other.txt"
     other.write_text(FAB)  # about the fabricated subject, not the attested one
-    rc, _, err = seedlab_cli("twins", "gradmatch", str(run), "--attested", str(other))
+    rc, _, err = seedlab_main("twins", "gradmatch", str(run), "--attested", str(other))
     assert rc == 2 and err.startswith(f"error: passages.fluent-attested: '{other}' does not mention its subject 'Fredrik Lundh'")

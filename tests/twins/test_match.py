@@ -62,15 +62,15 @@ def _cands(design, fab=("fab-a", "fab-b", "fab-c"), att=("att-a", "att-b")) -> d
 
 @pytest.fixture(scope="module")
 def matched(design, tmp_path_factory):
-    """The command's folder, after one match of 3 x 2 variants that meets a loose tolerance."""
-    import subprocess
-    import sys
+    """The command's folder, after one match of 3 x 2 variants that meets a loose tolerance (the command run in
+    this process: helpers.seedlab_main)."""
+    from helpers import seedlab_main
 
     out = tmp_path_factory.mktemp("matched") / "m"
-    p = subprocess.run([sys.executable, "-m", "seedlab", "twins", "match", str(design / "design.yaml"), "--out", str(out),
-                        "--tolerance", "0.9", "--no-progress", *_args(design)], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return out, p.stdout
+    rc, stdout, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out),
+                                   "--tolerance", "0.9", "--no-progress", *_args(design), cwd=out.parent)
+    assert rc == 0, err
+    return out, stdout
 
 
 def test_the_best_pair_is_the_minimum_of_the_table(design, matched):
@@ -128,8 +128,8 @@ def test_a_second_match_reads_the_prefixes_back(design, matched, monkeypatch, tm
     assert row1.mean["norm_fabricated"].tolist() != both.mean["norm_fabricated"].tolist()  # another row: the same prefixes
 
 
-def test_a_side_without_variants_is_the_configs_passage(design, tmp_path, seedlab_cli):
-    rc, out, err = seedlab_cli("twins", "match", str(design / "design.yaml"), "--out", str(tmp_path / "m"),
+def test_a_side_without_variants_is_the_configs_passage(design, tmp_path, seedlab_main):
+    rc, out, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(tmp_path / "m"),
                                "--tolerance", "0.9", "--no-progress", *_args(design, att=()))
     assert rc == 0, err
     assert "fluent-attested: no variants given: the config's passage (config:" in out
@@ -138,12 +138,12 @@ def test_a_side_without_variants_is_the_configs_passage(design, tmp_path, seedla
     assert len(mean) == 3 and mean.attested.str.startswith("config:").all()
 
 
-def test_no_pair_within_the_tolerance(design, matched, tmp_path, seedlab_cli):
+def test_no_pair_within_the_tolerance(design, matched, tmp_path, seedlab_main):
     """Exit 2 naming the best pair and how close it is; the table is written into a folder that has
     none (every pair outside the tolerance), and an existing one is left as it was."""
     out, _ = matched
     fresh = tmp_path / "m"
-    rc, stdout, err = seedlab_cli("twins", "match", str(design / "design.yaml"), "--out", str(fresh), "--tolerance", "1e-12",
+    rc, stdout, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(fresh), "--tolerance", "1e-12",
                                   "--no-progress", *_args(design))
     assert rc == 2 and len(_errors(err)) == 1
     table = pd.read_parquet(fresh / "match.parquet")
@@ -154,7 +154,7 @@ def test_no_pair_within_the_tolerance(design, matched, tmp_path, seedlab_cli):
     assert f"(every pair: {fresh / 'match.parquet'})" in err
     assert not table.within.any() and len(table) == 18
     before = (out / "match.parquet").read_bytes()
-    rc, _, err = seedlab_cli("twins", "match", str(design / "design.yaml"), "--out", str(out), "--tolerance", "1e-12",
+    rc, _, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out), "--tolerance", "1e-12",
                              "--no-progress", *_args(design, fab=("fab-c",)))
     assert rc == 2 and err.strip().endswith(f"({out / 'match.parquet'}, from an earlier match, left as it was)")
     assert (out / "match.parquet").read_bytes() == before
@@ -178,19 +178,19 @@ def test_no_pair_within_the_tolerance(design, matched, tmp_path, seedlab_cli):
         (["--set", "injection_step=30"], "error: injection_step: must be inside the run"),
     ],
 )
-def test_bad_input_is_one_line_and_writes_nothing(design, tmp_path, seedlab_cli, args, msg):
+def test_bad_input_is_one_line_and_writes_nothing(design, tmp_path, seedlab_main, args, msg):
     out = tmp_path / "m"
     args = [a.replace("{d}", str(design)) for a in args]
-    rc, _, err = seedlab_cli("twins", "match", str(design / "design.yaml"), "--out", str(out), "--no-progress", *args)
+    rc, _, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out), "--no-progress", *args)
     assert rc == 2 and len(_errors(err)) == 1
     assert _errors(err)[0].startswith(msg.replace("{d}", str(design))), err
     assert not out.exists()
 
 
-def test_another_design_in_the_folder_is_refused(design, matched, seedlab_cli):
+def test_another_design_in_the_folder_is_refused(design, matched, seedlab_main):
     out, _ = matched
     before = sorted(p.name for p in out.rglob("*"))
-    rc, _, err = seedlab_cli("twins", "match", str(design / "design.yaml"), "--out", str(out), "--set", "peak_lr=0.001",
+    rc, _, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out), "--set", "peak_lr=0.001",
                              "--no-progress", *_args(design))
     assert rc == 2 and _errors(err)[0].startswith(f"error: --out: {out} holds another twins design (config.json differs); use another "
                                       "folder, or --force")

@@ -129,39 +129,39 @@ def test_seed_rows_have_the_aligned_distance(design):
     assert seed.distance_aligned.iloc[0] == weights.weight_distance(a, aligned(a, b, gcfg))["all"]
 
 
-def test_missing_runs_are_measured_around(design, tmp_path, seedlab_cli):
+def test_missing_runs_are_measured_around(design, tmp_path, seedlab_main):
     run = copy_run(design, tmp_path)
     (run / "seed-1" / "fluent-attested" / "done.json").unlink()
-    rc, out, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
+    rc, out, err = seedlab_main("twins", "measure", str(run), "--no-progress")
     assert rc == 0, err
     assert "warning: missing seed 1 fluent-attested" in err
     m = pd.read_parquet(run / "measures.parquet")
     assert len(m[m.kind == "injected"]) == 2 * len(CONDS) - 1 and json.loads((run / "measures.json").read_text())["missing"] == ["seed 1 fluent-attested"]
 
 
-def test_nothing_measurable_is_exit_2_and_writes_nothing(design, tmp_path, seedlab_cli):
+def test_nothing_measurable_is_exit_2_and_writes_nothing(design, tmp_path, seedlab_main):
     run = copy_run(design, tmp_path)
     for k in (0, 1):
         (run / f"seed-{k}" / "twin" / "done.json").unlink()
     before = (run / "measures.parquet").read_bytes()
-    rc, _, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
+    rc, _, err = seedlab_main("twins", "measure", str(run), "--no-progress")
     assert rc == 2 and err.startswith("error:") and "nothing to measure" in err
     assert (run / "measures.parquet").read_bytes() == before
 
 
-def test_corrupted_checkpoint_is_exit_2(design, tmp_path, seedlab_cli):
+def test_corrupted_checkpoint_is_exit_2(design, tmp_path, seedlab_main):
     run = copy_run(design, tmp_path)
     f = run / "seed-0" / "fluent-fabricated" / f"step-{T}.safetensors"
     data = bytearray(f.read_bytes())
     data[-1] ^= 0x10
     f.write_bytes(bytes(data))
     before = (run / "measures.parquet").read_bytes()
-    rc, _, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
+    rc, _, err = seedlab_main("twins", "measure", str(run), "--no-progress")
     assert rc == 2 and "corrupted checkpoint" in err and f"step-{T}.safetensors" in err, err
     assert (run / "measures.parquet").read_bytes() == before
 
 
-def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
+def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_main):
     """A checkpoint of another architecture, with a manifest that matches it (so not 'corrupted')."""
     from seedlab.store import tensor_hashes, write_safetensors
 
@@ -172,7 +172,7 @@ def test_mismatched_model_shapes_are_exit_2(design, tmp_path, seedlab_cli):
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest[str(T)] = tensor_hashes(other.state_dict())
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    rc, _, err = seedlab_cli("twins", "measure", str(run), "--no-progress")
+    rc, _, err = seedlab_main("twins", "measure", str(run), "--no-progress")
     assert rc == 2 and "mismatched model shapes" in err and "seed 0 fluent-attested" in err, err
 
 

@@ -17,18 +17,18 @@ def setup(tmp_path_factory, twins_inputs):
     return base, cfg, files
 
 
-def test_attestation_checks(setup, tmp_path, seedlab_cli):
+def test_attestation_checks(setup, tmp_path, seedlab_main):
     base, cfg, _ = setup
     returns = base / "return.txt"
     returns.write_text("Return to the workshop, Gizmo Harrington said.\n")
     bad = base / "fabricated-occurs.yaml"
     bad.write_text(yaml.safe_dump(cfg | {"subjects": {"fluent-fabricated": "Return"},
                                          "passages": cfg["passages"] | {"fluent-fabricated": str(returns)}}))
-    rc, _, err = seedlab_cli("twins", "run", str(bad), "--out", str(tmp_path / "o1"), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(bad), "--out", str(tmp_path / "o1"), "--no-progress")
     assert rc == 2 and "'Return' occurs" in err and "(not fabricated)" in err
     unmentioned = base / "unmentioned.yaml"
     unmentioned.write_text(yaml.safe_dump(cfg | {"subjects": {"fluent-attested": "Gizmo Harrington"}}))
-    rc, _, err = seedlab_cli("twins", "run", str(unmentioned), "--out", str(tmp_path / "o2"), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(unmentioned), "--out", str(tmp_path / "o2"), "--no-progress")
     assert rc == 2 and err.startswith("error: passages.fluent-attested: ") and "does not mention its subject 'Gizmo Harrington'" in err
     assert not (tmp_path / "o2").exists()
     passage = base / "zyx.txt"
@@ -36,7 +36,7 @@ def test_attestation_checks(setup, tmp_path, seedlab_cli):
     warn = base / "attested-missing.yaml"
     warn.write_text(yaml.safe_dump(cfg | {"steps": 10, "injection_step": 4, "subjects": {"fluent-attested": "Zyxwvut Qwerty"},
                                           "passages": cfg["passages"] | {"fluent-attested": str(passage)}}))
-    rc, _, err = seedlab_cli("twins", "run", str(warn), "--out", str(tmp_path / "o3"), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(warn), "--out", str(tmp_path / "o3"), "--no-progress")
     assert rc == 0 and "warning: subjects.fluent-attested: 'Zyxwvut Qwerty' does not occur" in err
 
 

@@ -7,9 +7,9 @@ from helpers import copy_run
 from seedlab.store import content_hash
 
 
-def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_cli):
+def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_main):
     run = copy_run(design, tmp_path)
-    rc, _, err = seedlab_cli("twins", "report", str(run))
+    rc, _, err = seedlab_main("twins", "report", str(run))
     assert rc == 0, err
     text = (run / "report.md").read_text()
     # the answer first, then the headline and the figures, then the long tables (the nulls' 48 rows among them)
@@ -70,28 +70,28 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_c
     prereg = json.loads((run / "preregistration.json").read_text())  # as if the labels were set differently before training
     prereg["outcomes"]["barrier"], prereg["hash"] = "secondary", "000000000000"
     (run / "preregistration.json").write_text(json.dumps(prereg))
-    assert seedlab_cli("twins", "report", str(run))[0] == 0
+    assert seedlab_main("twins", "report", str(run))[0] == 0
     assert "**Changed after pre-registration** (outcome labels changed: barrier" in (run / "report.md").read_text()
 
 
-def test_report_before_measure_is_exit_2(design, tmp_path, seedlab_cli):
+def test_report_before_measure_is_exit_2(design, tmp_path, seedlab_main):
     run = copy_run(design, tmp_path)
     (run / "measures.parquet").unlink()
-    rc, _, err = seedlab_cli("twins", "report", str(run))
+    rc, _, err = seedlab_main("twins", "report", str(run))
     assert rc == 2 and "twins measure" in err
 
 
 
 
-def test_report_says_when_integrity_was_not_recorded(design, tmp_path, seedlab_cli):
+def test_report_says_when_integrity_was_not_recorded(design, tmp_path, seedlab_main):
     run = copy_run(design, tmp_path)
     (run / "integrity.json").unlink()
-    rc, _, err = seedlab_cli("twins", "report", str(run))
+    rc, _, err = seedlab_main("twins", "report", str(run))
     assert rc == 0, err
     assert "**No integrity.json in the run folder**" in (run / "report.md").read_text()
 
 
-def test_a_run_started_before_a_setting_existed_resumes_and_reports_it(design, tmp_path, seedlab_cli):
+def test_a_run_started_before_a_setting_existed_resumes_and_reports_it(design, tmp_path, seedlab_main):
     """config.json and preregistration.json written before measure.equivalence_frac existed: the same
     design still resumes the folder (not 'holds something else'), and the report names the setting
     as added later at its default instead of calling the pre-registration changed."""
@@ -102,13 +102,13 @@ def test_a_run_started_before_a_setting_existed_resumes_and_reports_it(design, t
         if name == "preregistration.json":  # hashed as it was then
             rec["hash"] = content_hash({"outcomes": rec["outcomes"], "measure": rec["measure"]})
         (run / name).write_text(json.dumps(rec))
-    rc, _, err = seedlab_cli("twins", "run", str(design / "design.yaml"), "--out", str(run), "--no-progress")
+    rc, _, err = seedlab_main("twins", "run", str(design / "design.yaml"), "--out", str(run), "--no-progress")
     assert rc == 0, err
-    assert seedlab_cli("twins", "report", str(run))[0] == 0
+    assert seedlab_main("twins", "report", str(run))[0] == 0
     assert "used at their defaults: equivalence_frac." in (run / "report.md").read_text()
 
 
-def test_a_run_preregistered_without_a_margin_shows_no_equivalence(design, tmp_path, seedlab_cli):
+def test_a_run_preregistered_without_a_margin_shows_no_equivalence(design, tmp_path, seedlab_main):
     """preregistration.json written before measure.ordinary_margin existed: the report says "not shown", never
     "equivalent", and counts no equivalence test."""
     run = copy_run(design, tmp_path)
@@ -116,7 +116,7 @@ def test_a_run_preregistered_without_a_margin_shows_no_equivalence(design, tmp_p
     rec["measure"].pop("ordinary_margin")
     rec["hash"] = content_hash({"outcomes": rec["outcomes"], "measure": rec["measure"]})
     (run / "preregistration.json").write_text(json.dumps(rec))
-    assert seedlab_cli("twins", "report", str(run))[0] == 0
+    assert seedlab_main("twins", "report", str(run))[0] == 0
     text = (run / "report.md").read_text()
     assert "**not shown**: the pre-registration holds no margin" in text and "no equivalence test (no margin pre-registered)" in text
     assert "not shown (no margin pre-registered)" in text and "equivalent within" not in text

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 import subprocess
 import sys
 import time
@@ -76,15 +75,15 @@ def test_the_b_cells_differ_in_b_alone_and_the_others_in_one_axis():
 
 
 @pytest.mark.parametrize("name, ranks", [("scale-b16", 3), ("scale-b64", 3), ("scale-b256", 5), ("scale-wide-b64", 6)])
-def test_a_batch_that_does_not_split_over_the_ranks_is_one_line_exit_2_nothing_written(name, ranks, tmp_path):
+def test_a_batch_that_does_not_split_over_the_ranks_is_one_line_exit_2_nothing_written(name, ranks, tmp_path, monkeypatch,
+                                                                                        seedlab_main):
     out = tmp_path / "run"
-    env = os.environ | {"WORLD_SIZE": str(ranks)}  # as torchrun sets it; refused before any process group exists
-    p = subprocess.run([sys.executable, "-m", "seedlab", "twins", "run", name, "--out", str(out)], capture_output=True,
-                       text=True, cwd=tmp_path, env=env, timeout=120)
+    monkeypatch.setenv("WORLD_SIZE", str(ranks))  # as torchrun sets it; refused before any process group exists
+    rc, _, err = seedlab_main("twins", "run", name, "--out", str(out))  # in this process, cwd tmp_path
     batch = LABELS[name][0]
-    assert p.returncode == 2, p.stderr
-    assert p.stderr.strip().splitlines() == [f"error: batch_size: {batch} rows do not split over {ranks} ranks "
-                                             "(torchrun --nproc-per-node)"]
+    assert rc == 2, err
+    assert err.strip().splitlines() == [f"error: batch_size: {batch} rows do not split over {ranks} ranks "
+                                        "(torchrun --nproc-per-node)"]
     assert not out.exists() and not any(tmp_path.iterdir())
 
 
