@@ -231,9 +231,9 @@ def test_a_failing_parallel_seed_is_one_line(seedlab_cli, tmp_path, design):
     assert err.startswith("error: seed 1: ")
 
 
-def test_cli_replicate_row_on_the_injected_row_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs, bank_design):
+def test_cli_replicate_row_on_the_injected_row_one_line_exit_2(seedlab_main, tmp_path, twins_inputs, bank_design):
     path = bank_design.write(tmp_path, twins_inputs[0])
-    rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"),
+    rc, _, err = seedlab_main("attribution", "bank", str(path), "--out", str(tmp_path / "bank"),
                              "--set", "candidates.replicate_row=0", "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert "candidates.replicate_row: another row of the batch than injection_row 0" in err
@@ -266,19 +266,19 @@ def test_bad_texts_write_nothing(tmp_path, design, candidates, probes, match):
     assert not (tmp_path / "bank").exists()
 
 
-def test_cli_over_long_candidate_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs, bank_design):
+def test_cli_over_long_candidate_one_line_exit_2(seedlab_main, tmp_path, twins_inputs, bank_design):
     path = bank_design.write(tmp_path, twins_inputs[0], candidates={"file": "c.txt"})
     (tmp_path / "c.txt").write_text("z" * 50)
-    rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), "--no-progress")
+    rc, _, err = seedlab_main("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert err.startswith("error: candidates.passage-0: 50 tokens do not fit a row")
     assert not (tmp_path / "bank").exists()
 
 
-def test_a_bank_folder_of_another_design_is_refused(seedlab_cli, tiny_bank, tmp_path):
+def test_a_bank_folder_of_another_design_is_refused(seedlab_main, tiny_bank, tmp_path):
     bank = tiny_bank / "bank"
     before = _files(bank)
-    rc, _, err = seedlab_cli("attribution", "bank", str(tiny_bank / "design.yaml"), "--out", str(bank), "--set", "steps=16")
+    rc, _, err = seedlab_main("attribution", "bank", str(tiny_bank / "design.yaml"), "--out", str(bank), "--set", "steps=16")
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert "holds another attribution design" in err
     # the same config with an edited candidate file: inputs.json differs
@@ -290,10 +290,10 @@ def test_a_bank_folder_of_another_design_is_refused(seedlab_cli, tiny_bank, tmp_
     assert _files(bank) == before
 
 
-def test_estimator_errors_write_nothing(seedlab_cli, tiny_bank, monkeypatch):
+def test_estimator_errors_write_nothing(seedlab_main, tiny_bank, monkeypatch):
     bank = tiny_bank / "bank"
     before = _files(bank)
-    rc, _, err = seedlab_cli("attribution", "attribute", str(bank), "--estimators", "sgd,tracein", "--no-progress")
+    rc, _, err = seedlab_main("attribution", "attribute", str(bank), "--estimators", "sgd,tracein", "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0 and "estimator: must be one of" in err and "'tracein'" in err
     monkeypatch.setitem(sys.modules, "kronfluence", None)  # as if not installed
     with pytest.raises(SeedlabError, match=r"estimator 'ekfac' needs kronfluence, which is not installed: install seedlab\[attribution\]"):

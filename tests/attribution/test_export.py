@@ -232,11 +232,12 @@ def test_a_bank_without_its_checkpoints_is_refused_before_any_work(bank, tmp_pat
     assert not (copy / "scores").exists()
 
 
-def test_the_commands_end_to_end_and_their_bad_input(bank, seedlab_cli, tmp_path):
-    """export and score from the command line (the plug-in found in the current folder), the report rendered;
-    bad input is one line on stderr, exit 2, nothing written or overwritten."""
+def test_the_commands_end_to_end_and_their_bad_input(bank, seedlab_cli, seedlab_main, tmp_path):
+    """export and score from the command line (score in a process of its own: the plug-in found in the current
+    folder; the other commands run in this one, seedlab_main), the report rendered; bad input is one line on
+    stderr, exit 2, nothing written or overwritten."""
     (tmp_path / f"{MODULE}.py").write_text(PLUGINS)
-    rc, out, err = seedlab_cli("attribution", "export", str(bank), "--out", "bench")
+    rc, out, err = seedlab_main("attribution", "export", str(bank), "--out", "bench")
     assert rc == 0, err
     assert " -> bench; digest " in out and "rows: trained" in out
     rc, out, err = seedlab_cli("attribution", "score", "bench", "--estimator", DOT, "--no-baselines", "--no-progress")
@@ -254,7 +255,7 @@ def test_the_commands_end_to_end_and_their_bad_input(bank, seedlab_cli, tmp_path
         (("score", "full", "--estimator", DOT), r"^error: full: not an exported benchmark"),
     ]
     for args, match in bad:
-        rc, out, err = seedlab_cli("attribution", *args)
+        rc, out, err = seedlab_main("attribution", *args)
         assert rc == 2 and len(err.strip().splitlines()) == 1 and re.match(match, err), (args, err)
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine" and sorted(p.name for p in (tmp_path / "full").iterdir()) == ["keep.txt"]
     for call, match in ((lambda: export(bank, tmp_path / "x", rows="some"), r"^--rows: trained or injection, got 'some'$"),
@@ -267,7 +268,7 @@ def test_the_commands_end_to_end_and_their_bad_input(bank, seedlab_cli, tmp_path
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
     assert sorted(p.name for p in (tmp_path / "bench" / "scores").iterdir()) == [f"{MODULE}.dot"]
     (tmp_path / "bench" / "measured.parquet").write_bytes(b"edited")
-    rc, _, err = seedlab_cli("attribution", "score", "bench", "--estimator", DOT, "--force")
+    rc, _, err = seedlab_main("attribution", "score", "bench", "--estimator", DOT, "--force")
     assert rc == 2 and err.startswith("error: bench: measured.parquet does not match its SHA-256") and err.count("\n") == 1
 
 

@@ -189,10 +189,10 @@ def test_the_replay_is_checked_against_the_twin(bank, tmp_path):
     assert not rd.metagrad.exists()
 
 
-def test_bank_metagrad_writes_every_row_and_a_corrupted_prefix_is_one_line(bank, tmp_path, seedlab_cli):
+def test_bank_metagrad_writes_every_row_and_a_corrupted_prefix_is_one_line(bank, tmp_path, seedlab_main):
     root = _copy(bank, tmp_path)
     rd, b = BankDir(root), open_bank(root)
-    rc, out, err = seedlab_cli("attribution", "metagrad", str(root), "--t0", "2", "--horizon", "s+3", "--horizon", "end",
+    rc, out, err = seedlab_main("attribution", "metagrad", str(root), "--t0", "2", "--horizon", "s+3", "--horizon", "end",
                                "--every", "3", "--no-progress")
     assert rc == 0, err
     df = pd.read_parquet(rd.metagrad)
@@ -209,7 +209,7 @@ def test_bank_metagrad_writes_every_row_and_a_corrupted_prefix_is_one_line(bank,
     data = bytearray(rd.prefix(0).read_bytes())
     data[-8] ^= 0xFF
     rd.prefix(0).write_bytes(bytes(data))
-    rc, out, err = seedlab_cli("attribution", "metagrad", str(root), "--no-progress")
+    rc, out, err = seedlab_main("attribution", "metagrad", str(root), "--no-progress")
     assert rc == 2 and err.count("\n") == 1 and "corrupted checkpoint" in err, err
     assert not rd.metagrad.exists() and not rd.metagrad_json.exists()
 
@@ -235,9 +235,9 @@ def test_bad_input_is_one_line_and_writes_nothing(bank, tmp_path, kwargs, match)
     assert not BankDir(root).metagrad.exists() and not BankDir(root).metagrad_json.exists()
 
 
-def test_cli_bad_t0_is_exit_2(bank, tmp_path, seedlab_cli):
+def test_cli_bad_t0_is_exit_2(bank, tmp_path, seedlab_main):
     root = _copy(bank, tmp_path)
-    rc, _, err = seedlab_cli("attribution", "metagrad", str(root), "--t0", "-1", "--no-progress")
+    rc, _, err = seedlab_main("attribution", "metagrad", str(root), "--t0", "-1", "--no-progress")
     assert rc == 2 and err.startswith("error: --t0: must be in 0 .. 5") and err.count("\n") == 1
     assert not BankDir(root).metagrad.exists()
 

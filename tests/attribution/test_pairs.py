@@ -216,13 +216,13 @@ def test_more_pairs_than_fit_disjointly_are_distinct_pairs(bank_design, twins_in
     (["candidates.file=c.jsonl"], {"c.jsonl": '{"name": "pair.x", "text": "ok"}\n'},
      r"names: 'pair.x' is taken .* the prefixes 'replicate.', 'pair.', 'weight.', 'nudge.'"),
 ])
-def test_cli_bad_pairs_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs, bank_design, sets, files, match):
+def test_cli_bad_pairs_one_line_exit_2(seedlab_main, tmp_path, twins_inputs, bank_design, sets, files, match):
     import re
 
     path = bank_design.write(tmp_path, twins_inputs[0])
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), "--no-progress",
+    rc, _, err = seedlab_main("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), "--no-progress",
                              *(a for s in sets for a in ("--set", s)))
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert re.search(match, err), err

@@ -115,19 +115,19 @@ def test_attribute_runs_the_three_from_one_replay_and_unroll_alone_is_unchanged(
     (["candidates.weights=[1, 1e-6]"], r"weights: at least 0.0001, got 1e-06 \(a float32 run cannot hold a smaller one"),
     (["chaos.nudges=[blocks.7.mlp.c_fc.weight]"], "nudge"),
 ])
-def test_bad_weights_and_nudges_one_line_exit_2_nothing_written(seedlab_cli, tmp_path, twins_inputs, bank_design,
+def test_bad_weights_and_nudges_one_line_exit_2_nothing_written(seedlab_main, tmp_path, twins_inputs, bank_design,
                                                                  sets, match):
     path = bank_design.write(tmp_path, twins_inputs[0])
     args = [a for s in sets for a in ("--set", s)]
-    rc, _, err = seedlab_cli("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), *args, "--no-progress")
+    rc, _, err = seedlab_main("attribution", "bank", str(path), "--out", str(tmp_path / "bank"), *args, "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert __import__("re").search(match, err), err
     assert not (tmp_path / "bank").exists() or not any((tmp_path / "bank").glob("seed-*/*/done.json"))
 
 
-def test_weights_on_a_design_without_them_one_line_exit_2(seedlab_cli, tmp_path, twins_inputs):
+def test_weights_on_a_design_without_them_one_line_exit_2(seedlab_main, tmp_path, twins_inputs):
     """The twins' design has no candidates: a weight there is refused, not ignored."""
-    rc, _, err = seedlab_cli("twins", "run", "mini", "--out", str(tmp_path / "t"), "--set",
+    rc, _, err = seedlab_main("twins", "run", "mini", "--out", str(tmp_path / "t"), "--set",
                              "candidates.weights=[1, 0.5]", "--no-progress")
     assert rc == 2 and err.strip().count("\n") == 0, err
     assert "candidates" in err
