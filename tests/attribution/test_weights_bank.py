@@ -58,8 +58,6 @@ def test_distances_of_rows_and_nudges(weighted_bank):
 
 
 def test_unroll_outputs_from_one_replay(weighted_bank):
-    import torch
-
     from seedlab.attribution.estimators import Case, Gradients
     from seedlab.attribution.unroll import READOUT, TANGENT, UNROLL, responses, unroll
     from seedlab.forks.prefix import read_prefix

@@ -117,7 +117,7 @@ def synthetic_cell(name: str, batch: int, after: int = 200, width: int = 64, see
     shape = 1e-3 + 0.05 * np.exp(-((steps - s - 40) / 15.0) ** 2)
     for k in seeds:
         for arm, f in arms.items():
-            e = lambda: 1 + noise * rng.standard_normal()  # noqa: E731
+            e = lambda: 1 + noise * rng.standard_normal()
             o = own(batch, k) * f * e()
             rows.append({"seed": k, "arm": arm, "group": scale.group_of(arm), "distance": distance(batch, k) * f * e(),
                          "barrier": barrier(batch, k) * f * e(), "rise_mid": 0.0, "heldout_ce_diff": 0.0,

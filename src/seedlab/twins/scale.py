@@ -654,8 +654,8 @@ def preregistration_text(p: Prediction) -> str:
     return "\n".join([
         f"# Confirmatory prediction: {p.measure} at {p.axis} = {p.at}",
         "",
-        f"Written from the exploratory scale table before this run started (twins/scale.py ``predict``); kept by "
-        f"`seedlab twins run --preregistration` with its SHA-256 before the first step.",
+        "Written from the exploratory scale table before this run started (twins/scale.py ``predict``); kept by "
+        "`seedlab twins run --preregistration` with its SHA-256 before the first step.",
         "",
         f"- **Measure**: {p.measure} — {m.what} ({m.unit}), of {p.group}, with its nulls beside it as in the table.",
         f"- **Why this one**: of {p.group}'s power-law trends along {AXES[p.axis]} the one that moves most over "
