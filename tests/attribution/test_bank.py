@@ -346,3 +346,12 @@ def test_attribute_in_parallel_processes_and_add(tmp_path, tiny_bank):
     assert set(two.estimator) == {"adam", "unroll"}
     pd.testing.assert_frame_equal(two.reset_index(drop=True),
                                   one[one.estimator.isin(["adam", "unroll"])].reset_index(drop=True))
+
+
+def test_a_nudge_arm_lives_where_nudge_names_it_and_its_name_is_checked(tmp_path):
+    """BankDir.run's nudge branch and BankDir.nudge name one folder; a name that is not a folder name is refused."""
+    rd = BankDir(tmp_path / "bank")
+    assert rd.run(3, "nudge.transformer.h.0.attn.c_attn.weight").path == rd.nudge(3, "transformer.h.0.attn.c_attn.weight").path
+    assert rd.nudge(3, "w").path == tmp_path / "bank" / "seed-3" / "nudges" / "w"
+    with pytest.raises(SeedlabError, match="letters, digits"):
+        rd.run(3, "nudge.a/b")

@@ -121,6 +121,14 @@ class ForkFolder(RunFolder):
         return self.path / "queries.parquet"
 
 
+def _check_name(name: str) -> None:
+    """A run's name must be a folder name (forks/arms.py ``NAME``)."""
+    from seedlab.forks.arms import NAME  # arms.py loads torch (perturbations); the report reads without it
+
+    if not NAME.match(name):
+        raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
+
+
 @dataclass(frozen=True)
 class BankDir(DesignFolder):
     """The layout of a bank folder (see the module docstring; config, inputs, environment, prefix,
@@ -145,7 +153,9 @@ class BankDir(DesignFolder):
         if arm.startswith(PAIR):
             return self._named(seed, "pairs", arm.removeprefix(PAIR))
         if arm.startswith(NUDGE):
-            return self._named(seed, "nudges", arm.removeprefix(NUDGE))
+            tensor = arm.removeprefix(NUDGE)
+            _check_name(tensor)
+            return self.nudge(seed, tensor)
         if arm.startswith(WEIGHTED):
             w, name = weight_and_candidate(arm)
             return self.weighted(seed, w, name)
@@ -180,10 +190,7 @@ class BankDir(DesignFolder):
         return ForkFolder(self.seed(seed) / "nudges" / tensor)
 
     def _named(self, seed: int, folder: str, name: str) -> ForkFolder:
-        from seedlab.forks.arms import NAME  # arms.py loads torch (perturbations); the report reads without it
-
-        if not NAME.match(name):
-            raise SeedlabError(f"candidate name: letters, digits, '.', '_' and '-' only (a folder name), got {name!r}")
+        _check_name(name)
         return ForkFolder(self.seed(seed) / folder / name)
 
     def upgrade(self, old: dict) -> dict:
