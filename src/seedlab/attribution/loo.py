@@ -207,12 +207,12 @@ def beside_nudges(loo: pd.DataFrame, nudges: pd.DataFrame, s: int) -> pd.DataFra
 
 
 def _per_seed(g: pd.DataFrame, seeds: list) -> np.ndarray:
-    """``abs`` of ``g`` as [seeds, most values of a seed], NaN-padded."""
-    parts = [g.loc[g.seed == k, "abs"].to_numpy(np.float64) for k in seeds]
-    out = np.full((len(seeds), max([1, *map(len, parts)])), np.nan)
-    for j, v in enumerate(parts):
-        out[j, :len(v)] = v
-    return out
+    """``abs`` of ``g`` as [seeds, most values of a seed], NaN-padded (a seed without values: a NaN row).
+    attribution/stats.py has no ragged-group helper; pandas' pivot is the padding."""
+    if not len(g):
+        return np.full((len(seeds), 1), np.nan)
+    wide = g.assign(slot=g.groupby("seed").cumcount()).pivot(index="seed", columns="slot", values="abs")
+    return wide.reindex(index=seeds).to_numpy(np.float64)
 
 
 def nudge_floor(table: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = SEED,
