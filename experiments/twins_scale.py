@@ -124,14 +124,17 @@ def render(args) -> Path:
     t.to_csv(where.table("table"), index=False)
     tr.to_csv(where.table("trends"), index=False)
     paper.to_csv(where.table("paper"), index=False)
-    prediction = verdict = None
+    prediction = verdict = beside = None
     if where.prediction.is_file():
         prediction = scale.Prediction.from_json(where.prediction)
         new = [c for c in cells if c.name == confirm_name(prediction.axis, prediction.at)]
         if new:
-            verdict = scale.confirm(prediction, scale.draws(new), new[0].name)
+            new_draws = scale.draws(new)
+            verdict = scale.confirm(prediction, new_draws, new[0].name)
             where.verdict.write_text(json.dumps(verdict, indent=1, default=float) + "\n")
-    where.report.write_text(write_scale(fitted, t, tr, paper, where, prediction, verdict))
+            beside = scale.table(new_draws)  # the confirmatory cell's nulls, beside the verdict (not part of its rule)
+            beside.to_csv(where.table("confirm"), index=False)
+    where.report.write_text(write_scale(fitted, t, tr, paper, where, prediction, verdict, beside))
     return where.report
 
 

@@ -21,6 +21,7 @@ import yaml
 from helpers import kept_round_trip
 from seedlab.config import load_config
 from seedlab.errors import SeedlabError
+from seedlab.reporting import fmt_num
 from seedlab.twins import scale
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.scale import CURVES, FOCAL, ORDINARY_ROWS, PAIRS, PER_SEED, Cell
@@ -316,6 +317,28 @@ def test_the_report_words_and_draws_the_frames(cells, dr, tmp_path):
     assert "## The confirmatory prediction" in text
     for k in scale.MEASURES:
         assert where.figure(k).is_file() and f"scale-{k}.png" in text
+
+
+def test_the_report_shows_the_confirmatory_cell_beside_its_nulls(cells, dr, tmp_path):
+    """The verdict reads the passage alone; its cell's nulls stand under it, every measure, every group."""
+    from seedlab.twins.report_scale import scale_report
+
+    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13], measure="own_drop_s50")
+    new = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03 * (b / 16) ** -1.0)
+    nd = scale.draws([new], resamples=100)
+    beside = scale.table(nd)
+    text = scale_report(cells, scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr), (), p,
+                        scale.confirm(p, nd, "confirm-b128"), beside)
+    part = text.split("## The confirmatory prediction")[1]
+    assert "beside its nulls" in part and "**confirmed**" in part
+    header = next(line for line in part.splitlines() if line.startswith("| measure"))
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == [g for g in (FOCAL, *scale.NULLS)
+                                                                      if g in set(beside.group)]
+    r = beside[(beside.group == ORDINARY_ROWS) & (beside.measure == "own_drop_s50")].iloc[0]
+    line = next(line for line in part.splitlines() if line.startswith("| own_drop_s50"))
+    assert fmt_num(r.value) in line
+    assert len([line for line in part.splitlines() if line.startswith("| ") and "measure" not in line
+                and not line.startswith("| ---")]) == len(scale.MEASURES)
 
 
 # ---------------------------------------------------------------- a real measured design

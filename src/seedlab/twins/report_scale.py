@@ -41,7 +41,7 @@ def _paper(m) -> str:
 
 def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
                  figures: Sequence[Fig] = (), prediction: Prediction | None = None, verdict: dict | None = None,
-                 alpha: float = 0.05) -> str:
+                 beside: pd.DataFrame | None = None, alpha: float = 0.05) -> str:
     """The scale table's markdown from scale.py's frames (``table``, ``trends``, ``paper``: ``paper_extrapolation``),
     the figures already drawn, and, when made, the confirmatory prediction and its verdict."""
     lv = level(alpha)
@@ -117,6 +117,17 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
             out += [f"Measured ({v['cell']}): {fmt_num(v['value'])} [{fmt_num(v['low'])}, {fmt_num(v['high'])}]: "
                     f"**{v['verdict']}**; the change from the nearest fitted cell "
                     f"{'has' if v['direction'] else 'does not have'} the slope's sign.", ""]
+        if beside is not None and len(beside):
+            out += [f"The confirmatory cell's every measure beside its nulls (exploratory: the pre-registered rule "
+                    f"reads {p.measure} of {p.group} alone, so the verdict tests the trend's shape, not the passage "
+                    f"against its nulls; {lv} intervals over the cell's seeds):", ""]
+            present = [g for g in (FOCAL, *NULLS) if g in set(beside.group)]
+            rows = []
+            for k in MEASURES:
+                r = beside[beside.measure == k].set_index("group")
+                if len(r):
+                    rows.append([k, *("—" if g not in r.index else _ci(r.loc[g]) for g in present)])
+            out += md_lines(["measure", *present], rows)
     if figures:
         out += ["## Figures", ""]
         for f in figures:
@@ -173,8 +184,11 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
 
 
 def write_scale(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
-                where: ScaleDir, prediction: Prediction | None = None, verdict: dict | None = None) -> str:
-    """Draw every measure's figure into ``where`` and return the report's text (the caller writes it)."""
+                where: ScaleDir, prediction: Prediction | None = None, verdict: dict | None = None,
+                beside: pd.DataFrame | None = None) -> str:
+    """Draw every measure's figure into ``where`` and return the report's text (the caller writes it); ``beside``:
+    the confirmatory cell's :func:`~seedlab.twins.scale.table`, every group, rendered under the verdict."""
     where.root.mkdir(parents=True, exist_ok=True)
     figs = [measure_figure(k, cells, table, trends, where) for k in MEASURES] if len(trends) else []
-    return scale_report(cells, table, trends, paper, [f for f in figs if f.path is not None], prediction, verdict)
+    return scale_report(cells, table, trends, paper, [f for f in figs if f.path is not None], prediction, verdict,
+                        beside)

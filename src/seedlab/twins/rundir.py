@@ -386,7 +386,8 @@ ScaleCellDir = CellDir
 @dataclass(frozen=True)
 class ScaleDir(TableDir):
     """Where the scale table across cells is rendered (twins/report_scale.py): ``scale.md``, ``scale-<name>.csv``
-    (table, trends, paper), ``scale-<measure>.png``, the prediction and its verdict."""
+    (table, trends, paper; confirm: the confirmatory cell's table, every group), ``scale-<measure>.png``, the
+    prediction and its verdict."""
 
     stem = "scale"
 
