@@ -429,3 +429,21 @@ def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(t
     assert driver.main(args) == 0
     assert capsys.readouterr().out.count("skipped") == 2  # kept: neither trained nor measured again
     assert time.time() - t0 < 120
+
+
+def test_the_predicted_measures_figure_shows_the_interval_and_the_confirmatory_cell(cells, dr, tmp_path):
+    from seedlab.twins.report_scale import measure_figure
+    from seedlab.twins.rundir import ScaleDir
+
+    where = ScaleDir(tmp_path / "scale")
+    where.root.mkdir(parents=True)
+    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13], measure="own_drop_s50")
+    new = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03 * (b / 16) ** -1.0)
+    v = scale.confirm(p, scale.draws([new], resamples=100), "confirm-b128")
+    t, tr = scale.table(dr), scale.trends(dr)
+    shown = measure_figure("own_drop_s50", cells, t, tr, where, p, v)
+    other = measure_figure("distance_pct", cells, t, tr, where, p, v)
+    assert shown.path.is_file() and "pre-registered interval" in shown.caption and "open diamond" in shown.caption
+    assert other.path.is_file() and "pre-registered" not in other.caption
+    before = measure_figure("own_drop_s50", cells, t, tr, where, p)  # pre-registered, not yet run
+    assert "pre-registered interval" in before.caption and "open diamond" not in before.caption

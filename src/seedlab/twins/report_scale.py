@@ -136,10 +136,11 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
 
 
 def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame,
-                   where: ScaleDir) -> Fig:
+                   where: ScaleDir, prediction: Prediction | None = None, verdict: dict | None = None) -> Fig:
     """One measure against scale: a panel per axis with a family (B, updates after s, width), every group with its
     interval at each level (log axes where the fit is a power law), the focal passage's fitted line extended to
-    the paper's level, and the paper's value there as a star."""
+    the paper's level, and the paper's value there as a star; where ``prediction`` is of this measure, its
+    pre-registered interval at its level on its axis's panel, and ``verdict``'s measured value with its interval."""
     m = MEASURES[measure]
     title = f"{measure} against scale"
     t = trends[(trends.measure == measure)]
@@ -167,10 +168,19 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
             if np.isfinite(r.slope):
                 ax.plot(x, 10 ** y if r.kind == "power" else y, ls="--", lw=1, color=group_color(FOCAL),
                         label=f"{FOCAL} fit")
+        if prediction is not None and prediction.measure == measure and prediction.axis == axis:
+            p = prediction
+            ax.vlines(p.at, p.low, p.high, lw=6, color="0.8", label=f"pre-registered interval ({p.axis} = {p.at})")
+            if verdict is not None:
+                v = verdict
+                ax.errorbar([p.at], [v["value"]], yerr=[[v["value"] - v["low"]], [v["high"] - v["value"]]], fmt="D",
+                            ms=5, mfc="white", color="k", capsize=2,
+                            label=f"confirmatory cell, seeds {', '.join(map(str, p.seeds))}: {v['verdict']}")
         if np.isfinite(m.paper):
             ax.plot([PAPER_SCALE[axis]], [m.paper], "*", ms=11, color="k", label="paper")
         ax.set_xscale("log")
-        ticks = sorted({by[n].label(axis) for n in names} | {PAPER_SCALE[axis]})
+        shown = prediction is not None and prediction.measure == measure and prediction.axis == axis
+        ticks = sorted({by[n].label(axis) for n in names} | {PAPER_SCALE[axis]} | ({prediction.at} if shown else set()))
         ax.set_xticks(ticks, [str(v) for v in ticks])
         ax.xaxis.set_minor_formatter(NullFormatter())
         if power:
@@ -178,9 +188,13 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
         ax.set(xlabel=AXES[axis], ylabel=f"{measure} ({m.unit})")
     panels[0].legend(fontsize=7)
     path = save_figure(fig, where.figure(measure))
+    predicted = prediction is not None and prediction.measure == measure
     return Fig(title, path, f"{m.what} ({m.unit}) for the fabricated passage and its nulls, each cell with its "
                             "seed-bootstrap interval; the dashed line is the passage's trend (fitted on the cells, "
-                            "extended to the paper's level: exploratory), the star the paper's value where it gives one.")
+                            "extended to the paper's level: exploratory), the star the paper's value where it gives one"
+                            + ("; the grey bar the pre-registered interval of the confirmatory prediction"
+                               + (", the open diamond the confirmatory cell's passage (fresh seeds, never fitted)"
+                                  if predicted and verdict is not None else "") if predicted else "") + ".")
 
 
 def write_scale(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
@@ -189,6 +203,6 @@ def write_scale(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame
     """Draw every measure's figure into ``where`` and return the report's text (the caller writes it); ``beside``:
     the confirmatory cell's :func:`~seedlab.twins.scale.table`, every group, rendered under the verdict."""
     where.root.mkdir(parents=True, exist_ok=True)
-    figs = [measure_figure(k, cells, table, trends, where) for k in MEASURES] if len(trends) else []
+    figs = [measure_figure(k, cells, table, trends, where, prediction, verdict) for k in MEASURES] if len(trends) else []
     return scale_report(cells, table, trends, paper, [f for f in figs if f.path is not None], prediction, verdict,
                         beside)
