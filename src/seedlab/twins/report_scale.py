@@ -149,7 +149,9 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
         return Fig(title, None, "no axis has two cells yet")
     fig, panels = new_figure(1, len(axes), w=4.2)
     by = {c.name: c for c in cells}
+    predicted = prediction is not None and prediction.measure == measure
     for ax, axis in zip(panels, axes):
+        shown = predicted and prediction.axis == axis
         ta = t[t.axis == axis]
         names = ta.cells.iloc[0].split(",")
         power = (ta.kind == "power").all()
@@ -168,7 +170,7 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
             if np.isfinite(r.slope):
                 ax.plot(x, 10 ** y if r.kind == "power" else y, ls="--", lw=1, color=group_color(FOCAL),
                         label=f"{FOCAL} fit")
-        if prediction is not None and prediction.measure == measure and prediction.axis == axis:
+        if shown:
             p = prediction
             ax.vlines(p.at, p.low, p.high, lw=6, color="0.8", label=f"pre-registered interval ({p.axis} = {p.at})")
             if verdict is not None:
@@ -179,7 +181,6 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
         if np.isfinite(m.paper):
             ax.plot([PAPER_SCALE[axis]], [m.paper], "*", ms=11, color="k", label="paper")
         ax.set_xscale("log")
-        shown = prediction is not None and prediction.measure == measure and prediction.axis == axis
         ticks = sorted({by[n].label(axis) for n in names} | {PAPER_SCALE[axis]} | ({prediction.at} if shown else set()))
         ax.set_xticks(ticks, [str(v) for v in ticks])
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -188,13 +189,14 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
         ax.set(xlabel=AXES[axis], ylabel=f"{measure} ({m.unit})")
     panels[0].legend(fontsize=7)
     path = save_figure(fig, where.figure(measure))
-    predicted = prediction is not None and prediction.measure == measure
-    return Fig(title, path, f"{m.what} ({m.unit}) for the fabricated passage and its nulls, each cell with its "
-                            "seed-bootstrap interval; the dashed line is the passage's trend (fitted on the cells, "
-                            "extended to the paper's level: exploratory), the star the paper's value where it gives one"
-                            + ("; the grey bar the pre-registered interval of the confirmatory prediction"
-                               + (", the open diamond the confirmatory cell's passage (fresh seeds, never fitted)"
-                                  if predicted and verdict is not None else "") if predicted else "") + ".")
+    caption = [f"{m.what} ({m.unit}) for the fabricated passage and its nulls, each cell with its seed-bootstrap "
+               "interval", "the dashed line is the passage's trend (fitted on the cells, extended to the paper's level: "
+               "exploratory), the star the paper's value where it gives one"]
+    if predicted:
+        caption.append("the grey bar the pre-registered interval of the confirmatory prediction"
+                       + (", the open diamond the confirmatory cell's passage (fresh seeds, never fitted)"
+                          if verdict is not None else ""))
+    return Fig(title, path, "; ".join(caption) + ".")
 
 
 def write_scale(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
