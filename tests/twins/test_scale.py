@@ -162,6 +162,23 @@ def dr(cells):
     return scale.draws(cells, resamples=400)
 
 
+CONFIRM_SEEDS = (8, 9, 10, 11, 12, 13)
+
+
+def confirm_cell(own) -> Cell:
+    """The confirmatory cell at B = 128 on fresh seeds, its passage's own drop ``own(b, k)``."""
+    return synthetic_cell("confirm-b128", 128, seeds=CONFIRM_SEEDS, own=own)
+
+
+@pytest.fixture(scope="module")
+def confirmed(dr):
+    """The own-drop prediction at B = 128, a new cell on the trend (B^-1), its draws and its verdict."""
+    p = scale.predict(dr, "batch_size", 128, list(CONFIRM_SEEDS), measure="own_drop_s50")
+    new = confirm_cell(lambda b, k: 0.03 * (b / 16) ** -1.0)
+    nd = scale.draws([new], resamples=100)
+    return p, nd, scale.confirm(p, nd, "confirm-b128")
+
+
 def test_the_point_estimates_are_the_measures_of_every_seed_once(cells, dr):
     c = cells[1]
     fab = c.per_seed[c.per_seed.group == FOCAL]
@@ -267,12 +284,11 @@ def test_predict_refuses_bad_requests(dr):
             scale.predict(dr, **kw)
 
 
-def test_confirm_reads_the_verdict_off_the_new_cell(dr, tmp_path):
-    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13], measure="own_drop_s50")
+def test_confirm_reads_the_verdict_off_the_new_cell(confirmed, tmp_path):
+    p, on, _ = confirmed
     p = scale.Prediction.from_json(p.to_json(tmp_path / "p.json"))  # kept as JSON, read back
-    on = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03 * (b / 16) ** -1.0)
-    off = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03)
-    yes, no = (scale.confirm(p, scale.draws([c], resamples=100), "confirm-b128") for c in (on, off))
+    off = scale.draws([confirm_cell(lambda b, k: 0.03)], resamples=100)
+    yes, no = (scale.confirm(p, d, "confirm-b128") for d in (on, off))
     assert yes["verdict"] == "confirmed" and yes["inside"] and yes["direction"]
     assert no["verdict"] == "refuted" and not no["inside"] and not no["direction"]
 
@@ -319,16 +335,14 @@ def test_the_report_words_and_draws_the_frames(cells, dr, tmp_path):
         assert where.figure(k).is_file() and f"scale-{k}.png" in text
 
 
-def test_the_report_shows_the_confirmatory_cell_beside_its_nulls(cells, dr, tmp_path):
+def test_the_report_shows_the_confirmatory_cell_beside_its_nulls(cells, dr, confirmed):
     """The verdict reads the passage alone; its cell's nulls stand under it, every measure, every group."""
     from seedlab.twins.report_scale import scale_report
 
-    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13], measure="own_drop_s50")
-    new = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03 * (b / 16) ** -1.0)
-    nd = scale.draws([new], resamples=100)
+    p, nd, verdict = confirmed
     beside = scale.table(nd)
-    text = scale_report(cells, scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr), (), p,
-                        scale.confirm(p, nd, "confirm-b128"), beside)
+    text = scale_report(cells, scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr), (), p, verdict,
+                        beside)
     part = text.split("## The confirmatory prediction")[1]
     assert "beside its nulls" in part and "**confirmed**" in part
     header = next(line for line in part.splitlines() if line.startswith("| measure"))
@@ -431,15 +445,13 @@ def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(t
     assert time.time() - t0 < 120
 
 
-def test_the_predicted_measures_figure_shows_the_interval_and_the_confirmatory_cell(cells, dr, tmp_path):
+def test_the_predicted_measures_figure_shows_the_interval_and_the_confirmatory_cell(cells, dr, confirmed, tmp_path):
     from seedlab.twins.report_scale import measure_figure
     from seedlab.twins.rundir import ScaleDir
 
     where = ScaleDir(tmp_path / "scale")
     where.root.mkdir(parents=True)
-    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13], measure="own_drop_s50")
-    new = synthetic_cell("confirm-b128", 128, seeds=(8, 9, 10, 11, 12, 13), own=lambda b, k: 0.03 * (b / 16) ** -1.0)
-    v = scale.confirm(p, scale.draws([new], resamples=100), "confirm-b128")
+    p, _, v = confirmed
     t, tr = scale.table(dr), scale.trends(dr)
     shown = measure_figure("own_drop_s50", cells, t, tr, where, p, v)
     other = measure_figure("distance_pct", cells, t, tr, where, p, v)
