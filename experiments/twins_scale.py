@@ -15,13 +15,15 @@ folder it started. Last, from every cell summarised (KEEP first, then OUT/summar
 paper extrapolation (REPORT/scale-{table,trends,paper}.csv), a figure per measure and REPORT/scale.md, REPORT =
 ``--report`` (default: KEEP, else OUT).
 
-The table's cost and the plan (docs/benchmarks.md, "The twins' scale axis", re-estimated 2026-12-06 from the two
-measured cells: ~6.1 h in all with two torch threads, one training job at a time), in session-sized chunks:
+The table's cost (docs/benchmarks.md, "The twins' scale axis"): every cell measured, 6.2 h in all with two torch
+threads, one training job at a time (~0.4 h of it pauses for tests). It ran in session-sized chunks:
 
     python experiments/twins_scale.py --cells scale-b256 --seeds 0,1,2,3 --threads 2 \
-        --out runs/scale --keep docs/results/twins-scale --no-progress                 # ~2.0 h
-    python experiments/twins_scale.py --cells scale-b16-long,scale-wide-b64 --threads 2 \
-        --out runs/scale --keep docs/results/twins-scale --no-progress                 # ~1.9 h
+        --out runs/scale --keep docs/results/twins-scale --no-progress                 # 2.6 h
+    python experiments/twins_scale.py --cells scale-wide-b64 --threads 2 \
+        --out runs/scale --keep docs/results/twins-scale --no-progress                 # ~1.1 h
+    python experiments/twins_scale.py --cells scale-b16-long --seeds 0,1,2,3 --threads 2 \
+        --out runs/scale --keep docs/results/twins-scale --no-progress                 # ~44 min
 
 (the second to finish renders every kept cell; ``--render`` renders again without running anything).
 
