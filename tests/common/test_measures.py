@@ -229,4 +229,5 @@ def test_paired_row_is_paired_with_the_floor_and_the_mde():
     assert {k: row[k] for k in res} == res
     assert row["p_perm_min"] == sign_flip_floor(6) and row["mde"] == mde_paired(6, res["sd_diff"])
     assert row["diff_over_mde"] == res["diff"] / row["mde"]
-    assert np.isnan(paired_row([1.0, 2.0], [0.0, 1.0])["diff_over_mde"])  # sd of the differences 0: no MDE to divide by
+    flat = paired_row([1.0, 2.0], [0.0, 1.0])  # sd of the differences 0: the t-test, its power and the MDE undefined
+    assert np.isnan(flat["p_t"]) and np.isnan(flat["mde"]) and np.isnan(flat["diff_over_mde"])

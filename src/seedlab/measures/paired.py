@@ -4,7 +4,8 @@
                            its 95% t interval, the two-sided paired t-test ``p_t`` and the sign-flip
                            permutation test ``p_perm``), the sign-flip test's floor ``p_perm_min`` (2/2ⁿ exact:
                            a p below it can only be the t-test's), the minimum detectable effect ``mde`` (80%
-                           power, two-sided paired t) for this many seeds and ``diff_over_mde``.
+                           power, two-sided paired t) for this many seeds (n/a where the differences have no
+                           spread, as the t-test's p is) and ``diff_over_mde``.
 - ``one_sided_sign_flip``  the one-sided (H1: mean < 0) sign-flip permutation p of per-seed differences.
 """
 
@@ -18,7 +19,8 @@ from seedlab.stats import mde_paired, paired, sign_flip_floor, sign_flip_null
 def paired_row(a, b, *, alpha: float = 0.05) -> dict:
     """The paired comparison of ``a`` and ``b`` (aligned per seed) as a table row (see the module docstring)."""
     res = paired(a, b, alpha=alpha)
-    mde = mde_paired(res["n"], res["sd_diff"], alpha=alpha) if res["n"] >= 2 else np.nan
+    # no spread in the differences: the t-test is undefined (p n/a), and so is its power; 0 would read "detects all"
+    mde = mde_paired(res["n"], res["sd_diff"], alpha=alpha) if res["n"] >= 2 and res["sd_diff"] > 0 else np.nan
     return {**res, "p_perm_min": sign_flip_floor(res["n"]),
             "mde": mde, "diff_over_mde": res["diff"] / mde if mde and np.isfinite(mde) and mde > 0 else np.nan}
 
