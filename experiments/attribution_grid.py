@@ -85,12 +85,13 @@ def run_cell(cell: str, args, seeds: list[int] | None) -> bool:
     exit code printed). The attribute stage is skipped when attribution.parquet holds every estimator already."""
     from seedlab import cells
     from seedlab.attribution.grid import summarise
-    from seedlab.attribution.rundir import read_attributed
+    from seedlab.attribution.rundir import BankDir, read_attributed
 
     skip = {"attribute": "attribution.parquet holds every estimator already"} if _attributed(args.out / cell) else {}
+    resumed = {"bank"} if BankDir(args.out / cell).started() else set()  # timed as "bank (resumed)": this call's part
     return cells.run_cell(cell, commands(cell, args.out, args.jobs, seeds),
                           lambda: summarise(read_attributed(args.out / cell), cell), out=args.out, keep=args.keep,
-                          skip=skip)
+                          skip=skip, resumed=resumed)
 
 
 def available(out: Path, keep: Path | None) -> list:

@@ -82,17 +82,20 @@ def measured(folder: Path) -> bool:
 
 def run_cell(spec: str, args, sets: list[str], name: str | None = None, preregistration: Path | None = None) -> bool:
     """The cell's stages, its summary and its copy (seedlab/cells.py ``run_cell``); False when a stage failed (its
-    exit code printed). Run and measure are skipped when the folder is measured with nothing missing."""
+    exit code printed). Run and measure are skipped when the folder is measured with nothing missing; a run that
+    resumes a started folder is timed as "run (resumed)" (that invocation's time alone)."""
     from seedlab import cells
-    from seedlab.twins.rundir import Measured
+    from seedlab.twins.rundir import Measured, RunDir
     from seedlab.twins.scale import summarise
 
     name = name or cell_name(spec)
     folder = args.out / name
     stages = commands(spec, folder, args.threads, sets, args.progress, preregistration)
     skip = dict.fromkeys(stages, f"{folder} is measured with nothing missing") if measured(folder) else {}
+    resumed = {"run"} if RunDir(folder).started() else set()
     return cells.run_cell(name, stages, lambda: summarise(Measured.read(folder), name, preset=spec), out=args.out,
-                          keep=args.keep, skip=skip, env=os.environ | {"OMP_NUM_THREADS": str(args.threads)})
+                          keep=args.keep, skip=skip, env=os.environ | {"OMP_NUM_THREADS": str(args.threads)},
+                          resumed=resumed)
 
 
 def available(out: Path, keep: Path | None) -> list:

@@ -32,7 +32,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -188,10 +188,12 @@ def skip_kept(keep: Path | None, cell: str) -> bool:
 
 def run_cell(cell: str, commands: Mapping[str, Sequence[str]], summarise: Callable[[], Summary], *, out: Path,
              keep: Path | None = None, skip: Mapping[str, str] | None = None,
-             env: Mapping[str, str] | None = None) -> bool:
+             env: Mapping[str, str] | None = None, resumed: Collection[str] = ()) -> bool:
     """A cell's stages, its summary and its copy: each stage's command in turn as a subprocess (a stage in ``skip``
     is not run, its reason said), timed; then ``summarise()`` with every stage's wall time (``stages``) into
-    OUT/summaries/<cell>/, copied to KEEP/<cell>/. False when a stage failed (its exit code said)."""
+    OUT/summaries/<cell>/, copied to KEEP/<cell>/. A stage in ``resumed`` goes on from an earlier, interrupted
+    invocation, so its time is this invocation's alone: it is kept as "<stage> (resumed)". False when a stage failed
+    (its exit code said)."""
     start, stages, skip = time.time(), {}, skip or {}
     for stage, cmd in commands.items():
         t0 = time.time()
@@ -203,8 +205,9 @@ def run_cell(cell: str, commands: Mapping[str, Sequence[str]], summarise: Callab
         if done.returncode:
             log(cell, f"{stage} FAILED with exit code {done.returncode}", t0)
             return False
-        stages[stage] = round(time.time() - t0, 1)
-        log(cell, f"{stage} done in {stages[stage]:.0f} s", start)
+        key = f"{stage} (resumed)" if stage in resumed else stage
+        stages[key] = round(time.time() - t0, 1)
+        log(cell, f"{key} done in {stages[key]:.0f} s", start)
     t0 = time.time()
     summary = summarise()
     stages["summarise"] = round(time.time() - t0, 1)

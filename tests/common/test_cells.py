@@ -98,6 +98,14 @@ def test_run_cell_runs_the_stages_times_them_and_keeps_the_summary(tmp_path, cap
     assert not (keep / "b").exists() and not (out / "summaries" / "b").exists()
 
 
+def test_a_resumed_stage_is_timed_under_its_own_name(tmp_path):
+    """Its time is that invocation's alone, so the summary must not call it the stage's time."""
+    stages = {"train": _stage("pass"), "measure": _stage("pass")}
+    assert cells.run_cell("a", stages, toy, out=tmp_path / "out", resumed={"train"})
+    assert Toy.from_dir(tmp_path / "out" / "summaries" / "a").stages.keys() == {"train (resumed)", "measure",
+                                                                                  "summarise"}
+
+
 def test_run_cell_passes_the_environment(tmp_path):
     where = tmp_path / "env"
     stage = _stage(f"import os; open({str(where)!r}, 'w').write(os.environ['SEEDLAB_TEST_VALUE'])")

@@ -413,6 +413,19 @@ def _driver_module():
     return module
 
 
+def test_a_run_folder_is_started_once_a_seed_trained_in_it(tmp_path):
+    """The driver times a run in a started folder as "run (resumed)": its time is that invocation's alone."""
+    from seedlab.twins.rundir import RunDir
+
+    d = RunDir(tmp_path / "cell")
+    assert not d.started()  # no folder
+    d.root.mkdir()
+    d.config.write_text("{}")
+    assert not d.started()  # a config alone: nothing trained
+    d.seed(0).mkdir()
+    assert d.started()
+
+
 def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(twins_inputs, tmp_path, capsys):
     """A tiny design at B = 4 (2 seeds, 10 updates, s = 4) trained, measured, summarised, kept and rendered beside a
     cell at B = 8 kept before the call (skipped, never trained: a synthetic summary with the same labels but B);

@@ -149,6 +149,10 @@ class DesignFolder:
         """The folder of one seed's runs."""
         return self.root / f"seed-{seed}"
 
+    def started(self) -> bool:
+        """A run trained here before (a seed's folder exists): running it again resumes from its checkpoints."""
+        return any(p.is_dir() for p in self.root.glob("seed-*"))
+
     def prefix(self, seed: int) -> Path:
         """The shared prefix's complete state at the fork step."""
         return self.seed(seed) / "prefix.safetensors"
