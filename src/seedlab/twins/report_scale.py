@@ -39,6 +39,12 @@ def _paper(m) -> str:
     return fmt_num(m.paper) if np.isfinite(m.paper) else (m.paper_note or "—")
 
 
+def _groups(frame: pd.DataFrame) -> list[str]:
+    """The groups ``frame`` holds, in the report's order: the passage, then its nulls."""
+    held = set(frame.group)
+    return [g for g in (FOCAL, *NULLS) if g in held]
+
+
 def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame, paper: pd.DataFrame,
                  figures: Sequence[Fig] = (), prediction: Prediction | None = None, verdict: dict | None = None,
                  beside: pd.DataFrame | None = None, alpha: float = 0.05) -> str:
@@ -59,7 +65,7 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
                      f"{len(c.seeds)} ({', '.join(map(str, c.seeds))})", str(len(c.arms)), stages])
     out += md_lines(["cell", "B", "updates after s", "d × layers", "model", "seeds", "arms", "wall time"], rows)
     out += ["## The table", ""]
-    groups = list(dict.fromkeys(g for g in (FOCAL, *NULLS) if g in set(table.group)))
+    groups = _groups(table)
     for k, m in MEASURES.items():
         t = table[table.measure == k]
         if not len(t):
@@ -121,7 +127,7 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
             out += [f"The confirmatory cell's every measure beside its nulls (exploratory: the pre-registered rule "
                     f"reads {p.measure} of {p.group} alone, so the verdict tests the trend's shape, not the passage "
                     f"against its nulls; {lv} intervals over the cell's seeds):", ""]
-            present = [g for g in (FOCAL, *NULLS) if g in set(beside.group)]
+            present = _groups(beside)
             rows = []
             for k in MEASURES:
                 r = beside[beside.measure == k].set_index("group")
