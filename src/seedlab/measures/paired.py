@@ -22,7 +22,7 @@ def paired_row(a, b, *, alpha: float = 0.05) -> dict:
     # no spread in the differences: the t-test is undefined (p n/a), and so is its power; 0 would read "detects all"
     mde = mde_paired(res["n"], res["sd_diff"], alpha=alpha) if res["n"] >= 2 and res["sd_diff"] > 0 else np.nan
     return {**res, "p_perm_min": sign_flip_floor(res["n"]),
-            "mde": mde, "diff_over_mde": res["diff"] / mde if mde and np.isfinite(mde) and mde > 0 else np.nan}
+            "mde": mde, "diff_over_mde": res["diff"] / mde if np.isfinite(mde) else np.nan}  # mde > 0 or NaN
 
 
 def one_sided_sign_flip(d: np.ndarray, exact_limit: int = 20, n_resamples: int = 100_000, seed: int = 0) -> tuple[float, bool, float]:
