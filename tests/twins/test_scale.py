@@ -140,20 +140,37 @@ def synthetic_cell(name: str, batch: int, after: int = 200, width: int = 64, see
                 curves=scale.COLUMNS.typed(pd.DataFrame(curves), CURVES))
 
 
+def _dist(exponent: float):
+    return lambda b, k: 0.5 * (b / 16) ** exponent
+
+
+def _own(exponent: float):
+    return lambda b, k: 0.03 * (b / 16) ** exponent
+
+
 def power_cells(exponent: float = 0.5, drop_exponent: float = -1.0, noise: float = 0.05) -> list[Cell]:
-    """The five cells of the table, distance ∝ B^exponent, own drop ∝ B^drop_exponent (and ∝ after^-0.25, width^0.5)."""
-    def dist(b, k):
-        return 0.5 * (b / 16) ** exponent
-
-    def own(b, k):
-        return 0.03 * (b / 16) ** drop_exponent
-
+    """The table's shape with four B levels (16, 32, 64, 256: the one axis with a fit), distance ∝ B^exponent, own
+    drop ∝ B^drop_exponent; the steps and width axes at two levels each (own drop ∝ after^-0.25, distance ∝
+    width^0.5), too few for a fit."""
+    dist, own = _dist(exponent), _own(drop_exponent)
     return [synthetic_cell("b16", 16, distance=dist, own=own, noise=noise),
+            synthetic_cell("b32", 32, distance=dist, own=own, noise=noise),
             synthetic_cell("b64", 64, distance=dist, own=own, noise=noise),
             synthetic_cell("b256", 256, distance=dist, own=own, noise=noise),
             synthetic_cell("b16-long", 16, after=1000, distance=dist, own=lambda b, k: own(b, k) * 5 ** -0.25, noise=noise),
             synthetic_cell("wide-b64", 64, width=128, distance=lambda b, k: dist(b, k) * 2 ** 0.5, own=own, noise=noise,
                            seeds=(0, 1, 2, 3))]
+
+
+def every_axis_cells(noise: float = 0.05) -> list[Cell]:
+    """Four levels on every axis: B 16, 32, 64, 256 (200 after s, d 64), after 200, 400, 600, 1000 at B 16, width
+    64, 96, 128, 192 at B 64; distance ∝ B^0.5 · after^0.8 · width^1.5."""
+    def cell(name, b, after=200, width=64):
+        return synthetic_cell(name, b, after=after, width=width, noise=noise,
+                              distance=lambda b_, k: _dist(0.5)(b_, k) * (after / 200) ** 0.8 * (width / 64) ** 1.5)
+
+    return ([cell(f"b{b}", b) for b in (16, 32, 64, 256)] + [cell(f"b16-a{a}", 16, after=a) for a in (400, 600, 1000)]
+            + [cell(f"b64-d{d}", 64, width=d) for d in (96, 128, 192)])
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +180,7 @@ def cells():
 
 @pytest.fixture(scope="module")
 def dr(cells):
-    return scale.draws(cells, resamples=400)
+    return scale.draws(cells)
 
 
 CONFIRM_SEEDS = (8, 9, 10, 11, 12, 13)
@@ -179,12 +196,12 @@ def confirmed(dr):
     """The own-drop prediction at B = 128, a new cell on the trend (B^-1), its draws and its verdict."""
     p = scale.predict(dr, "batch_size", 128, list(CONFIRM_SEEDS), measure="own_drop_s50")
     new = confirm_cell(lambda b, k: 0.03 * (b / 16) ** -1.0)
-    nd = scale.draws([new], resamples=100)
+    nd = scale.draws([new])
     return p, nd, scale.confirm(p, nd, "confirm-b128")
 
 
 def test_the_point_estimates_are_the_measures_of_every_seed_once(cells, dr):
-    c = cells[1]
+    c = next(c for c in cells if c.name == "b64")
     fab = c.per_seed[c.per_seed.group == FOCAL]
     assert dr.get("b64", FOCAL, "distance_pct")[0] == pytest.approx(100 * fab.distance.mean() / 10.0)
     assert dr.get("b64", FOCAL, "distance_aligned_pct")[0] == pytest.approx(100 * fab.distance.mean() / 8.0)
@@ -210,34 +227,85 @@ def test_peak_over_trough_is_twins_stats_peak_trough_of_the_mean_curve(cells, dr
         assert scale.smooth_rows(x, w)[1] == pytest.approx(smoothed(pd.Series(x[1]), w).to_numpy())
 
 
-def test_the_bootstrap_resamples_each_cell_on_its_own_seeds():
+def test_the_replicates_are_the_point_and_every_seed_left_out_once():
     c = synthetic_cell("x", 16)
-    W = scale.seed_weights(c, 50)
-    assert W.shape == (51, 6) and (W[0] == 1).all() and (W.sum(axis=1) == 6).all()
-    assert (scale.seed_weights(c, 50) == W).all()  # seeded by the cell's name: the same draws whatever else runs
-    assert not (scale.seed_weights(synthetic_cell("y", 16), 50) == W).all()
+    W = scale.seed_weights(c)
+    assert W.shape == (7, 6) and (W[0] == 1).all()
+    assert (W[1:] == 1 - np.eye(6)).all()  # replicate i leaves seed i out, and only it
 
 
-def test_a_known_power_law_is_recovered_with_an_interval_around_it(dr):
+def test_a_cells_interval_is_the_t_interval_over_its_seeds(cells, dr):
+    """For a mean over seeds the jackknife interval is exactly the t interval of the per-seed values
+    (seedlab.stats.mean_ci); for a ratio it is the value ± t(n − 1) × the leave-one-seed-out standard error."""
+    from scipy import stats as sps
+
+    from seedlab.stats import mean_ci
+
+    c = cells[2]
+    t = scale.table(dr).set_index(["cell", "group", "measure"])
+    fab = c.per_seed[c.per_seed.group == FOCAL].set_index("seed")
+    for measure, per_seed in (("own_drop_s50", fab.own_s50), ("end_drop", fab.own_final),
+                              ("specificity_s50", fab.own_s50 - fab.others_s50)):
+        r = t.loc[("b64", FOCAL, measure)]
+        assert (r.value, r.low, r.high) == pytest.approx(mean_ci(per_seed.to_numpy())[:3], rel=1e-9)
+        assert r.se == pytest.approx(per_seed.std(ddof=1) / math.sqrt(len(per_seed)), rel=1e-9)
+    n = len(c.seeds)
+    loo = np.array([100 * fab.distance.drop(k).mean() / 10.0 for k in c.seeds])  # pairs all at 10: a mean again
+    se = math.sqrt((n - 1) / n * ((loo - loo.mean()) ** 2).sum())
+    r = t.loc[("b64", FOCAL, "distance_pct")]
+    assert r.se == pytest.approx(se) and r.high - r.value == pytest.approx(sps.t.ppf(0.975, n - 1) * se)
+
+
+def test_the_t_interval_covers_at_four_seeds():
+    """At 4 seeds the interval of a mean covers the truth 95 % of the time (a percentile bootstrap of 4 seeds
+    covers ~80 %: issue 46 §3); the leave-one-out replicates as draws() builds them."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(1.0, 0.3, (4000, 4))
+    W = np.vstack([np.ones((1, 4)), 1 - np.eye(4)])
+    reps = (x @ W.T) / W.sum(axis=1)  # [trials, 1 + 4]: the mean and its leave-one-out means
+    covered = [lo <= 1.0 <= hi for lo, hi in (scale._interval(v)[1:3] for v in reps)]
+    assert np.mean(covered) == pytest.approx(0.95, abs=0.015)
+
+
+def test_a_known_power_law_is_recovered_through_four_levels_with_its_t_interval(dr):
     tr = scale.trends(dr)
     fab = tr[(tr.group == FOCAL)].set_index(["measure", "axis"])
     d = fab.loc[("distance_pct", "batch_size")]
-    assert d.kind == "power" and d.points == 3 and d.cells == "b16,b64,b256"
+    assert d.kind == "power" and d.points == 4 and d.fitted and d.df == 2 and d.cells == "b16,b32,b64,b256"
     assert d.slope == pytest.approx(0.5, abs=0.03) and d.low < 0.5 < d.high
+    # the slope's interval is the OLS t interval of the four points (scipy's linregress, df = 2)
+    from scipy import stats as sps
+
+    lr = sps.linregress(np.log10([16, 32, 64, 256]), np.log10([float(v) for v in d["values"].split(",")]))
+    assert d.slope == pytest.approx(lr.slope, rel=1e-4)  # the values column is rounded to 6 digits
+    assert d.high - d.slope == pytest.approx(sps.t.ppf(0.975, 2) * lr.stderr, rel=1e-3)
     own = fab.loc[("own_drop_s50", "batch_size")]
     assert own.slope == pytest.approx(-1.0, abs=0.03) and own.low < -1.0 < own.high
-    assert fab.loc[("own_drop_s50", "after")].slope == pytest.approx(-0.25, abs=0.06)
-    assert fab.loc[("distance_pct", "n_embd")].slope == pytest.approx(0.5, abs=0.06)
     flat = fab.loc[("barrier_pct", "batch_size")]  # no trend: the interval holds 0
     assert flat.low < 0 < flat.high
     # at the paper's B the B fit is 256's own level: the fitted value there
-    assert d.at_paper == pytest.approx(100 * 0.5 * 16 ** 0.5 / 10, rel=0.05)
+    assert d.at_paper == pytest.approx(100 * 0.5 * 16 ** 0.5 / 10, rel=0.05) and d.at_paper_low < d.at_paper
     assert set(tr.label) == {"exploratory"}
 
 
+def test_no_trend_is_fitted_through_fewer_than_four_levels(dr, cells):
+    """issue 46 §3: a two- or three-level family states its levels and gives no slope, saying why."""
+    tr = scale.trends(dr)
+    for axis, n, levels in (("after", 2, "200, 1000"), ("n_embd", 2, "64, 128")):
+        rows = tr[tr.axis == axis]
+        assert len(rows) and (rows.points == n).all() and not rows.fitted.any()
+        assert rows.slope.isna().all() and rows.low.isna().all() and rows.at_paper.isna().all()
+        assert (rows.note == f"{n} levels ({levels}): no fit through fewer than 4").all()
+    three = scale.trends(scale.draws([c for c in cells if c.name != "b32"]))  # B 16, 64, 256: a curve like the kept one
+    b = three[three.axis == "batch_size"]
+    assert (b.points == 3).all() and not b.fitted.any() and b.slope.isna().all()
+    assert (b.note == "3 levels (16, 64, 256): no fit through fewer than 4").all()
+    assert (tr[tr.axis == "batch_size"].fitted).all()  # the four-level axis is fitted beside them
+
+
 def test_a_measure_that_reaches_zero_is_fitted_log_linear():
-    cs = [synthetic_cell(f"b{b}", b, own=lambda b, k: 0.01 * math.log10(64 / b)) for b in (16, 64, 256)]
-    d = scale.draws(cs, resamples=100)
+    cs = [synthetic_cell(f"b{b}", b, own=lambda b, k: 0.01 * math.log10(64 / b)) for b in (16, 32, 64, 256)]
+    d = scale.draws(cs)
     assert scale.kind_of(d, FOCAL, "own_drop_s50") == "log-linear"
     t = scale.trends(d).set_index(["group", "measure", "axis"]).loc[(FOCAL, "own_drop_s50", "batch_size")]
     assert t.kind == "log-linear" and t.slope == pytest.approx(-0.01, rel=0.1)  # per decade of B
@@ -246,18 +314,29 @@ def test_a_measure_that_reaches_zero_is_fitted_log_linear():
 def test_families_take_the_cells_that_differ_in_one_axis(cells):
     fams = scale.families(cells)
     assert {a: [c.name for c in f] for a, f in fams.items()} == {
-        "batch_size": ["b16", "b64", "b256"], "after": ["b16", "b16-long"], "n_embd": ["b64", "wide-b64"]}
+        "batch_size": ["b16", "b32", "b64", "b256"], "after": ["b16", "b16-long"], "n_embd": ["b64", "wide-b64"]}
     assert scale.families(cells[:1]) == {}
 
 
-def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit(dr):
-    p = scale.paper_extrapolation(dr).set_index(["group", "measure"]).loc[(FOCAL, "own_drop_s50")]
-    by = {(t.measure, t.axis): t for t in scale.trend_objects(dr) if t.group == FOCAL}
-    y = (by[("own_drop_s50", "batch_size")].at(256)[0]
-         + by[("own_drop_s50", "after")].slopes[0] * (math.log10(9336) - math.log10(200))
-         + by[("own_drop_s50", "n_embd")].slopes[0] * (math.log10(768) - math.log10(64)))
-    assert p["axes"] == "batch_size,after,n_embd" and p.predicted == pytest.approx(10 ** y)
-    assert p.low < p.predicted < p.high and p.label == "exploratory" and p.paper == pytest.approx(0.0389)
+def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit():
+    d = scale.draws(every_axis_cells())
+    p = scale.paper_extrapolation(d).set_index(["group", "measure"]).loc[(FOCAL, "distance_pct")]
+    by = {(t.measure, t.axis): t for t in scale.trend_objects(d) if t.group == FOCAL}
+    y = (by[("distance_pct", "batch_size")].at(256)[0]
+         + by[("distance_pct", "after")].slope * (math.log10(9336) - math.log10(200))
+         + by[("distance_pct", "n_embd")].slope * (math.log10(768) - math.log10(64)))
+    assert p["axes"] == "batch_size,after,n_embd" and p.predicted == pytest.approx(10 ** y) and p.df == 2
+    # the product of the three power laws: 100 · 0.5 · 16^0.5 · (9336/200)^0.8 · 12^1.5 / 10
+    assert p.predicted == pytest.approx(20 * (9336 / 200) ** 0.8 * 12 ** 1.5, rel=0.25)
+    assert p.low < p.predicted < p.high and p.label == "exploratory" and p.paper == pytest.approx(44.1)
+
+
+def test_no_paper_extrapolation_without_a_fit_on_every_axis(dr):
+    """B has four levels, steps and width two: nothing is moved along an axis without a fit."""
+    p = scale.paper_extrapolation(dr)
+    assert len(p) and p.predicted.isna().all() and p.low.isna().all()
+    assert p.note.str.startswith("no fit along updates after the injection: 2 levels (200, 1000)").all()
+    assert p.note.str.contains("residual width d: 2 levels (64, 128)", regex=False).all()
 
 
 def test_predict_chooses_the_measure_that_moves_most_and_words_a_decision_rule(cells, dr):
@@ -265,14 +344,14 @@ def test_predict_chooses_the_measure_that_moves_most_and_words_a_decision_rule(c
     # the passage drops (own, specificity, end) go as B^-1, the largest |exponent|; distance as B^0.5
     assert p.measure in ("own_drop_s50", "specificity_s50", "end_drop") and p.trend_shown
     assert p.slope == pytest.approx(-1.0, abs=0.05) and p.moved == pytest.approx(abs(p.slope) * math.log10(16))
-    assert p.cells == ["b16", "b64", "b256"] and p.kind == "power" and p.preset == "b64"  # log-nearest, lower on a tie
+    assert p.cells == ["b16", "b32", "b64", "b256"] and p.kind == "power" and p.preset == "b64"  # log-nearest, lower on a tie
     assert p.sets == ["batch_size=128", "seeds=[8,9,10,11,12,13]"]
     assert p.predicted == pytest.approx(p.values[0] / 8, rel=0.05)
     assert p.low < p.fit_low < p.predicted < p.fit_high < p.high  # the new cell's own noise widens it
     text = scale.preregistration_text(p)
     assert f"{p.measure} at batch_size = 128" in text and "Decision rule" in text and f"{p.low:.4g}" in text
-    chosen = scale.predict(dr, "after", 500, [8, 9], measure="distance_pct")
-    assert chosen.measure == "distance_pct" and chosen.sets[0] == "steps=600"
+    chosen = scale.predict(scale.draws(every_axis_cells()), "after", 800, [8, 9], measure="distance_pct")
+    assert chosen.measure == "distance_pct" and chosen.sets[0] == "steps=900" and chosen.levels == [200, 400, 600, 1000]
 
 
 def test_predict_refuses_bad_requests(dr):
@@ -283,18 +362,41 @@ def test_predict_refuses_bad_requests(dr):
         (dict(axis="n_embd", at=96, seeds=[8]), r"^axis: n_embd cannot be predicted"),
         (dict(axis="lr", at=1, seeds=[8]), r"^axis: must be one of batch_size, after, n_embd"),
         (dict(axis="batch_size", at=128, seeds=[8], measure="x"), r"^measure: must be one of"),
+        (dict(axis="after", at=500, seeds=[8]),
+         r"^axis: no fit along after to predict from: 2 levels \(200, 1000\): no fit through fewer than 4$"),
     ]:
         with pytest.raises(SeedlabError, match=msg):
             scale.predict(dr, **kw)
 
 
+def test_predict_refuses_a_three_level_family(cells):
+    """The kept B axis's shape: three levels, so no fit to predict from (issue 46 §3)."""
+    three = scale.draws([c for c in cells if c.name != "b32"])
+    with pytest.raises(SeedlabError, match=r"^axis: no fit along batch_size to predict from: 3 levels \(16, 64, 256\)"):
+        scale.predict(three, "batch_size", 128, [8, 9])
+
+
 def test_confirm_reads_the_verdict_off_the_new_cell(confirmed, tmp_path):
     p, on, _ = confirmed
     p = scale.Prediction.from_json(p.to_json(tmp_path / "p.json"))  # kept as JSON, read back
-    off = scale.draws([confirm_cell(lambda b, k: 0.03)], resamples=100)
+    off = scale.draws([confirm_cell(lambda b, k: 0.03)])
     yes, no = (scale.confirm(p, d, "confirm-b128") for d in (on, off))
     assert yes["verdict"] == "confirmed" and yes["inside"] and yes["direction"]
     assert no["verdict"] == "refuted" and not no["inside"] and not no["direction"]
+
+
+def test_the_kept_trends_rest_on_their_levels_and_fit_nothing(tmp_path):
+    """docs/results/twins-scale as committed: every family has 2 or 3 levels, so scale-trends.csv states them and
+    gives no exponent, and scale-paper.csv no extrapolation; the same files as the kept cells render them."""
+    kept = ROOT / "docs" / "results" / "twins-scale"
+    tr, paper = pd.read_csv(kept / "scale-trends.csv"), pd.read_csv(kept / "scale-paper.csv")
+    assert set(tr.points) <= {2, 3} and not tr.fitted.any() and tr.slope.isna().all()
+    assert tr.note.str.contains("no fit through fewer than 4").all()
+    assert paper.predicted.isna().all() and paper.note.str.startswith("no fit along").all()
+    cs = [Cell.from_dir(p) for p in KEPT if not p.name.startswith("confirm-")]
+    d = scale.draws(cs)
+    assert scale.trends(d)[["group", "measure", "axis", "points", "note"]].equals(
+        tr[["group", "measure", "axis", "points", "note"]])
 
 
 def test_table_rows_and_intervals(dr, cells):
@@ -377,7 +479,7 @@ def test_summarise_reads_the_measured_folder(design):
         if arm in (FOCAL, "fluent-attested"):  # the own passage's drop is measure's passage gain
             assert r.own_s50 == pytest.approx(m.loc[(k, arm), "passage_gain_s50"])
             assert r.own_final == pytest.approx(m.loc[(k, arm), "passage_gain_final"])
-    dr = scale.draws([c], resamples=50)
+    dr = scale.draws([c])
     norm = normalized(d.measures).set_index("condition")
     assert dr.get("tiny", FOCAL, "distance_pct")[0] == pytest.approx(norm.loc[FOCAL, "distance_pct"])
     assert dr.get("tiny", FOCAL, "barrier_pct")[0] == pytest.approx(norm.loc[FOCAL, "barrier_pct"], nan_ok=True)

@@ -14,7 +14,7 @@ from matplotlib.ticker import NullFormatter
 from seedlab.reporting import Fig, figure_block, fmt_num, level, md_lines, new_figure, save_figure
 from seedlab.twins.figures import color
 from seedlab.twins.rundir import ScaleDir
-from seedlab.twins.scale import AXES, FOCAL, MEASURES, NULLS, ORDINARY_ROWS, PAPER_SCALE, Cell, Prediction
+from seedlab.twins.scale import AXES, FOCAL, MEASURES, MIN_LEVELS, NULLS, ORDINARY_ROWS, PAPER_SCALE, Cell, Prediction
 
 #: each group's colour: the twins figures' (twins/figures.py COLORS), the ordinary-row distribution as ordinary-row
 _GROUP_COLOR = {ORDINARY_ROWS: "ordinary-row"}
@@ -57,7 +57,8 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
     out += [f"{len(cells)} cell(s), each a measured twins design (presets twins/scale-*): the fabricated passage in "
             "row 0 of the batch of s beside its nulls, the ordinary-row distribution (per seed the mean of its "
             "ordinary rows), matched-gradient and the nudge. The paper: B = 256, 9,336 updates after s, GPT-2 small "
-            f"(d 768, 12 layers). Every interval is a {lv} percentile bootstrap over the cell's seeds.", ""]
+            f"(d 768, 12 layers). Every interval is a {lv} t interval over the cell's seeds: the value ± t(n − 1) × "
+            "its jackknife standard error (leave one seed out; for a mean over seeds, sd/√n).", ""]
     rows = []
     for c in cells:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in c.stages.items()) or "—"
@@ -82,36 +83,47 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
                 line.append(cell)
             rows.append(line)
         out += md_lines(["cell", "scale", *groups], rows)
+    fitted = trends[trends.fitted.astype(bool)] if len(trends) else trends
     out += ["## Trends (exploratory)", "",
-            "Per measure and axis, an OLS fit along the cells that differ in that axis alone: log10(value) on "
-            "log10(level) where every cell's value is positive (a power law: the slope is its exponent), else the "
-            "value on log10(level) (slope per decade). The slope's interval resamples each cell's seeds; with two "
-            "levels the line goes through both points and the interval is all it says. *At the paper*: the fit "
-            "at the paper's level of that axis (B 256, 9,336 updates after s, d 768).", ""]
+            "Per measure and axis, the cells that differ in that axis alone, and the number of distinct levels they "
+            f"rest on. A trend is fitted only through at least {MIN_LEVELS} levels (issue 46 §3: a line through two "
+            "points is the points, and three levels do not tell a power law from a bend): an OLS fit of "
+            "log10(value) on log10(level) where every cell's value is positive (a power law: the slope is its "
+            "exponent), else of the value on log10(level) (slope per decade), its slope's interval the OLS t "
+            "interval on the residuals. *At the paper*: the fit at the paper's level of that axis (B 256, 9,336 "
+            "updates after s, d 768), an extrapolation where that lies outside the levels.", ""]
+    if len(trends) and not len(fitted):
+        most = int(trends.points.max())
+        out += [f"No trend is fitted: every axis has at most {most} levels (fewer than {MIN_LEVELS}); the table "
+                "above is what the cells say, level by level.", ""]
     for g in groups:
         t = trends[trends.group == g]
         if not len(t):
             continue
-        rows = [[r.measure, AXES[r.axis], r.kind, r.levels, r["values"],
-                 fmt_num(r.slope) + ("" if not np.isfinite(r.low) else f" [{fmt_num(r.low)}, {fmt_num(r.high)}]"),
-                 f"{r.valid:.0%}" if np.isfinite(r.valid) else "n/a",
-                 fmt_num(r.at_paper) + ("" if not np.isfinite(r.at_paper_low) else
-                                        f" [{fmt_num(r.at_paper_low)}, {fmt_num(r.at_paper_high)}]")]
+        rows = [[r.measure, AXES[r.axis], str(r.points), r.levels, r["values"],
+                 (f"{r.kind}: " + fmt_num(r.slope) + f" [{fmt_num(r.low)}, {fmt_num(r.high)}], df {r.df:.0f}")
+                 if r.fitted else f"none: {r.note}",
+                 fmt_num(r.at_paper) + f" [{fmt_num(r.at_paper_low)}, {fmt_num(r.at_paper_high)}]" if r.fitted else "—"]
                 for _, r in t.iterrows()]
         out += [f"### {g}", ""]
-        out += md_lines(["measure", "axis", "fit", "levels", "values", "slope", "valid draws", "at the paper"], rows)
+        out += md_lines(["measure", "axis", "n levels", "levels", "values", "fit (slope)", "at the paper"], rows)
     if len(paper):
         out += ["## At the paper's scale (exploratory)", "",
-                "The B trend at B = 256, moved along the steps and width trends (where measured) to 9,336 updates "
-                "after s and d 768, assuming the axes do not interact; the paper's 12 layers are not on any axis. "
-                "An extrapolation over 1.5 decades of steps and 1.1 of width from two points each: a direction, "
-                "not a number to test against.", ""]
-        rows = []
-        for r in paper[paper.group == FOCAL].itertuples():
-            ci = fmt_num(r.predicted) + ("" if not np.isfinite(r.low) else f" [{fmt_num(r.low)}, {fmt_num(r.high)}]")
-            rows.append([r.measure, r.kind, r.axes.replace(",", " + "), ci,
-                         fmt_num(r.paper) if np.isfinite(r.paper) else (r.paper_note or "—")])
-        out += md_lines(["measure", "fit", "axes", f"{FOCAL} predicted", "paper"], rows)
+                "The B fit at B = 256, moved along the steps and width fits (where the cells have an axis) to 9,336 "
+                "updates after s and d 768, assuming the axes do not interact; the paper's 12 layers are not on "
+                "any axis. Only where every axis used has a fit; an extrapolation even then: a direction, not a "
+                "number to test against.", ""]
+        focal = paper[paper.group == FOCAL]
+        if not np.isfinite(focal.predicted.astype(float)).any():
+            out += ["None is made, " + " / ".join(dict.fromkeys(focal.note)) + ".", ""]
+        else:
+            rows = []
+            for r in focal.itertuples():
+                ci = ("—" if not np.isfinite(r.predicted) else fmt_num(r.predicted)
+                      + ("" if not np.isfinite(r.low) else f" [{fmt_num(r.low)}, {fmt_num(r.high)}]"))
+                rows.append([r.measure, r.axes.replace(",", " + "), ci, r.note,
+                             fmt_num(r.paper) if np.isfinite(r.paper) else (r.paper_note or "—")])
+            out += md_lines(["measure", "axes", f"{FOCAL} predicted", "what it is, or why none", "paper"], rows)
     if prediction is not None:
         p = prediction
         out += ["## The confirmatory prediction", "",
@@ -144,9 +156,10 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
 def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFrame,
                    where: ScaleDir, prediction: Prediction | None = None, verdict: dict | None = None) -> Fig:
     """One measure against scale: a panel per axis with a family (B, updates after s, width), every group with its
-    interval at each level (log axes where the fit is a power law), the focal passage's fitted line extended to
-    the paper's level, and the paper's value there as a star; where ``prediction`` is of this measure, its
-    pre-registered interval at its level on its axis's panel, and ``verdict``'s measured value with its interval."""
+    interval at each level (log axes where every value is positive), the focal passage's fitted line over the
+    measured levels where the axis has a fit (at least scale.MIN_LEVELS levels), and the paper's value at its level
+    as a star; where ``prediction`` is of this measure, its pre-registered interval at its level on its axis's
+    panel, and ``verdict``'s measured value with its interval."""
     m = MEASURES[measure]
     title = f"{measure} against scale"
     t = trends[(trends.measure == measure)]
@@ -156,6 +169,7 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
     fig, panels = new_figure(1, len(axes), w=4.2)
     by = {c.name: c for c in cells}
     predicted = prediction is not None and prediction.measure == measure
+    lines = 0
     for ax, axis in zip(panels, axes):
         shown = predicted and prediction.axis == axis
         ta = t[t.axis == axis]
@@ -168,14 +182,14 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
             ax.errorbar(xs, rows.value, yerr=np.where(np.isfinite(err), np.abs(err), 0), fmt="o-", ms=4, lw=1,
                         capsize=2, color=group_color(g), label=g)
         r = ta[ta.group == FOCAL]
-        if len(r):
+        if len(r) and bool(r.iloc[0].fitted):
             r = r.iloc[0]
             lv = [int(v) for v in r.levels.split(",")]
-            x = np.geomspace(min(lv), PAPER_SCALE[axis], 50)
+            x = np.geomspace(min(lv), max(lv), 50)
             y = r.intercept + r.slope * np.log10(x)
-            if np.isfinite(r.slope):
-                ax.plot(x, 10 ** y if r.kind == "power" else y, ls="--", lw=1, color=group_color(FOCAL),
-                        label=f"{FOCAL} fit")
+            ax.plot(x, 10 ** y if r.kind == "power" else y, ls="--", lw=1, color=group_color(FOCAL),
+                    label=f"{FOCAL} fit")
+            lines += 1
         if shown:
             p = prediction
             ax.vlines(p.at, p.low, p.high, lw=6, color="0.8", label=f"pre-registered interval ({p.axis} = {p.at})")
@@ -195,9 +209,11 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
         ax.set(xlabel=AXES[axis], ylabel=f"{measure} ({m.unit})")
     panels[0].legend(fontsize=7)
     path = save_figure(fig, where.figure(measure))
-    caption = [f"{m.what} ({m.unit}) for the fabricated passage and its nulls, each cell with its seed-bootstrap "
-               "interval", "the dashed line is the passage's trend (fitted on the cells, extended to the paper's level: "
-               "exploratory), the star the paper's value where it gives one"]
+    caption = [f"{m.what} ({m.unit}) for the fabricated passage and its nulls, each cell with its t interval over "
+               "seeds, the points of a group joined level to level (a guide, not a fit)",
+               ("the dashed line the passage's fit over the measured levels (exploratory)" if lines else
+                f"no fitted line: no axis here has {MIN_LEVELS} levels"),
+               "the star the paper's value at its level where it gives one"]
     if predicted:
         caption.append("the grey bar the pre-registered interval of the confirmatory prediction"
                        + (", the open diamond the confirmatory cell's passage (fresh seeds, never fitted)"

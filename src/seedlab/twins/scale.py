@@ -26,9 +26,13 @@ attribution grid's cells share, twins/rundir.py ``ScaleCellDir``) the per-seed n
   mean over the group's arms), rounded to 9 significant digits (float32's precision) so the kept CSV is exact.
 
 **The measures** (:data:`MEASURES`), per cell and group, each a function of the per-seed numbers, so every one
-has the same interval: a percentile bootstrap over the cell's seeds (:data:`RESAMPLES` resamples with
-replacement, seeded per cell by its name, so a cell's draws do not depend on the others; the seed-pair baselines
-reweighted by the product of the two seeds' counts, pairs of a seed with itself left out):
+has the same interval, a t interval over the cell's seeds (issue 46 §3: one that holds at 4 seeds, which a 4-seed
+percentile bootstrap does not): the point estimate ± t(n − 1, 1 − α/2) × its jackknife standard error, from the n
+leave-one-seed-out replicates (:func:`seed_weights`; the seed-pair baselines keep the pairs of the seeds left in).
+For a mean over seeds (the drops, the specificity) that is exactly the t interval of the per-seed values,
+sd/√n; for the ratios (distance and barrier over the seeds' own) and peak / trough (of the mean curve) it is the
+jackknife's approximation of it, a rough one for peak / trough, whose peak may move between steps when a seed is
+left out. No interval where a replicate is not finite or the cell has fewer than 2 seeds:
 
 - ``distance_pct``          mean distance to the twin, % of the mean inter-seed distance (paper 44.1%);
 - ``distance_aligned_pct``  the same distance, % of the mean inter-seed distance after weight matching (the part
@@ -53,27 +57,32 @@ Every measure is computed by twins/measure.py's files as they are; none is new.
 
 **Across cells:**
 
-- :func:`table` (:data:`TABLE`): per cell × group × measure the value, its interval and the bootstrap sd; for the
-  ordinary-row distribution also ``arm_min``/``arm_max``, the measure of each ordinary row alone;
+- :func:`table` (:data:`TABLE`): per cell × group × measure the value, its interval and its jackknife standard
+  error ``se``; for the ordinary-row distribution also ``arm_min``/``arm_max``, the measure of each ordinary row
+  alone;
 - :func:`trends` (:data:`TRENDS`): per group × measure × axis, along the **family** of cells that differ in that
-  axis only (:func:`families`: the most levels; the cells must agree on the other labels), an OLS fit of
-  log10(value) on log10(level) — a power law, ``kind = "power"``, slope = the exponent — when every cell's value of
-  that group and measure is positive, else of the value on log10(level) (``kind = "log-linear"``, slope per
-  decade). The slope's interval is over the bootstrap draws (each cell resampled on its own seeds); a draw with a
-  non-positive value in a power fit gives no slope (``valid``: the share that did). With two levels the fit goes
-  through both points: the interval is all it says. ``at_paper``: the fit at the paper's level of that axis;
-- :func:`paper_extrapolation` (:data:`PAPER_TABLE`): the B trend at B = 256, moved along the steps and width axes
+  axis only (:func:`families`: the most levels; the cells must agree on the other labels), the levels it rests on
+  (``points``) and, with at least :data:`MIN_LEVELS` distinct levels, an OLS fit of log10(value) on log10(level) —
+  a power law, ``kind = "power"``, slope = the exponent — when every cell's value of that group and measure is
+  positive, else of the value on log10(level) (``kind = "log-linear"``, slope per decade). With fewer levels there
+  is **no fit** (``fitted`` False, no slope, ``note`` says why; issue 46 §3): a line through two points is the
+  points, and one through three non-monotone levels (the distance along B: 5.4 → 0.94 → 1.14) describes nothing.
+  The slope's interval is the OLS t interval on its residuals (``df`` = levels − 2), so a curve that bends widens
+  it. ``at_paper``: the fit at the paper's level of that axis with its t interval (outside the measured levels:
+  an extrapolation, never a claim);
+- :func:`paper_extrapolation` (:data:`PAPER_TABLE`): the B fit at B = 256, moved along the steps and width fits
   by their slopes to 9,336 updates after s and d 768 (log10 v* = y_B(256) + b_T Δlog10 T + b_d Δlog10 d for a
   power law; the same sums on the value for log-linear), assuming the axes do not interact (each slope was
-  measured at one level of the others) and leaving the paper's 12 layers out (the width axis is d alone).
-  **Exploratory**: an extrapolation over 1.5 (steps) and 1.1 (width) decades from two points each;
-- :func:`predict` + :func:`preregistration_text`: the confirmatory step. The measure the trend says moves most
-  (of the focal passage, along one axis: among the power-law trends whose slope interval excludes 0, the largest
+  measured at one level of the others) and leaving the paper's 12 layers out (the width axis is d alone); none
+  (``note`` says why) unless every axis with a family has a fit. **Exploratory**, an extrapolation;
+- :func:`predict` + :func:`preregistration_text`: the confirmatory step. The measure the fit says moves most
+  (of the focal passage, along one axis: among the fitted power laws whose slope interval excludes 0, the largest
   fitted change across the measured range, |slope| × Δlog10 level; a log-linear measure has no scale-free
   change and is not chosen), its value predicted at a level not yet run, and the interval a fresh-seed cell
-  should fall in: on the fit's scale, prediction ± z·√(sd_fit² + sd_cell²), sd_fit the draws' sd of the
-  prediction, sd_cell the family cells' mean bootstrap sd scaled by √(their seeds / the new seeds);
-  :func:`confirm` reads the verdict off the new cell.
+  should fall in: on the fit's scale, prediction ± t(df)·√(se_fit² + se_cell²), se_fit the fit's standard error
+  at that level, se_cell the family cells' mean jackknife standard error scaled by √(their seeds / the new
+  seeds). Refused along an axis without a fit (fewer than :data:`MIN_LEVELS` levels). :func:`confirm` reads the
+  verdict off the new cell.
 
 twins/report_scale.py words and draws the frames; experiments/twins_scale.py runs the cells.
 """
@@ -82,7 +91,6 @@ from __future__ import annotations
 
 import json
 import math
-import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,7 +102,7 @@ from scipy import stats as sps
 from seedlab.cells import Columns, Summary
 from seedlab.errors import SeedlabError
 from seedlab.lm.gptconfig import PRESETS
-from seedlab.stats import bootstrap_interval
+from seedlab.stats import jackknife_se
 from seedlab.twins.config import is_ordinary
 from seedlab.twins.rundir import Measured
 from seedlab.twins.stats import LEGACY_NAMES, PAPER, with_current_names
@@ -107,9 +115,9 @@ ORDINARY_ROWS = "ordinary-rows"
 NULLS = (ORDINARY_ROWS, "matched-gradient", "sign-gradient", "nudge")
 #: arms with no text of their own: their "own" drop is on the focal passage's text
 TEXTLESS = ("nudge", "matched-gradient", "sign-gradient", "weight-kick")
-RESAMPLES = 2000
-SEED = 0
 ALPHA = 0.05
+#: the fewest distinct levels a trend is fitted through (issue 46 §3: no power law through fewer than four)
+MIN_LEVELS = 4
 #: the scale axes, as a cell labels them, and what each is
 AXES = {"batch_size": "rows per batch B", "after": "updates after the injection", "n_embd": "residual width d"}
 #: the paper's scale on each axis: B = 256, 9,536 − 200 updates after s, GPT-2 small's d
@@ -150,11 +158,12 @@ FRAMES = {"per_seed": PER_SEED, "pairs": PAIRS, "curves": CURVES}
 COLUMNS = Columns(strings=frozenset({"arm", "group"}), ints=frozenset({"seed", "seed_b", "step"}))
 SCALARS = ["name", "preset", "batch_size", "steps", "injection_step", "after", "model", "n_embd", "n_layer",
            "block_size", "seeds", "arms", "smooth_steps", "s50", "final", "source", "stages"]
-TABLE = ["cell", "batch_size", "after", "n_embd", "n_layer", "n", "group", "measure", "value", "low", "high", "sd",
+TABLE = ["cell", "batch_size", "after", "n_embd", "n_layer", "n", "group", "measure", "value", "low", "high", "se",
          "valid", "arm_min", "arm_max"]
-TRENDS = ["group", "measure", "axis", "kind", "cells", "levels", "values", "points", "slope", "low", "high",
-          "intercept", "valid", "paper_level", "at_paper", "at_paper_low", "at_paper_high", "label"]
-PAPER_TABLE = ["group", "measure", "kind", "axes", "predicted", "low", "high", "valid", "paper", "paper_note", "label"]
+TRENDS = ["group", "measure", "axis", "kind", "cells", "levels", "values", "points", "fitted", "slope", "low", "high",
+          "intercept", "df", "paper_level", "at_paper", "at_paper_low", "at_paper_high", "note", "label"]
+PAPER_TABLE = ["group", "measure", "kind", "axes", "predicted", "low", "high", "df", "paper", "paper_note", "note",
+               "label"]
 
 
 def group_of(arm: str) -> str:
@@ -245,16 +254,14 @@ def summarise(d: Measured, name: str, *, preset: str = "") -> Cell:
                 curves=curves, source=str(d.dir.root), stages={})
 
 
-# ---------------------------------------------------------------- the measures, on bootstrap draws
+# ---------------------------------------------------------------- the measures, on leave-one-seed-out replicates
 
 
-def seed_weights(cell: Cell, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
-    """[resamples + 1, seeds]: row 0 every seed once (the point estimate), then the bootstrap's counts (each draw
-    n seeds with replacement), from ``default_rng([seed, crc32(cell name)])``."""
+def seed_weights(cell: Cell) -> np.ndarray:
+    """[1 + seeds, seeds]: row 0 every seed once (the point estimate), then row 1 + i every seed but the i-th (the
+    jackknife's leave-one-seed-out replicates)."""
     n = len(cell.seeds)
-    rng = np.random.default_rng([seed, zlib.crc32(cell.name.encode())])
-    draws = rng.multinomial(n, np.full(n, 1 / n), size=resamples) if resamples else np.zeros((0, n))
-    return np.vstack([np.ones((1, n)), draws]).astype(np.float64)
+    return np.vstack([np.ones((1, n)), 1 - np.eye(n)]).astype(np.float64)
 
 
 def _per_seed(cell: Cell, frame: pd.DataFrame, column: str) -> np.ndarray:
@@ -353,7 +360,7 @@ def groups_of(cell: Cell) -> list[str]:
 
 @dataclass
 class Draws:
-    """Per (cell, group, measure): the point estimate (index 0) and the bootstrap values (module doc)."""
+    """Per (cell, group, measure): the point estimate (index 0) and the leave-one-seed-out values (module doc)."""
 
     values: dict[tuple[str, str, str], np.ndarray]
     arms: dict[tuple[str, str, str], tuple[float, float]]  # ordinary rows: the measure's min and max over the arms
@@ -363,7 +370,7 @@ class Draws:
         return self.values.get((cell, group, measure))
 
 
-def draws(cells: Sequence[Cell], resamples: int = RESAMPLES, seed: int = SEED) -> Draws:
+def draws(cells: Sequence[Cell]) -> Draws:
     """Every cell's measures on its seed weights (:func:`seed_weights`), for every group; and each ordinary row's
     point estimate alone. Cell names must be distinct."""
     names = [c.name for c in cells]
@@ -371,7 +378,7 @@ def draws(cells: Sequence[Cell], resamples: int = RESAMPLES, seed: int = SEED) -
         raise SeedlabError(f"cells: names must be distinct, got {names}")
     values, arms = {}, {}
     for c in cells:
-        W = seed_weights(c, resamples, seed)
+        W = seed_weights(c)
         for g in groups_of(c):
             for k, v in measure_draws(c, c.per_seed[c.per_seed.group == g], g, W).items():
                 values[(c.name, g, k)] = v
@@ -387,27 +394,32 @@ def draws(cells: Sequence[Cell], resamples: int = RESAMPLES, seed: int = SEED) -
 
 
 def _interval(v: np.ndarray, alpha: float = ALPHA) -> tuple[float, float, float, float, float]:
-    """(point, low, high, sd, valid share) of a draws vector (index 0 the point estimate)."""
-    b = v[1:]
-    if not len(b):
-        return float(v[0]), math.nan, math.nan, math.nan, math.nan
-    ok = np.isfinite(b)
-    lo, hi = bootstrap_interval(b, alpha) if ok.any() else (math.nan, math.nan)
-    sd = float(np.std(b[ok], ddof=1)) if ok.sum() > 1 else math.nan
-    return float(v[0]), float(lo), float(hi), sd, float(ok.mean())
+    """(point, low, high, se, valid share) of a replicates vector (index 0 the point estimate, then the n
+    leave-one-seed-out values): point ± t(n − 1, 1 − α/2) × the jackknife standard error. No interval (NaN) with
+    fewer than 2 seeds or where the point or a replicate is not finite (``valid``: the finite replicates' share)."""
+    point, loo = float(v[0]), np.asarray(v[1:], dtype=np.float64)
+    n = len(loo)
+    if not n:
+        return point, math.nan, math.nan, math.nan, math.nan
+    ok = np.isfinite(loo)
+    if n < 2 or not ok.all() or not math.isfinite(point):
+        return point, math.nan, math.nan, math.nan, float(ok.mean())
+    se = jackknife_se(loo)
+    half = float(sps.t.ppf(1 - alpha / 2, n - 1)) * se
+    return point, point - half, point + half, se, 1.0
 
 
 def table(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
-    """One row per cell × group × measure (:data:`TABLE`): the value, its percentile interval over the seed
-    resamples, their sd and valid share; the ordinary rows' min and max over their arms (NaN for other groups
-    and for peak / trough, which is of the group's mean curve)."""
+    """One row per cell × group × measure (:data:`TABLE`): the value, its t interval over the seeds (:func:`_interval`),
+    its jackknife standard error and the valid share of its replicates; the ordinary rows' min and max over their
+    arms (NaN for other groups and for peak / trough, which is of the group's mean curve)."""
     rows = []
     for (name, g, k), v in dr.values.items():
         c = dr.cells[name]
-        point, lo, hi, sd, valid = _interval(v, alpha)
+        point, lo, hi, se, valid = _interval(v, alpha)
         amin, amax = dr.arms.get((name, g, k), (math.nan, math.nan))
         n = int(c.per_seed[c.per_seed.group == g].seed.nunique())
-        rows.append([name, c.batch_size, c.after, c.n_embd, c.n_layer, n, g, k, point, lo, hi, sd, valid, amin, amax])
+        rows.append([name, c.batch_size, c.after, c.n_embd, c.n_layer, n, g, k, point, lo, hi, se, valid, amin, amax])
     return pd.DataFrame(rows, columns=TABLE)
 
 
@@ -447,39 +459,70 @@ def _back(y: np.ndarray | float, kind: str):
     return np.power(10.0, y) if kind == "power" else y
 
 
-def fit_rows(levels: Sequence[float], Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``Y`` [draws, k] the OLS (slope, intercept) on x = log10(levels); NaN where a row has a NaN."""
+def fit_line(levels: Sequence[float], y: np.ndarray) -> tuple[float, float, float, float, int]:
+    """The OLS line of ``y`` on x = log10(levels): (slope, intercept, the slope's standard error, the residual sd,
+    its degrees of freedom k − 2); the errors NaN with fewer than 3 points."""
     x = np.log10(np.asarray(levels, dtype=np.float64))
+    y = np.asarray(y, dtype=np.float64)
     xc = x - x.mean()
-    yc = Y - Y.mean(axis=1, keepdims=True)
-    b = (yc * xc).sum(axis=1) / (xc * xc).sum()
-    a = Y.mean(axis=1) - b * x.mean()
-    bad = ~np.isfinite(Y).all(axis=1)
-    return np.where(bad, np.nan, b), np.where(bad, np.nan, a)
+    sxx = float((xc * xc).sum())
+    b = float((xc * (y - y.mean())).sum() / sxx)
+    a = float(y.mean() - b * x.mean())
+    df = len(x) - 2
+    if df < 1:
+        return b, a, math.nan, math.nan, df
+    s = math.sqrt(float(((y - a - b * x) ** 2).sum()) / df)
+    return b, a, s / math.sqrt(sxx), s, df
 
 
 @dataclass
 class Trend:
-    """One group × measure along one axis (:data:`TRENDS`' columns); ``slopes``/``intercepts``: per draw (index 0
-    the fit of the point values), on the fit's scale (log10 value for a power law)."""
+    """One group × measure along one axis (:data:`TRENDS`' columns): the family's levels, its point values, each
+    cell's standard error on the fit's scale, and, with at least :data:`MIN_LEVELS` distinct levels, the OLS fit
+    on the fit's scale (log10 value for a power law); without one ``slope`` is NaN and ``note`` says why."""
 
     group: str
     measure: str
     axis: str
-    kind: str
+    kind: str  # the fit's scale: "power" (every cell's value positive: log10 value) or "log-linear" (the value)
     cells: list[str]
     levels: list[int]
-    fit_values: np.ndarray  # [draws, k] on the fit's scale
-    slopes: np.ndarray
-    intercepts: np.ndarray
+    values: np.ndarray  # [levels] the point values
+    se_cells: np.ndarray  # [levels] each cell's jackknife standard error on the fit's scale (NaN: none)
+    slope: float = math.nan
+    intercept: float = math.nan
+    slope_se: float = math.nan
+    resid_sd: float = math.nan
+    df: float = math.nan
+    note: str = ""
 
-    def at(self, level: float) -> np.ndarray:
-        """[draws] the fit at ``level``, on the fit's scale."""
-        return self.intercepts + self.slopes * math.log10(level)
+    @property
+    def points(self) -> int:
+        """The distinct levels the trend rests on."""
+        return len(set(self.levels))
+
+    @property
+    def fitted(self) -> bool:
+        return math.isfinite(self.slope)
+
+    def t(self, alpha: float = ALPHA) -> float:
+        """The two-sided t quantile on the fit's residual degrees of freedom (NaN without a fit)."""
+        return float(sps.t.ppf(1 - alpha / 2, self.df)) if self.fitted else math.nan
+
+    def at(self, level: float) -> tuple[float, float]:
+        """(the fit at ``level``, its standard error) on the fit's scale; NaN without a fit."""
+        if not self.fitted:
+            return math.nan, math.nan
+        x = np.log10(np.asarray(self.levels, dtype=np.float64))
+        x0 = math.log10(level)
+        sxx = float(((x - x.mean()) ** 2).sum())
+        return (self.intercept + self.slope * x0,
+                self.resid_sd * math.sqrt(1 / len(x) + (x0 - float(x.mean())) ** 2 / sxx))
 
 
 def trend_objects(dr: Draws) -> list[Trend]:
-    """Every group × measure × axis with a family (:func:`families`) whose cells all have that group."""
+    """Every group × measure × axis with a family (:func:`families`) whose cells all have that group; fitted where
+    the family has at least :data:`MIN_LEVELS` distinct levels and every value is finite on the fit's scale."""
     fams = families(list(dr.cells.values()))
     out = []
     groups = list(dict.fromkeys(g for (_, g, _) in dr.values))
@@ -490,49 +533,66 @@ def trend_objects(dr: Draws) -> list[Trend]:
                 vs = [dr.get(c.name, g, k) for c in fam]
                 if any(v is None for v in vs):
                     continue
-                Y = _fit_scale(np.stack(vs, axis=1), kind)
-                b, a = fit_rows([c.label(axis) for c in fam], Y)
-                out.append(Trend(g, k, axis, kind, [c.name for c in fam], [c.label(axis) for c in fam], Y, b, a))
+                levels = [c.label(axis) for c in fam]
+                se = np.array([_interval(_fit_scale(v, kind))[3] for v in vs])
+                t = Trend(g, k, axis, kind, [c.name for c in fam], levels, np.array([v[0] for v in vs]), se)
+                y = _fit_scale(t.values, kind)
+                if t.points < MIN_LEVELS:
+                    t.note = (f"{t.points} levels ({', '.join(map(str, levels))}): no fit through fewer than "
+                              f"{MIN_LEVELS}")
+                elif not np.isfinite(y).all():
+                    t.note = "a level's value is not finite on the fit's scale: no fit"
+                else:
+                    t.slope, t.intercept, t.slope_se, t.resid_sd, t.df = fit_line(levels, y)
+                out.append(t)
     return out
 
 
 def trends(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
-    """:data:`TRENDS`: per trend the slope (the exponent of a power law; per decade of the level for log-linear)
-    with its percentile interval over the draws, the intercept, the valid share of the draws, and the fit at the
-    paper's level of the axis with its interval (value scale). Labelled exploratory."""
+    """:data:`TRENDS`: per trend the levels it rests on and, where fitted, the slope (the exponent of a power law;
+    per decade of the level for log-linear) with its OLS t interval, the intercept, the residual degrees of
+    freedom, and the fit at the paper's level of the axis with its t interval (value scale); where not fitted, no
+    slope and the note saying why. Labelled exploratory."""
     rows = []
     for t in trend_objects(dr):
-        slope, lo, hi, _, valid = _interval(t.slopes, alpha)
-        at = t.at(PAPER_SCALE[t.axis])
-        p, plo, phi, _, _ = _interval(at, alpha)
+        q = t.t(alpha)
+        y0, se0 = t.at(PAPER_SCALE[t.axis])
         rows.append([t.group, t.measure, t.axis, t.kind, ",".join(t.cells), ",".join(map(str, t.levels)),
-                     ",".join(f"{v:.6g}" for v in _back(t.fit_values[0], t.kind)), len(t.levels), slope, lo, hi,
-                     float(t.intercepts[0]), valid, PAPER_SCALE[t.axis], float(_back(p, t.kind)),
-                     float(_back(plo, t.kind)), float(_back(phi, t.kind)), "exploratory"])
+                     ",".join(f"{v:.6g}" for v in t.values), t.points, t.fitted, t.slope, t.slope - q * t.slope_se,
+                     t.slope + q * t.slope_se, t.intercept, t.df, PAPER_SCALE[t.axis], float(_back(y0, t.kind)),
+                     float(_back(y0 - q * se0, t.kind)), float(_back(y0 + q * se0, t.kind)), t.note, "exploratory"])
     return pd.DataFrame(rows, columns=TRENDS)
 
 
 def paper_extrapolation(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
-    """:data:`PAPER_TABLE`: per group × measure the B trend at the paper's B, moved along the steps and width
-    trends to the paper's steps after s and width (module doc), with its interval over the draws (the families'
-    draws combined index by index). Needs the B family; the axes used are named (``axes``). Exploratory."""
+    """:data:`PAPER_TABLE`: per group × measure the B fit at the paper's B, moved along the steps and width fits to
+    the paper's steps after s and width (module doc), with its t interval (the fits' variances added, on the
+    fewest residual degrees of freedom among them). Needs the B family; the axes used are named (``axes``); none,
+    with a note, unless every one of them has a fit. Exploratory."""
     by = {(t.group, t.measure, t.axis): t for t in trend_objects(dr)}
     rows = []
     for (g, k, axis), tb in by.items():
         if axis != "batch_size":
             continue
         base = dr.cells[tb.cells[0]]
-        y = tb.at(PAPER_SCALE["batch_size"])
-        used = ["batch_size"]
-        for other, own in (("after", base.after), ("n_embd", base.n_embd)):
-            t = by.get((g, k, other))
-            if t is not None:
-                y = y + t.slopes * (math.log10(PAPER_SCALE[other]) - math.log10(own))
-                used.append(other)
-        p, lo, hi, _, valid = _interval(y, alpha)
+        used = [tb] + [by[(g, k, o)] for o in ("after", "n_embd") if (g, k, o) in by]
         m = MEASURES[k]
-        rows.append([g, k, tb.kind, ",".join(used), float(_back(p, tb.kind)), float(_back(lo, tb.kind)),
-                     float(_back(hi, tb.kind)), valid, m.paper, m.paper_note, "exploratory"])
+        head = [g, k, tb.kind, ",".join(t.axis for t in used)]
+        refused = [t for t in used if not t.fitted]
+        if refused:
+            note = "no fit along " + "; ".join(f"{AXES[t.axis]}: {t.note}" for t in refused)
+            rows.append([*head, math.nan, math.nan, math.nan, math.nan, m.paper, m.paper_note, note, "exploratory"])
+            continue
+        y, se = tb.at(PAPER_SCALE["batch_size"])
+        var = se * se
+        for t in used[1:]:
+            step = math.log10(PAPER_SCALE[t.axis]) - math.log10(base.label(t.axis))
+            y += t.slope * step
+            var += (t.slope_se * step) ** 2
+        df = min(t.df for t in used)
+        half = float(sps.t.ppf(1 - alpha / 2, df)) * math.sqrt(var)
+        rows.append([*head, float(_back(y, tb.kind)), float(_back(y - half, tb.kind)), float(_back(y + half, tb.kind)),
+                     df, m.paper, m.paper_note, "an extrapolation beyond the measured levels", "exploratory"])
     return pd.DataFrame(rows, columns=PAPER_TABLE)
 
 
@@ -581,9 +641,10 @@ class Prediction:
 def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str | None = None,
             group: str = FOCAL, alpha: float = ALPHA) -> Prediction:
     """The confirmatory prediction (module doc): along ``axis`` at the unrun level ``at`` on the fresh ``seeds``,
-    of ``measure`` (None: the one the trend says moves most). Bad input — an axis without a family, a level
-    already run, seeds already used by a family cell, no power-law trend to choose from, a width axis (a new
-    width is a new model preset) — is a one-line error."""
+    of ``measure`` (None: the one the fit says moves most). Bad input — an axis without a family, a level
+    already run, seeds already used by a family cell, a family of fewer than :data:`MIN_LEVELS` levels (no fit to
+    predict from), no fitted power law to choose from, a width axis (a new width is a new model preset) — is a
+    one-line error."""
     if axis not in AXES:
         raise SeedlabError(f"axis: must be one of {', '.join(AXES)}, got {axis!r}")
     if axis == "n_embd":
@@ -598,19 +659,25 @@ def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str
     if not seeds or used:
         raise SeedlabError(f"seeds: a confirmatory run needs fresh seeds, got {list(seeds)} "
                            f"({'none' if not seeds else f'{used} used by the fitted cells'})")
+    if cand[0].points < MIN_LEVELS:
+        raise SeedlabError(f"axis: no fit along {axis} to predict from: {cand[0].note}")
     span = math.log10(max(cand[0].levels)) - math.log10(min(cand[0].levels))
 
     def moved(t: Trend) -> float:
-        return abs(float(t.slopes[0])) * span
+        return abs(t.slope) * span
+
+    def interval(t: Trend) -> tuple[float, float]:
+        q = t.t(alpha)
+        return t.slope - q * t.slope_se, t.slope + q * t.slope_se
 
     def shown(t: Trend) -> bool:
-        _, lo, hi, _, _ = _interval(t.slopes, alpha)
+        lo, hi = interval(t)
         return bool(np.isfinite(lo) and (lo > 0 or hi < 0))
 
     if measure is None:
-        power = [t for t in cand if t.kind == "power" and np.isfinite(t.slopes[0])]
+        power = [t for t in cand if t.kind == "power" and t.fitted]
         if not power:
-            raise SeedlabError(f"measure: no measure of {group} is a power law along {axis}; name one")
+            raise SeedlabError(f"measure: no measure of {group} is a fitted power law along {axis}; name one")
         pick = [t for t in power if shown(t)] or power
         t = max(pick, key=moved)
     else:
@@ -618,14 +685,15 @@ def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str
         if not match:
             raise SeedlabError(f"measure: must be one of {', '.join(MEASURES)}, got {measure!r}")
         t = match[0]
-    slope, slo, shi, _, _ = _interval(t.slopes, alpha)
-    y = t.at(at)
-    pred, flo, fhi, sd_fit, _ = _interval(y, alpha)
-    cell_sd = [float(np.nanstd(t.fit_values[1:, i], ddof=1)) for i in range(len(fam))]
+        if not t.fitted:
+            raise SeedlabError(f"measure: {measure} has no fit along {axis} to predict from: {t.note}")
+    slo, shi = interval(t)
+    q = t.t(alpha)
+    pred, se_fit = t.at(at)
     n_old = float(np.mean([len(c.seeds) for c in fam]))
-    sd_cell = float(np.nanmean(cell_sd)) * math.sqrt(n_old / len(seeds))
-    z = float(sps.norm.ppf(1 - alpha / 2))
-    half = z * math.sqrt((sd_fit if np.isfinite(sd_fit) else 0.0) ** 2 + sd_cell ** 2)
+    se_cell = float(np.nanmean(t.se_cells)) * math.sqrt(n_old / len(seeds))
+    flo, fhi = pred - q * se_fit, pred + q * se_fit
+    half = q * math.sqrt(se_fit ** 2 + (se_cell if np.isfinite(se_cell) else 0.0) ** 2)
     near = min(fam, key=lambda c: (abs(math.log10(c.label(axis)) - math.log10(at)), c.label(axis)))
     if axis == "batch_size":
         sets = [f"batch_size={at}"]
@@ -633,8 +701,8 @@ def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str
         sets = [f"steps={near.injection_step + at}"]
     sets.append(f"seeds=[{','.join(map(str, seeds))}]")
     return Prediction(measure=t.measure, group=group, axis=axis, at=int(at), kind=t.kind, cells=list(t.cells),
-                      levels=list(t.levels), values=[float(v) for v in _back(t.fit_values[0], t.kind)],
-                      slope=slope, slope_low=slo, slope_high=shi, trend_shown=shown(t), moved=moved(t),
+                      levels=list(t.levels), values=[float(v) for v in t.values],
+                      slope=t.slope, slope_low=slo, slope_high=shi, trend_shown=shown(t), moved=moved(t),
                       predicted=float(_back(pred, t.kind)), fit_low=float(_back(flo, t.kind)),
                       fit_high=float(_back(fhi, t.kind)), low=float(_back(pred - half, t.kind)),
                       high=float(_back(pred + half, t.kind)), seeds=list(map(int, seeds)), alpha=alpha,
@@ -665,9 +733,9 @@ def preregistration_text(p: Prediction) -> str:
         f": {p.axis} = {p.at}, fresh seeds {p.seeds}, nothing else changed.",
         f"- **Prediction**: {p.predicted:.4g} (the trend's own {level}% interval [{p.fit_low:.4g}, {p.fit_high:.4g}]).",
         f"- **Decision rule**: confirmed when the new cell's {p.measure} lies in [{p.low:.4g}, {p.high:.4g}], the "
-        f"{level}% interval of a fresh {len(p.seeds)}-seed cell (the trend's noise and the new cell's own, as the "
-        "fitted cells' seed resamples give it); otherwise refuted. Secondary: the change from the nearest fitted "
-        "cell has the slope's sign.",
+        f"{level}% interval of a fresh {len(p.seeds)}-seed cell (the fit's standard error at that level and the new "
+        "cell's own, the fitted cells' jackknife standard errors scaled to its seeds, on the fit's t); otherwise "
+        "refuted. Secondary: the change from the nearest fitted cell has the slope's sign.",
         "",
     ])
 
