@@ -232,7 +232,9 @@ def test_the_replica_control_is_recorded(setup, tmp_path):
     assert seed["identical_at_injection"].startswith("by construction")
     assert seed["replica"].pop("position") == "2 of a stack of 3"  # the twin's stack: twin, fluent-attested, replica
     assert seed["replica"] == {"bitwise_equal_to_twin": True, "steps_compared": [8, 10, 12]}  # s, the mid-point, the end
-    assert seed["stack"] == {"arm_batch": 3, "solo_check": {"step": 10, "bitwise_equal_to_solo": True}}
+    assert seed["stack"] == {"arm_batch": 3, "solo_check": {"step": 10, "bitwise_equal_to_solo": True}, "group_runs": 3,
+                             "head_runs": 1, "layer_norm": "per run",
+                             "guarantee": "the same kernels and shapes at every position (groups padded to one size)"}
     assert not list((tmp_path / "seed-3" / "replica").glob("*.safetensors"))  # hashes only
     assert (tmp_path / "seed-3" / "prefix.safetensors").is_file()  # keep: [prefix], the default
 

@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 
+from seedlab.errors import SeedlabError
 from seedlab.forks.arms import Arm
 from seedlab.forks.folders import RunFolder
 from seedlab.lm.trainer import Trainer
@@ -63,7 +64,11 @@ def finish(d, where: RunFolder, frame: pd.DataFrame, manifest: Manifest) -> None
 
 
 def finish_replica(d, where: RunFolder, record: dict) -> None:
-    """The replica control's files (rank 0): its record (``replica/manifest.json``) and done marker."""
+    """The replica control's files (rank 0): its record (``replica/manifest.json``) and done marker. A
+    control that compared no step is a failed control, never "equal": a one-line error, nothing written."""
+    if not record.get("steps_compared"):
+        raise SeedlabError(f"{where.path}: the replica control compared no step with its twin (the twin recorded no "
+                           "hashes it could read): a control that compares nothing has not passed")
     if d.world.main:
         write_json(where.manifest, {"record": record})
         where.mark_finished(d.cfg.end)

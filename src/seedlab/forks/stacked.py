@@ -118,6 +118,10 @@ class _Loop:
                 self.runs.insert(len(self.runs) - len(arms) + 1, _Run(seed, arms[0], d.folder.replica(seed), replica=True))
         self.twins = {r.seed: r for r in self.runs if r.arm.is_twin and not r.replica}  # what each replica repeats
         self.batch = arm_batch(d, len(self.runs))
+        # runs computed together in every arm stack of the design (lm/stack.py pads the last group to it), so no
+        # run's kernels depend on its position or its stack's size; on a GPU each stack is one group
+        device = d.world.device(d.cfg.device)
+        self.group = min(groups(device, d.cfg, d.gcfg, self.batch)[0], self.batch) if device.type == "cpu" else None
         word = d.folder.arm_word
         self.records = {seed: {"identical_at_injection": f"by construction: every {word} forked from one copy of the prefix",
                                "arms": {a.name: a.record() for a in self.arms[seed][1:]},
@@ -160,12 +164,14 @@ class _Loop:
 
     def _stacks(self, pending: list[_Run]) -> list[list[_Run]]:
         """The pending runs in stacks of ``batch``, in the design's order; a replica seed's twin opens a
-        stack and its replica closes it (the twin at position 0, the replica at the far end)."""
+        stack and its replica closes it (the twin at position 0, the replica at the far end). In stacks of
+        one run the replica trains in the stack after its twin's (the design's order), so it always has
+        the twin's hashes to compare with at every step."""
         stacks: list[list[_Run]] = []
         rest = list(pending)
         while rest:
             head = rest[0]
-            twin = head.arm.is_twin and not head.replica
+            twin = head.arm.is_twin and not head.replica and self.batch > 1
             mate = next((r for r in rest if r.replica and r.seed == head.seed), None) if twin else None
             take = [r for r in rest if r is not mate][: self.batch - (mate is not None)] + ([mate] if mate else [])
             stacks.append(take)
@@ -265,7 +271,9 @@ class _Loop:
             behind = [r for r in runs if r.trainer.step < target]
             if not behind:
                 continue
-            stack = Stack([r.trainer for r in behind])
+            stack = Stack([r.trainer for r in behind], group_runs=self.group)
+            for seed in {r.seed for r in behind}:
+                self.records[seed]["stack"].update(stack.guarantee())
             done = sum(stack.step - self._first(r) for r in behind)
             d.observer.run(self._what(len(behind), behind[0].label), sum(self.end - self._first(r) for r in behind), done)
             self._advance(stack, behind, target)

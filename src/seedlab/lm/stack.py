@@ -60,8 +60,11 @@ class Stack:
         self.tokens, self.device, self.world = first.tokens, first.device, first.world
         self.seeds = [t.seed for t in trainers]
         group, head = groups(first.device, first.cfg, self.gcfg, len(trainers))
-        self.group_runs = group_runs or group  # runs whose forward and backward run together (:meth:`_group`)
-        self.head_runs = head_runs or head  # runs whose logits are computed together (:meth:`_head`)
+        #: runs whose forward and backward run together (:meth:`_group`), the last group padded to it: a design
+        #: passes one value for all its stacks, so every run of it is computed in groups of the same size
+        self.group_runs = group_runs or min(group, len(trainers))
+        #: runs whose logits are computed together (:meth:`_head`): by default a divisor of ``group_runs`` (no padding)
+        self.head_runs = min(head_runs, self.group_runs) if head_runs else max(k for k in range(1, min(head, self.group_runs) + 1) if self.group_runs % k == 0)
         self.exact_ln = first.device.type == "cpu"  # per-run layer norms (bitwise the solo kernel) or one batched one (:func:`_ln`)
         self.step = first.step
         if self.world.size != 1:
@@ -87,6 +90,18 @@ class Stack:
     def size(self) -> int:
         """A: the runs stacked."""
         return len(self.seeds)
+
+    def guarantee(self) -> dict:
+        """What this stack promises of its runs' bits on the machine it runs on (the environment record
+        names the machine): on a CPU in fp32, every run computed in groups of ``group_runs`` (the last
+        padded) with head chunks of ``head_runs`` and its own layer norms, so its kernels and their shapes
+        are the same at every position; elsewhere the kernels promise nothing and only the replica control
+        and the solo check say what held."""
+        exact = self.device.type == "cpu" and self.cfg.precision == "fp32"
+        return {"group_runs": self.group_runs, "head_runs": self.head_runs,
+                "layer_norm": "per run" if self.exact_ln else "one for all runs",
+                "guarantee": ("the same kernels and shapes at every position (groups padded to one size)" if exact else
+                              "none from the kernels (the replica control and the solo check record what held)")}
 
     # ------------------------------------------------------------------ state in and out
     def _load_opt(self, states: list[dict[int, dict[str, torch.Tensor]]]) -> None:
@@ -187,20 +202,25 @@ class Stack:
         for q in self.params:  # every run's slice is written by its group (:meth:`_group`): nothing to zero
             if q.grad is None:
                 q.grad = torch.empty_like(q)
-        losses = [self._group(slice(c, c + self.group_runs), x, y, mask, n) for c in range(0, A, self.group_runs)]
+        losses = [self._group(c, x, y, mask, n) for c in range(0, A, self.group_runs)]
         return torch.cat(losses).tolist()
 
-    def _group(self, runs: slice, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
-        """Forward and backward of a few runs (their activations stay in cache), micro-batch by micro-batch,
-        their gradients written into the stack's ``.grad``; returns their losses."""
+    def _group(self, first: int, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: int) -> torch.Tensor:
+        """Forward and backward of ``group_runs`` runs from ``first`` (their activations stay in cache),
+        micro-batch by micro-batch, their gradients written into the stack's ``.grad``; returns their losses.
+        A group past the stack's end is padded with copies of its last run (computed, then dropped), so
+        every run's kernels see the same shapes whatever its position and the stack's size (:func:`_rows`)."""
         B, micro = x.shape[1], self.cfg.micro_batch or x.shape[1]
+        real = min(self.group_runs, self.size - first)
+        runs = _rows(first, real, self.group_runs)
         p = {k: v.detach()[runs].requires_grad_() for k, v in self.p.items()}  # this group's own leaves
+        x, y, mask = x[runs], y[runs], mask[runs]
         wte, total = p["wte.weight"], 0
         for i in range(0, B, micro):
             table = wte.detach().requires_grad_()  # the embedding's use of the tied table: its gradient kept apart
             with autocast(self.device, self.cfg.precision), attention_kernels(self.device):
-                h = self.trunk(x[runs, i:i + micro], p | {"wte.weight": table})  # [runs, b, T, C]
-            g_h, g_head, part = self._head(h.detach(), wte.detach(), y[runs, i:i + micro], mask[runs, i:i + micro], n)
+                h = self.trunk(x[:, i:i + micro], p | {"wte.weight": table})  # [runs, b, T, C]
+            g_h, g_head, part = self._head(h.detach(), wte.detach(), y[:, i:i + micro], mask[:, i:i + micro], n)
             h.backward(g_h)
             g = g_head + table.grad  # as autograd sums a tied tensor's two uses (commutative: the same bits)
             if wte.grad is None:
@@ -210,8 +230,8 @@ class Stack:
             total = total + part
         with torch.no_grad():
             for k, v in p.items():
-                self.p[k].grad[runs] = v.grad
-        return total
+                self.p[k].grad[first:first + real] = v.grad[:real]
+        return total[:real]
 
     def _head(self, h: torch.Tensor, wte: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, n: int):
         """The tied head and the loss, forward and backward, ``head_runs`` runs at a time (their logits,
@@ -219,13 +239,14 @@ class Stack:
         summed loss with respect to ``h`` and to the head's use of the token table, and each run's loss."""
         g_h, g_w, parts = [], [], []
         for c in range(0, h.shape[0], self.head_runs):
-            hc = h[c:c + self.head_runs].requires_grad_()
-            wc = wte[c:c + self.head_runs].requires_grad_()
+            real = min(self.head_runs, h.shape[0] - c)
+            runs = _rows(c, real, self.head_runs)  # padded as :meth:`_group` pads
+            hc, wc = h[runs].requires_grad_(), wte[runs].requires_grad_()
             with torch.enable_grad(), autocast(self.device, self.cfg.precision):
                 logits = torch.bmm(hc.flatten(1, 2), wc.transpose(1, 2))  # [runs, b·T, V]
-                part = _masked_ce_sums(logits, y[c:c + self.head_runs], mask[c:c + self.head_runs]) / n
+                part = _masked_ce_sums(logits, y[runs], mask[runs]) / n
             part.sum().backward()
-            g_h.append(hc.grad), g_w.append(wc.grad), parts.append(part.detach())
+            g_h.append(hc.grad[:real]), g_w.append(wc.grad[:real]), parts.append(part.detach()[:real])
         return torch.cat(g_h), torch.cat(g_w), torch.cat(parts)
 
     def _batch(self, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -272,6 +293,17 @@ class Stack:
         h = self.trunk(idx)
         return torch.bmm(h.view(A, B * T, -1), self.p["wte.weight"].transpose(1, 2)).view(A, B, T, -1)
 
+
+
+def _rows(first: int, real: int, size: int) -> slice | torch.Tensor:
+    """The positions of a group of ``size`` runs from ``first`` of which ``real`` exist: a slice (a view)
+    when the group is whole, else those runs and copies of the last one up to ``size``. A kernel's path may
+    depend on how many runs it holds (a library gemm of one matrix can split its sum across threads where
+    one of several does not: the replica alone in the last group of a stack once differed from its twin on
+    an Intel Xeon at 2 threads), so no run is ever computed in a smaller group than its neighbours."""
+    if real == size:
+        return slice(first, first + size)
+    return torch.tensor([*range(first, first + real)] + [first + real - 1] * (size - real))
 
 
 def _linear(p: Mapping[str, torch.Tensor], x: torch.Tensor, name: str) -> torch.Tensor:
