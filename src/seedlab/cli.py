@@ -31,12 +31,14 @@ class Study(NamedTuple):
     help: str  # the study's line in `seedlab --help`
 
 
-#: `seedlab NAME ...` runs the commands of STUDIES[NAME].module (corpus: the corpora the studies share)
+#: `seedlab NAME ...` runs the commands of STUDIES[NAME].module (corpus: the corpora the studies share;
+#: claims: the findings ledger across them)
 STUDIES: dict[str, Study] = {
     "shortcut": Study("seedlab.shortcut.cli", "The shortcut-saturation study (MPSP tasks, spurious ratio r)."),
     "corpus": Study("seedlab.corpus.cli", "Token corpora for the twins study (local files, OpenWebText, or the embedded default)."),
     "twins": Study("seedlab.twins.cli", "The single-example counterfactual: seed-matched twins that differ in one row."),
     "attribution": Study("seedlab.attribution.cli", "Influence estimators against measured single-row counterfactuals (a bank of forks)."),
+    "claims": Study("seedlab.claims.cli", "The findings ledger (docs/claims/): render README's findings and the results pages from it, check its rules."),
 }
 
 
@@ -193,6 +195,9 @@ def doctor(
 
 
 def main() -> None:
+    from seedlab.machine import tune_allocator
+
+    tune_allocator()  # freed activations kept for the next step (machine.MALLOPT): fewer page faults, the same bits
     # click handles usage errors itself (exit 2); our own bad-input errors are caught here
     try:
         app()

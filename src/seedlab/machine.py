@@ -5,6 +5,7 @@ determinism settings as they stand.
 - :func:`cpu` — the CPU's model, its matmul-relevant flags, cores, torch's threads and kernel capability.
 - :func:`environment` — what the bits of a run depend on besides its config: a fork design's
   ``environment.json`` (checked when it resumes) and a shortcut job's ``meta.json`` record it.
+- :func:`tune_allocator` — glibc's allocator told to keep freed memory (set once at start-up by the CLI).
 - :func:`compare` — two such records: which key differs, and which only one of them holds (a
   record written by an older seedlab lacks the keys added since).
 
@@ -13,6 +14,7 @@ torch is imported where it is asked, so reading a record (``compare``) loads non
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 from collections.abc import Mapping
@@ -41,6 +43,32 @@ def cpu() -> dict:
                 flags = set(value.split())
     return {"model": model, "flags": [f for f in FLAGS if f in flags], "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "capability": torch.backends.cpu.get_cpu_capability()}
+
+
+#: glibc ``mallopt`` parameters set at start-up: blocks up to 32 MiB (glibc's largest mmap threshold on 64 bits)
+#: come from the heap, and the heap is not trimmed below 2 GiB of free memory. A step's multi-MB activations
+#: are then reused instead of returned to the OS and faulted in again (the bank: ~9 M page faults without).
+#: Only where memory comes from changes, never a value (tests/shortcut/test_bits.py checks the bits both ways).
+MALLOPT = {"M_MMAP_THRESHOLD": (-3, 32 * 2 ** 20), "M_TRIM_THRESHOLD": (-1, 2 ** 31 - 1)}
+#: ``SEEDLAB_MALLOC=0`` leaves the allocator as glibc sets it
+MALLOC_ENV = "SEEDLAB_MALLOC"
+_allocator: dict | None = None
+
+
+def tune_allocator() -> dict:
+    """Set :data:`MALLOPT` once per process (glibc only); returns what was set (the environment record's
+    ``allocator``): ``{name: value}`` of each parameter glibc accepted, or ``{}`` (not glibc, or
+    ``SEEDLAB_MALLOC=0``)."""
+    global _allocator
+    if _allocator is None:
+        _allocator = {}
+        if os.environ.get(MALLOC_ENV, "1") != "0" and platform.system() == "Linux":
+            try:
+                mallopt = ctypes.CDLL("libc.so.6").mallopt
+            except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+                return _allocator
+            _allocator = {name: value for name, (param, value) in MALLOPT.items() if mallopt(param, value) == 1}
+    return _allocator
 
 
 def determinism() -> dict:
@@ -73,6 +101,7 @@ def environment(device: torch.device, precision: str) -> dict[str, Any]:
         "cpu_capability": c["capability"],
         "precision": precision,
         "threads": torch.get_num_threads(),
+        "allocator": dict(_allocator or {}),  # what tune_allocator set in this process (never a value's bits)
         **determinism(),
     }
 
