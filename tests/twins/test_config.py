@@ -72,3 +72,13 @@ def test_the_renamed_noise_null_is_refused_by_name_and_the_arms_are_named():
     assert parse(TwinsConfig, {"corpus": "c", "measure": {"ordinary_margin": None}}).measure.ordinary_margin is None
     with pytest.raises(SeedlabError, match=r"^measure.ordinary_margin: Input should be greater than 0"):
         parse(TwinsConfig, {"corpus": "c", "measure": {"ordinary_margin": 0}})
+
+
+@pytest.mark.parametrize("over, message", [({"seeds": [0, 0]}, "seeds: seed 0 is named twice"),
+                                           ({"seeds": [0, 1], "replicas": [1, 1]}, "replicas: seed 1 is named twice")])
+def test_a_seed_named_twice_is_refused_before_anything_runs(seedlab_main, tmp_path, over, message):
+    """`twins run mini --set seeds=[0,0]` stops with one line and exit 2 (it once started training)."""
+    sets = [a for k, v in over.items() for a in ("--set", f"{k}={v}")]
+    code, out, err = seedlab_main("twins", "run", "mini", "--out", "runs/x", *sets)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

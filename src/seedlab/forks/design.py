@@ -67,6 +67,10 @@ class ForkDesign(Strict):
                              f"({self.injection_step + 1} .. {self.end - 1}), got {self.midpoint}")
         if not self.seeds:
             raise ValueError("seeds: name at least one")
+        for name, values in (("seeds", self.seeds), ("replicas", self.replicas or [])):
+            twice = next((k for i, k in enumerate(values) if k in values[:i]), None)
+            if twice is not None:
+                raise ValueError(f"{name}: seed {twice} is named twice (each seed is one folder of runs)")
         if self.replicas is not None:
             if not self.replicas:
                 raise ValueError("replicas: every design includes a replica control: name at least one seed (null: the first)")
