@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 VENV       := .venv
 BIN        := $(VENV)/bin
 
-.PHONY: demo attribution-demo test bench clean
+.PHONY: demo attribution-demo test bench claims clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ runs/corpus-embedded-bpe/meta.json: | $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest
+
+# README's "What we found", docs/results.md's index and each results page's claims table, rendered from the
+# ledger docs/claims/<study>.yaml (seedlab claims check: every rule of the ledger; a test runs it too)
+claims: $(VENV)/.installed
+	$(BIN)/seedlab claims render
 
 bench: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/python benchmarks/shortcut_trainer.py --members 8 --plain-members 2 --epochs 3 --profile

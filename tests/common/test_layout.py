@@ -3,7 +3,7 @@
 - A study (every subpackage of seedlab other than the shared ones: today ``shortcut`` and
   ``twins``) never imports another study.
 - The shared code — ``seedlab.forks``, ``seedlab.measures``, ``seedlab.lm``, ``seedlab.corpus``,
-  ``seedlab.presets`` and the core (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the
+  ``seedlab.presets``, ``seedlab.claims`` (the findings ledger: the core only) and the core (the top-level modules: config, store, stats, ...) — imports no study. ``cli.py`` is the
   one top-level module that may import everything (``__main__.py`` only calls it).
 - Layers: ``seedlab.forks`` (the fork design) sits between the studies and ``lm`` + ``corpus``:
   ``lm``, ``corpus`` and the core never import it, and ``lm`` and ``corpus`` never import each other.
@@ -32,10 +32,10 @@ import pytest
 import seedlab
 
 SRC = Path(seedlab.__file__).resolve().parent  # src/seedlab
-SHARED_PACKAGES = {"forks", "measures", "lm", "corpus", "presets"}
+SHARED_PACKAGES = {"forks", "measures", "lm", "corpus", "presets", "claims"}
 #: package -> the shared packages it must not import (the layers below the studies)
 LAYERS = {"lm": {"forks", "corpus", "measures"}, "corpus": {"forks", "lm", "measures"}, "core": {"forks", "measures"},
-          "forks": {"measures"}, "measures": {"forks", "corpus"}}
+          "forks": {"measures"}, "measures": {"forks", "corpus"}, "claims": {"forks", "measures", "lm", "corpus"}}
 #: top-level modules allowed to import any study
 ENTRY_POINTS = {"cli.py", "__main__.py"}
 
@@ -149,7 +149,7 @@ def _by_place(line: str) -> tuple[str, int, str]:
 
 
 def test_the_checks_see_the_studies_and_every_module():
-    assert {"shortcut", "twins", "attribution"} <= _studies() and not {"forks", "lm", "measures"} & _studies()
+    assert {"shortcut", "twins", "attribution"} <= _studies() and not {"forks", "lm", "measures", "claims"} & _studies()
     names = {p.relative_to(SRC).as_posix() for p in _modules()}
     assert {"cli.py", "store.py", "lm/model.py", "corpus/build.py", "twins/rundir.py", "forks/loop.py"} <= names
 
