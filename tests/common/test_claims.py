@@ -315,7 +315,7 @@ def test_a_page_that_differs_from_the_rendering_is_a_violation(rendered, seedlab
     before = _snapshot(rendered)
     rc, out, _ = seedlab_main("claims", "render", "--check", "--root", str(rendered))
     assert rc == 1 and out.strip() == ("claims: 1 page(s) differ from the ledger's rendering: docs/results/twins.md "
-                                       "(run: make claims)")
+                                       "(+1 -1 lines) (run: make claims)")
     assert _snapshot(rendered) == before
     rc, out, _ = seedlab_main("claims", "check", "--root", str(rendered))
     assert rc == 1 and out.strip().startswith("docs/results/twins.md: its claims blocks differ")

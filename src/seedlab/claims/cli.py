@@ -24,7 +24,7 @@ def render(
 
     ledger = load(root)
     if check:
-        stale = [p.path for p in rendering.pages(ledger, root) if p.stale]
+        stale = [p.summary() for p in rendering.pages(ledger, root) if p.stale]
         if stale:
             typer.echo(f"claims: {len(stale)} page(s) differ from the ledger's rendering: {', '.join(stale)} "
                        "(run: make claims)")

@@ -8,6 +8,7 @@ Links are written relative to the page that holds them.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -166,6 +167,13 @@ class Page:
     @property
     def stale(self) -> bool:
         return self.committed != self.rendered
+
+    def summary(self) -> str:
+        """The page and how many of its lines a render would add and remove: ``README.md (+3 -1 lines)``."""
+        diff = list(difflib.unified_diff(self.committed.splitlines(), self.rendered.splitlines(), lineterm="", n=0))
+        added = sum(d.startswith("+") and not d.startswith("+++") for d in diff)
+        removed = sum(d.startswith("-") and not d.startswith("---") for d in diff)
+        return f"{self.path} (+{added} -{removed} lines)"
 
 
 def pages(ledger: Ledger, root: Path) -> list[Page]:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from seedlab.claims.evidence import EvidenceError, parse_key, parse_quote, quoted_in, read_number, read_value
+from seedlab.claims.evidence import parse_key, parse_quote, quoted_in, read_number, read_value
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
 
@@ -129,10 +129,6 @@ class Ledger:
         """The study's entries, in its file's order."""
         return [c for c in self.claims if c.study == study]
 
-    def source(self, claim: Claim) -> str:
-        """The ledger file an entry is written in."""
-        return ledger_file(claim.study)
-
 
 def load(root: Path) -> Ledger:
     """The ledger under ``root`` (the repository), validated (see the module's docstring). A study without
@@ -225,7 +221,7 @@ def _file_problems(claim: Claim, root: Path) -> Iterator[tuple[str, str]]:
         if n.file in claim.evidence.files and _inside(root, n.file):
             try:
                 read_number(root, n.file, n.key)
-            except (EvidenceError, ValueError) as err:
+            except ValueError as err:  # EvidenceError: what the key reads is missing
                 yield f"evidence.numbers[{i}].key", str(err)
     if claim.decision is not None:
         if not _inside(root, claim.decision.preregistration):
@@ -236,7 +232,7 @@ def _file_problems(claim: Claim, root: Path) -> Iterator[tuple[str, str]]:
         elif record is not None:
             try:
                 read_value(root, record.file, record.key)
-            except (EvidenceError, ValueError) as err:
+            except ValueError as err:  # EvidenceError: what the key reads is missing
                 yield "decision.record.key", str(err)
 
 
