@@ -1,4 +1,4 @@
-"""A bank (or an exported benchmark) as a dattri ``AttributionTask``, so that dattri's attributors run on it unchanged.
+"""A bank (or an exported benchmark) as a dattri ``AttributionTask``, on which dattri's TracIn runs unchanged.
 
 dattri (TRAIS-Lab, ``pip install 'seedlab[dattri]'``; 0.3.0 checked) scores train samples against test samples
 through one object, ``dattri.task.AttributionTask(loss_func, model, checkpoints, target_func,
@@ -26,7 +26,15 @@ The bank measures a *swap* (candidate c in place of row r), so a train-sample sc
 loss). With TracIn's weights lr_t / N (:meth:`BankTask.tracin_weights`) and no projection
 (``projector_kwargs={"proj_type": "identity"}``), dattri's ``TracInAttributor`` on θ_s is the bank's ``tracin``
 estimator, and over ``steps="checkpoints"`` its ``tracin-cp`` at the last horizon (float32 against float64:
-tests/attribution/test_dattri_adapter.py). Any other dattri attributor takes the same task and loaders.
+tests/attribution/test_export.py).
+
+What runs on the task, and what does not: ``TracInAttributor`` (at θ_s and over the checkpoints) and Grad-Dot
+through it (:func:`grad_dot`) are tested. dattri's influence-function attributors (``IFAttributorExplicit``,
+``IFAttributorCG``, ``IFAttributorLiSSA``, ``IFAttributorArnoldi``, ``IFAttributorDataInf``,
+``IFAttributorEKFAC``) raise inside :func:`row_loss` (issue 46's review): the explicit, CG and Arnoldi ones hand
+``loss_func`` a whole batch of rows, where this loss takes one row (the sample TracIn vmaps over), and their
+curvature would be fitted on the candidates and the replaced row alone. The others (TRAK, LoGra, RPS, ...) have not
+been tried. Every attributor on the run's own rows is issue 47 §1's.
 
 Plug-ins (``--estimator seedlab.attribution.dattri_adapter:tracin`` to ``seedlab attribution attribute`` or
 ``score``): :func:`tracin` (dattri's TracIn at θ_s in nats/token) and :func:`grad_dot` (its Grad-Dot, a score).
