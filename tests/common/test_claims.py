@@ -478,7 +478,9 @@ def test_a_superseded_claim_names_what_replaced_it_and_a_pipe_stays_in_its_cell(
 @pytest.mark.parametrize(("text", "shown"), [
     ("seedlab twins report runs/x", "`seedlab twins report runs/x`"),
     ("seedlab twins report runs/x (its report.md, transcribed)", "`seedlab twins report runs/x` (its report.md, transcribed)"),
-    ("python e.py --f (a) && seedlab x", "`python e.py --f (a) && seedlab x`")])
+    ("seedlab twins report runs/x (its table, transcribed); the distances from the kept cell",
+     "`seedlab twins report runs/x` (its table, transcribed); the distances from the kept cell"),
+    ("python e.py --out runs/x; summarise() of it", "`python e.py --out runs/x; summarise() of it`")])
 def test_an_evidence_command_is_code_and_its_trailing_note_text(text, shown):
     assert render.command(text) == shown
 

@@ -95,9 +95,9 @@ def index_block(ledger: Ledger, page: str = PAGES["index"]) -> str:
 
 
 def command(text: str) -> str:
-    """An evidence command as code; a trailing parenthetical is a note about it, shown as text
-    (``seedlab shortcut report runs/x (its report.md, transcribed into ...)``)."""
-    m = re.fullmatch(r"(.*?)\s+(\([^()]*\))", text.strip())
+    """An evidence command as code; from its first `` (`` on, a note about it, shown as text
+    (``seedlab twins report runs/x (its report.md, transcribed into docs/results/twins.md); the ...``)."""
+    m = re.fullmatch(r"(.*?)\s+(\(.*)", text.strip(), re.S)
     return f"`{m.group(1)}` {m.group(2)}" if m else f"`{text.strip()}`"
 
 
