@@ -1,25 +1,34 @@
-"""The arm axis (forks/stacked.py, lm/stack.py) against the serial loop, in one run, on this machine:
+"""The arm axis (forks/stacked.py, lm/stack.py) against the serial loop, in one run, on this machine.
+
+How it times (benchmarks/timing.py; docs/benchmarks.md, "How to measure"): every comparison is interleaved
+(A, B, A, B, ...), the best of each, both sides at one thread count set explicitly, the load average read
+before and after and printed beside the result. Never a ratio across thread counts.
 
 1. **one update, by stack size**: a stack of A runs of the mini bank's GPT (preset attribution/mini: 2 layers,
-   d 64, 64-token rows, 8 rows, the corpus's 2,048-token vocabulary) against the solo ``Trainer``, at 1 and 2
-   threads, A in --sizes; ms per run-update, useful GFLOP/s (the solo step's FLOPs, torch.utils.flop_counter)
-   and % of the matmul peak measured at that thread count. Interleaved, best of --reps. Plotted (--plot).
-2. **whole designs** (--designs): ``seedlab attribution bank mini`` (--bank-seeds seeds, --heldout held-out
-   candidates, replicates on) and ``seedlab twins run mini`` (--twins-seeds seeds, --twins-steps) in
-   subprocesses, serial (``arm_batch=1``) and stacked (``arm_batch`` null), at 1 and 2 threads, and the bank
-   also as ``--jobs 2`` (a seed per process, one thread each); wall seconds, run-updates per second, the ratio
-   to today's default (serial, one thread, one job), and which folders hold bitwise the same results
-   (measured.parquet / measures.parquet and every manifest).
+   d 64, 64-token rows, 8 rows, the corpus's 2,048-token vocabulary) against the solo ``Trainer``, at each
+   ``--threads`` count, A in --sizes; the solo trainer and every stack take turns (4 solo updates, 2 stack
+   updates a turn) for --reps rounds after one untimed round; ms per run-update, useful GFLOP/s (the solo
+   step's FLOPs, torch.utils.flop_counter) and % of the matmul peak measured at that thread count (best of 10
+   products). Plotted (--plot).
+2. **whole designs, serial against stacked** (--designs): ``seedlab attribution bank mini`` (--bank-seeds seeds,
+   --heldout held-out candidates, replicates on) and ``seedlab twins run mini`` (--twins-seeds seeds), each
+   shortened to --*-injection updates of prefix and --*-steps in all, in subprocesses: serial (``arm_batch=1``)
+   against stacked (``arm_batch`` null) at each ``--threads`` count (``--set threads=N`` and
+   ``OMP_NUM_THREADS=N`` for both), taking turns for --design-reps rounds; with ``--jobs N`` also serial
+   against stacked with N processes of one thread each. Per pair: the best wall time of each (the process's
+   start-up included, the same on both sides), stacked's speed over serial's, round by round, the run-updates
+   per second, and whether every run of the pair gave bitwise the same results (one SHA-256 over every
+   parquet's rows and every manifest: timing.py ``results_digest``).
 
-Usage (~25 minutes with the defaults on this 2-core machine; part 1 alone, --designs none: ~2 minutes):
+Usage (part 1 with the default sizes ~1 minute a thread count; part 2 with the defaults ~8 minutes on 2 cores):
 
-    python benchmarks/arm_axis.py [--corpus runs/corpus-embedded-bpe] [--designs bank,twins] [--plot docs/arm_axis.png]
+    python benchmarks/arm_axis.py [--corpus runs/corpus-embedded-bpe] [--threads 1,2] [--designs bank,twins]
+                                  [--design-reps 2] [--jobs 2] [--sizes 1,8,64 | --sizes ""] [--plot docs/arm_axis.png]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -33,7 +42,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import matmul_rate
+from timing import interleaved, matmul_rate, results_digest, run_command
 
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.stack import Stack
@@ -57,7 +66,7 @@ def step_flops(trainer: Trainer) -> float:
     return float(fc.get_total_flops())
 
 
-def by_stack_size(sizes: list[int], reps: int, vocab: int) -> list[dict]:
+def by_stack_size(sizes: list[int], reps: int, vocab: int, thread_counts: list[int]) -> list[dict]:
     gcfg = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=vocab)
     tokens = np.random.default_rng(0).integers(0, vocab, 500_000).astype(np.int64)
     base = Trainer(Mini(), gcfg, 0, tokens)
@@ -65,29 +74,27 @@ def by_stack_size(sizes: list[int], reps: int, vocab: int) -> list[dict]:
         base.advance()
     flops = step_flops(base)
     rows = []
-    for threads in (1, 2):
+    for threads in thread_counts:
         torch.set_num_threads(threads)
         peak = matmul_rate(torch.device("cpu"))
         solo = base.fork()
         stacks = {a: Stack([base.fork() for _ in range(a)]) for a in sizes}
-        best = {"solo": float("inf"), **{a: float("inf") for a in sizes}}
-        for _ in range(reps):
-            solo.advance()
-            t0 = time.perf_counter()
-            for _ in range(4):
-                solo.advance()
-            best["solo"] = min(best["solo"], (time.perf_counter() - t0) / 4)
-            for a, st in stacks.items():
-                st.advance([None] * a)
-                t0 = time.perf_counter()
-                st.advance([None] * a)
-                st.advance([None] * a)
-                best[a] = min(best[a], (time.perf_counter() - t0) / 2 / a)
+        per = {"solo": 4, **{a: 2 * a for a in sizes}}  # run-updates a turn
+
+        def solo_turn(tr: Trainer):
+            return lambda: [tr.advance() for _ in range(4)]
+
+        def stack_turn(st: Stack, a: int):
+            return lambda: [st.advance([None] * a) for _ in range(2)]
+
+        t = interleaved({"solo": solo_turn(solo), **{a: stack_turn(st, a) for a, st in stacks.items()}}, reps,
+                        threads=threads, warmup=1)
         for a in ["solo", *sizes]:
-            sec = best[a]
+            sec = t.best[a] / per[a]
             rows.append({"threads": threads, "runs": a, "ms_per_run_update": 1e3 * sec, "gflops": flops / sec / 1e9,
-                         "pct_peak": 100 * flops / sec / 1e9 / peak, "peak_gflops": peak})
-        print(f"threads {threads}: matmul peak {peak:.0f} GFLOP/s, one update {flops / 1e9:.2f} GFLOP", flush=True)
+                         "pct_peak": 100 * flops / sec / 1e9 / peak, "peak_gflops": peak, "conditions": t.conditions()})
+        print(f"threads {threads}: matmul peak {peak:.0f} GFLOP/s, one update {flops / 1e9:.2f} GFLOP; {t.conditions()}",
+              flush=True)
         for r in rows[-len(sizes) - 1:]:
             print(f"  {str(r['runs']):>5}  {r['ms_per_run_update']:6.1f} ms/run-update  {r['gflops']:5.1f} GFLOP/s "
                   f"({r['pct_peak']:.0f}% of peak)", flush=True)
@@ -101,7 +108,9 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for threads, colour in ((1, "tab:blue"), (2, "tab:orange")):
+    colours = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    for i, threads in enumerate(dict.fromkeys(r["threads"] for r in rows)):
+        colour = colours[i % len(colours)]
         mine = [r for r in rows if r["threads"] == threads]
         stacked = [r for r in mine if r["runs"] != "solo"]
         ax.plot([r["runs"] for r in stacked], [r["ms_per_run_update"] for r in stacked], "o-", color=colour,
@@ -119,104 +128,112 @@ def plot(rows: list[dict], path: Path) -> None:
     print(f"plot: {path}", flush=True)
 
 
-def digest(folder: Path) -> str:
-    """One SHA-256 over a design folder's tables (every parquet's rows) and every manifest.json: what
-    'the same results' means here."""
-    import pandas as pd
+def pair(name: str, argv: list[str], updates: int, threads: int, reps: int, tmp: Path, jobs: int = 1) -> dict:
+    """Serial (``arm_batch=1``) against stacked (``arm_batch`` null), taking turns, both at ``threads`` threads
+    a process (and ``--jobs jobs``); their best wall times and whether every run gave the same results."""
+    env = {"PYTHONHASHSEED": "0"}
+    digests: list[str] = []
+    serial = iter(range(10**6))
+    extra = ["--set", f"threads={threads}", *(["--jobs", str(jobs)] if jobs > 1 else [])]
 
-    h = hashlib.sha256()
-    for t in sorted(folder.rglob("*.parquet")):
-        h.update(t.relative_to(folder).as_posix().encode() + pd.read_parquet(t).to_csv(index=False).encode())
-    for m in sorted(folder.rglob("manifest.json")):
-        if m.parent.name != "replica":  # the replica's record names its place in a stack
-            h.update(m.relative_to(folder).as_posix().encode() + m.read_bytes())
-    return h.hexdigest()[:16]
+    def run(batch: str):
+        def fn() -> dict:
+            out = tmp / f"{name}-{batch}-{next(serial)}".replace(" ", "_")
+            stats = run_command([sys.executable, "-m", "seedlab", *argv, *extra, "--set", f"arm_batch={batch}",
+                                 "--out", str(out), "--no-progress"], threads=threads, env=env)
+            digests.append(results_digest(out))
+            return stats
 
+        return fn
 
-ONLY = ""  # --only
-
-
-def whole(name: str, argv: list[str], out: Path, updates: int) -> dict | None:
-    if ONLY not in name:
-        return None
-    env = os.environ | {"PYTHONHASHSEED": "0"}
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "seedlab", *argv, "--out", str(out), "--no-progress"], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
-    row = {"design": name, "wall_s": wall, "updates": updates, "updates_per_s": updates / wall, "digest": digest(out)}
-    print(f"  {name:<34} {wall:7.1f} s  {updates / wall:6.1f} run-updates/s  results {row['digest']}", flush=True)
+    t = interleaved({"serial": run("1"), "stacked": run("null")}, reps, threads=threads)
+    row = {"design": name, "threads": threads, "jobs": jobs, "updates": updates, "serial_s": t.best["serial"],
+           "stacked_s": t.best["stacked"], "stacked_speedup": t.ratio("serial", "stacked"),
+           "rounds": t.round_ratios("serial", "stacked"), "same_results": len(set(digests)) == 1,
+           "digest": digests[0] if len(set(digests)) == 1 else ", ".join(digests), "conditions": t.conditions()}
+    print(f"| {name} | {threads}{f' x {jobs} jobs' if jobs > 1 else ''} | {row['serial_s']:.1f} | {row['stacked_s']:.1f} | "
+          f"**{row['stacked_speedup']:.2f}x** ({', '.join(f'{r:.2f}' for r in row['rounds'])}) | "
+          f"{updates / row['serial_s']:.1f} / {updates / row['stacked_s']:.1f} | "
+          f"{'same: `' + row['digest'] + '`' if row['same_results'] else 'DIFFER: ' + row['digest']} | {row['conditions']} |",
+          flush=True)
     return row
 
 
-def designs(which: list[str], args) -> list[dict]:
+def horizons(after: int) -> str:
+    """The bank's horizons that fit ``after`` updates past s (the preset's 1, 10, 50 where they fit, and end)."""
+    return "[" + ", ".join([str(h) for h in (1, 10, 50) if h < after] + ["end"]) + "]"
+
+
+def designs(which: list[str], args, thread_counts: list[int]) -> list[dict]:
     corpus = str(Path(args.corpus).resolve())
     rows = []
+    print("| design | threads a process | serial s (best) | stacked s (best) | stacked / serial speed (round by round) "
+          "| run-updates/s serial / stacked | results | conditions |")
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         if "bank" in which:
-            seeds = list(range(args.bank_seeds))
-            runs = 1 + 2 * (6 + args.heldout + 1) + 1  # twin, candidates and replicates, the replica control
-            updates = len(seeds) * 100 + len(seeds) * runs * 100 - 100 * (len(seeds) - 1)  # one replica seed
-            base = ["attribution", "bank", "mini", "--set", f"corpus={corpus}", "--set", f"seeds={seeds}",
-                    "--set", f"candidates.heldout={args.heldout}"]
-            print(f"bank: {len(seeds)} seeds x {runs - 1} runs + a replica, {updates} run-updates", flush=True)
-            for label, extra in (("bank serial, 1 thread (today)", ["--set", "arm_batch=1"]),
-                                 ("bank stacked, 1 thread", []),
-                                 ("bank serial, 2 threads", ["--set", "arm_batch=1", "--set", "threads=2"]),
-                                 ("bank stacked, 2 threads", ["--set", "threads=2"]),
-                                 ("bank serial, --jobs 2", ["--set", "arm_batch=1", "--jobs", "2"]),
-                                 ("bank stacked, --jobs 2", ["--jobs", "2"])):
-                rows.append(whole(label, base + extra, Path(tmp) / label.replace(" ", "_").replace(",", ""), updates))
+            seeds, s, end = list(range(args.bank_seeds)), args.bank_injection, args.bank_steps
+            runs = 1 + 2 * (6 + args.heldout + 1)  # twin, candidates (6 passages, held-out rows, own row) and replicates
+            updates = len(seeds) * s + (len(seeds) * runs + 1) * (end - s)  # and one replica control
+            argv = ["attribution", "bank", "mini", "--set", f"corpus={corpus}", "--set", f"seeds={seeds}",
+                    "--set", f"candidates.heldout={args.heldout}", "--set", f"injection_step={s}", "--set", f"steps={end}",
+                    "--set", f"horizons={horizons(end - s)}"]
+            label = f"bank, {len(seeds)} seed(s) x {runs} runs + a replica, {updates:,} run-updates"
+            for threads in thread_counts:
+                rows.append(pair(label, argv, updates, threads, args.design_reps, Path(tmp)))
+            if args.jobs > 1:
+                rows.append(pair(label, argv, updates, 1, args.design_reps, Path(tmp), jobs=args.jobs))
         if "twins" in which:
-            seeds, steps = list(range(args.twins_seeds)), args.twins_steps
-            conds = 7 + 1  # the preset's 7 conditions and the replica control
-            updates = len(seeds) * 100 + (len(seeds) * 7 + 1) * (steps - 100)
-            base = ["twins", "run", "mini", "--set", f"corpus={corpus}", "--set", f"seeds={seeds}", "--set", f"steps={steps}"]
-            print(f"twins: {len(seeds)} seeds x {conds - 1} conditions + a replica, {updates} run-updates", flush=True)
-            for label, extra in (("twins serial, 1 thread (today)", ["--set", "arm_batch=1", "--set", "threads=1"]),
-                                 ("twins stacked, 1 thread", ["--set", "threads=1"]),
-                                 ("twins serial, 2 threads", ["--set", "arm_batch=1", "--set", "threads=2"]),
-                                 ("twins stacked, 2 threads", ["--set", "threads=2"])):
-                out = Path(tmp) / label.replace(" ", "_").replace(",", "")
-                rows.append(whole(label, base + extra, out, updates))
-    rows = [r for r in rows if r is not None]
-    for r in rows:
-        first = next((x for x in rows if x["design"].split()[0] == r["design"].split()[0] and "today" in x["design"]), r)
-        r["vs_today"] = first["wall_s"] / r["wall_s"]
+            from seedlab.config import load_config
+            from seedlab.twins.config import TwinsConfig
+
+            seeds, s, end = list(range(args.twins_seeds)), args.twins_injection, args.twins_steps
+            over = [f"corpus={corpus}", f"seeds={seeds}", f"injection_step={s}", f"steps={end}"]
+            arms = len(load_config(TwinsConfig, "twins", "mini", over)[0].arm_names)
+            updates = len(seeds) * s + (len(seeds) * arms + 1) * (end - s)
+            argv = ["twins", "run", "mini", *[a for o in over for a in ("--set", o)]]
+            label = f"twins, {len(seeds)} seed(s) x {arms} runs + a replica, {updates:,} run-updates"
+            for threads in thread_counts:
+                rows.append(pair(label, argv, updates, threads, args.design_reps, Path(tmp)))
     return rows
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default="runs/corpus-embedded-bpe", help="the prepared corpus (BPE 2048)")
-    ap.add_argument("--sizes", default="1,2,4,8,16,32,64", help="stack sizes of part 1")
-    ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions of part 1 (best kept)")
+    ap.add_argument("--threads", default="1,2", help="thread counts; every comparison runs both sides at one of them")
+    ap.add_argument("--sizes", default="1,2,4,8,16,32,64", help="stack sizes of part 1 ('' leaves part 1 out)")
+    ap.add_argument("--reps", type=int, default=3, help="interleaved rounds of part 1 (best kept)")
     ap.add_argument("--designs", default="bank,twins", help="part 2: bank, twins, both, or none")
-    ap.add_argument("--bank-seeds", type=int, default=2)
+    ap.add_argument("--design-reps", type=int, default=2, help="interleaved rounds of part 2 (serial, stacked; best kept)")
+    ap.add_argument("--jobs", type=int, default=1, help="part 2's bank also as --jobs N (one thread a process), serial against stacked")
+    ap.add_argument("--bank-seeds", type=int, default=1)
     ap.add_argument("--heldout", type=int, default=9, help="held-out candidates of the bank (+ 6 passages + own row)")
-    ap.add_argument("--twins-seeds", type=int, default=2)
-    ap.add_argument("--twins-steps", type=int, default=200)
+    ap.add_argument("--bank-injection", type=int, default=20, help="the bank's injection step (the preset's: 100)")
+    ap.add_argument("--bank-steps", type=int, default=50, help="the bank's steps in all (the preset's: 200)")
+    ap.add_argument("--twins-seeds", type=int, default=1)
+    ap.add_argument("--twins-injection", type=int, default=20, help="the twins' injection step (the preset's: 100)")
+    ap.add_argument("--twins-steps", type=int, default=50, help="the twins' steps in all (the preset's: 300)")
     ap.add_argument("--plot", default=None, help="write part 1's plot here (PNG)")
-    ap.add_argument("--only", default="", help="part 2: only the configurations whose label contains this (e.g. stacked)")
     ap.add_argument("--json", default=None, help="write every row here")
     args = ap.parse_args()
+    thread_counts = [int(t) for t in args.threads.split(",") if t.strip()]
+    if not thread_counts or min(thread_counts) < 1 or min(args.reps, args.design_reps, args.jobs) < 1:
+        ap.error("--threads: one or more counts, each at least 1; --reps, --design-reps, --jobs: at least 1")
     if not Path(args.corpus, "meta.json").is_file():
         subprocess.run([sys.executable, "-m", "seedlab", "corpus", "prepare", "embedded", "--out", args.corpus,
                         "--tokenizer", "bpe", "--vocab-size", "2048"], check=True)
     from seedlab.corpus import load
 
     vocab = load(args.corpus).vocab_size
-    print(f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}", flush=True)
-    global ONLY
-    ONLY = args.only
-    steps = by_stack_size([int(a) for a in args.sizes.split(",")], args.reps, vocab) if args.sizes else []
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, torch {torch.__version__}", flush=True)
+    sizes = [int(a) for a in args.sizes.split(",") if a.strip()]
+    steps = by_stack_size(sizes, args.reps, vocab, thread_counts) if sizes else []
     if args.plot and steps:
         plot(steps, Path(args.plot))
     which = [] if args.designs == "none" else args.designs.split(",")
-    whole_rows = designs(which, args) if which else []
-    for r in whole_rows:
-        print(f"| {r['design']} | {r['wall_s']:.0f} | {r['updates_per_s']:.1f} | {r['vs_today']:.2f}x | `{r['digest']}` |")
+    whole_rows = designs(which, args, thread_counts) if which else []
     if args.json:
         Path(args.json).write_text(json.dumps({"by_stack_size": steps, "designs": whole_rows}, indent=1))
 

@@ -14,10 +14,16 @@
    |measured|) and its rank agreement with the measured effects (Spearman across candidates per
    query, mean over queries and seeds, per query kind at the first and last horizon) move with λ.
 
-Usage (about 4 minutes on this 2-core machine with the defaults):
+How it times (benchmarks/timing.py; docs/benchmarks.md, "How to measure"): part 1's bank and from-scratch
+runs take turns (bank, scratch, bank, scratch, ...), part 2's fork and estimators too (fork, sgd, adam, ...),
+each for ``--repeats`` rounds, the best of each kept (an estimator's time is its own clock in
+attribution.json, without the parquet I/O); everything at one thread count (``--threads``, else the config's),
+set before every call; the load average before and after is printed beside each part.
+
+Usage (about 8 minutes on this 2-core machine with the defaults, two rounds of everything):
 
     python benchmarks/attribution_bank.py [--corpus runs/corpus-embedded-bpe] [--candidates 16] [--scratch 2]
-                                          [--threads N] [--estimators sgd,adam,tracin,cosine,ekfac,unroll]
+                                          [--threads N] [--repeats 2] [--estimators sgd,adam,tracin,cosine,ekfac,unroll]
                                           [--damping auto,1e-4,1e-3,1e-2,1e-1] [--fit-rows 256]
 """
 
@@ -29,11 +35,15 @@ import platform
 import sys
 import tempfile
 import time
+from itertools import count
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import interleaved
 
 from seedlab.attribution.attribute import attribute
 from seedlab.attribution.bank import run_bank
@@ -78,7 +88,10 @@ def main() -> None:
     ap.add_argument("--corpus", default=None, help="the prepared corpus (default: the config's)")
     ap.add_argument("--candidates", type=int, default=16, help="K held-out candidate rows (no passage file)")
     ap.add_argument("--scratch", type=int, default=2, help="candidates also trained from scratch (timed, compared)")
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the config's)")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads of every side (default: the config's)")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a field of the design (as the CLI's --set), e.g. injection_step=20")
+    ap.add_argument("--repeats", type=int, default=2, help="interleaved rounds of parts 1 and 2, the best of each kept")
     ap.add_argument("--estimators", default="sgd,adam,tracin,cosine,ekfac,unroll")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--damping", default=None, help="EK-FAC damping sweep: comma-separated λ values, 'auto' = "
@@ -86,54 +99,79 @@ def main() -> None:
     ap.add_argument("--fit-rows", type=int, default=None, help="attribute.fit_rows for the sweep (default: the config's)")
     args = ap.parse_args()
     over = [f"seeds=[{args.seed}]", f"candidates.heldout={args.candidates}", "candidates.file=null",
-            *([f"corpus={args.corpus}"] if args.corpus else []), *([f"threads={args.threads}"] if args.threads else [])]
+            *([f"corpus={args.corpus}"] if args.corpus else []), *([f"threads={args.threads}"] if args.threads else []),
+            *args.settings]
     cfg, base = load_config(AttributionConfig, "attribution", args.config, over)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = cfg.threads or torch.get_num_threads()  # every side of every ratio at this count
+    if args.repeats < 1:
+        ap.error(f"--repeats: at least 1, got {args.repeats}")
+    torch.set_num_threads(threads)
     inputs = load_inputs(cfg, base)
     s, end, K = cfg.injection_step, cfg.end, args.candidates
     print(f"design: {cfg.model} block {inputs.gcfg.block_size}, batch {cfg.batch_size}, s = {s}, end = {end}, "
           f"K = {K} candidates, queries {len(inputs.queries)} + self; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s), {platform.processor() or platform.machine()}", flush=True)
-    out: dict = {"K": K, "s": s, "end": end, "threads": torch.get_num_threads()}
+          f"{threads} thread(s), {platform.processor() or platform.machine()}", flush=True)
+    out: dict = {"K": K, "s": s, "end": end, "threads": threads}
     with tempfile.TemporaryDirectory(prefix="seedlab-bench-bank-") as tmp:
+        banks = count()
         bank = Path(tmp) / "bank"
-        t0 = time.perf_counter()
-        run_bank(cfg, bank, base=base, progress=False)
-        out["bank_s"] = time.perf_counter() - t0
-        rd = BankDir(bank)
-        arms = 2 if cfg.candidates.replicate_row is not None else 1  # each candidate's fork (and its replicate)
-        steps_bank = s + (arms * K + 2) * (end - s)  # prefix + twin + replica + the candidates' forks
-        print(f"1. bank: {out['bank_s']:.1f} s for {steps_bank} updates ({out['bank_s'] / K:.2f} s per candidate, "
-              "prefix, twin and replica included)", flush=True)
+
+        def train_bank() -> None:
+            nonlocal bank
+            bank = Path(tmp) / f"bank-{next(banks)}"
+            run_bank(cfg, bank, base=base, progress=False)
+
         queries = {n: t.tokens for n, t in inputs.queries.items()}
         names = list(inputs.candidates_of(args.seed))[: args.scratch]
-        times, equal = [], True
-        for name in names:
-            sec, manifest = candidate_run(inputs, args.seed, name, {name: inputs.candidates[name].tokens} | queries)
-            times.append(sec)
-            equal &= manifest == rd.candidate(args.seed, name).read_manifest()
-        per = sum(times) / len(times)
-        out |= {"scratch_per_candidate_s": per, "scratch_equal_to_bank": equal,
-                "independent_K_s": per * K, "bank_over_independent": out["bank_s"] / (per * K)}
+        scratch: list[dict] = []
+
+        def from_scratch() -> None:
+            scratch.append({name: candidate_run(inputs, args.seed, name, {name: inputs.candidates[name].tokens} | queries)[1]
+                            for name in names})
+
+        t1 = interleaved({"bank": train_bank, "scratch": from_scratch}, args.repeats, threads=threads)
+        rd = BankDir(bank)
+        equal = all(m == rd.candidate(args.seed, name).read_manifest() for run in scratch for name, m in run.items())
+        out["bank_s"] = t1.best["bank"]
+        arms = 2 if cfg.candidates.replicate_row is not None else 1  # each candidate's fork (and its replicate)
+        steps_bank = s + (arms * K + 2) * (end - s)  # prefix + twin + replica + the candidates' forks
+        per = t1.best["scratch"] / len(names)
+        out |= {"scratch_per_candidate_s": per, "scratch_equal_to_bank": equal, "independent_K_s": per * K,
+                "bank_over_independent": out["bank_s"] / (per * K), "part1_conditions": t1.conditions()}
+        print(f"1. ({t1.conditions()})\n   bank: {out['bank_s']:.1f} s for {steps_bank} updates ({out['bank_s'] / K:.2f} s "
+              "per candidate, prefix, twin and replica included)", flush=True)
         print(f"   from scratch: {per:.2f} s per candidate ({end} updates) -> K runs {per * K:.1f} s; "
               f"bank / independent = {out['bank_s'] / (per * K):.2f}x (by update count "
               f"{steps_bank / (K * end):.2f}x); scratch runs bitwise equal to the bank's forks: {equal}", flush=True)
-        name = names[0]
-        fork_s, manifest = candidate_run(inputs, args.seed, name, {name: inputs.candidates[name].tokens} | queries,
-                                         rd.prefix(args.seed))
-        assert manifest == rd.candidate(args.seed, name).read_manifest()
-        out["fork_s"] = fork_s
-        print(f"2. one candidate fork ({end - s} updates + queries): {fork_s:.2f} s", flush=True)
+        first = names[0]
+        texts = {first: inputs.candidates[first].tokens} | queries
+
+        def fork() -> dict:
+            sec, manifest = candidate_run(inputs, args.seed, first, texts, rd.prefix(args.seed))
+            assert manifest == rd.candidate(args.seed, first).read_manifest()
+            return {"seconds": sec}
+
+        def estimator(est: str):
+            def fn() -> dict:
+                t0 = time.perf_counter()
+                attribute(bank, estimators=[est], progress=False)
+                wall = time.perf_counter() - t0
+                inner = json.loads(rd.attribution_json.read_text())["seconds"][est][str(args.seed)]
+                return {"seconds": inner, "wall_with_io_s": wall}
+
+            return fn
+
+        estimators = args.estimators.split(",")
+        t2 = interleaved({"fork": fork, **{e: estimator(e) for e in estimators}}, args.repeats, threads=threads)
+        fork_s = out["fork_s"] = t2.best["fork"]
+        out["part2_conditions"] = t2.conditions()
+        print(f"2. ({t2.conditions()})\n   one candidate fork ({end - s} updates + queries): {fork_s:.2f} s", flush=True)
         est = {}
-        for name in args.estimators.split(","):
-            t0 = time.perf_counter()
-            attribute(bank, estimators=[name], progress=False)
-            wall = time.perf_counter() - t0
-            inner = json.loads(rd.attribution_json.read_text())["seconds"][name][str(args.seed)]
-            est[name] = {"seconds": inner, "wall_with_io_s": wall, "per_candidate_s": inner / (K),
-                         "vs_one_fork": inner / fork_s, "per_candidate_vs_one_fork": inner / K / fork_s,
-                         "vs_bank": inner / out["bank_s"]}
+        for name in estimators:
+            inner = t2.best[name]
+            est[name] = {"seconds": inner, "wall_with_io_s": t2.best_stats(name)["wall_with_io_s"],
+                         "per_candidate_s": inner / K, "vs_one_fork": inner / fork_s,
+                         "per_candidate_vs_one_fork": inner / K / fork_s, "vs_bank": inner / out["bank_s"]}
             print(f"   {name:<7} {inner:7.2f} s for {K} candidates x all queries x horizons "
                   f"({inner / fork_s:.2f} candidate runs; per candidate {inner / K / fork_s:.3f}; "
                   f"{inner / out['bank_s']:.2f}x the bank's training of the same candidates)", flush=True)

@@ -13,16 +13,21 @@ peak measured here in each precision (``seedlab.doctor.matmul_gflops``). Four pa
    loop chunked (micro-batches of the config's ``micro_batch``, else of ``--micro`` rows, default a
    quarter of the batch, with gradient accumulation as nanoGPT's ``gradient_accumulation_steps``)
    and ``Trainer.advance``; ``--steps`` timed steps after ``--warmup``, all of them interleaved
-   (A, B, C, ... A, B, C, ...), best of ``--repeats``; tokens/s, the ratio to the plain loop of the
+   (A, B, C, ... A, B, C, ...), best of ``--repeats`` (benchmarks/timing.py); tokens/s, the ratio to the plain loop of the
    same precision (target >= 0.9x for the Trainer against the plain loop that splits the batch as it
    does), the ratio to seedlab's fp32 Trainer, and GFLOP/s (nanoGPT's 6N + 12·L·d·T per token) with
    their share of the matmul peak of the precision used;
 2. determinism, in each precision: a fresh ``Trainer`` repeats the timed run's steps; every weight's
    SHA-256 must agree (bf16 autocast too: on one machine it is as reproducible as fp32);
-3. the shared prefix: ``run_twins`` for one seed forked vs ``independent=True`` (wall time; steps
-   trained s + C·(T - s) vs C·T), and the forked and independent final weights compared;
+3. the shared prefix: ``run_twins`` for one seed forked vs ``independent=True`` (wall time, interleaved,
+   best of ``--fork-repeats``; steps trained s + C·(T - s) vs C·T), and the forked and independent final
+   weights compared;
 4. pieces: what ``advance`` does differently from the plain loop (batch, loss, AdamW, readout),
    each timed alone, interleaved, best of ``--repeats``.
+
+Every part runs at ``--threads`` threads (default: torch's), set before every timed call and handed to the
+config (``threads``), so all sides of every ratio run at the same count; each part prints its conditions (rounds,
+threads, the load average before and after) beside its numbers (docs/benchmarks.md, "How to measure").
 
 Parts 3 and 4 run in one precision only, the first of ``--precision`` (fp32 by default): part 3 is
 the longest and what it measures (steps saved by the fork, forked == independent) does not depend
@@ -37,11 +42,11 @@ moments, their batches identical but for the injected row), the C·(T - s) steps
 C-wide ones; it would have to stay bitwise equal to the arms trained one by one (part 3's check),
 which batched kernels, reducing in another order, need not.
 
-Usage (roughly 4 minutes with the defaults on this 2-core machine, part 3 being 2 of them; --fork-steps and
+Usage (roughly 6 minutes with the defaults on this 2-core machine, part 3 being 4 of them; --fork-steps and
 --fork-injection scale part 3 down; on a busy machine --threads 1 keeps the timings far steadier):
 
     python benchmarks/twins_trainer.py [--steps 60] [--repeats 3] [--precision fp32 bf16] [--micro 4]
-                                       [--fork-steps 300 --fork-injection 100] [--skip-fork]
+                                       [--fork-steps 300 --fork-injection 100 --fork-repeats 2] [--skip-fork]
                                        [--corpus runs/corpus-embedded-bpe] [--threads 2] [--device cpu]
 """
 
@@ -54,9 +59,8 @@ import platform
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import torch
@@ -66,7 +70,8 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).parent))
 from plain_gpt_loop import PlainGPTLoop
 from plain_gpt_loop import get_batch as plain_batch
-from timing import sync
+from timing import Timings, interleaved, set_threads
+from timing import load as load_average
 
 import seedlab.config
 from seedlab import doctor
@@ -84,7 +89,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 #: part 1's loops in each precision, in the order they take turns and are printed
 LOOPS = ("plain", "chunked", "twins")
-K = TypeVar("K", bound=Hashable)
 
 
 def flops_per_token(gcfg) -> tuple[float, float]:
@@ -98,29 +102,11 @@ def flops_per_token(gcfg) -> tuple[float, float]:
     return 6 * m.num_params(non_embedding=True) + 12 * L * d * T, fc.get_total_flops() / x.numel()
 
 
-def interleaved(
-    fns: dict[K, Callable[[], None]], repeats: int, dev: torch.device, rounds: dict | None = None
-) -> dict[K, float]:
-    """Best wall time of each ``fn`` over ``repeats`` rounds, the fns taking turns within a round
-    (``rounds``, if given, receives every round's time of each)."""
-    rounds = {} if rounds is None else rounds
-    for name in fns:
-        rounds[name] = []
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            sync(dev)
-            t = time.perf_counter()
-            fn()
-            sync(dev)
-            rounds[name].append(time.perf_counter() - t)
-    return {name: min(ts) for name, ts in rounds.items()}
-
-
 def throughput(cfgs: dict[str, TwinsConfig], gcfg, tokens: np.ndarray, micro: int, dev: torch.device, args):
-    """Part 1: every loop of ``LOOPS`` in every precision of ``cfgs``, all taking turns.
+    """Part 1: every loop of ``LOOPS`` in every precision of ``cfgs``, all taking turns at ``args.threads``.
 
-    Returns (best wall time of ``args.steps`` steps, every round's wall times, both keyed by
-    (precision, loop); each precision's Trainer; the steps each Trainer has taken)."""
+    Returns (the Timings of ``args.steps`` steps keyed by (precision, loop); each precision's Trainer; the steps
+    each Trainer has taken)."""
     steps: dict[tuple[str, str], Callable[[], object]] = {}
     runs: dict[str, Trainer] = {}
     for p, cfg in cfgs.items():
@@ -128,6 +114,7 @@ def throughput(cfgs: dict[str, TwinsConfig], gcfg, tokens: np.ndarray, micro: in
         steps[p, "plain"] = PlainGPTLoop(cfg, gcfg, args.seed, tokens, dev).step
         steps[p, "chunked"] = PlainGPTLoop(cfg, gcfg, args.seed, tokens, dev, micro=micro).step
         steps[p, "twins"] = runs[p].advance
+    set_threads(args.threads)
     for _ in range(args.warmup):
         for step in steps.values():
             step()
@@ -139,9 +126,8 @@ def throughput(cfgs: dict[str, TwinsConfig], gcfg, tokens: np.ndarray, micro: in
 
         return fn
 
-    rounds: dict = {}
-    best = interleaved({k: timed(step) for k, step in steps.items()}, args.repeats, dev, rounds)
-    return best, rounds, runs, args.warmup + args.repeats * args.steps
+    t = interleaved({k: timed(step) for k, step in steps.items()}, args.repeats, threads=args.threads, dev=dev)
+    return t, runs, args.warmup + args.repeats * args.steps
 
 
 def determinism(cfg, gcfg, tokens, first: Trainer, steps: int, seed: int) -> tuple[bool, int]:
@@ -152,9 +138,9 @@ def determinism(cfg, gcfg, tokens, first: Trainer, steps: int, seed: int) -> tup
     return a == b, len(a)
 
 
-def fork_vs_independent(cfg: TwinsConfig, base: Path, repeats: int, dev: torch.device) -> tuple[dict[str, float], bool]:
-    """Best wall time of run_twins forked vs independent (fresh folders each time); and whether
-    every condition's final weights agree bitwise between the two."""
+def fork_vs_independent(cfg: TwinsConfig, base: Path, repeats: int, dev: torch.device) -> tuple[Timings, bool]:
+    """run_twins forked vs independent (fresh folders each time), interleaved at the config's threads; and
+    whether every condition's final weights agree bitwise between the two."""
     manifests: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="twins-bench-") as tmp:
 
@@ -170,22 +156,25 @@ def fork_vs_independent(cfg: TwinsConfig, base: Path, repeats: int, dev: torch.d
 
             return fn
 
-        best = interleaved({"forked": go(False), "independent": go(True)}, repeats, dev)
-    return best, manifests["forked"] == manifests["independent"]
+        t = interleaved({"forked": go(False), "independent": go(True)}, repeats, threads=cfg.threads, dev=dev)
+    return t, manifests["forked"] == manifests["independent"]
 
 
-def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeats: int, calls: int) -> list[tuple]:
-    """(piece, twins way, plain way, twins µs/step, plain µs/step), each piece timed alone (the
-    loss on logits of ``cfg.precision``'s dtype, as autocast leaves them)."""
+def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeats: int, calls: int) -> tuple[list[tuple], list[str]]:
+    """(piece, twins way, plain way, twins µs/step, plain µs/step) per piece, each piece's two ways interleaved
+    at the config's threads (the loss on logits of ``cfg.precision``'s dtype, as autocast leaves them); and each
+    piece's conditions line."""
     B, T, V = cfg.batch_size, gcfg.block_size, gcfg.vocab_size
-    rows = []
+    rows: list[tuple] = []
+    conditions: list[str] = []
 
     def per_call(fns: dict[str, Callable[[], None]]) -> list[float]:
         def many(f):
             return lambda: [f() for _ in range(calls)]
 
-        best = interleaved({k: many(f) for k, f in fns.items()}, repeats, dev)
-        return [1e6 * best[k] / calls for k in fns]
+        t = interleaved({k: many(f) for k, f in fns.items()}, repeats, threads=cfg.threads, dev=dev)
+        conditions.append(t.conditions())
+        return [1e6 * t.best[k] / calls for k in fns]
 
     # the batch: numpy default_rng([seed, step]) + stack + mask + count, vs torch.randint offsets
     gen, step = torch.Generator().manual_seed(0), iter(range(10**9))
@@ -237,7 +226,7 @@ def pieces(cfg: TwinsConfig, gcfg, tokens: np.ndarray, dev: torch.device, repeat
     v = torch.ones((), device=dev)
     times = per_call({"t": lambda: float(v * 1), "p": lambda: v * 1})
     rows.append(("loss readout", "float(total) every step", "none", *times))
-    return rows
+    return rows, conditions
 
 
 def machine(dev: torch.device, precisions: list[str], n: int) -> dict[str, float]:
@@ -270,15 +259,17 @@ def main() -> None:
     ap.add_argument("--peak-size", type=int, default=2048, help="n of the n x n matmul timed for the peak")
     ap.add_argument("--fork-steps", type=int, help="T for part 3; default: the config's steps")
     ap.add_argument("--fork-injection", type=int, help="s for part 3; default: the config's injection_step, scaled with T")
-    ap.add_argument("--fork-repeats", type=int, default=1)
+    ap.add_argument("--fork-repeats", type=int, default=2, help="interleaved rounds of part 3, best taken")
     ap.add_argument("--skip-fork", action="store_true", help="leave out part 3 (the longest)")
     ap.add_argument("--piece-calls", type=int, default=20, help="calls per round for each piece (part 4)")
-    ap.add_argument("--threads", type=int, help="torch CPU threads; default: torch's")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                    help="torch CPU threads of every loop, set before each timed call (default: torch's, %(default)s here)")
     ap.add_argument("--device", help="override the config's device (auto|cpu|cuda)")
     args = ap.parse_args()
     precisions = list(dict.fromkeys(args.precision))  # as given, once each
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if min(args.threads, args.repeats, args.fork_repeats, args.steps) < 1:
+        ap.error("--threads, --repeats, --fork-repeats and --steps: at least 1")
+    set_threads(args.threads)
     t_start = time.perf_counter()
 
     with tempfile.TemporaryDirectory(prefix="twins-corpus-") as tmp:
@@ -290,8 +281,7 @@ def main() -> None:
         raw = load_yaml(config_file) | {"corpus": str(Path(corpus_dir).resolve()), "seeds": [args.seed]}
         if args.device:
             raw["device"] = args.device
-        if args.threads:
-            raw["threads"] = args.threads
+        raw["threads"] = args.threads  # the Trainer and run_twins settle the same count as the plain loops
         base = parse(TwinsConfig, raw)
         cfgs = {p: base.model_copy(update={"precision": p}) for p in precisions}
         cfg = cfgs[precisions[0]]  # parts 3 and 4
@@ -310,22 +300,23 @@ def main() -> None:
         print(f"config {name}: model {base.model} (L={gcfg.n_layer}, d={gcfg.n_embd}, V={gcfg.vocab_size}), block {T}, "
               f"batch {B} = {B * T} tokens/step ({split}); precisions {', '.join(precisions)}; "
               f"corpus {len(tokens):,} train tokens")
-        load1, cores = os.getloadavg()[0], os.cpu_count() or 1
+        load1, cores = load_average(), os.cpu_count() or 1
         if load1 > cores - 0.5:
-            hint = " (try --threads 1)" if torch.get_num_threads() > 1 else ""
+            hint = " (try --threads 1)" if args.threads > 1 else ""
             print(f"warning: load average {load1:.1f} on {cores} cores at the start: timings are contended{hint}")
         n_params = GPT(gcfg).num_params(non_embedding=True)
         print(f"FLOPs/token (fwd+bwd): {est / 1e6:.3f} M (6N + 12·L·d·T, N = {n_params:,} non-embedding); "
               f"FlopCounterMode matmuls {counted / 1e6:.3f} M")
 
         # 1. throughput
-        best, rounds, runs, done = throughput(cfgs, gcfg, tokens, micro, dev, args)
+        t1, runs, done = throughput(cfgs, gcfg, tokens, micro, dev, args)
+        best = t1.best
         n_tok = args.steps * B * T
         ref = "chunked" if base.micro_batch else "plain"  # the plain loop that splits the batch as the Trainer does
         labels = {"plain": "plain nanoGPT loop", "chunked": f"plain loop, {B // micro} micro-batches of {micro}",
                   "twins": "seedlab `Trainer.advance`" + (f", micro-batches of {base.micro_batch}" if base.micro_batch else "")}
-        print(f"\n## 1. throughput: {args.steps} steps x best of {args.repeats} (all {len(best)} loops interleaved), "
-              f"after {args.warmup} warm-up steps")
+        print(f"\n## 1. throughput: {args.steps} steps a round, all {len(best)} loops taking turns, after "
+              f"{args.warmup} warm-up steps; {t1.conditions()}")
         print("| precision | trainer | ms/step | tokens/s | vs plain, same precision | vs seedlab fp32 | GFLOP/s "
               "| % of the precision's matmul peak |")
         print("|---|---|---|---|---|---|---|---|")
@@ -336,7 +327,7 @@ def main() -> None:
                 print(f"| {p} | {labels[loop]} | {1e3 * t / args.steps:.1f} | {rate:,.0f} | {best[p, 'plain'] / t:.2f}x | "
                       f"{vs_fp32} | {rate * est / 1e9:.2f} | {100 * rate * est / 1e9 / peak[p]:.0f}% |")
         for p in precisions:
-            per_round = [r / t for t, r in zip(rounds[p, "twins"], rounds[p, ref])]  # plain time / twins time
+            per_round = t1.round_ratios((p, ref), (p, "twins"))  # plain time / twins time
             ratio, med = best[p, ref] / best[p, "twins"], float(np.median(per_round))
             print(f"{p}: twins / {'plain' if ref == 'plain' else 'chunked plain'} {ratio:.2f}x best of each, {med:.2f}x median of the rounds (target >= 0.9x: "
                   f"{'met' if min(ratio, med) >= 0.9 else 'NOT met'}); round by round: "
@@ -362,7 +353,9 @@ def main() -> None:
             print(f"steps trained per seed: forked s + C·(T - s) = {s} + {C}·{Tf - s} = {forked:,}; "
                   f"independent C·T = {C}·{Tf} = {indep:,}; the fork saves (C - 1)·s = {indep - forked:,} "
                   f"({100 * (indep - forked) / indep:.0f}%)")
-            walls, agree = fork_vs_independent(fcfg, config_file.parent, args.fork_repeats, dev)
+            t3, agree = fork_vs_independent(fcfg, config_file.parent, args.fork_repeats, dev)
+            walls = t3.best
+            print(t3.conditions())
             print("| mode | steps | wall s | ms/step |")
             print("|---|---|---|---|")
             for mode, n in (("forked", forked), ("independent", indep)):
@@ -377,14 +370,14 @@ def main() -> None:
                       "rerun with --fork-repeats 2 (or --threads 1 on a busy machine)")
 
         # 4. pieces
-        rows = pieces(cfg, gcfg, tokens, dev, args.repeats, args.piece_calls)
+        rows, piece_conditions = pieces(cfg, gcfg, tokens, dev, args.repeats, args.piece_calls)
         step_us = 1e6 * best[cfg.precision, "twins"] / args.steps
         print(f"\n## 4. what advance() does differently, each piece alone: "
               f"{args.piece_calls} calls x best of {args.repeats}, {cfg.precision}")
-        print("| piece | twins way | plain way | twins µs | plain µs | difference, % of a twins step |")
-        print("|---|---|---|---|---|---|")
-        for piece, tw, pw, t_us, p_us in rows:
-            print(f"| {piece} | {tw} | {pw} | {t_us:,.0f} | {p_us:,.0f} | {100 * (t_us - p_us) / step_us:+.1f}% |")
+        print("| piece | twins way | plain way | twins µs | plain µs | difference, % of a twins step | conditions |")
+        print("|---|---|---|---|---|---|---|")
+        for (piece, tw, pw, t_us, p_us), how in zip(rows, piece_conditions):
+            print(f"| {piece} | {tw} | {pw} | {t_us:,.0f} | {p_us:,.0f} | {100 * (t_us - p_us) / step_us:+.1f}% | {how} |")
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
 
 
