@@ -430,18 +430,39 @@ def test_equivalence_licenses_alike_and_a_withdrawn_wording_is_exempt(repo):
 # --------------------------------------------------------------------------- the render
 
 
-def test_the_readme_block_states_the_standing_claims_with_status_and_scope(rendered):
-    text = (rendered / "README.md").read_text()
+def test_the_readme_block_states_the_front_page_claims_with_status_and_scope(repo, seedlab_main):
+    """README shows the claims marked ``front`` (status, scope), then how many more stand and how many were
+    withdrawn or superseded: all of them on the results page."""
+    claims = _entries(repo)
+    claims[0]["front"] = True
+    _write_ledger(repo, "twins", claims)
+    assert seedlab_main("claims", "render")[0] == 0
+    text = (repo / "README.md").read_text()
     block = text.split("<!-- claims:begin readme -->\n\n")[1].split("\n\n<!-- claims:end readme -->")[0]
-    assert block.startswith("One line per finding, from the ledger `docs/claims/` (`make claims`)")
+    assert block.startswith("Each study's headline findings, from the ledger `docs/claims/` (`make claims`)")
     twins = block.split("**twins**")[1].split("**attribution**")[0]
-    assert twins.startswith(" ([docs/results/twins.md](docs/results/twins.md); 1 withdrawn: listed there)\n")
+    assert twins.startswith(" ([docs/results/twins.md](docs/results/twins.md))\n")
     assert (f"- {CONFIRMED['wording']} (**confirmed**, [pre-registered as H1](docs/preregistration/twins-specificity.md); "
             "GPT mini (2 layers, d 64), B 16, lr 1e-2 peak, s + 50, seeds 1000-1007 (fresh))") in twins
-    assert f"- {EXPLORATORY['wording']} (*exploratory*; GPT mini, B 16, s + 1000, seeds 0-3)" in twins
+    assert EXPLORATORY["wording"] not in twins  # standing, but not on the front page
+    assert "- *Also on the results page:* 1 more standing (1 exploratory); 1 withdrawn." in twins
     assert "any row's" not in block
-    assert "**shortcut** ([docs/results/shortcut.md](docs/results/shortcut.md))\n- *No confirmed or exploratory claims" in block
+    assert "**shortcut** ([docs/results/shortcut.md](docs/results/shortcut.md))\n- *No front-page finding" in block
     assert text.startswith("# seedlab\n\nIntro line one.") and text.endswith("<!-- claims:end readme -->\n\n## Links\n")
+
+
+@pytest.mark.parametrize(("fronts", "problem"), [
+    ([2], "twins.any-row: front: only a standing finding (confirmed or exploratory) is on the front page"),
+    ([0, 1, 3, 4, 5], "twins.copy-5: front: at most 4 of a study's findings are on README's front page, got 5")])
+def test_the_front_page_holds_a_few_standing_claims(repo, seedlab_main, fronts, problem):
+    claims = _entries(repo) + [dict(EXPLORATORY, id=f"twins.copy-{k}") for k in (3, 4, 5)]
+    for i in fronts:
+        claims[i]["front"] = True
+    _write_ledger(repo, "twins", claims)
+    before = _snapshot(repo)
+    code, _, err = seedlab_main("claims", "render")
+    assert code == 2 and problem in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(repo) == before
 
 
 def test_the_index_counts_and_lists_every_claim(rendered):

@@ -60,21 +60,26 @@ def _counts(claims: list[Claim]) -> str:
 
 
 def readme_block(ledger: Ledger, page: str = PAGES["readme"]) -> str:
-    """README's "What we found": per study a bold name and its results page, then one bullet per
-    confirmed or exploratory claim: the wording, (status; scope). Withdrawn and superseded claims are
-    counted, and listed on the results page."""
-    out = ["One line per finding, from the ledger `docs/claims/` (`make claims`): what was found, then its status "
-           "and where it was measured (model, rows per batch B, learning rate, updates after the injection step s, "
-           "seeds). Withdrawn and superseded findings are listed on each study's results page.", ""]
+    """README's "What we found": per study a bold name and its results page, then one bullet per front-page
+    claim (``front: true``, confirmed or exploratory): the wording, (status; scope); then how many more
+    findings stand and how many were withdrawn or superseded, all listed on the results page."""
+    out = ["Each study's headline findings, from the ledger `docs/claims/` (`make claims`): what was found, then its "
+           "status and where it was measured (model, rows per batch B, learning rate, updates after the injection "
+           "step s, seeds). Every other finding, and every withdrawn or superseded one, is on the study's results "
+           "page and in [docs/results.md](" + link(PAGES["index"], page) + ").", ""]
     for study in STUDIES:
         claims = ledger.of(study)
+        out.append(f"**{study}** ([{results_page(study)}]({link(results_page(study), page)}))")
+        front = [c for c in claims if c.front and c.live]
+        out += [f"- {c.wording} ({status_tag(c, page)}; {scope_short(c.scope)})" for c in front]
+        if not front:
+            out.append(f"- *No front-page finding is entered yet* ({ledger_file(study)}).")
+        rest = [c for c in claims if c.live and not c.front]
         gone = [c for c in claims if not c.live]
-        note = f"; {_counts(gone)}: listed there" if gone else ""
-        out.append(f"**{study}** ([{results_page(study)}]({link(results_page(study), page)}){note})")
-        live = [c for c in claims if c.live]
-        out += [f"- {c.wording} ({status_tag(c, page)}; {scope_short(c.scope)})" for c in live]
-        if not live:
-            out.append(f"- *No confirmed or exploratory claims are entered yet* ({ledger_file(study)}).")
+        more = [f"{len(rest)} more standing ({_counts(rest)})" if rest else "",
+                f"{_counts(gone)}" if gone else ""]
+        if any(more):
+            out.append(f"- *Also on the results page:* {'; '.join(m for m in more if m)}.")
         out.append("")
     return "\n".join(out).rstrip()
 

@@ -9,7 +9,8 @@ a check relies on and fails on bad input with one line naming the ledger file, t
 - each entry's fields and their types (unknown fields refused);
 - the rules between its fields (status and ``superseded_by``, ``why``, ``decision``; the id's study; every
   quote a number written in the wording, read from one of the evidence files);
-- the rules between entries (unique ids; ``superseded_by`` names another entry);
+- the rules between entries (unique ids; ``superseded_by`` names another entry; at most :data:`FRONT_MAX` front-page
+  findings a study);
 - the files (evidence, pre-registration and record files exist inside the repository; every key reads).
 
 What the files then say (a decision passed, a number agrees with its quote) is checks.py's.
@@ -35,6 +36,8 @@ STUDIES = ("shortcut", "twins", "attribution")
 STATUSES = ("confirmed", "exploratory", "withdrawn", "superseded")
 #: the statuses of a finding that stands (README states these; the others are shown only as withdrawn)
 LIVE = ("confirmed", "exploratory")
+#: README's front page holds at most this many findings per study (the rest: the results page and the index)
+FRONT_MAX = 4
 
 
 def ledger_file(study: str) -> str:
@@ -111,6 +114,9 @@ class Claim(_Entry):
     scope: Scope
     evidence: Evidence
     decision: Decision | None = None
+    #: on README's front page: one of the study's few headline findings (at most :data:`FRONT_MAX`); every
+    #: finding is on its results page and in docs/results.md's index either way
+    front: bool = False
 
     @property
     def live(self) -> bool:
@@ -189,6 +195,8 @@ def _entry_problems(claim: Claim, study: str) -> Iterator[tuple[str, str]]:
         yield "decision", "required when status is confirmed (the pre-registered decision that passed)"
     if claim.status != "confirmed" and claim.decision is not None:
         yield "decision", f"only a confirmed claim has one (status is {claim.status})"
+    if claim.front and not claim.live:
+        yield "front", f"only a standing finding (confirmed or exploratory) is on the front page (status is {claim.status})"
     for i, n in enumerate(claim.evidence.numbers):
         field = f"evidence.numbers[{i}]"
         try:
@@ -252,3 +260,8 @@ def _ledger_problems(claims: list[Claim]) -> Iterator[str]:
     for c in claims:
         if c.superseded_by and (c.superseded_by not in first or c.superseded_by == c.id):
             yield f"{ledger_file(c.study)}: {c.id}: superseded_by: names no other entry of the ledger, got {c.superseded_by!r}"
+    for study in STUDIES:
+        front = [c for c in claims if c.study == study and c.front]
+        if len(front) > FRONT_MAX:
+            yield (f"{ledger_file(study)}: {front[FRONT_MAX].id}: front: at most {FRONT_MAX} of a study's findings are on "
+                   f"README's front page, got {len(front)}")
