@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from seedlab.shortcut import analyze, circuits_report, stats
+from seedlab.shortcut import analyze, circuit_data, circuits_report
 from seedlab.shortcut.interventions import DIRECTIONS, PATHS
 from seedlab.shortcut.pairs import KINDS
 
@@ -60,7 +60,7 @@ def test_circuits_section_tables_at_the_last_checkpoint():
 
 def test_path_patching_of_the_rule_head():
     summary, circuits, patching = _tables()
-    np.testing.assert_array_equal(stats.rule_heads(patching).to_numpy(), [[0, 1, 0], [1, 1, 0], [2, 0, 0]])
+    np.testing.assert_array_equal(circuit_data.rule_heads(patching).to_numpy(), [[0, 1, 0], [1, 1, 0], [2, 0, 0]])
     rows = _rows(circuits_report.circuits_section(summary, circuits, patching), "**Path patching of the rule head**")
     # per cell and rule head: flagged, Δld total / direct / via MLP, fractions total / direct / via MLP
     assert rows[0] == "| 2L/1H | 0.9 | L1H0 | 2 | 25% | 3 | 1 | 2 | 0.75 | 0.75 | 0.75 |"
@@ -69,7 +69,7 @@ def test_path_patching_of_the_rule_head():
 
 def test_head_roles_aligned_at_each_members_generalization_epoch(tmp_path):
     summary, circuits, patching = _tables()
-    roles = stats.aligned_roles(circuits, summary)
+    roles = circuit_data.aligned_roles(circuits, summary)
     assert len(roles) == 2 * 4 * 2 + 4  # members x checkpoints x heads (2L), + the 1L member
     m0 = roles[(roles["member"] == 0) & (roles["component"] == "L1H0")]
     np.testing.assert_array_equal(m0["epochs_from_gen"], [-15, -5, 5, 15])

@@ -237,7 +237,7 @@ def test_split_size_section_of_an_old_run_asks_for_a_rerun(tmp_path):
 def test_shortcut_head_rule():
     """The head with the highest shortcut fingerprint averaged over checkpoints: QK rho with token value for max
     tasks, attention on position 0 for first tasks; MLP rows (head -1) never count."""
-    from seedlab.shortcut.stats import shortcut_heads
+    from seedlab.shortcut.circuit_data import shortcut_heads
 
     summary = pd.DataFrame({"member": [0, 1, 2], "task": ["sum2-max", "sum3-first", "sum2-max"]})
     rows = []

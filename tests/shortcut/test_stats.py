@@ -170,7 +170,8 @@ def test_a_three_layer_model_is_not_one_layer():
 
 
 def test_at_evaluations_counts_only_the_evaluations_and_keeps_jobs_apart():
-    from seedlab.shortcut.stats import at_evaluations, cadence_rates
+    from seedlab.shortcut.report_data import cadence_rates
+    from seedlab.shortcut.stats import at_evaluations
 
     cell = {"task": "sum2-max", "weight_decay": 1.0, "heads": 2}
     summary = pd.DataFrame([
@@ -215,7 +216,7 @@ def _grads_frame(series: dict[int, list[tuple]], **more) -> pd.DataFrame:
 def test_the_saturated_window_follows_the_threshold():
     """Amplification is measured where the majority group's mean loss is below the threshold: the consistent group's
     at r >= 1/2, the anti group's below; per member the median there, then quartiles over members with a window."""
-    from seedlab.shortcut.stats import amplification
+    from seedlab.shortcut.report_data import amplification
 
     summary = pd.DataFrame([{"member": m, "task": "sum2-max", "layers": 2, "heads": 1, "ratio": r}
                             for m, r in ((0, 0.9), (1, 0.9), (2, 0.15))])
@@ -240,7 +241,7 @@ def test_the_saturated_window_follows_the_threshold():
 def test_head_conflict_intervals_against_a_control():
     """Per member: its shortcut head, and the mean over its other heads; then mean and 95% t interval over members,
     generalizing and non-generalizing members apart; members without a shortcut head left out."""
-    from seedlab.shortcut.stats import head_conflict_intervals, head_roles
+    from seedlab.shortcut.report_data import head_conflict_intervals, head_roles
     from seedlab.stats import mean_ci
 
     cell = {"task": "sum2-max", "weight_decay": 0.1, "layers": 2, "heads": 2, "ratio": 0.9}

@@ -4,14 +4,14 @@ Each function returns report-ready markdown. The tables of :func:`circuits_secti
 part are taken at each member's LAST checkpoint and group members by cell (task and weight
 decay when the folder has several, capacity, ratio r) and component (``L0H1``, ``L1MLP``):
 
-Every number comes from :mod:`seedlab.shortcut.stats`; this module only words and tabulates it.
+Every number comes from :mod:`seedlab.shortcut.circuit_data`; this module only words and tabulates it.
 
 - :func:`pair_patching_table`: matched counterfactual pairs of both kinds side by side
   (same-label: the shortcut feature changes; label-changing: the shortcut token stays, the
   label changes): per pair, the fraction of the clean-vs-corrupt logit-difference gap that
   patching one component moves, in both directions; the median over seeds of each seed's
   per-pair median [quartiles], and the share of flagged pairs (gap below ``MIN_GAP`` logits).
-- :func:`path_patching_table`: each member's rule head (:func:`~seedlab.shortcut.stats.rule_heads`) patched on
+- :func:`path_patching_table`: each member's rule head (:func:`~seedlab.shortcut.circuit_data.rule_heads`) patched on
   label-changing pairs along its whole effect, its direct path to the logits, and its path
   through the MLPs.
 - :func:`path_ablation_table`: per head, the mean over seeds of the accuracy change (points)
@@ -21,7 +21,7 @@ Every number comes from :mod:`seedlab.shortcut.stats`; this module only words an
   fingerprints, the direct-path OV fingerprint, and the linear-probe accuracies beside their
   chance levels and row counts.
 
-The second part follows each seed's heads through training (:func:`~seedlab.shortcut.stats.aligned_roles`,
+The second part follows each seed's heads through training (:func:`~seedlab.shortcut.circuit_data.aligned_roles`,
 :func:`aligned_roles_table`, :func:`aligned_roles_figure`): generalizing members aligned at their
 generalization epoch, the others apart, on their own epochs.
 """
@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from seedlab.reporting import Fig, fmt_num, md_table, new_figure, num_or_dash, pct, save_figure
-from seedlab.shortcut import stats
-from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, component_colors, fmt_ratio
+from seedlab.shortcut import circuit_data
 from seedlab.shortcut.constants import MIN_GAP
+from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, component_colors, fmt_ratio
 from seedlab.shortcut.stats import CELL, GROUP, paper_order
 
 PAIR_KINDS = {"same_label": "same-label", "label_changing": "label-changing"}  # patching.parquet's ``pairs``
@@ -125,7 +125,7 @@ def _prose(note: str) -> str:
 
 
 def _table(groups: pd.DataFrame, note: str, columns: list[tuple[str, Callable]], keys: tuple[str, ...] = ("component", "seeds")) -> str:
-    """``note`` and one row per row of ``groups`` (e.g. from :func:`seedlab.shortcut.stats.per_component`): its cell
+    """``note`` and one row per row of ``groups`` (e.g. from :func:`seedlab.shortcut.circuit_data.per_component`): its cell
     (task and weight decay only where the table has several), ``keys``, then ``fn(row)`` per column."""
     many = [c for c in GROUP if groups[c].nunique() > 1]
     header = [{"task": "task", "weight_decay": "wd"}[c] for c in many] + ["model", "r", *(k.replace("_", " ") for k in keys)]
@@ -146,7 +146,7 @@ def _quartiles(g, direction: str, kind: str) -> str:
 def pair_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
     """Both kinds of pairs side by side (those the table has), whole components (``path == total``)."""
     kinds = [k for k in PAIR_KINDS if (patching["pairs"] == k).any()]
-    groups = stats.pair_patching(summary, patching, kinds)
+    groups = circuit_data.pair_patching(summary, patching, kinds)
     cols = [("pairs", lambda g: str(int(getattr(g, f"pairs_{kinds[0]}"))))]
     for k, name in ((k, PAIR_KINDS[k]) for k in kinds):
         cols += [
@@ -161,9 +161,9 @@ def pair_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
 
 
 def path_patching_table(summary: pd.DataFrame, patching: pd.DataFrame) -> str:
-    """Each member's rule head (:func:`seedlab.shortcut.stats.rule_heads`) on label-changing pairs, clean→corrupt,
-    along each path (:func:`seedlab.shortcut.stats.path_patching`)."""
-    groups = stats.path_patching(summary, patching, list(PATH_LABELS))
+    """Each member's rule head (:func:`seedlab.shortcut.circuit_data.rule_heads`) on label-changing pairs, clean→corrupt,
+    along each path (:func:`seedlab.shortcut.circuit_data.path_patching`)."""
+    groups = circuit_data.path_patching(summary, patching, list(PATH_LABELS))
     if groups is None:
         return _prose(PATH_PATCHING_NOTE) + "\n\n*No label-changing pairs in patching.parquet (rerun `seedlab shortcut analyze DIR`).*"
     cols = [("flagged", lambda g: pct(g.flagged))]
@@ -177,8 +177,8 @@ PATH_NAMES = {"qk_uniform": "QK→uniform", "qk_mean": "QK→mean", "ov_mean": "
 
 def path_ablation_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
     points = lambda c: lambda g: f"{100 * getattr(g, c):+.0f}"
-    cols = [(f"{PATH_NAMES[k]} {s}", points(f"{k}_ablation_{s}")) for k in stats.PATH_ABLATIONS for s in ("val", "adv")]
-    return _table(stats.ablation_means(summary, circuits), _prose(PATH_NOTE), cols)
+    cols = [(f"{PATH_NAMES[k]} {s}", points(f"{k}_ablation_{s}")) for k in circuit_data.PATH_ABLATIONS for s in ("val", "adv")]
+    return _table(circuit_data.ablation_means(summary, circuits), _prose(PATH_NOTE), cols)
 
 
 FINGERPRINTS = {
@@ -199,7 +199,7 @@ def fingerprint_table(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
     columns = [c for c in FINGERPRINTS if c in circuits]  # a circuits.parquet from before the chance levels lacks them
     fmt = lambda c, v: str(int(v)) if c == "probe_rows" and not np.isnan(v) else num_or_dash(v)
     median = lambda c: lambda g: fmt(c, getattr(g, c))
-    groups = stats.fingerprint_medians(summary, circuits, columns)
+    groups = circuit_data.fingerprint_medians(summary, circuits, columns)
     return _table(groups, _prose(FINGERPRINT_NOTE), [(FINGERPRINTS[c], median(c)) for c in columns])
 
 
@@ -211,11 +211,11 @@ SHOWN = {"shortcut_fp": "shortcut fp", "ov_rho_residue": "OV ρ", "probe_sum": "
 
 
 def _member_rows(roles: pd.DataFrame, cap: int) -> pd.DataFrame:
-    """One row per (member, head) of :func:`seedlab.shortcut.stats.role_moments`, in words: the cell, ``member``,
+    """One row per (member, head) of :func:`seedlab.shortcut.circuit_data.role_moments`, in words: the cell, ``member``,
     ``gen``, ``component``, ``when`` (the moments' epochs, from gen_epoch when aligned) and each shown measure's
     values at the moments."""
     rows = []
-    for m in stats.role_moments(roles, list(SHOWN), cap):
+    for m in circuit_data.role_moments(roles, list(SHOWN), cap):
         aligned = not np.isnan(m["gen_epoch"])
         when = " / ".join("—" if e is None else f"{int(e):+d}" if aligned else str(int(e)) for e in m["when"])
         cells = {c: " → ".join("—" if v is None else _fmt_role(c, v) for v in m[c]) for c in SHOWN}
@@ -232,9 +232,9 @@ def _fmt_role(column: str, v: float) -> str:
 
 def aligned_roles_table(summary: pd.DataFrame, circuits: pd.DataFrame, cap: int = MAX_SEEDS_DRAWN) -> str:
     """Per seed and head, the roles at the moments around its generalization epoch
-    (:func:`seedlab.shortcut.stats.aligned_roles`); the
+    (:func:`seedlab.shortcut.circuit_data.aligned_roles`); the
     members that never generalized in a table of their own, on their first and last checkpoints."""
-    roles = stats.aligned_roles(circuits, summary)
+    roles = circuit_data.aligned_roles(circuits, summary)
     if roles.empty:
         return "*No attention heads in circuits.parquet.*"
     capped = f"At most {cap} members per cell (the lowest member ids)."
@@ -258,7 +258,7 @@ def aligned_roles_figure(summary: pd.DataFrame, circuits: pd.DataFrame | None, f
     title = "Head roles per seed through training"
     if circuits is None or circuits.empty:
         return Fig(title, None, "no circuits.parquet (checkpoint the runs, then `seedlab shortcut analyze DIR`)")
-    roles = stats.aligned_roles(circuits, summary)
+    roles = circuit_data.aligned_roles(circuits, summary)
     shown = [c for c in ("shortcut_fp", "ov_rho_residue", "probe_sum") if c in roles]
     panels = [(cap, aligned) for cap in sorted({(int(a), int(b)) for a, b in roles[["layers", "heads"]].itertuples(index=False)},
                                                key=paper_order)

@@ -4,7 +4,8 @@ Each takes the per-member summary and the folder (a run or sweep folder, see
 :mod:`seedlab.shortcut.rundir`), draws one PNG beside the report and returns a
 :class:`~seedlab.reporting.Fig` (its title, path and caption); a figure whose data are
 missing returns a Fig without a path that says why. The folder's tables are read by
-:mod:`seedlab.shortcut.rundir` and what is drawn is computed by :mod:`seedlab.shortcut.stats`;
+:mod:`seedlab.shortcut.rundir` and what is drawn is computed by :mod:`seedlab.shortcut.report_data` and
+:mod:`seedlab.shortcut.circuit_data`;
 this module only draws. The labels both the text and the figures use (capacities, ratios) are
 here too, and the one colour map: each condition (a split, a depth, a weight decay, a
 component) has one colour in every panel and figure.
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from seedlab.reporting import Fig, new_figure, save_figure
-from seedlab.shortcut import stats
+from seedlab.shortcut import circuit_data, report_data
 from seedlab.shortcut.rundir import RunDir, SweepDir, read_table, table_columns
 from seedlab.shortcut.stats import CAPACITY, chance, paper_order
 
@@ -110,7 +111,7 @@ def curves_figure(summary: pd.DataFrame, folder: Folder, task: str, wd: float) -
     title = "Training curves per seed"
     if not folder.curves_path.is_file():
         return Fig(title, None, "no curves.parquet in the sweep folder.")
-    panels = stats.curve_panels(summary, task, wd, MAX_SEEDS_DRAWN)
+    panels = report_data.curve_panels(summary, task, wd, MAX_SEEDS_DRAWN)
     wanted = pd.concat([p for _, p, _ in panels])
     has_job = "job" in wanted and "job" in table_columns(folder, "curves")
     keys = ["job", "member"] if has_job else ["member"]
@@ -156,7 +157,7 @@ def gen_epoch_figure(summary: pd.DataFrame, folder: Folder) -> Fig:
     gen = summary[summary["generalized"] & summary["gen_epoch"].notna()]
     if gen.empty:
         return Fig(title, None, "no member generalized, so there is no generalization epoch to show.")
-    by_task = stats.gen_epochs(summary)
+    by_task = report_data.gen_epochs(summary)
     colors = wd_colors(summary)
     fig, axes = new_figure(*_grid(len(by_task), 2), w=5.5, h=3.4)
     rng = np.random.default_rng(0)  # jitter only
@@ -222,7 +223,7 @@ def aligned_figure(summary: pd.DataFrame, folder: Folder) -> Fig:
     curves = read_table(folder, "curves", columns=["member", "epoch", "split", "acc"])
     if gen.empty or curves is None:
         return Fig(title, None, "no member generalized" if gen.empty else "no curves.parquet")
-    panels = stats.aligned_curves(summary, curves, MAX_SEEDS_DRAWN)
+    panels = report_data.aligned_curves(summary, curves, MAX_SEEDS_DRAWN)
     fig, axes = new_figure(1, len(panels), w=4.2)
     for ax, ((layers, heads), n, lines) in zip(axes, panels, strict=False):
         for (_, split), s in lines.groupby(["member", "split"], sort=False):
@@ -250,7 +251,7 @@ def grad_conflict_figure(g: pd.DataFrame, folder: Folder) -> Fig:
     measures = [(c, lab) for c, lab in measures if c in g and g[c].notna().any()]
     fig, axes = new_figure(1, len(measures), w=4.6 * len(measures))
     for ax, (col, label) in zip(axes, measures):
-        top, depths = stats.conflict_over_training(g, col)
+        top, depths = report_data.conflict_over_training(g, col)
         for layers, members, med in depths:
             for m in members:
                 ax.plot(m["epoch"], m[col], color=depth_color(layers), lw=0.7, alpha=0.5)
@@ -311,7 +312,7 @@ def fingerprints_figure(c: pd.DataFrame, folder: Folder) -> Fig:
         d = heads[(heads["n_layers"] == L) & (heads["n_heads"] == H)]
         for col, (name, label) in enumerate(prints):
             ax = axes[row * len(prints) + col]
-            for (layer, head, r), med in stats.fingerprint_series(d, name):
+            for (layer, head, r), med in circuit_data.fingerprint_series(d, name):
                 ax.plot(med.index, med.values, marker=".", lw=1, color=colors[f"L{layer}H{head}"],
                         ls=LINE_STYLES[ratios.index(r) % len(LINE_STYLES)], label=f"L{layer}H{head} r={r:g}")
             ax.set(title=f"{cap_label(L, H)}: {label}", xlabel="epoch", ylim=(-1.05, 1.05) if "rho" in name else (0, 1.02))
@@ -324,8 +325,8 @@ def fingerprints_figure(c: pd.DataFrame, folder: Folder) -> Fig:
 
 def ablation_figure(summary: pd.DataFrame, circuits: pd.DataFrame, folder: Folder) -> Fig:
     """Mean zero-ablation effect of every component at each member's last checkpoint, per capacity and ratio
-    (:func:`seedlab.shortcut.stats.ablation_grid`)."""
-    cells, comps, grids = stats.ablation_grid(summary, circuits)
+    (:func:`seedlab.shortcut.circuit_data.ablation_grid`)."""
+    cells, comps, grids = circuit_data.ablation_grid(summary, circuits)
     fig, axes = new_figure(1, 2, w=max(4.0, 0.9 * len(comps) + 2), h=0.45 * len(cells) + 1.6)
     for ax, split in zip(axes, ("val", "adv"), strict=True):
         im = ax.imshow(grids[split], cmap="RdBu", vmin=-100, vmax=100, aspect="auto")

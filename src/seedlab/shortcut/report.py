@@ -7,8 +7,8 @@ the table that goes with them, then the long tables of statistics (Fisher tests 
 ratios, the logistic capacity × ratio interaction, the rate against the accuracy cut-off and
 against the adversarial split's size, the cadence), and the mechanism (phases, gradient
 conflict over all parameters and within the shortcut head's, circuits). The folder's files are
-read by :mod:`seedlab.shortcut.rundir`; every number and verdict is computed by
-:mod:`seedlab.shortcut.stats`; this module only words and tabulates them.
+read by :mod:`seedlab.shortcut.rundir`; every verdict is decided in :mod:`seedlab.shortcut.stats` and every
+table computed in :mod:`seedlab.shortcut.report_data`; this module only words and tabulates them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, num_or_dash, p_text, pct
-from seedlab.shortcut import figures, stats
+from seedlab.shortcut import figures, report_data, stats
+from seedlab.shortcut.circuit_data import SHORTCUT_FINGERPRINT
 from seedlab.shortcut.circuits_report import aligned_roles_figure, circuits_section
 from seedlab.shortcut.figures import cap_label, fmt_ratio
+from seedlab.shortcut.report_data import SHOWN_EPOCHS
 from seedlab.shortcut.rundir import (
     Preregistration,
     RunDir,
@@ -34,7 +36,7 @@ from seedlab.shortcut.rundir import (
     saturated_loss,
     train_cadence,
 )
-from seedlab.shortcut.stats import GROUP, PAPER_TASK, PAPER_WD, SHORTCUT_FINGERPRINT, SHOWN_EPOCHS
+from seedlab.shortcut.stats import GROUP, PAPER_TASK, PAPER_WD
 from seedlab.store import write_text
 
 
@@ -128,7 +130,7 @@ def definition(folder: RunDir | SweepDir, summary: pd.DataFrame) -> str:
     (:func:`seedlab.shortcut.rundir.generalized_definitions`): one definition, or each with its job count when they
     differ."""
     jobs = sorted(summary["job"].unique()) if isinstance(folder, SweepDir) else []
-    counts = stats.definition_counts(generalized_definitions(folder, jobs))
+    counts = report_data.definition_counts(generalized_definitions(folder, jobs))
     if len(counts) == 1:
         return counts[0][0]
     return "; ".join(f"{d} in {n} job{'s' * (n != 1)}" for d, n in counts)
@@ -137,7 +139,7 @@ def definition(folder: RunDir | SweepDir, summary: pd.DataFrame) -> str:
 def intro(summary: pd.DataFrame, is_sweep: bool, generalized: str) -> str:
     """The opening paragraph: what the folder holds, the question and the answer from the data;
     ``generalized``: what the jobs counted as generalized (:func:`definition`)."""
-    o = stats.overview(summary)
+    o = report_data.overview(summary)
     caps = sorted({cap_label(layers, heads) for layers, heads in o["capacities"]})
     ratios = ", ".join(fmt_ratio(r) for r in o["ratios"])
     wds = ", ".join(f"{w:g}" for w in o["weight_decays"])
@@ -222,8 +224,8 @@ def headline_note() -> str:
 
 
 def headline_table(task: str, wd: float, cells: pd.DataFrame) -> str:
-    """Rows = capacities (2L first, as in the paper), columns = ratios present (:func:`stats.headline`)."""
-    h = stats.headline(task, wd, cells)
+    """Rows = capacities (2L first, as in the paper), columns = ratios present (:func:`report_data.headline`)."""
+    h = report_data.headline(task, wd, cells)
     rows = [[f"**{cap_label(layers, heads)}**", *(cell_text(*h.cells[layers, heads, r]) for r in h.ratios)]
             for layers, heads in h.capacities]
     header = ["model"] + [f"r = {fmt_ratio(r)}" for r in h.ratios]
@@ -239,7 +241,7 @@ def cell_text(c: pd.Series | None, paper: int | None) -> str:
 
 def ratio_contrasts_section(summary: pd.DataFrame) -> str:
     head = "### Between ratios, within each capacity (Fisher's exact test)"
-    con = stats.contrast_table(summary)
+    con = report_data.contrast_table(summary)
     if con.empty:
         return f"{head}\n\nNo contrasts: every capacity was trained at a single ratio."
     note = ("Two-sided p, not adjusted for the number of pairs. *Fragility*: how many members' outcomes (generalized or "
@@ -349,7 +351,7 @@ def split_size_section(summary: pd.DataFrame, n_adv: int | None) -> str:
 def criteria_table(summary: pd.DataFrame, criteria: dict[str, pd.Series]) -> str:
     """One row per cell (task, wd, capacity, r) and one column per criterion (named by its key): the share of the
     cell's members that meet it, with its 95% Wilson interval."""
-    rows = [[*cell_label(*key), *(rate_text(*r) for r in rates)] for key, rates in stats.criterion_rates(summary, criteria)]
+    rows = [[*cell_label(*key), *(rate_text(*r) for r in rates)] for key, rates in report_data.criterion_rates(summary, criteria)]
     return md_table(["task", "wd", "model", "r", *criteria], rows)
 
 
@@ -365,7 +367,7 @@ def cadence_section(summary: pd.DataFrame, folder: RunDir | SweepDir, cad: dict 
                                                    if c != "job" or "job" in summary])
     if curves is None:
         return ""
-    table, every, evals = stats.cadence_rates(summary, curves)
+    table, every, evals = report_data.cadence_rates(summary, curves)
     rows = [[*cell_label(t.task, t.weight_decay, t.layers, t.heads, t.ratio), str(t.members),
              f"{t.generalized} ({pct(t.rate)})", f"{t.at_evaluations} ({pct(t.rate_at_evaluations)})",
              str(t.added)] for t in table.itertuples(index=False)]
@@ -381,7 +383,7 @@ def cadence_section(summary: pd.DataFrame, folder: RunDir | SweepDir, cad: dict 
 def transient_counts(summary: pd.DataFrame) -> str:
     """Per cell: members, generalized at some point, and how many of those kept the rule to the end."""
     rows = [[*cell_label(t.task, t.weight_decay, t.layers, t.heads, t.ratio), str(t.members), str(t.generalized),
-             str(t.retained), str(t.lost)] for t in stats.transience(summary).itertuples(index=False)]
+             str(t.retained), str(t.lost)] for t in report_data.transience(summary).itertuples(index=False)]
     return md_table(["task", "weight decay", "model", "r", "members", "generalized", "retained to the end",
                      "lost (transient)"], rows)
 
@@ -393,8 +395,8 @@ def phases_table(summary: pd.DataFrame) -> str:
     """Median phase epochs per capacity x ratio: phase 2 comes earlier with more heads in 2L (paper)."""
     if "phase2_epoch" not in summary.columns:
         return "*No phase columns in summary.parquet (a sweep from an older seedlab).*"
-    rows = [[cap_label(p.layers, p.heads), fmt_ratio(p.ratio), str(p.seeds), *(num_or_dash(getattr(p, c)) for c in stats.PHASES)]
-            for p in stats.phase_medians(summary).itertuples(index=False)]
+    rows = [[cap_label(p.layers, p.heads), fmt_ratio(p.ratio), str(p.seeds), *(num_or_dash(getattr(p, c)) for c in report_data.PHASES)]
+            for p in report_data.phase_medians(summary).itertuples(index=False)]
     note = (
         "Medians over seeds of the epoch the shortcut is learned (validation >= 99%), the onset of phase 2 "
         "(adversarial accuracy rising from its trough while validation stays >= 99%) and the generalization epoch."
@@ -417,15 +419,15 @@ RESOLVES_RULE = (f"negative at some measurement and, at the last, risen by at le
                  "negative value and within half that value's size of 0")
 
 
-def outcome_rows(outcomes: list[stats.OutcomeConflict], *before: str) -> list[list[str]]:
+def outcome_rows(outcomes: list[report_data.OutcomeConflict], *before: str) -> list[list[str]]:
     """One row per depth and outcome: model, generalized, the ``before`` cells, members, then each measure's shape."""
     return [[f"{o.layers}L", "yes" if o.generalized else "no", *before, str(o.members), *map(shape_text, o.shapes.values())]
             for o in outcomes]
 
 
 def quartiles_text(a: tuple, space: str) -> str:
-    """'a / b / c': a row of :func:`stats.amplification`'s quartiles in one space ("logit" or "param")."""
-    return " / ".join(num_or_dash(getattr(a, f"{space}_q{q}")) for q in stats.QUARTILES)
+    """'a / b / c': a row of :func:`report_data.amplification`'s quartiles in one space ("logit" or "param")."""
+    return " / ".join(num_or_dash(getattr(a, f"{space}_q{q}")) for q in report_data.QUARTILES)
 
 
 def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
@@ -433,9 +435,9 @@ def gradient_tables(summary: pd.DataFrame, folder: RunDir | SweepDir) -> str:
     grads = read_table(folder, "gradients")
     if grads is None:
         return ""
-    outcomes = stats.conflict_by_outcome(summary, grads)
+    outcomes = report_data.conflict_by_outcome(summary, grads)
     threshold = saturated_loss(folder)
-    amp = stats.amplification(summary, grads, threshold)
+    amp = report_data.amplification(summary, grads, threshold)
     out = []
     if outcomes:
         measures = list(outcomes[0].shapes)
@@ -475,7 +477,7 @@ CONFLICT_NAMES = {"cosine": "cosine (all parameters)", "pair_cosine": "pair_cosi
 
 def conflict_verdict(med: pd.DataFrame) -> str:
     """Which conflict measures match "starts negative, resolves toward 0" in every 2L cell at the highest ratio."""
-    checked = stats.conflict_checks(med)
+    checked = report_data.conflict_checks(med)
     if checked is None:
         return "No 2-layer cell: the paper's description (negative at first, toward 0 as 2L models generalize) cannot be checked."
     ratio, checks = checked
@@ -499,7 +501,7 @@ def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> s
     if per_head is None:
         return f"{head}\n\n*No gradients_heads.parquet (gradients measured by an older seedlab: train again).*"
     circuits = read_table(folder, "circuits")
-    hc = stats.head_conflict(summary, grads, per_head, circuits)
+    hc = report_data.head_conflict(summary, grads, per_head, circuits)
     task, wd = hc.task, hc.weight_decay
     if circuits is None:
         rule = "No circuits.parquet (`seedlab shortcut analyze DIR`), so no shortcut head is identified: every head is used."
@@ -510,7 +512,7 @@ def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> s
         if missing := hc.missing:
             rule += f" {missing} member{'s' * (missing != 1)} without circuits use every head."
     rows = [[cap_label(e.layers, e.heads), fmt_ratio(e.ratio), str(int(e.epoch)), str(int(e.members)),
-             *(num_or_dash(getattr(e, c)) for c in stats.CONFLICT)] for e in hc.shown.itertuples(index=False)]
+             *(num_or_dash(getattr(e, c)) for c in report_data.CONFLICT)] for e in hc.shown.itertuples(index=False)]
     note = (
         f"{head}\n\nThe conflict between the shortcut-consistent and anti-shortcut groups' gradients "
         "(shortcut/gradients.py), over all parameters and restricted to the shortcut head's own parameters (its slices of "
@@ -521,7 +523,7 @@ def head_conflict_section(summary: pd.DataFrame, folder: RunDir | SweepDir) -> s
         f"over members per capacity, r and measured epoch ({SHOWN_EPOCHS} evenly spaced epochs shown per cell). "
         f"{conflict_verdict(hc.medians)}"
     )
-    table = md_table(["model", "r", "epoch", "members", *(CONFLICT_NAMES[c] for c in stats.CONFLICT)], rows)
+    table = md_table(["model", "r", "epoch", "members", *(CONFLICT_NAMES[c] for c in report_data.CONFLICT)], rows)
     return "\n\n".join([note, table, head_control(summary, per_head, hc.chosen, task, wd)])
 
 
@@ -536,15 +538,15 @@ def ci_text(row: pd.Series | None, measure: str) -> str:
 def head_control(summary: pd.DataFrame, per_head: pd.DataFrame, chosen: pd.DataFrame, task: str, wd: float) -> str:
     """The conflict within the shortcut head against the same measures within the member's other heads (the control),
     generalizing and non-generalizing members apart: their shapes at the highest ratio and the means over members
-    with 95% intervals per cell and measured epoch (:func:`stats.head_control`)."""
+    with 95% intervals per cell and measured epoch (:func:`report_data.head_control`)."""
     head = "#### Against a control: the shortcut head and the other heads"
     if chosen.empty:
         return f"{head}\n\n*Needs each member's shortcut head, from circuits.parquet (`seedlab shortcut analyze DIR`).*"
-    by_role, epochs = stats.head_control(summary, per_head, chosen, task, wd)
+    by_role, epochs = report_data.head_control(summary, per_head, chosen, task, wd)
     shapes = [row for role, outcomes in by_role for row in outcome_rows(outcomes, role)]
-    measures = list(stats.HEAD_CONFLICT)
+    measures = list(report_data.HEAD_CONFLICT)
     rows = [[cap_label(layers, heads), fmt_ratio(r), "yes" if gen else "no", str(e.epoch), str(e.members),
-             *(ci_text(e.at.get(role), m) for m in measures for role in stats.HEAD_ROLES)]
+             *(ci_text(e.at.get(role), m) for m in measures for role in report_data.HEAD_ROLES)]
             for e in epochs for (_, _, layers, heads, r, gen) in [e.cell]]
     note = (f"{head}\n\nIf the conflict the paper describes lives in the shortcut circuit, it should differ there from "
             "the member's other attention heads (the null): per member, the same measures restricted to each of its other "
@@ -556,5 +558,5 @@ def head_control(summary: pd.DataFrame, per_head: pd.DataFrame, chosen: pd.DataF
         note,
         md_table(["model", "generalized", "head", "members", *(f"{c}: lowest → last" for c in measures)], shapes),
         md_table(["model", "r", "generalized", "epoch", "members",
-                  *(f"{m}: {role} head{'s' * (role != stats.HEAD_ROLES[0])}" for m in measures for role in stats.HEAD_ROLES)],
+                  *(f"{m}: {role} head{'s' * (role != report_data.HEAD_ROLES[0])}" for m in measures for role in report_data.HEAD_ROLES)],
                  rows)])
