@@ -123,7 +123,7 @@ class TrainConfig(Strict):
     threads: Pos | None = Field(None, description="torch intra-op threads on CPU; null = torch's default")
     precision: Literal["fp32", "bf16"] = Field("fp32", description=(
         "bf16: the training step's matmuls in bfloat16, on CPU as on CUDA (shortcut/train.py Bf16Step: the layer norms' "
-        "gains and 1/sqrt(d_head) folded into the projections, cast once per step; before issue 30, torch.autocast); master weights, AdamW "
+        "gains and 1/sqrt(d_head) folded into the projections, cast once per step); master weights, AdamW "
         "state, the loss, every evaluation and the gradient measurements stay fp32. fp32 (every preset's default) is "
         'what docs/results/shortcut.md was measured with; see docs/results/precision.md "Does precision change the science?" before '
         "choosing bf16, and `seedlab doctor` for the speed"))

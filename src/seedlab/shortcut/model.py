@@ -39,7 +39,7 @@ Training in bf16 runs :meth:`~EnsembleTransformer.forward_folded` instead: the s
 1/sqrt(d_head) folded into W_Q (:meth:`~EnsembleTransformer.folded_weights`), its matmul weights
 cast to bfloat16 once per optimizer step by the caller, and its attention mask in bfloat16, so
 no per-activation affine, scale, mask promotion or weight cast is left in the step
-(docs/benchmarks.md, issue 30). The fp32 forward is untouched by it.
+(docs/benchmarks.md). The fp32 forward is untouched by it.
 """
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ class Bf16Step:
     and adds its gradient with respect to them into fp32 sums (:meth:`backward`); :meth:`finish`
     carries the sums through the cast and the fold into the parameters' ``.grad``, once per step.
     autocast, by contrast, casts every weight again in every piece and every activation at
-    every matmul (docs/benchmarks.md, issue 30).
+    every matmul (docs/benchmarks.md).
     """
 
     def __init__(self, model: EnsembleTransformer):
