@@ -37,8 +37,8 @@ from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes, write_json
 
 #: runs per stack when ``arm_batch`` is null on a CPU: what a kill can lose of a design that saves no resumable
-#: state (the bank) stays a stack's worth (benchmarks/arm_axis.py: the whole bank at two threads 111 s with stacks
-#: of 64, 137 s with stacks of 16; at one thread the same); on CUDA only ``stack_memory`` bounds it
+#: state (the bank) stays a stack's worth (benchmarks/arm_axis.py compares stack sizes); on CUDA only
+#: ``stack_memory`` bounds it
 CPU_CAP = 64
 GiB = 2 ** 30
 

@@ -34,7 +34,7 @@ PRESETS: dict[str, GPTConfig] = {
     "gpt2-124m": GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50304),
     "mini": GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=257),  # CPU seconds
     # mini at twice the width (d 128), the head width kept (32 features: 4 heads): the twins' scale axis
-    # (issue 32 §3, preset twins/scale-wide-b64); ~1.8x mini's update time at the same rows (docs/benchmarks.md)
+    # (preset twins/scale-wide-b64)
     "mini-wide": GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=257),
 }
 
