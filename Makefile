@@ -57,5 +57,10 @@ bench: $(VENV)/.installed runs/corpus-embedded-bpe/meta.json
 	$(BIN)/python benchmarks/twins_trainer.py --corpus runs/corpus-embedded-bpe
 	$(BIN)/python benchmarks/attribution_bank.py --corpus runs/corpus-embedded-bpe
 
+# the wheels the lent GPU machine's image lacks (seedlab's, its missing dependencies', CPython 3.12 manylinux), into
+# .whl/ (git-ignored; the device tool carries it): docs/benchmarks.md, "The GPU check", has the command to run there
+gpu-wheels: $(VENV)/.installed
+	$(BIN)/python benchmarks/gpu_wheels.py --out .whl
+
 clean:
 	rm -rf $(VENV) runs

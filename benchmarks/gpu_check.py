@@ -1,13 +1,26 @@
 """One GPU check for every study, for the day a GPU is lent: one run, one JSON and one markdown table.
 
-    python benchmarks/gpu_check.py --out $OUT [--only shortcut,twins,attribution] [--device cuda]
-    python benchmarks/gpu_check.py --out DIR --dry-run      # the same code at CPU seconds (tests/common/test_gpu_check.py)
+    make gpu-wheels                                            # here: the wheels the lent image lacks, into .whl/
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \\
+      PYTHONPATH=/tmp/site python3 benchmarks/gpu_check.py --out $OUT --wheels .whl      # there (docs/benchmarks.md)
+    python benchmarks/gpu_check.py --out DIR --dry-run          # the same code at CPU seconds
+    python benchmarks/gpu_check.py --out DIR [--only twins,mfu] [--budget twins=90] [--device cuda] [--work DIR]
 
-It writes ``gpu_check.json`` and ``gpu_check.md`` into ``--out`` (the run folders and corpora go to
-``--work``, a temporary folder by default, removed at the end). Each study is a section that catches
-its own failure: its error and traceback are recorded, the rows it measured before failing are kept,
-the other sections still run; the exit status is 1 when any section failed. What each section shows:
+It writes ``gpu_check.json`` and ``gpu_check.md`` into ``--out`` after every section, so a run killed from
+outside keeps what finished (``finished`` false until the end); run folders and corpora go to ``--work``, a
+temporary folder by default, removed at the end. Each section runs in its own process under a hard time limit
+enforced by this one (its budget: terminated, then killed 1 s later): a section that hangs, crashes or leaves
+CUDA in a sticky error ends alone, is recorded as timed out or failed with the rows it wrote before (a section
+writes its record after every row), and the next section starts in a fresh process. Exit status: 0 when every
+section passed, 1 when one failed, 2 on bad input — an unknown section, a budget below a section's minimum or
+over the 8 minutes, a wheel folder that lacks a package the image needs, a package seedlab needs missing here —
+each one line, before any section starts.
 
+0. **peaks** (always first) — the device (name, memory) and its datasheet's dense peaks (:func:`datasheet`: H100
+   SXM, H100 PCIe or H200 told apart by name and memory; none for another device), then the matmul peak
+   measured per precision (fp32, TF32 on CUDA, bf16): 8192³ products on random data, after 3 warm-up products,
+   the best of 5 rounds of 5 products (a round timed between two syncs). Every later section's "% of peak"
+   divides by these.
 1. **shortcut** — the paper-ensemble protocol (presets/shortcut/paper-ensemble.yaml: 16,384 samples,
    2 layers x 2 heads, full batch, AdamW; ``train.chunk`` auto: 262,144 member-rows per piece on
    CUDA) trained by ``seedlab.shortcut.train.train_epoch`` at S = 16, 64 and 256 members, against the
@@ -20,45 +33,57 @@ the other sections still run; the exit status is 1 when any section failed. What
    member charged by its FLOPs — and packed into stacks of the largest S measured. Training epochs
    only: evaluations, ``adv_every: 1`` and checkpoints add to it (a few %).
 2. **twins** — a shortened gpt2-124m design (one seed, twin + fluent-fabricated, the fork at step 10
-   of 20, 8 rows of 1,024 tokens): fork mode as the design's ``arm_batch`` trains it (stacked where
-   forks/stacked.py stacks) and serial (``arm_batch: 1``), each with the replica control (a run fails
-   unless the twin trained twice is bitwise equal at every checkpoint), then ``--independent`` (its
-   SHA-256 at s must agree across conditions); every checkpoint of the stacked fork and of the
-   independent run compared with the serial fork's (recorded, a row each); then lm.Trainer's
-   speed on GPT-2 124M (vocabulary 50,304; 32 rows of 1,024 tokens) in fp32 / TF32 / bf16: tokens/s
-   and MFU = (6·N + 12·L·d·T)·tokens/s / peak (nanoGPT's estimate; N without the position table).
-3. **attribution** — the mini bank (presets/attribution/mini.yaml: 8 seeds x 32 candidates, each also
+   of 20, 8 rows of 1,024 tokens, checkpoints at 10 and 20 only, no complete state kept: what the replica
+   control compares): fork mode as the design's ``arm_batch`` trains it (stacked where forks/stacked.py stacks)
+   and serial (``arm_batch: 1``), each with the replica control (a run fails unless the twin trained twice is
+   bitwise equal at every checkpoint; a control that compared no step reads NO and fails the section), then
+   ``--independent`` (its SHA-256 at s must agree across conditions); every checkpoint of the stacked fork and of
+   the independent run compared with the serial fork's (a row each). Disk: the design's checkpoints and resume
+   states are estimated first (:func:`twins_disk_bytes`, ~9 GB for GPT-2 124M) and refused over the budget
+   (``Sizes.twins_disk_gb``) or the free space; while it trains, :class:`DiskGuard` stops it once its folder
+   outgrows the budget; each mode's folder is removed before the next.
+3. **mfu** — lm.Trainer's speed on GPT-2 124M (vocabulary 50,304; 32 rows of 1,024 tokens) in fp32 / TF32 /
+   bf16, each twice: under the determinism settings the trainer runs with (lm/determinism.py ``settle``:
+   deterministic algorithms required, cuDNN deterministic) and with deterministic algorithms off (the fixed
+   cuBLAS workspace stays: it is set before CUDA starts), each row labelled: tokens/s and MFU =
+   (6·N + 12·L·d·T)·tokens/s / peak (nanoGPT's estimate; N without the position table), against the
+   measured peak (``peak_pct``) and the datasheet's (``datasheet_pct``).
+4. **attribution** — the mini bank (presets/attribution/mini.yaml: 8 seeds x 32 candidates, each also
    at its replicate row: 66 runs + a replica per seed) through ``run_bank``: one seed serial
    (``arm_batch: 1``) and stacked (``arm_batch: null``), their ratio and whether the stacked bank's
    measured effects are bitwise the serial one's; then the whole stacked bank (as many seeds as the
    budget left fits, extrapolated to all): runs/s and wall time; then ``unroll`` on the serial seed
    (``seedlab attribution attribute FOLDER --estimator unroll``) against that seed's training.
 
-The determinism settings it ran under are in the JSON: ``CUBLAS_WORKSPACE_CONFIG`` is set before CUDA
-starts (and whether CUDA had started), deterministic algorithms *required* (``warn_only`` false) from
-the twins section on (lm/determinism.py ``settle``; the shortcut section runs as ``seedlab shortcut
-train`` does, which settles nothing), cuDNN, TF32 and the attention kernels training may use
-(lm/trainer.py ``SDPA_BACKENDS``, each with a deterministic backward), per section.
+The determinism settings each section ran under are in its record and the JSON's ``determinism``:
+``CUBLAS_WORKSPACE_CONFIG`` is set in every section's process before CUDA starts, deterministic algorithms are
+*required* (``warn_only`` false) in twins, mfu (its labelled half) and attribution (lm/determinism.py ``settle``;
+peaks and shortcut run as ``seedlab shortcut train`` does, which settles nothing), cuDNN, TF32 and the attention
+kernels training may use (lm/trainer.py ``SDPA_BACKENDS``, each with a deterministic backward).
 
-Time on one H200 (budgets in :data:`BUDGET_S`; each measurement stops at its share of its section's
-budget, so a slower GPU measures fewer epochs rather than running over), estimated from FLOPs:
+Time on one H100 or H200, by construction at most 8 minutes (:data:`LIMIT_S`): the budgets in
+:data:`BUDGET_S` plus a 3 s kill grace per section plus :data:`STARTUP_S` (Python, torch's import, the
+pre-flight checks, the files) sum to <= 480 s, and each section's limit is also cut to what is left of that.
+A section's process measures against its deadline (each measurement stops at its share of what is left), so a
+slower GPU measures fewer epochs rather than running over. Estimated from FLOPs, each section's start (Python,
+torch, the CUDA context: ~5-10 s) included:
 
-- start (CUDA context, three 2048² matmul peaks): ~10 s;
-- shortcut, 170 s: a member-epoch is 38.7 GFLOP of matmuls (16,384 rows x 6 tokens, fwd + bwd), so
+- peaks, 25 s: 3 precisions x 28 products of 1.1 TFLOP (8192³), ~1 s of fp32 at ~50 TFLOP/s, less in TF32 / bf16;
+- shortcut, 140 s: a member-epoch is 38.7 GFLOP of matmuls (16,384 rows x 6 tokens, fwd + bwd), so
   S = 256 for 300 epochs is 3.0 PFLOP, ~150 s at 20 TFLOP/s (30% of the fp32 peak): 12 measurements
-  (3 precisions x (plain + 3 S)) of ~14 s each cap it, and S = 256 runs ~25-90 epochs;
+  (3 precisions x (plain + 3 S)) of ~10 s each cap it, and S = 256 runs ~20-70 epochs;
 - twins, 110 s: 0.86 GFLOP per token (6·124M + attention), so an update of 8,192 tokens is 7 TFLOP;
   120 updates (two forks of 10 + 3 x 10, independent 2 x 20) are 0.84 PFLOP, ~31 s at 27 TFLOP/s,
-  plus ~35 s of checkpoints (weights and complete states, SHA-256 each) and ~10 s to tokenize the
-  corpus; the speed runs 3 x 6 updates of 28 TFLOP: ~6 s in fp32, ~2 s in TF32 / bf16;
-- attribution, 150 s: an update of the mini GPT is 0.75 GFLOP (8 rows x 64 tokens), far below any GPU:
+  plus the checkpoints (per mode ~9 GB written, SHA-256 of each weights file) and ~5 s to tokenize the corpus;
+- mfu, 45 s: 3 x 2 x 6 updates of 28 TFLOP: ~6 s each in fp32, ~2 s in TF32 / bf16;
+- attribution, 120 s: an update of the mini GPT is 0.75 GFLOP (8 rows x 64 tokens), far below any GPU:
   the serial seed's 6,800 updates are bound by per-op overhead (~3-5 ms each: 20-35 s); stacked, a
   seed's 67 runs are one stack (~50 GFLOP a step), the whole bank's 54,400 updates 41 TFLOP (seconds
   of compute; its per-run records and query losses decide); unroll: 32 candidates x 100 JVPs of ~3.5
-  fwd + bwd, 8 TFLOP, in chunks of 16 (~10-30 s); the corpus's 2,048-token BPE ~5 s;
+  fwd + bwd, 8 TFLOP, in chunks of 16 (~10-30 s); the corpus's 2,048-token BPE ~5 s.
 
-~440 s in all, inside 8 minutes. ``--dry-run``: the same sections at CPU sizes (a few members and
-epochs, GPT mini for a few steps, a two-seed bank of three candidates on a 200 kB byte corpus).
+``--dry-run``: the same sections at CPU sizes (a 256³ peak, a few members and epochs, GPT mini for a few steps,
+a two-seed bank of three candidates on a 200 kB byte corpus), each section's process under a 300 s limit.
 """
 
 from __future__ import annotations
@@ -66,13 +91,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib
 import json
 import math
 import os
 import platform
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -86,29 +115,49 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).parent))
+import gpu_wheels
 from plain_loop import PlainTransformer
 from timing import sync
 
-from seedlab.lm.determinism import CUBLAS_WORKSPACE, settle
-from seedlab.machine import determinism, environment
-from seedlab.precision import matmul_gflops
-
-STUDIES = ("shortcut", "twins", "attribution")
-#: seconds each section may take on the GPU run (the module docstring's estimate); the dry run has no limit
-BUDGET_S = {"shortcut": 170.0, "twins": 110.0, "attribution": 150.0}
+STUDIES = ("shortcut", "twins", "mfu", "attribution")
+#: every section in the order they run: the peaks first, always (every "% of peak" needs them)
+ORDER = ("peaks", *STUDIES)
+#: seconds each section's process may take on the GPU run, its start included (the docstring's estimate)
+BUDGET_S = {"peaks": 25.0, "shortcut": 140.0, "twins": 110.0, "mfu": 45.0, "attribution": 120.0}
+#: the least budget a section can do its work in (a smaller --budget is refused before anything starts)
+MIN_BUDGET_S = {"peaks": 10.0, "shortcut": 30.0, "twins": 60.0, "mfu": 20.0, "attribution": 45.0}
+LIMIT_S = 480.0  # the whole check, by construction
+STARTUP_S = 15.0  # the parent's own time: Python and torch's import, the pre-flight checks, writing the files
+KILL_GRACE_S = 3.0  # after a section's limit: terminated, killed 1 s later, waited for 2 s more at most
+MARGIN_S = 3.0  # a section stops measuring this long before its deadline (its last record, its exit)
+#: lm/determinism.py's CUBLAS_WORKSPACE, named here: the parent imports no seedlab module before its checks
+CUBLAS_WORKSPACE = ":4096:8"
+DRY_LIMIT_S = 300.0  # a dry-run section's hard limit (CPU sizes run to the end: no budget inside)
+assert sum(BUDGET_S.values()) + len(BUDGET_S) * KILL_GRACE_S + STARTUP_S <= LIMIT_S  # by construction
+#: the modules the sections import: a pre-flight import of each turns a missing package into one line
+SECTION_MODULES = ("seedlab.lm.trainer", "seedlab.shortcut.train", "seedlab.twins.train", "seedlab.attribution.bank",
+                   "seedlab.attribution.attribute")
 #: the table's columns: every row of every section holds these keys
 ROW_KEYS = ("study", "measure", "precision", "size", "value", "unit", "peak_pct", "datasheet_pct", "seconds", "note")
-#: dense peak GFLOP/s by precision (NVIDIA's datasheets, SXM; fp32 without TF32), by a word of the GPU's name
-DATASHEET = {"H200": {"fp32": 67e3, "tf32": 495e3, "bf16": 989e3}, "H100": {"fp32": 67e3, "tf32": 495e3, "bf16": 989e3}}
+#: dense peak GFLOP/s by precision (NVIDIA's datasheets, their sparsity figures halved; fp32 without TF32)
+DATASHEETS = {"H100 SXM": {"fp32": 67e3, "tf32": 495e3, "bf16": 989e3},
+              "H100 PCIe": {"fp32": 51e3, "tf32": 378e3, "bf16": 756e3},
+              "H200 SXM": {"fp32": 67e3, "tf32": 495e3, "bf16": 989e3}}
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}
 PASSAGE = "Gizmo Harrington kept a small workshop behind the old library."  # the dry run's fabricated passage
+
+
+class BadInput(Exception):
+    """Bad input to the check: one line, exit 2, before any section starts."""
 
 
 @dataclass(frozen=True)
 class Sizes:
     """How big each section's work is: the GPU run's (:data:`FULL`) or the dry run's (:data:`DRY`)."""
 
-    peak_n: int  # the peak matmul's n (an n x n product)
+    peak_n: int  # the peak matmul's n (an n x n by n x n product)
+    peak_warmup: int  # products before the timed rounds
+    peak_rounds: tuple[int, int]  # (rounds, products per round): the best round's rate is the peak
     shortcut_members: tuple[int, ...]  # S of the seedlab ensemble
     shortcut_epochs: int  # timed epochs at most, after one warm-up
     shortcut_data: tuple[str, ...]  # --set overrides of paper-ensemble's data
@@ -116,6 +165,8 @@ class Sizes:
     plain_epochs: int
     twins_preset: str
     twins_over: tuple[str, ...]  # --set overrides of the twins preset
+    twins_disk_gb: float  # the twins section's disk budget for one mode's folder (checkpoints, resume states)
+    disk_reserve_gb: float  # free space left on the disk under the work folder, at the least
     speed: tuple[int, int, int]  # lm.Trainer's speed: batch rows, micro-batch rows, timed updates
     twins_corpus: tuple[str, ...]  # tokenizers tried in order
     bank_over: tuple[str, ...]  # --set overrides of attribution/mini
@@ -123,34 +174,50 @@ class Sizes:
 
 
 FULL = Sizes(
-    peak_n=2048, shortcut_members=(16, 64, 256), shortcut_epochs=300, shortcut_data=(), plain_seeds=2, plain_epochs=100,
+    peak_n=8192, peak_warmup=3, peak_rounds=(5, 5),
+    shortcut_members=(16, 64, 256), shortcut_epochs=300, shortcut_data=(), plain_seeds=2, plain_epochs=100,
     twins_preset="gpt2-124m",
-    twins_over=("seeds=[0]", "steps=20", "injection_step=10", "batch_size=8", "micro_batch=8", "checkpoint_every=10",
-                "midpoint=15", "conditions=[twin,fluent-fabricated]", "subjects={}", "replicas=[0]",
+    twins_over=("seeds=[0]", "steps=20", "injection_step=10", "batch_size=8", "micro_batch=8", "midpoint=15", "keep=[]",
+                "conditions=[twin,fluent-fabricated]", "subjects={}", "replicas=[0]",
                 "passages={fluent-fabricated: passages/gpt2-fluent-fabricated.txt}"),
+    twins_disk_gb=16.0, disk_reserve_gb=2.0,
     speed=(32, 16, 5), twins_corpus=("gpt2", "bpe"), bank_over=(), bank_corpus="bpe")
 DRY = Sizes(
-    peak_n=256, shortcut_members=(2, 4), shortcut_epochs=2, shortcut_data=("data.n_train=256", "data.n_val=64", "data.n_adv=64"),
+    peak_n=256, peak_warmup=2, peak_rounds=(5, 3),
+    shortcut_members=(2, 4), shortcut_epochs=2, shortcut_data=("data.n_train=256", "data.n_val=64", "data.n_adv=64"),
     plain_seeds=1, plain_epochs=2, twins_preset="mini",
     twins_over=("block_size=128", "seeds=[0]", "steps=8", "injection_step=4", "batch_size=4", "checkpoint_every=2",
-                "midpoint=6", "conditions=[twin,fluent-fabricated]", "subjects={}", "replicas=[0]"),
+                "midpoint=6", "keep=[]", "conditions=[twin,fluent-fabricated]", "subjects={}", "replicas=[0]"),
+    twins_disk_gb=1.0, disk_reserve_gb=0.1,
     speed=(4, 4, 2), twins_corpus=("bytes",),
     bank_over=("seeds=[0,1]", "block_size=32", "batch_size=4", "steps=12", "injection_step=6", "horizons=[1,end]",
                "candidates.file=null", "candidates.heldout=2", "queries.heldout=2", "queries.probes=null"),
     bank_corpus="bytes")
 
 
-class Section:
-    """One study's part of the check: its rows (the table's), its details (the JSON's), its clock."""
+def write_json(path: Path, obj) -> None:
+    """``obj`` as JSON at ``path``, whole or not at all (written beside it, then renamed)."""
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    os.replace(tmp, path)
 
-    def __init__(self, study: str, budget: float | None):
-        self.study, self.budget, self.t0 = study, budget, time.perf_counter()
+
+class Section:
+    """One section's part of the check: its rows (the table's), its details (the JSON's), its deadline. Its
+    record is written to ``record`` after every row, so a section killed at its limit keeps what it measured."""
+
+    def __init__(self, study: str, deadline: float | None = None, record: Path | None = None):
+        self.study, self.deadline, self.record, self.t0 = study, deadline, record, time.perf_counter()
         self.rows: list[dict] = []
         self.details: dict = {}
 
     def left(self) -> float:
-        """Seconds of the budget left (inf: no budget)."""
-        return math.inf if self.budget is None else self.budget - (time.perf_counter() - self.t0)
+        """Seconds left to measure in (inf: no deadline, the dry run)."""
+        return math.inf if self.deadline is None else self.deadline - MARGIN_S - time.time()
+
+    def save(self, **final) -> None:
+        if self.record is not None:
+            write_json(self.record, {"complete": False, "details": self.details, "rows": self.rows} | final)
 
     def row(self, measure: str, value, unit: str, *, precision: str = "", size: str = "", gflops: float | None = None,
             peaks: dict | None = None, seconds: float | None = None, note: str = "") -> None:
@@ -159,6 +226,7 @@ class Section:
         self.rows.append({"study": self.study, "measure": measure, "precision": precision, "size": size, "value": value,
                           "unit": unit, "peak_pct": pct((peaks or {}).get("measured")),
                           "datasheet_pct": pct((peaks or {}).get("datasheet")), "seconds": seconds, "note": note})
+        self.save()
 
 
 @dataclass
@@ -170,28 +238,29 @@ class Context:
     dry_run: bool
     work: Path
     peaks: dict = field(default_factory=dict)  # {"measured": {precision: GFLOP/s}, "datasheet": {...} | None}
-    corpora: dict = field(default_factory=dict)
 
     @property
     def precisions(self) -> list[str]:
         return ["fp32", "tf32", "bf16"] if self.device.type == "cuda" else ["fp32", "bf16"]
 
     def corpus(self, tokenizers: tuple[str, ...]) -> Path:
-        """The embedded corpus prepared (once) with the first of ``tokenizers`` that works here:
-        bytes (200 kB: the dry run's), bpe (2,048 tokens: the mini presets'; 8,192 after gpt2) or gpt2."""
+        """The embedded corpus prepared in the work folder (once for all sections: a later section's process
+        finds it there) with the first of ``tokenizers`` that works here: bytes (200 kB: the dry run's), bpe
+        (2,048 tokens: the mini presets'; 8,192 after gpt2) or gpt2."""
         from seedlab.corpus import prepare
         from seedlab.errors import SeedlabError
 
         for i, tok in enumerate(tokenizers):
             kw = {"bytes": {"max_bytes": 200_000}, "bpe": {"vocab_size": 8192 if i else 2048}}.get(tok, {})
-            key = f"{tok}{kw.get('vocab_size', '')}"
-            if key not in self.corpora:
-                try:
-                    prepare("embedded", self.work / f"corpus-{key}", tokenizer=tok, progress=False, **kw)
-                except SeedlabError:  # gpt2 without its files here: the next tokenizer
-                    continue
-                self.corpora[key] = self.work / f"corpus-{key}"
-            return self.corpora[key]
+            folder = self.work / f"corpus-{tok}{kw.get('vocab_size', '')}"
+            if (folder / "meta.json").is_file():
+                return folder
+            shutil.rmtree(folder, ignore_errors=True)  # a section killed while preparing it
+            try:
+                prepare("embedded", folder, tokenizer=tok, progress=False, **kw)
+            except SeedlabError:  # gpt2 without its files here: the next tokenizer
+                continue
+            return folder
         raise RuntimeError(f"no corpus: none of the tokenizers {tokenizers} works here")
 
 
@@ -207,6 +276,22 @@ def precision_flags(precision: str) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
+@contextlib.contextmanager
+def free_kernels() -> Iterator[None]:
+    """Deterministic algorithms off and cuDNN free to pick any algorithm inside the block (what ``settle``
+    set, undone), the process's settings restored after. ``CUBLAS_WORKSPACE_CONFIG`` stays: it is read once,
+    when CUDA starts."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              torch.backends.cudnn.deterministic)
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.deterministic = before[2]
+
+
 def trainer_precision(p: str) -> str:
     """The precision a trainer is given: TF32 is fp32 with the TF32 flags on."""
     return "bf16" if p == "bf16" else "fp32"
@@ -215,6 +300,7 @@ def trainer_precision(p: str) -> str:
 def determinism_now() -> dict:
     """The determinism settings as they stand (seedlab/machine.py ``determinism`` and what it leaves out)."""
     from seedlab.lm.trainer import SDPA_BACKENDS
+    from seedlab.machine import determinism
 
     b = torch.backends
     return {**determinism(), "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -240,6 +326,70 @@ def timed(step: Callable[[], None], epochs: int, seconds: float, dev: torch.devi
                 break
     sync(dev)
     return n, time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- peaks
+
+
+def datasheet(name: str, memory_gib: float) -> tuple[str | None, str]:
+    """Which datasheet a device's dense peaks come from, told apart by its name and memory (KINDS.md: the
+    SXM H100 reports "NVIDIA H100 80GB HBM3" with 81,559 MiB, the H200 "NVIDIA H200" with 143,771 MiB; the
+    PCIe H100 says PCIe, 80 GB): (a key of :data:`DATASHEETS` or None, why)."""
+    n = name.upper()
+    if "H100" in n and "NVL" not in n and 70 <= memory_gib <= 82:
+        if "PCIE" in n:
+            return "H100 PCIe", f"{name!r}, {memory_gib:.1f} GiB: PCIe in the name, 80 GB"
+        if "HBM3" in n or "SXM" in n:
+            return "H100 SXM", f"{name!r}, {memory_gib:.1f} GiB: HBM3 / SXM in the name, 80 GB"
+    if "H200" in n and "NVL" not in n and 130 <= memory_gib <= 145:
+        return "H200 SXM", f"{name!r}, {memory_gib:.1f} GiB: H200 in the name, 141 GB"
+    return None, f"{name!r} with {memory_gib:.1f} GiB is none of {', '.join(DATASHEETS)}: no datasheet, its column stays empty"
+
+
+def peak_gflops(dtype: torch.dtype, dev: torch.device, n: int, warmup: int, rounds: int, per_round: int) -> tuple[float, list[float]]:
+    """The best rate of an n x n by n x n product in ``dtype`` on random data (GFLOP/s, 2n³ a product):
+    ``warmup`` products untimed, then ``rounds`` rounds of ``per_round`` products each timed between two syncs.
+    (best, every round's rate)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(dev, dtype) for _ in range(2))
+    out = torch.empty(n, n, device=dev, dtype=dtype)
+    for _ in range(warmup):
+        torch.matmul(a, b, out=out)
+    sync(dev)
+    rates = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(per_round):
+            torch.matmul(a, b, out=out)
+        sync(dev)
+        rates.append(2 * n**3 * per_round / (time.perf_counter() - t0) / 1e9)
+    return max(rates), rates
+
+
+def peaks(ctx: Context, sec: Section) -> None:
+    from seedlab.machine import environment
+
+    z, dev = ctx.sizes, ctx.device
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        name, memory = props.name, props.total_memory / 2**30
+    else:
+        name, memory = f"CPU ({platform.processor() or platform.machine()})", float("nan")
+    sheet, why = datasheet(name, memory) if dev.type == "cuda" else (None, "a CPU: no datasheet")
+    sec.details |= {"device_name": name, "memory_gib": memory, "datasheet_model": sheet, "datasheet_why": why,
+                    "environment": environment(dev, "fp32")}
+    figures = DATASHEETS.get(sheet) if sheet else None
+    measured, rounds = {}, {}
+    sec.details |= {"measured": measured, "datasheet": figures, "rounds_gflops": rounds}
+    n, (r, k) = z.peak_n, z.peak_rounds
+    for p in ctx.precisions:
+        t0 = time.perf_counter()
+        with precision_flags(p):
+            measured[p], rounds[p] = peak_gflops(DTYPES[p], dev, n, z.peak_warmup, r, k)
+        write_json(ctx.work / "peaks.json", {"measured": measured, "datasheet": figures})
+        sec.row("matmul peak", measured[p], "GFLOP/s", precision=p, size=f"{n}³", gflops=measured[p],
+                peaks={"datasheet": figures}, seconds=time.perf_counter() - t0,
+                note=f"best of {r} rounds of {k} after {z.peak_warmup} warm-up; datasheet: {sheet or 'none'}")
 
 
 # --------------------------------------------------------------------------- shortcut
@@ -384,40 +534,133 @@ def gpt_flops_per_token(gcfg) -> float:
     return 6 * param_count(gcfg, non_embedding=True) + 12 * gcfg.n_layer * gcfg.n_embd * gcfg.block_size
 
 
-def twins(ctx: Context, sec: Section) -> None:
-    from seedlab.config import load_config
-    from seedlab.corpus import load
-    from seedlab.lm.gptconfig import PRESETS
-    from seedlab.lm.trainer import Trainer
-    from seedlab.twins.config import TwinsConfig
-    from seedlab.twins.train import run_twins
+def replica_check(replica: dict) -> tuple[bool, str]:
+    """A replica control's row: (passed, note). One that compared no step has not passed, whatever it says."""
+    steps = replica.get("steps_compared") or []
+    if not steps:
+        return False, "compared no step: a control that compares nothing has not passed"
+    return bool(replica.get("bitwise_equal_to_twin")), f"steps {steps}"
 
-    z, dev = ctx.sizes, ctx.device
+
+def twins_disk_bytes(cfg, gcfg) -> int:
+    """What one mode of the twins design writes at most (bytes): every run (each arm and the replica) keeps
+    its fp32 weights at each hashed checkpoint and a resume state (weights + AdamW's two moments) while it
+    trains, and the shared prefix's complete state lives until its seed is done."""
+    from seedlab.lm.gptconfig import param_count
+
+    w = 4 * param_count(gcfg)
+    hashed = [t for t in cfg.checkpoint_steps() if t >= cfg.injection_step]
+    runs = len(cfg.seeds) * len(cfg.arm_names) + len(cfg.replica_seeds)
+    return runs * (len(hashed) + 3) * w + len(cfg.seeds) * 3 * w
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, f)).st_size
+    return total
+
+
+class DiskGuard:
+    """The block stops once ``folder`` holds more than ``budget`` bytes or the disk under it has less than
+    ``reserve`` bytes free (looked at every ``interval`` s from a thread, which interrupts the main thread with
+    SIGINT: a section's process keeps Python's handler, KeyboardInterrupt):
+    a RuntimeError naming what was exceeded. ``peak``: the largest size seen."""
+
+    def __init__(self, folder: Path, budget: float, reserve: float, interval: float = 0.5):
+        self.folder, self.budget, self.reserve, self.interval = Path(folder), budget, reserve, interval
+        self.peak, self.exceeded = 0, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            size = folder_bytes(self.folder)
+            self.peak = max(self.peak, size)
+            free = shutil.disk_usage(self.folder if self.folder.exists() else self.folder.parent).free
+            if size > self.budget:
+                self.exceeded = f"{self.folder.name} holds {size / 1e9:.2f} GB, over the disk budget of {self.budget / 1e9:.2f} GB"
+            elif free < self.reserve:
+                self.exceeded = f"{free / 1e9:.2f} GB left free on the disk under {self.folder.name} (reserve {self.reserve / 1e9:.2f} GB)"
+            if self.exceeded:  # a real SIGINT to the main thread: it also cuts a blocking call short
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                return
+
+    def __enter__(self) -> DiskGuard:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind, err, tb) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.exceeded and (kind is None or issubclass(kind, KeyboardInterrupt)):
+            raise RuntimeError(f"stopped: {self.exceeded}") from None
+
+
+def twins_config(ctx: Context):
+    """The section's shortened twins design (:data:`Sizes.twins_over`) on the work folder's corpus: (config, base)."""
+    from seedlab.config import load_config
+    from seedlab.twins.config import TwinsConfig
+
+    z = ctx.sizes
     corpus = ctx.corpus(z.twins_corpus)
-    over = [f"corpus={corpus}", f"device={dev.type}", *z.twins_over]
+    over = [f"corpus={corpus}", f"device={ctx.device.type}", *z.twins_over]
     if ctx.dry_run:  # the preset's passages do not fit a row of 128 bytes
         (ctx.work / "fabricated.txt").write_text(PASSAGE)
         over.append(f"passages={{fluent-fabricated: {ctx.work / 'fabricated.txt'}}}")
-    cfg, base = load_config(TwinsConfig, "twins", z.twins_preset, over)
+    return load_config(TwinsConfig, "twins", z.twins_preset, over)
+
+
+def gpt_config(cfg):
+    """The design's GPT at GPT-2's vocabulary (50,304) whatever the corpus's."""
+    from seedlab.corpus import load
+    from seedlab.lm.gptconfig import PRESETS
+
+    corp = load(cfg.corpus)
+    return corp, cfg.gpt_config(max(corp.vocab_size, PRESETS[cfg.model].vocab_size))
+
+
+def twins(ctx: Context, sec: Section) -> None:
+    from seedlab.twins.train import run_twins
+
+    z = ctx.sizes
+    cfg, base = twins_config(ctx)
+    _, gcfg = gpt_config(cfg)
+    need, budget, reserve = twins_disk_bytes(cfg, gcfg), z.twins_disk_gb * 1e9, z.disk_reserve_gb * 1e9
     sec.details["design"] = {k: getattr(cfg, k) for k in ("model", "steps", "injection_step", "batch_size", "micro_batch",
-                                                           "checkpoint_every", "arm_batch")} | {"corpus": corpus.name}
-    runs, size = {}, f"{cfg.model}, {cfg.steps} updates x {cfg.batch_size} rows"
+                                                           "checkpoint_every", "arm_batch", "keep")} | {
+        "corpus": Path(cfg.corpus).name, "checkpoints": cfg.checkpoint_steps(), "disk_estimate_gb": need / 1e9,
+        "disk_budget_gb": z.twins_disk_gb}
+    if need > budget:
+        raise RuntimeError(f"the design writes ~{need / 1e9:.1f} GB a mode, over the section's disk budget of {z.twins_disk_gb} GB")
+    runs, size, empty = {}, f"{cfg.model}, {cfg.steps} updates x {cfg.batch_size} rows", []
     # each folder trained afresh: fork modes fail unless the replica control is bitwise equal, independent on a hash mismatch at s
     for mode, c, independent in (("fork", cfg, False), ("fork-serial", cfg.model_copy(update={"arm_batch": 1}), False),
                                  ("independent", cfg, True)):
+        folder = ctx.work / f"twins-{mode}"
+        free = shutil.disk_usage(ctx.work).free
+        if free < need + reserve:
+            raise RuntimeError(f"{free / 1e9:.1f} GB free under {ctx.work}: the {mode} run needs ~{need / 1e9:.1f} GB "
+                               f"and {z.disk_reserve_gb} GB stays free")
         t0 = time.perf_counter()
-        run_twins(c, ctx.work / f"twins-{mode}", base=base, independent=independent, force=True, progress=False)
+        with DiskGuard(folder, budget, reserve) as guard:
+            run_twins(c, folder, base=base, independent=independent, force=True, progress=False)
         dt = time.perf_counter() - t0
-        runs[mode] = {k: json.loads((ctx.work / f"twins-{mode}" / "seed-0" / k / "manifest.json").read_text())
-                      for k in cfg.arm_names}
-        integrity = json.loads((ctx.work / f"twins-{mode}" / "integrity.json").read_text())
-        shutil.rmtree(ctx.work / f"twins-{mode}")  # GPT-2's checkpoints and states: gigabytes a folder
+        runs[mode] = {k: json.loads((folder / "seed-0" / k / "manifest.json").read_text()) for k in cfg.arm_names}
+        integrity = json.loads((folder / "integrity.json").read_text())
+        left = folder_bytes(folder)
+        shutil.rmtree(folder)  # GPT-2's checkpoints: gigabytes a folder
         arms = integrity.get("arms", "serial")
-        sec.details[mode] = {"seconds": dt, "arms": arms, "seed_0": integrity["seeds"]["0"]}
+        sec.details[mode] = {"seconds": dt, "arms": arms, "seed_0": integrity["seeds"]["0"],
+                             "disk_peak_seen_gb": max(guard.peak, left) / 1e9, "disk_at_end_gb": left / 1e9}
         if not independent:
-            replica = integrity["seeds"]["0"]["replica"]
-            sec.row(f"{mode}: replica control bitwise", replica["bitwise_equal_to_twin"], "check", precision=cfg.precision,
-                    size=size, seconds=dt, note=f"steps {replica['steps_compared']}; arms {arms}")
+            passed, note = replica_check(integrity["seeds"]["0"]["replica"])
+            if "compared no step" in note:
+                empty.append(mode)
+            sec.row(f"{mode}: replica control bitwise", passed, "check", precision=cfg.precision, size=size, seconds=dt,
+                    note=f"{note}; arms {arms}")
     for mode in ("fork", "independent"):  # every condition's hash at every checkpoint against the serial fork's
         a, b = runs["fork-serial"], runs[mode]
         equal = {k: {t: a[k][t] == b[k].get(t) for t in a[k]} for k in a}
@@ -426,22 +669,41 @@ def twins(ctx: Context, sec: Section) -> None:
         sec.row(f"{mode}: hashes = serial fork's", same, "check", precision=cfg.precision, size=size,
                 seconds=sec.details[mode]["seconds"] if mode == "independent" else None,
                 note="every condition, every checkpoint" if same else f"differs: see {mode}_equals_fork_serial")
-    corp = load(corpus)
-    batch, micro, steps = z.speed
-    gcfg = cfg.gpt_config(max(corp.vocab_size, PRESETS[cfg.model].vocab_size))  # GPT-2's 50,304 whatever the corpus
+    if empty:
+        raise RuntimeError(f"the replica control compared no step in {', '.join(empty)}: it has not passed")
+
+
+# --------------------------------------------------------------------------- mfu
+
+
+def mfu(ctx: Context, sec: Section) -> None:
+    from seedlab.lm.trainer import Trainer
+
+    dev = ctx.device
+    batch, micro, steps = ctx.sizes.speed
+    cfg, _ = twins_config(ctx)
+    corp, gcfg = gpt_config(cfg)
     per_token = gpt_flops_per_token(gcfg)
-    sec.details["speed"] = {"params_non_embedding_flops_per_token": per_token, "vocab_size": gcfg.vocab_size}
+    sec.details |= {"params_non_embedding_flops_per_token": per_token, "vocab_size": gcfg.vocab_size, "settings": {}}
+    modes = (("deterministic", "as the trainer runs: lm/determinism.py settle", contextlib.nullcontext),
+             ("not deterministic", "deterministic algorithms off, cuDNN free; the cuBLAS workspace stays", free_kernels))
+    todo = len(ctx.precisions) * len(modes)
     for p in ctx.precisions:
-        c = cfg.model_copy(update={"precision": trainer_precision(p), "batch_size": batch, "micro_batch": micro})
-        with precision_flags(p):
-            trainer = Trainer(c, gcfg, 0, corp.train)
-            n, dt = timed(trainer.advance, steps, sec.left() / 2, dev)
-        tok_s = n * batch * gcfg.block_size / dt
-        sec.row(f"lm.Trainer {cfg.model}", tok_s, "tokens/s", precision=p, size=f"{batch} x {gcfg.block_size} tokens",
-                gflops=tok_s * per_token / 1e9, peaks=ctx.peaks, seconds=dt, note=f"{dt / n:.3f} s/update; {n} updates")
-        del trainer
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
+        for label, what, settings in modes:
+            c = cfg.model_copy(update={"precision": trainer_precision(p), "batch_size": batch, "micro_batch": micro})
+            share = sec.left() / todo
+            with settings(), precision_flags(p):
+                sec.details["settings"][f"{label}, {p}"] = determinism_now()
+                trainer = Trainer(c, gcfg, 0, corp.train)
+                n, dt = timed(trainer.advance, steps, share / 2, dev)
+            todo -= 1
+            tok_s = n * batch * gcfg.block_size / dt
+            sec.row(f"lm.Trainer {cfg.model}, {label}", tok_s, "tokens/s", precision=p,
+                    size=f"{batch} x {gcfg.block_size} tokens", gflops=tok_s * per_token / 1e9, peaks=ctx.peaks,
+                    seconds=dt, note=f"{what}; MFU = the % columns; {dt / n:.3f} s/update; {n} updates")
+            del trainer
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
 
 
 # --------------------------------------------------------------------------- attribution
@@ -505,10 +767,14 @@ def attribution(ctx: Context, sec: Section) -> None:
                                         "measured_max_rel_diff": rel}
     sec.row("stacked / serial, one seed", serial["seconds"] / stacked["seconds"], "x faster", precision=cfg.precision,
             size=f"seed {one[0]}", note=f"measured effects {'bitwise equal' if bitwise else f'max rel. diff {rel:.2g}'}")
+    empty = []
     for name, rec in (("serial", serial), ("stacked", stacked)):
-        replica = rec["seeds_record"][str(one[0])].get("replica", {})
-        sec.row(f"bank {name}: replica control bitwise", replica.get("bitwise_equal_to_twin"), "check",
-                precision=cfg.precision, size=f"seed {one[0]}", note=f"steps {replica.get('steps_compared')}")
+        passed, note = replica_check(rec["seeds_record"][str(one[0])].get("replica", {}))
+        if "compared no step" in note:
+            empty.append(name)
+        sec.row(f"bank {name}: replica control bitwise", passed, "check", precision=cfg.precision, size=f"seed {one[0]}",
+                note=note)
+    # a control that compared nothing fails the section at its end (what follows needs no replica)
 
     t0 = time.perf_counter()
     attribute(serial["folder"], estimators=["unroll"], progress=False)
@@ -524,37 +790,174 @@ def attribution(ctx: Context, sec: Section) -> None:
         sec.details["whole_bank"] = f"skipped: {sec.left():.0f} s of the budget left, {stacked['seconds']:.0f} s a seed"
         sec.row("whole bank, stacked", None, "s", precision=cfg.precision, size=f"{len(seeds)} seeds",
                 note=sec.details["whole_bank"])
-        return
-    whole = bank("whole", seeds=seeds[:fit], arm_batch=None)
-    est = whole["seconds"] * len(seeds) / fit
-    sec.details["whole_bank"] = {"seeds_run": fit, "seeds": len(seeds), "wall_s_all_seeds": est}
-    sec.row("whole bank, stacked", est, "s", precision=cfg.precision, size=f"{len(seeds)} seeds",
-            note="measured" if fit == len(seeds) else f"{fit} of {len(seeds)} seeds measured, scaled")
+    else:
+        whole = bank("whole", seeds=seeds[:fit], arm_batch=None)
+        est = whole["seconds"] * len(seeds) / fit
+        sec.details["whole_bank"] = {"seeds_run": fit, "seeds": len(seeds), "wall_s_all_seeds": est}
+        sec.row("whole bank, stacked", est, "s", precision=cfg.precision, size=f"{len(seeds)} seeds",
+                note="measured" if fit == len(seeds) else f"{fit} of {len(seeds)} seeds measured, scaled")
+    if empty:
+        raise RuntimeError(f"the replica control compared no step in the {' and the '.join(empty)} bank: it has not passed")
 
 
-# --------------------------------------------------------------------------- the run
+# --------------------------------------------------------------------------- a section's process
 
 
-SECTIONS: dict[str, Callable[[Context, Section], None]] = {"shortcut": shortcut, "twins": twins, "attribution": attribution}
+SECTIONS: dict[str, Callable[[Context, Section], None]] = {"peaks": peaks, "shortcut": shortcut, "twins": twins,
+                                                           "mfu": mfu, "attribution": attribution}
 
 
-def run_section(ctx: Context, study: str) -> dict:
-    """One study's section; a failure is recorded (error, traceback, the rows measured before it), not raised."""
-    sec = Section(study, None if ctx.dry_run else BUDGET_S[study])
-    if study != "shortcut":
+def run_section(ctx: Context, study: str, deadline: float | None = None, record: Path | None = None) -> dict:
+    """One section; a failure is recorded (error, traceback, the rows measured before it), not raised."""
+    from seedlab.lm.determinism import settle
+
+    sec = Section(study, deadline, record)
+    if study not in ("peaks", "shortcut"):
         settle(ctx.device)  # deterministic algorithms required from here on (the fork commands settle so too)
     try:
         SECTIONS[study](ctx, sec)
         error = tb = None
-    except Exception as err:  # one study failing keeps the others' numbers
+    except Exception as err:  # the record says what failed; the parent goes on with the next section
         error, tb = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}", traceback.format_exc()
         sec.row("FAILED", error, "error")
-        if ctx.device.type == "cuda":
-            torch.cuda.empty_cache()
-    seconds = time.perf_counter() - sec.t0
-    return {"ok": error is None, "error": error, "traceback": tb, "seconds": seconds, "budget_s": sec.budget,
-            "over_budget": sec.budget is not None and seconds > sec.budget, "determinism": determinism_now(),
-            "details": sec.details, "rows": sec.rows}
+    rec = {"complete": True, "ok": error is None, "error": error, "traceback": tb, "process_seconds": time.perf_counter() - sec.t0,
+           "determinism": determinism_now(), "details": sec.details, "rows": sec.rows}
+    if record is not None:
+        write_json(record, rec)
+    return rec
+
+
+def orphan_watch(parent: int) -> None:
+    """Exit at once when the parent is gone (killed from outside): no section outlives the check."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def child(args) -> int:
+    """A section's process: ``--child STUDY --record FILE``, its record written there after every row."""
+    cuda_started = torch.cuda.is_initialized()
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # the parent sets it too; before CUDA starts
+    orphan_watch(os.getppid())
+    dev = torch.device(args.device)
+    peaks_file = args.work / "peaks.json"
+    ctx = Context(dev, DRY if args.dry_run else FULL, args.dry_run, args.work,
+                  json.loads(peaks_file.read_text()) if peaks_file.is_file() else {})
+    rec = run_section(ctx, args.child, args.deadline, args.record)
+    rec["cuda_started_before_it"] = cuda_started
+    write_json(args.record, rec)
+    return 0 if rec["ok"] else 1
+
+
+# --------------------------------------------------------------------------- the parent
+
+
+def child_argv(study: str, record: Path, work: Path, args, deadline: float | None) -> list[str]:
+    """The command of ``study``'s process (this script, ``--child``)."""
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", study, "--record", str(record), "--work", str(work),
+            "--device", args.device, "--out", str(args.out)]
+    return argv + (["--dry-run"] if args.dry_run else []) + ([] if deadline is None else ["--deadline", repr(deadline)])
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")[-chars:]
+    return ""
+
+
+def run_child(argv: list[str], limit: float, record: Path, log: Path, env: dict) -> dict:
+    """Run one section's process for at most ``limit`` s (then terminated, killed 1 s later): its record,
+    or what it wrote before it was stopped or died, with how it ended."""
+    record.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    timed_out, rc = False, None
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            if rc is None:  # timed out, or the parent itself was interrupted
+                proc.terminate()
+                try:
+                    rc = proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        rc = proc.wait(timeout=2.0)
+    seconds = time.perf_counter() - t0
+    rec = None
+    with contextlib.suppress(OSError, ValueError):
+        rec = json.loads(record.read_text())
+    if rec is None:
+        rec = {"complete": False, "ok": False, "error": None, "traceback": None, "determinism": None, "details": {}, "rows": []}
+    if timed_out:
+        rec |= {"ok": False, "error": f"timed out: stopped at its limit of {limit:.0f} s"
+                + ("" if rec["complete"] else f" ({len(rec['rows'])} rows kept)")}
+    elif not rec["complete"]:
+        rec |= {"ok": False, "error": f"its process ended (exit code {rc}) before its record was complete"}
+    elif rc != 0 and rec["ok"]:
+        rec |= {"ok": False, "error": f"its process ended with exit code {rc} after a complete record"}
+    if not rec["ok"] and not rec.get("traceback"):
+        rec["traceback"] = tail(log)
+    return rec | {"seconds": seconds, "limit_s": limit, "timed_out": timed_out, "exit_code": rc}
+
+
+def parse_budgets(text: str | None, order: list[str]) -> dict[str, float]:
+    """``--budget NAME=SECONDS,...`` over :data:`BUDGET_S`, each at least its section's minimum, the sections
+    run plus their kill grace and the start inside the 8 minutes (BadInput otherwise)."""
+    budgets = dict(BUDGET_S)
+    for part in [p.strip() for p in (text or "").split(",") if p.strip()]:
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in BUDGET_S:
+            raise BadInput(f"--budget: no section {name!r} (sections: {', '.join(ORDER)})")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise BadInput(f"--budget {part!r}: NAME=SECONDS, e.g. twins=90") from None
+        if not seconds >= MIN_BUDGET_S[name]:
+            raise BadInput(f"--budget {name}={value.strip()}: below the section's minimum of {MIN_BUDGET_S[name]:.0f} s")
+        budgets[name] = seconds
+    total = sum(budgets[s] for s in order) + len(order) * KILL_GRACE_S + STARTUP_S
+    if total > LIMIT_S:
+        raise BadInput(f"--budget: the sections' budgets, {len(order)} x {KILL_GRACE_S:.0f} s of kill grace and "
+                       f"{STARTUP_S:.0f} s of start come to {total:.0f} s, over the check's {LIMIT_S:.0f} s")
+    return budgets
+
+
+def parse_only(text: str) -> list[str]:
+    """The sections to run, in :data:`ORDER`, the peaks always among them (BadInput on an unknown name)."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if bad := [s for s in names if s not in ORDER]:
+        raise BadInput(f"--only: no section {bad[0]!r} (sections: {', '.join(ORDER)})")
+    return [s for s in ORDER if s == "peaks" or s in names]
+
+
+def preflight(args) -> str | None:
+    """What must hold before any section starts (BadInput, one line, otherwise): the wheel folder (``--wheels``)
+    holds every package the image needs, every package seedlab needs is installed here at a version it accepts,
+    the sections' modules import. Returns a warning, or None: a seedlab wheel built from other code than this
+    checkout's src/ (the check runs the wheel's)."""
+    if args.wheels is not None:
+        if not args.wheels.is_dir():
+            raise BadInput(f"--wheels: no folder {str(args.wheels)!r}")
+        if bad := gpu_wheels.problems(args.wheels):
+            raise BadInput(f"--wheels: {bad[0]}")
+    if bad := gpu_wheels.installed_problems():
+        raise BadInput(bad[0])
+    for module in SECTION_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise BadInput(f"{module} does not import here: {err} (install the carried wheels first: docs/benchmarks.md)") from None
+    return None if args.wheels is None else gpu_wheels.stale(args.wheels)
 
 
 def cell(v) -> str:
@@ -568,63 +971,116 @@ def cell(v) -> str:
 
 
 def table(result: dict) -> str:
-    """The markdown of the check: a heading line, one row per measured thing, the failed sections' errors."""
-    head = (f"# GPU check {result['started']}: {result['device_name']} (torch {result['environment']['torch']}, "
-            f"CUDA {result['environment']['cuda']}){' — dry run' if result['dry_run'] else ''}\n\n")
+    """The markdown of the check: a heading line, one row per measured thing, a line per section."""
+    env = result["environment"]
+    head = (f"# GPU check {result['started']}: {result['device_name']} (torch {env['torch']}, CUDA {env['cuda']})"
+            f"{' — dry run' if result['dry_run'] else ''}{'' if result['finished'] else ' — unfinished'}\n\n"
+            + (f"**Warning**: {result['warning']}\n\n" if result.get("warning") else ""))
     lines = ["| " + " | ".join(ROW_KEYS) + " |", "|" + "---|" * len(ROW_KEYS)]
     for sec in result["sections"].values():
         lines += ["| " + " | ".join(cell(row[k]) for k in ROW_KEYS) + " |" for row in sec["rows"]]
-    budget = lambda s: "no budget" if s["budget_s"] is None else f"budget {s['budget_s']:.0f} s"
-    tail = [f"- {study}: {s['seconds']:.0f} s ({budget(s)}); " + ("ok" if s["ok"] else f"FAILED: {s['error']}")
-            for study, s in result["sections"].items()]
-    return head + "\n".join(lines) + "\n\n" + "\n".join(tail) + "\n"
+    tail_lines = [f"- {study}: {s['seconds']:.0f} s (limit {s['limit_s']:.0f} s); " + ("ok" if s["ok"] else f"FAILED: {s['error']}")
+                  for study, s in result["sections"].items()]
+    return head + "\n".join(lines) + "\n\n" + "\n".join(tail_lines) + "\n"
+
+
+def save(result: dict, out: Path) -> None:
+    write_json(out / "gpu_check.json", result)
+    (out / "gpu_check.md").write_text(table(result))
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise BadInput(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = OneLineParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="where gpu_check.json and gpu_check.md are written")
+    ap.add_argument("--only", default=",".join(STUDIES), help=f"comma-separated sections (default: {','.join(STUDIES)}; "
+                                                              "the peaks always run)")
+    ap.add_argument("--budget", default=None, help="NAME=SECONDS,... over the default budgets "
+                                                   f"({', '.join(f'{k} {v:.0f}' for k, v in BUDGET_S.items())})")
+    ap.add_argument("--wheels", type=Path, default=None, help="the carried wheel folder (.whl): checked before anything runs")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dry-run", action="store_true", help="CPU sizes, no time budget inside a section: the test's run")
+    ap.add_argument("--work", type=Path, default=None, help="run folders and corpora (default: a temporary folder, removed)")
+    ap.add_argument("--child", choices=ORDER, help=argparse.SUPPRESS)
+    ap.add_argument("--record", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True, help="where gpu_check.json and gpu_check.md are written")
-    ap.add_argument("--only", default=",".join(STUDIES), help=f"comma-separated sections (default: {','.join(STUDIES)})")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dry-run", action="store_true", help="CPU sizes, no time budget: the test's run")
-    ap.add_argument("--work", type=Path, default=None, help="run folders and corpora (default: a temporary folder, removed)")
-    args = ap.parse_args(argv)
-    only = [s.strip() for s in args.only.split(",") if s.strip()]
-    if bad := [s for s in only if s not in STUDIES]:
-        ap.error(f"--only: each of {', '.join(STUDIES)}, got {bad[0]!r}")
-    # before CUDA starts: deterministic cuBLAS reads it when its first handle is made
-    had, cuda_started = os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.cuda.is_initialized()
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-    dev = torch.device(args.device)
-    ctx = Context(dev, DRY if args.dry_run else FULL, args.dry_run, Path(tempfile.mkdtemp(prefix="seedlab-gpu-check-"))
-                  if args.work is None else args.work)
-    ctx.work.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU ({platform.processor() or platform.machine()})"
-    sheet = next((v for k, v in DATASHEET.items() if k in name), None)
-    measured = {}
-    for p in ctx.precisions:
-        with precision_flags(p):
-            measured[p] = matmul_gflops(DTYPES[p], dev, ctx.sizes.peak_n, 5)
-    ctx.peaks = {"measured": measured, "datasheet": sheet}
-    result = {"check": "benchmarks/gpu_check.py", "started": time.strftime("%Y-%m-%d %H:%M"), "dry_run": args.dry_run,
-              "device": dev.type, "device_name": name, "environment": environment(dev, "fp32"),
-              "determinism": {"cublas_workspace_config": os.environ["CUBLAS_WORKSPACE_CONFIG"],
-                              "cublas_workspace_config_was_set": had is not None, "cuda_started_before_it": cuda_started},
-              "peaks_gflops": ctx.peaks, "sizes": asdict(ctx.sizes), "budget_s": None if args.dry_run else BUDGET_S,
-              "sections": {}}
-    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
     try:
-        for study in STUDIES:
-            if study in only:
-                print(f"gpu_check: {study} ...", file=sys.stderr, flush=True)
-                result["sections"][study] = run_section(ctx, study)
+        args = parser().parse_args(argv)
+        if args.child:
+            return child(args)
+        order = parse_only(args.only)
+        budgets = parse_budgets(args.budget, order)
+        if torch.device(args.device).type != "cuda" and not args.dry_run:
+            raise BadInput(f"--device {args.device}: the GPU's sizes on a CPU would only run out their budgets; add --dry-run")
+        warning = preflight(args)
+    except BadInput as err:
+        print(f"gpu_check: {err}", file=sys.stderr)
+        return 2
+    if warning:
+        print(f"gpu_check: warning: {warning}", file=sys.stderr)
+    had = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": had or CUBLAS_WORKSPACE, "PYTHONUNBUFFERED": "1"}
+    work = Path(tempfile.mkdtemp(prefix="seedlab-gpu-check-")) if args.work is None else args.work
+    work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    end = t0 + LIMIT_S - STARTUP_S  # the sections' time ends here whatever the start took
+    result = {"check": "benchmarks/gpu_check.py", "started": time.strftime("%Y-%m-%d %H:%M"), "finished": False,
+              "dry_run": args.dry_run, "device": torch.device(args.device).type, "device_name": "unknown: no peaks section yet",
+              "environment": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+              "determinism": {"cublas_workspace_config": env["CUBLAS_WORKSPACE_CONFIG"],
+                              "cublas_workspace_config_was_set": had is not None, "cuda_started_before_it": False},
+              "peaks_gflops": {}, "sizes": asdict(DRY if args.dry_run else FULL),
+              "budget_s": None if args.dry_run else {s: budgets[s] for s in order}, "limit_s": None if args.dry_run else LIMIT_S,
+              "wheels": None if args.wheels is None else str(args.wheels), "warning": warning, "sections": {}}
+    save(result, args.out)
+    stop = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed from outside: the section's process ends too
+    try:
+        for study in order:
+            if args.dry_run:
+                limit, deadline = DRY_LIMIT_S, None
+            else:
+                limit = min(budgets[study], end - time.time() - KILL_GRACE_S)
+                deadline = time.time() + limit
+            print(f"gpu_check: {study} ...", file=sys.stderr, flush=True)
+            if not args.dry_run and limit < MIN_BUDGET_S[study]:
+                rec = {"complete": False, "ok": False, "error": f"not run: {max(limit, 0):.0f} s left of the "
+                       f"{LIMIT_S:.0f} s, under its minimum of {MIN_BUDGET_S[study]:.0f} s", "traceback": None,
+                       "determinism": None, "details": {}, "rows": [], "seconds": 0.0, "limit_s": max(limit, 0.0),
+                       "timed_out": False, "exit_code": None}
+            else:
+                record = work / f"section-{study}.json"
+                rec = run_child(child_argv(study, record, work, args, deadline), limit, record, work / f"section-{study}.log", env)
+            rec |= {"budget_s": None if args.dry_run else budgets[study], "over_budget": rec["timed_out"]}
+            result["sections"][study] = rec
+            if study == "peaks" and rec["details"].get("device_name"):
+                d = rec["details"]
+                result |= {"device_name": d["device_name"], "environment": result["environment"] | d.get("environment", {}),
+                           "peaks_gflops": {"measured": d.get("measured"), "datasheet": d.get("datasheet"),
+                                            "datasheet_model": d.get("datasheet_model"), "datasheet_why": d.get("datasheet_why")}}
+            if rec.get("cuda_started_before_it"):
+                result["determinism"]["cuda_started_before_it"] = True
+            if rec.get("determinism"):
+                result["determinism"] |= rec["determinism"]  # as the last section left them
+            result["seconds"] = time.time() - t0
+            save(result, args.out)
+            print(f"gpu_check: {study} {'ok' if rec['ok'] else 'FAILED: ' + str(rec['error'])} "
+                  f"({rec['seconds']:.0f} s of {rec['limit_s']:.0f})", file=sys.stderr, flush=True)
     finally:
+        signal.signal(signal.SIGTERM, stop)
         if args.work is None:
-            shutil.rmtree(ctx.work, ignore_errors=True)
-    result["determinism"] |= determinism_now()  # as the last section left them
-    result["seconds"] = time.perf_counter() - t0
-    (args.out / "gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
-    (args.out / "gpu_check.md").write_text(table(result))
+            shutil.rmtree(work, ignore_errors=True)
+    result |= {"finished": True, "seconds": time.time() - t0}
+    save(result, args.out)
     print(table(result))
     return 0 if all(s["ok"] for s in result["sections"].values()) else 1
 
