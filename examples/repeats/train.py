@@ -63,7 +63,7 @@ def run(cfg: RepeatsConfig, out: str | Path, *, force: bool = False, progress: b
     with begin(folder, config_record(cfg, world.size), inputs, device=world.device(cfg.device), precision=cfg.precision,
                threads=cfg.threads, force=force, allow_env_change=allow_env_change, world=world) as started, \
             Bar("repeats", 0, "steps", enabled=progress and world.main) as bar:
-        integrity, _ = run_design(Design(cfg, gcfg, corpus.train, corpus.eot_id, folder,
-                                         lambda seed: arms(cfg, passage, ordinary), recording(cfg),
-                                         ProgressBar(bar), world, start=started.first_files))
+        integrity, _ = run_design(Design(cfg=cfg, gcfg=gcfg, tokens=corpus.train, pad_id=corpus.eot_id, folder=folder,
+                                         arms=lambda seed: arms(cfg, passage, ordinary), recording=recording(cfg),
+                                         observer=ProgressBar(bar), world=world, start=started.first_files))
     return integrity

@@ -120,8 +120,8 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
 
 def design(inputs: Inputs, rd: BankDir, observer: Observer, start=lambda: None) -> Design:
     """The bank as a fork design (forks/loop.py): its arms, what it records, who watches."""
-    return Design(inputs.cfg, inputs.gcfg, inputs.corpus.train, inputs.pad_id, rd, lambda seed: arms(inputs, seed),
-                  recording(inputs), observer, start=start)
+    return Design(cfg=inputs.cfg, gcfg=inputs.gcfg, tokens=inputs.corpus.train, pad_id=inputs.pad_id, folder=rd,
+                  arms=lambda seed: arms(inputs, seed), recording=recording(inputs), observer=observer, start=start)
 
 
 def seeds_apart(d: Design, *, env: dict, bar: Bar, executor: str, jobs: int,

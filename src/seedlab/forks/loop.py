@@ -154,10 +154,11 @@ class ProgressBar(Observer):
         self.bar.advance(steps)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Design:
     """One design's run: what it trains (``cfg``, the GPT config, the corpus's tokens), where
-    (``folder``), its arms per seed (the twin first), what it records, and who watches."""
+    (``folder``), its arms per seed (the twin first), what it records, and who watches. Its fields
+    are given by name: ``Design(cfg=cfg, gcfg=gcfg, tokens=corpus.train, ...)``."""
 
     cfg: ForkDesign
     gcfg: GPTConfig

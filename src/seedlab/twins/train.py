@@ -77,8 +77,9 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
                precision=cfg.precision, threads=cfg.threads, force=force, allow_env_change=allow_env_change,
                world=world, checks=(lambda: rd.check_preregistration(text), check_disk), first_files=first_files) as started, \
             Bar("twins", 0, "steps", enabled=progress and world.main) as bar:
-        _, losses = run_design(Design(cfg, gcfg, corpus.train, corpus.eot_id, rd, lambda seed: arms,
-                                      recording(cfg, arms), ProgressBar(bar), world, independent, started.first_files))
+        _, losses = run_design(Design(cfg=cfg, gcfg=gcfg, tokens=corpus.train, pad_id=corpus.eot_id, folder=rd,
+                                      arms=lambda seed: arms, recording=recording(cfg, arms), observer=ProgressBar(bar),
+                                      world=world, independent=independent, start=started.first_files))
     return losses.rename(columns={"arm": "condition"})
 
 

@@ -31,9 +31,9 @@ def design(corpus, root, arms, *, observer=None, **over):
                         "injection_step": S, "seeds": [0], "peak_lr": 1e-2, "threads": 1, **over})
     every = frozenset(range(S, END + 1))  # every step's hashes: where each run differs from the twin is visible
     names = {a.name for a in arms}
-    return Design(cfg, cfg.gpt_config(corpus.vocab_size), corpus.train, corpus.eot_id, DesignFolder(root),
-                  lambda seed: arms, Recording(hashed=dict.fromkeys(names, every)), observer or Observer(),
-                  start=lambda: DesignFolder(root).start({"design": "test"}, {}, {}))
+    return Design(cfg=cfg, gcfg=cfg.gpt_config(corpus.vocab_size), tokens=corpus.train, pad_id=corpus.eot_id,
+                  folder=DesignFolder(root), arms=lambda seed: arms, recording=Recording(hashed=dict.fromkeys(names, every)),
+                  observer=observer or Observer(), start=lambda: DesignFolder(root).start({"design": "test"}, {}, {}))
 
 
 def first_difference_step(a: dict, b: dict) -> int | None:
