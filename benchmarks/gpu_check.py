@@ -1042,8 +1042,10 @@ def main(argv: list[str] | None = None) -> int:
               "budget_s": None if args.dry_run else {s: budgets[s] for s in order}, "limit_s": None if args.dry_run else LIMIT_S,
               "wheels": None if args.wheels is None else str(args.wheels), "warning": warning, "sections": {}}
     save(result, args.out)
+    main_thread = threading.current_thread() is threading.main_thread()
     stop = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed from outside: the section's process ends too
+    if main_thread:  # killed from outside: SystemExit, and run_child's finally ends the section's process too
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         for study in order:
             if args.dry_run:
@@ -1076,7 +1078,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_check: {study} {'ok' if rec['ok'] else 'FAILED: ' + str(rec['error'])} "
                   f"({rec['seconds']:.0f} s of {rec['limit_s']:.0f})", file=sys.stderr, flush=True)
     finally:
-        signal.signal(signal.SIGTERM, stop)
+        if main_thread:
+            signal.signal(signal.SIGTERM, stop)
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     result |= {"finished": True, "seconds": time.time() - t0}
