@@ -1,12 +1,9 @@
 """The repeats study's commands: ``run``, ``measure``, ``report``. Each imports what it runs.
 
-A study is one line in seedlab's registry (``seedlab.cli.STUDIES``)::
-
-    "repeats": Study("repeats.cli", HELP),
-
-with this folder's parent (examples/) on the Python path; then seedlab runs these commands as any
-study's (bad input: one line on stderr, exit 2). ``python -m repeats.cli ...`` adds that line for
-its own process and does the same.
+seedlab finds the study through the entry point its pyproject declares (group ``seedlab.studies``:
+``repeats = "repeats.cli"``, this module, with ``app`` and ``HELP``): after ``pip install -e examples/repeats``
+``seedlab --help`` lists it and ``seedlab repeats run ...`` runs these commands as any study's (bad input:
+one line on stderr, exit 2). Nothing in seedlab names it.
 """
 
 from __future__ import annotations
@@ -68,12 +65,3 @@ def repeats_report(run: Annotated[Path, typer.Argument(help="a measured repeats 
 
     typer.echo(f"report: {write_report(run)}")
 
-
-if __name__ == "__main__":
-    import sys
-
-    from seedlab.cli import STUDIES, Study, main
-
-    STUDIES["repeats"] = Study("repeats.cli", HELP)  # the one registry line, for this process
-    sys.argv[1:1] = ["repeats"]
-    main()

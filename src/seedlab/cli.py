@@ -3,6 +3,13 @@
 :data:`STUDIES` is the registry: a study is one line there. Its module is imported only when one of its
 commands runs (some studies import torch), so ``seedlab --help`` stays fast.
 
+A study outside seedlab (a package of its own, e.g. examples/repeats) registers through the entry-point
+group :data:`ENTRY_POINTS` of its pyproject, ``NAME = "package.module"``, the module defining ``app`` and
+``HELP`` as a registry line's does: once installed, ``seedlab --help`` lists it and ``seedlab NAME ...``
+runs it. Such modules are imported at start-up (for their ``HELP``; keep them light: import in the commands).
+One that does not load is named in one line on stderr and the other commands work; ``seedlab NAME ...``
+is that line and exit code 2.
+
 A command that takes a CONFIG and ``--set`` is declared with :func:`config_command`: its ``--help`` lists
 the config's fields, and ``seedlab presets show`` knows which configs a study's presets are.
 
@@ -12,6 +19,7 @@ Bad input anywhere is a :class:`SeedlabError`: one line on stderr, exit code 2.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
@@ -42,10 +50,63 @@ STUDIES: dict[str, Study] = {
 }
 
 
+#: the entry-point group of the studies outside seedlab: ``NAME = "package.module"`` (a module with ``app`` and ``HELP``)
+ENTRY_POINTS = "seedlab.studies"
+
+
+class Installed(NamedTuple):
+    """The studies installed from outside seedlab (:data:`ENTRY_POINTS`)."""
+
+    found: dict[str, Study]  # those that load
+    broken: dict[str, str]  # name -> the one line that says why it does not load
+    taken: list[str]  # one line for each entry point whose name seedlab or an earlier one holds (left out)
+
+
+def installed_studies(reserved: frozenset[str] = frozenset()) -> Installed:
+    """The studies installed from outside seedlab, each module imported. ``reserved``: names seedlab's own
+    commands hold besides :data:`STUDIES` (an entry point may not take one)."""
+    out = Installed({}, {}, [])
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else "an installed package"
+        where = f"study {ep.name} (entry point {ep.value!r} of {dist})"
+        if ep.name in STUDIES or ep.name in reserved or ep.name in out.found or ep.name in out.broken:
+            out.taken.append(f"{where}: the name is taken (by seedlab or another package); left out")
+            continue
+        help_, why = _study_help(ep)
+        if why is None:
+            out.found[ep.name] = Study(ep.module, help_)
+        else:
+            out.broken[ep.name] = f"{where} does not load: {why}"
+    return out
+
+
+def _study_help(ep: importlib.metadata.EntryPoint) -> tuple[str, str | None]:
+    """The help line of the study module ``ep`` names (imported here), or why it is not one."""
+    if ep.attr:
+        return "", f"it must name a module (package.module), not {ep.value!r}"
+    try:
+        module = importlib.import_module(ep.module)
+    except Exception as err:  # someone else's module: whatever it raises is reported, not raised
+        text = str(err).strip().splitlines()
+        return "", f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+    if not isinstance(getattr(module, "app", None), typer.Typer):
+        return "", f"{ep.module} defines no app (a typer.Typer with the study's commands)"
+    if not isinstance(getattr(module, "HELP", None), str):
+        return "", f"{ep.module} defines no HELP (its line in seedlab --help)"
+    return " ".join(module.HELP.split()), None
+
+
 def study_commands(name: str) -> TyperGroup:
-    """The registered study ``name``'s commands (its module is imported here)."""
-    group = get_group(importlib.import_module(STUDIES[name].module).app)
-    group.help = STUDIES[name].help
+    """The study ``name``'s commands (its module is imported here): a registered study's, or an
+    installed one's (:func:`installed_studies`; one that does not load is a one-line SeedlabError)."""
+    study = STUDIES.get(name)
+    if study is None:
+        installed = installed_studies()
+        if name in installed.broken:
+            raise SeedlabError(installed.broken[name])
+        study = installed.found[name]
+    group = get_group(importlib.import_module(study.module).app)
+    group.help = study.help
     return group
 
 
@@ -93,16 +154,27 @@ def config_command(target: str, under: str = "") -> type[TyperCommand]:
 
 
 class _Root(TyperGroup):
-    """``seedlab``: the studies are listed from the registry (for ``--help`` and typo suggestions);
-    a study's own commands are loaded only when it is the command that runs."""
+    """``seedlab``: the studies are listed from the registry and the installed ones (for ``--help`` and
+    typo suggestions); a registered study's own commands are loaded only when it is the command that runs."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.commands = {**{name: TyperGroup(name=name, help=s.help) for name, s in STUDIES.items()}, **self.commands}
+        self.installed = installed_studies(frozenset(self.commands))
+        studies = {**STUDIES, **self.installed.found}
+        self.commands = {**{name: TyperGroup(name=name, help=s.help) for name, s in studies.items()}, **self.commands}
+
+    def parse_args(self, ctx, args):
+        # one line each on stderr; `seedlab NAME ...` of a study that does not load is that line as its error
+        broken = [line for name, line in self.installed.broken.items() if args[:1] != [name]]
+        for line in (*broken, *self.installed.taken):
+            typer.echo(f"warning: {line}", err=True)
+        return super().parse_args(ctx, args)
 
     def resolve_command(self, ctx, args):
+        if args[:1] and args[0] in self.installed.broken:
+            raise SeedlabError(self.installed.broken[args[0]])
         name, cmd, rest = super().resolve_command(ctx, args)
-        return name, study_commands(name) if name in STUDIES else cmd, rest
+        return name, study_commands(name) if name in STUDIES or name in self.installed.found else cmd, rest
 
 
 app = typer.Typer(

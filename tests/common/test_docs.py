@@ -24,12 +24,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from typer.main import get_command
+from typer.main import get_command, get_group
 from typer.testing import CliRunner
 
 import seedlab
+from example_study import EXAMPLES, installed, project
 from seedlab import presets
-from seedlab.cli import STUDIES, app, study_commands
+from seedlab.cli import ENTRY_POINTS, STUDIES, app, study_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = Path(seedlab.__file__).resolve().parent
@@ -122,6 +123,15 @@ def _doc_commands() -> list[tuple[str, list[str]]]:
 
 COMMANDS = _doc_commands()
 ROOT_COMMAND = get_command(app)
+#: the studies the docs install from examples/ (pip install -e examples/repeats): name -> the module its entry point names
+EXAMPLE_STUDIES = project()["entry-points"][ENTRY_POINTS]
+
+
+def _example_commands(name: str):
+    """An example study's commands, as seedlab has them once it is installed (examples/ importable)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(EXAMPLES))
+        return get_group(importlib.import_module(EXAMPLE_STUDIES[name]).app)
 
 
 def _resolve(args: list[str]):
@@ -129,7 +139,8 @@ def _resolve(args: list[str]):
     cmd, path, i = ROOT_COMMAND, [], 0
     while hasattr(cmd, "commands") and i < len(args) and not args[i].startswith("-"):
         name = args[i]
-        sub = study_commands(name) if cmd is ROOT_COMMAND and name in STUDIES else cmd.commands.get(name)
+        sub = (study_commands(name) if cmd is ROOT_COMMAND and name in STUDIES else
+               _example_commands(name) if cmd is ROOT_COMMAND and name in EXAMPLE_STUDIES else cmd.commands.get(name))
         assert sub is not None, f"no command {' '.join(['seedlab', *path, name])!r}"
         cmd, path, i = sub, [*path, name], i + 1
     return tuple(path), cmd, args[i:]
@@ -195,10 +206,11 @@ def test_the_short_commands_run_as_written(where, args, tmp_path, monkeypatch):
     assert result.exit_code == 0, f"{where}: exit {result.exit_code}\n{result.output}{result.exception!r}"
 
 
-def test_every_command_a_doc_names_has_a_help():
-    for path in sorted({_resolve(args)[0] for _, args in COMMANDS}):
-        result = CliRunner().invoke(app, [*path, "--help"])
-        assert result.exit_code == 0, f"seedlab {' '.join(path)} --help: {result.output}"
+def test_every_command_a_doc_names_has_a_help(tmp_path):
+    with installed(tmp_path):  # the example studies, as pip install -e leaves them
+        for path in sorted({_resolve(args)[0] for _, args in COMMANDS}):
+            result = CliRunner().invoke(app, [*path, "--help"])
+            assert result.exit_code == 0, f"seedlab {' '.join(path)} --help: {result.output}"
 
 
 def test_the_readme_make_targets_exist():
