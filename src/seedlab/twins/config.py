@@ -14,20 +14,15 @@ from pydantic import Field, model_validator
 from seedlab.config import Strict
 from seedlab.forks.design import ForkDesign, Pos
 from seedlab.store import content_hash
+from seedlab.twins.variants import FLUENT, ORDINARY, VARIANTS, names  # noqa: F401 (FLUENT: re-exported)
 
-#: the twin, the passage conditions, and the null arms (what a difference looks like without the passage)
-CONDITIONS = ("twin", "fluent-fabricated", "fluent-attested", "random-chars", "ordinary-row", "nudge", "matched-gradient",
-              "sign-gradient", "weight-kick")
+#: the twin, the passage conditions and the null arms, as registered (twins/variants.py: a condition's name,
+#: channel, arms, text, colour and description live there, once); the default design trains all of them
+CONDITIONS = tuple(VARIANTS)
 INJECTED = CONDITIONS[1:]
-PASSAGES = ("fluent-fabricated", "fluent-attested", "random-chars")  # a text in the injected row
-#: ordinary rows in its place (``nulls.ordinary_rows`` arms); a one-ulp nudge; noise of the passage's size in the
-#: gradient (through the clip and AdamW's moments, as a row: an isotropic direction of its norm, matched-gradient, or its
-#: own gradient with random signs, sign-gradient: its size per coordinate) and in the weights (once, at s)
-NULLS = ("ordinary-row", "nudge", "matched-gradient", "sign-gradient", "weight-kick")
-FLUENT = ("fluent-fabricated", "fluent-attested")
-#: the condition that stands for ``nulls.ordinary_rows`` arms, one per drawn held-out stretch: ``ordinary-row.<i>``
-ORDINARY = "ordinary-row"
-#: condition names no longer accepted, and what to name instead (issue 32: the noise null was split by channel)
+PASSAGES = tuple(names("passage"))  # a text in the injected row, measured on every run
+NULLS = tuple(names("null"))
+#: condition names no longer accepted, and what to name instead (the noise null was split by channel)
 RENAMED = {"matched-noise": "'matched-gradient' (the gradient-channel noise null, the default) and/or 'weight-kick' "
                             "(the weight kick matched-noise was)"}
 
@@ -38,8 +33,11 @@ def ordinary_names(k: int) -> list[str]:
 
 
 def is_ordinary(name: str) -> bool:
-    """An arm of the ordinary-row null (``ordinary-row.<i>``; ``ordinary-row`` itself in runs measured before issue 32)."""
-    return name == ORDINARY or (name.startswith(ORDINARY + ".") and name[len(ORDINARY) + 1:].isdigit())
+    """An arm of the ordinary-row null (``ordinary-row.<i>``; ``ordinary-row`` itself in runs measured when it was
+    one row)."""
+    return VARIANTS[ORDINARY].owns(name)
+
+
 Label = Literal["primary", "secondary", "exploratory"]
 
 #: the paper's pre-registration: barrier primary, held-out CE secondary, the rest exploratory
@@ -104,7 +102,8 @@ class TwinsConfig(ForkDesign):
     """The design every fork-at-injection study shares (:class:`~seedlab.forks.design.ForkDesign`:
     corpus, model, schedule, injection step and row, replicas, device) and the twins' own fields."""
 
-    conditions: list[str] = Field(list(CONDITIONS), description="the arms trained per seed: the twin, passages and nulls (CONDITIONS)")
+    conditions: list[str] = Field(list(CONDITIONS), description=(
+        "the arms trained per seed: the twin, the passages and the nulls (each registered in twins/variants.py)"))
     passages: dict[str, str] = Field({}, description="condition -> text file, relative to the config file (they travel with it)")
     subjects: dict[str, str] = Field({}, description="condition -> the passage's subject, checked against the corpus")
     random_chars_tokens: Pos | None = Field(None, description="the random-chars passage's length, in tokens; null: the fabricated (else attested) passage's")
@@ -123,12 +122,15 @@ class TwinsConfig(ForkDesign):
         old = [c for c in self.conditions if c in RENAMED]
         if old:
             raise ValueError(f"conditions: {old[0]!r} is no longer a condition (issue 32): name {RENAMED[old[0]]}")
-        bad = [c for c in self.conditions if c not in CONDITIONS]
+        bad = [c for c in self.conditions if c not in VARIANTS]
         if bad:
-            raise ValueError(f"conditions: must be among {', '.join(CONDITIONS)}, got {bad[0]!r}")
+            raise ValueError(f"conditions: must be among {', '.join(VARIANTS)}, got {bad[0]!r}")
+        twice = [c for i, c in enumerate(self.conditions) if c in self.conditions[:i]]
+        if twice:
+            raise ValueError(f"conditions: {twice[0]!r} is named twice (each condition is one run per seed)")
         if "twin" not in self.conditions:
             raise ValueError("conditions: must include 'twin', the baseline every condition is compared with")
-        noise = [c for c in ("matched-gradient", "sign-gradient", "weight-kick") if c in self.conditions]
+        noise = [c for c in self.conditions if VARIANTS[c].sized]
         if noise and self.nulls.noise_like not in self.conditions:
             raise ValueError(f"nulls.noise_like: {noise[0]} takes its size from {self.nulls.noise_like!r}, "
                              "which must be one of the conditions")
@@ -139,9 +141,9 @@ class TwinsConfig(ForkDesign):
 
     @property
     def arm_names(self) -> list[str]:
-        """Every run of a seed, as its folder is named: the conditions in order, ``ordinary-row`` as its
-        ``nulls.ordinary_rows`` arms (:func:`ordinary_names`)."""
-        return [a for c in self.conditions for a in (ordinary_names(self.nulls.ordinary_rows) if c == ORDINARY else [c])]
+        """Every run of a seed, as its folder is named: the conditions in order, each as its variant's arms
+        (``ordinary-row`` as its ``nulls.ordinary_rows`` arms, :func:`ordinary_names`)."""
+        return [a for c in self.conditions for a in VARIANTS[c].arm_names(self)]
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

@@ -12,20 +12,19 @@ import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
 from seedlab.twins import stats
-from seedlab.twins.config import is_ordinary
 from seedlab.twins.rundir import Measured
+from seedlab.twins.variants import SEED_COLOR, VARIANTS
+from seedlab.twins.variants import color as _variant_color
 
-#: the colour of every condition (twins/config.py CONDITIONS) and of "seed" (twins of different seeds), in every figure
-COLORS = {"twin": "k", "fluent-fabricated": "tab:red", "fluent-attested": "tab:blue", "random-chars": "tab:green",
-          "ordinary-row": "tab:orange", "nudge": "tab:purple", "matched-gradient": "tab:brown", "sign-gradient": "tab:pink", "weight-kick": "tab:olive",
-          "seed": "0.4"}
+#: the colour of every condition as registered (twins/variants.py) and of "seed" (twins of different seeds)
+COLORS = {name: v.color for name, v in VARIANTS.items()} | {"seed": SEED_COLOR}
 
 
-def color(condition: str) -> str:
-    """The one colour of ``condition`` (or "seed") in every twins figure; every ordinary row (``ordinary-row.<i>``)
-    has the ordinary-row null's, a condition measured before issue 32 its name's today (``stats.LEGACY_NAMES``)."""
-    condition = stats.LEGACY_NAMES.get(condition, condition)
-    return COLORS["ordinary-row" if is_ordinary(condition) else condition]
+def color(condition: str):
+    """The one colour of ``condition`` (or "seed") in every twins figure, from the registry (twins/variants.py
+    ``color``): every ordinary row (``ordinary-row.<i>``) a shade of the ordinary-row null's own, a condition
+    measured under a former name its variant's."""
+    return _variant_color(condition)
 
 
 def _zero_text(conds: list[str], what: str) -> str:

@@ -9,7 +9,8 @@ For each seed k and injected condition c (against the twin of the same seed) at 
 - **distance**     Euclidean distance of the weights, overall and per layer (``dist.<group>``);
 - **cka**          linear CKA per layer (``cka.blocks.<l>``: the residual stream after block l) on a probe batch;
 - **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end
-                   (NaN for the nulls without a text: nudge, matched-gradient, weight-kick).
+                   (NaN for a condition without a text of its own: a null acting through the gradient or the
+                   weights, twins/variants.py).
 
 ``passages.parquet`` is the cross-passage matrix: at every saved step, every condition's and its
 twin's CE on every passage (both fluent passages, the random characters, each ordinary row), so
@@ -246,7 +247,7 @@ class Comparisons:
         ce, texts = self.ev.heldout_ce(), self.texts_ce()
         self.passages += [{"seed": k, "condition": c, "step": t, "text": name, "ce": v, "twin_ce": twin.passage_ce[name],
                            "diff": v - twin.passage_ce[name]} for name, v in texts.items()]
-        own = texts.get(c, np.nan)  # the nulls nudge, matched-gradient and weight-kick have no passage of their own
+        own = texts.get(c, np.nan)  # a null of the gradient or weights channel has no passage of its own
         if t == self.final:
             row = self.compare(state, twin.state, ce, twin.heldout_ce, twin.residuals,
                                kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)

@@ -22,6 +22,7 @@ from seedlab.twins import figures, stats
 from seedlab.twins.config import MeasureConfig
 from seedlab.twins.rundir import Measured
 from seedlab.twins.stats import PAPER, Summary
+from seedlab.twins.variants import names, null_variant
 
 def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
@@ -72,8 +73,7 @@ def answer(s: Summary) -> str:
     by: dict[str, list[str]] = {}
     same: dict[str, str] = {}
     for v in s.null_verdicts:
-        by.setdefault(v.passage, []).append(f"{'the ordinary rows' if v.null == stats.ORDINARY_ROWS else v.null} on "
-                                            f"{len(v.differ)} of {v.tests}")
+        by.setdefault(v.passage, []).append(f"{null_variant(v.null).said} on {len(v.differ)} of {v.tests}")
         if v.null == stats.ORDINARY_ROWS:
             same[v.passage] = (f"; shown equal to the ordinary rows (TOST, ±{s.ordinary_margin:g} of their effect) on "
                                f"{len(v.equivalent)} of {v.tests}" if s.ordinary_margin is not None else
@@ -280,14 +280,11 @@ TESTS = ("p (paired t): two-sided paired t-test over seeds. p (exact sign-flip):
          "its floor 2/2ⁿ, so a smaller p can only be the t-test's.")
 
 
-#: the null arms, in the order the answer names them, and what each would produce without the passage
-NULL_WHAT = {stats.ORDINARY_ROWS: "the ordinary rows (any row's effect)",
-             "matched-gradient": "gradient noise of the passage's size (a perturbation of that size, through the clip "
-                                 "and AdamW's moments as a row)",
-             "sign-gradient": "the passage's own gradient with random signs per coordinate (its size in every "
-                              "coordinate and channel, no direction)",
-             "weight-kick": "a weight kick of the passage's update size (once, at s)",
-             "nudge": "a one-ulp nudge (chaos alone)"}
+def null_what(group: str) -> str:
+    """What a null compared under ``group`` is, in words (its registered description, twins/variants.py)."""
+    return null_variant(group).description
+
+
 #: measures.parquet columns the nulls are compared on, as the report names them
 NULL_NAMES = {"barrier": "barrier", "rise_mid": "rise at α = 0.5", "heldout_ce_diff": "held-out CE − twin's",
               "distance": "distance to the twin", "cka_mean": "CKA with the twin", "tc_mean_absdiff": "mean |Δ training loss|"}
@@ -309,8 +306,8 @@ def nulls_answer(s: Summary) -> str:
     weight kick of its size and from a nudge — on how many of the end measures (two-sided paired t, Holm over the
     section), and which; against the ordinary rows, on which it is shown equivalent (TOST, Holm)."""
     if not s.null_verdicts:
-        return ("*No passage condition and null arm measured on the same seeds (add `ordinary-row`, `matched-gradient`, "
-                "`weight-kick`, `nudge` to `conditions`).*")
+        return ("*No passage condition and null arm measured on the same seeds (add "
+                + ", ".join(f"`{n}`" for n in names("null")) + " to `conditions`).*")
     parts: dict[str, list[str]] = {}
     for v in s.null_verdicts:
         which = ", ".join(f"{NULL_NAMES[r.measure]} {r['diff']:+.3g} (Holm p = {fmt_p(r.p_t_holm)})" for _, r in v.differ.iterrows())
@@ -320,7 +317,7 @@ def nulls_answer(s: Summary) -> str:
             same = ", ".join(NULL_NAMES[r.measure] for _, r in v.equivalent.iterrows())
             said += ("; equivalent (TOST) on " + same if same else
                      "; equivalent on none (not shown)" if s.ordinary_margin is not None else "; equivalence not shown (no margin)")
-        parts.setdefault(v.passage, []).append(f"from {NULL_WHAT[v.null]}: {said}")
+        parts.setdefault(v.passage, []).append(f"from {null_what(v.null)}: {said}")
     lines = [f"- **{p}** " + "; ".join(ps) + "." for p, ps in parts.items()]
     margin = (f"its effect within ±{s.ordinary_margin:g} × the ordinary rows' own effect, seed by seed (measure.ordinary_margin, "
               "pre-registered)" if s.ordinary_margin is not None else

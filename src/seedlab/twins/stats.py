@@ -50,10 +50,10 @@ from statsmodels.stats.power import TTestPower
 
 from seedlab.measures.paired import one_sided_sign_flip, paired_row
 from seedlab.stats import sign_flip_floor
-from seedlab.twins.config import INJECTED, MeasureConfig, is_ordinary
+from seedlab.twins.config import MeasureConfig, is_ordinary
 from seedlab.twins.rundir import Measured
+from seedlab.twins.variants import ATT, FAB, FLUENT, VARIANTS, current_names, names, null_groups
 
-FAB, ATT = "fluent-fabricated", "fluent-attested"
 #: the fraction of the s + 50 passage effect a "lost" claim tests the end effect against, seed by
 #: seed: "lost" means the end effect is shown (one-sided, α = 0.05) to be smaller than half of what
 #: was learned 50 steps after the injection (MeasureConfig.equivalence_frac when set)
@@ -299,17 +299,18 @@ def checkpoint_course(checkpoints: pd.DataFrame) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- is it the passage? (the nulls)
 
-#: the passage conditions and the null arms each is compared with (twins/config.py)
-PASSAGE_CONDITIONS = ("fluent-fabricated", "fluent-attested", "random-chars")
+#: the passage conditions and the null arms each is compared with, as registered when seedlab was imported
+#: (twins/variants.py; the functions below read the registry when called, so a variant registered later counts)
+PASSAGE_CONDITIONS = tuple(names("passage"))
 #: the ordinary-row null as a distribution: per seed, the mean over its ordinary-row.<i> arms (and each arm's rank)
-ORDINARY_ROWS = "ordinary-rows"
-NULL_CONDITIONS = (ORDINARY_ROWS, "matched-gradient", "sign-gradient", "weight-kick", "nudge")
+ORDINARY_ROWS = VARIANTS["ordinary-row"].pooled
+NULL_CONDITIONS = tuple(null_groups())
 #: the measures every passage condition is compared with every null on (measures.parquet columns, and
 #: the time course's per-seed summary)
 NULL_MEASURES = ("barrier", "rise_mid", "heldout_ce_diff", "distance", "cka_mean", "tc_mean_absdiff")
-#: conditions measured before issue 32, under today's names: the weight kick was "matched-noise", the one
+#: conditions measured by an older seedlab, under today's names: the weight kick was "matched-noise", the one
 #: ordinary row "ordinary-row" (an ordinary-row distribution of one)
-LEGACY_NAMES = {"matched-noise": "weight-kick", "ordinary-row": "ordinary-row.0"}
+LEGACY_NAMES = current_names()
 #: the hypotheses of "Is it the passage?" (:func:`null_family`): a difference at the end, at a checkpoint, an equivalence
 KINDS = ("end", "checkpoint", "equivalence")
 
@@ -457,23 +458,29 @@ def null_contrasts(measures: pd.DataFrame, checkpoints: pd.DataFrame, timecourse
 
 
 def _null_pairs(frame: pd.DataFrame):
-    """(passage, null, its rows, the null's rows, the ordinary rows' values) on their common seeds, for every pair
-    present with >= 2 seeds. The null :data:`ORDINARY_ROWS`' rows are the mean over each seed's ordinary-row arms
-    (numeric columns), and the last item is then ``{column: seeds x ordinary arms}`` (None for the other nulls)."""
+    """(passage, null, its rows, the null's rows, the pooled null's arms) on their common seeds, for every pair
+    present with >= 2 seeds, passages and nulls in registry order (twins/variants.py). A pooled null's rows
+    (:data:`ORDINARY_ROWS`: the ordinary rows) are the mean over each seed's arms (numeric columns), and the last
+    item is then ``{column: seeds x its arms}`` (None for the other nulls)."""
     by = {c: g.set_index("seed") for c, g in frame.groupby("condition")}
-    arms = sorted((c for c in by if is_ordinary(c)), key=lambda c: (len(c), c))
-    nulls = {n: by[n] for n in NULL_CONDITIONS if n in by}
-    wide = None
-    if arms:
-        numeric = [col for col in frame.columns if col not in ("seed", "condition") and pd.api.types.is_numeric_dtype(frame[col])]
-        wide = {col: pd.DataFrame({c: by[c][col] for c in arms if col in by[c]}) for col in numeric}
-        nulls = {ORDINARY_ROWS: pd.DataFrame({col: w.mean(axis=1) for col, w in wide.items()})} | nulls
-    for p in PASSAGE_CONDITIONS:
-        for n in NULL_CONDITIONS:
-            if p in by and n in nulls:
+    numeric = [col for col in frame.columns if col not in ("seed", "condition") and pd.api.types.is_numeric_dtype(frame[col])]
+    nulls, wide = {}, {}
+    for v in VARIANTS.values():
+        if v.role != "null":
+            continue
+        if v.count:
+            arms = sorted((c for c in by if v.owns(c)), key=lambda c: (len(c), c))
+            if arms:
+                wide[v.group] = {col: pd.DataFrame({c: by[c][col] for c in arms if col in by[c]}) for col in numeric}
+                nulls[v.group] = pd.DataFrame({col: w.mean(axis=1) for col, w in wide[v.group].items()})
+        elif v.name in by:
+            nulls[v.name] = by[v.name]
+    for p in names("passage"):
+        for n in nulls:
+            if p in by:
                 seeds = by[p].index.intersection(nulls[n].index)
                 if len(seeds) >= 2:
-                    extra = {col: w.reindex(seeds) for col, w in wide.items()} if n == ORDINARY_ROWS else None
+                    extra = {col: w.reindex(seeds) for col, w in wide[n].items()} if n in wide else None
                     yield p, n, by[p].loc[seeds], nulls[n].loc[seeds], extra
 
 
@@ -638,8 +645,8 @@ def aligned_measured(norm: pd.DataFrame) -> bool:
 def headline(comp: pd.DataFrame, norm: pd.DataFrame, course: pd.DataFrame, windows: pd.DataFrame,
              injection: int) -> Headline:
     """The pooled fluent numbers of the headline (see :class:`Headline`); ``windows``: :func:`peak_trough_windows`."""
-    inj = norm[norm.condition.isin(INJECTED[:2])]
-    fl = course[course.condition.isin(INJECTED[:2])]
+    inj = norm[norm.condition.isin(FLUENT)]
+    fl = course[course.condition.isin(FLUENT)]
     sb = inj.seed_barrier.iloc[0] if len(inj) else np.nan
     ratios = windows[windows.condition.isin(list(fl.condition))]
     n = int(comp.n.max()) if len(comp) else 0
@@ -670,15 +677,15 @@ class NullVerdict:
 
 
 def null_answer(nulls: pd.DataFrame) -> tuple[list[NullVerdict], int, NullFamily]:
-    """The first answer, from :func:`null_contrasts`: per passage (in the table's order) and null (in
-    :data:`NULL_CONDITIONS`' order) a :class:`NullVerdict` at the end; the most seeds; what was tested
+    """The first answer, from :func:`null_contrasts`: per passage (in the table's order) and null (in the
+    registry's order, twins/variants.py) a :class:`NullVerdict` at the end; the most seeds; what was tested
     (:func:`null_family`: the count the Holm correction used)."""
     if not len(nulls):
         return [], 0, null_family(nulls)
     end = nulls[nulls.kind == "end"]
     out = []
     for p, g in end.groupby("passage", sort=False):
-        for n in NULL_CONDITIONS:
+        for n in null_groups():
             h = g[g.null == n]
             if len(h):
                 out.append(NullVerdict(p, n, len(h), h[h.differs.astype(bool)], h[h.equivalent.map(lambda v: v is True)]))
@@ -694,12 +701,13 @@ def ordinary_margin(preregistration: dict | None) -> float | None:
 
 
 def with_current_names(frame: pd.DataFrame, columns=("condition", "text")) -> pd.DataFrame:
-    """A measured table with the conditions (and texts) measured before issue 32 under today's names
-    (:data:`LEGACY_NAMES`)."""
+    """A measured table with the conditions (and texts) measured by an older seedlab under today's names
+    (twins/variants.py ``current_names``: :data:`LEGACY_NAMES` and those of variants registered since)."""
     out = frame.copy()
+    renamed = current_names()
     for col in columns:
         if col in out and len(out):
-            out[col] = out[col].replace(LEGACY_NAMES)
+            out[col] = out[col].replace(renamed)
     return out
 
 

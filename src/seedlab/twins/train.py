@@ -34,15 +34,16 @@ from pathlib import Path
 import pandas as pd
 
 from seedlab.errors import SeedlabError
-from seedlab.forks.arms import TWIN, Arm, injection, matched_gradient, nudge, sign_gradient, weight_kick
+from seedlab.forks.arms import TWIN, Arm
 from seedlab.forks.loop import Design, ProgressBar, Recording, run_design
 from seedlab.forks.start import begin
 from seedlab.lm.batches import check_passage
 from seedlab.lm.distributed import World, check_divisible
 from seedlab.progress import Bar
-from seedlab.twins.config import ORDINARY, TwinsConfig, ordinary_names
+from seedlab.twins.config import TwinsConfig
 from seedlab.twins.passages import attestation, load_passages
 from seedlab.twins.rundir import RunDir, config_record, inputs_record, run_record
+from seedlab.twins.variants import VARIANTS, ArmInputs
 
 
 def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), independent: bool = False,
@@ -84,21 +85,11 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
 
 
 def conditions(cfg: TwinsConfig, passages: dict[str, list[int]], pad_id: int) -> list[Arm]:
-    """Every condition as an arm, the twin first (the replica control's reference), then in the
-    config's order (``cfg.arm_names``): each passage (and each of the ordinary rows, ``ordinary-row.<i>``)
-    in row ``injection_row`` of the batch of s; the nudge (one ulp of one weight at s); matched-gradient
-    (a random direction added to the raw gradient of s, as long as ``nulls.noise_like``'s own batch-gradient
-    difference: through the clip and AdamW's moments as a row); sign-gradient (that passage's own batch-gradient
-    difference with random signs per coordinate: its norm and its size in every coordinate, no direction);
-    weight-kick (matched-gradient's direction in the weights at s, as long as that passage's update difference)."""
-    s, row, n = cfg.injection_step, cfg.injection_row, cfg.nulls
-    made = {c: injection(c, ids, s, row) for c, ids in passages.items()}
-    like = made.get(ordinary_names(1)[0] if n.noise_like == ORDINARY else n.noise_like, TWIN)
-    made["nudge"] = nudge("nudge", s, n.nudge_tensor, n.nudge_index)
-    made["matched-gradient"] = matched_gradient("matched-gradient", like, s, n.noise_seed, pad_id)
-    made["sign-gradient"] = sign_gradient("sign-gradient", like, s, n.noise_seed, pad_id)
-    made["weight-kick"] = weight_kick("weight-kick", like, s, n.noise_seed, pad_id)
-    return [TWIN, *(made[c] for c in cfg.arm_names if c != "twin")]
+    """Every condition as its arms, each built by its variant (twins/variants.py ``build``: what it injects or
+    perturbs at s, and through which channel): the twin first (the replica control's reference), then in the
+    config's order (``cfg.arm_names``)."""
+    inputs = ArmInputs(cfg, passages, pad_id)
+    return [TWIN, *(a for c in cfg.conditions if c != "twin" for a in VARIANTS[c].build(inputs, VARIANTS[c]))]
 
 
 def recording(cfg: TwinsConfig, arms: list[Arm]) -> Recording:
