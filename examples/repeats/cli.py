@@ -36,7 +36,7 @@ def repeats_run(
     from repeats.config import ARMS, RepeatsConfig
     from repeats.train import run
 
-    cfg = parse(RepeatsConfig, apply_overrides(load_yaml(config), set_))
+    cfg = parse(RepeatsConfig, apply_overrides(load_yaml(config), set_, RepeatsConfig))
     integrity = run(cfg, out, force=force, progress=progress, allow_env_change=allow_env_change)
     reps = [k for k, v in integrity["seeds"].items() if "replica" in v]
     typer.echo(f"{len(cfg.seeds)} seeds x {len(ARMS)} arms -> {out}\n"

@@ -25,13 +25,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 
 import typer
-from typer.core import HAS_RICH, TyperCommand, TyperGroup
+from typer.core import HAS_RICH, TyperCommand, TyperGroup, TyperOption
 from typer.main import get_group
 
 from seedlab.errors import SeedlabError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
+
+
+def _flags_take_no_value() -> None:
+    """A flag (``--force``, ``--help``) takes no value, so its help shows no type: typer's rich help gives
+    every option one (``--help <bool>``), click's plain help leaves a flag's out; seedlab's help is click's
+    here, for every command of every study (all go through this module)."""
+    shown = getattr(TyperOption, "display_type_rich", None)  # an older typer has no type column
+    if shown is None or getattr(shown, "flags_untyped", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.flags_untyped = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
 
 
 class Study(NamedTuple):
@@ -191,15 +209,20 @@ app.add_typer(presets_app, name="presets")
 
 @presets_app.callback()
 def presets_list(ctx: typer.Context) -> None:
-    """List the presets of every study, with the first line of each (what it is)."""
+    """List the presets of every study, each with what it is (the first sentence of its comment, wrapped)."""
     if ctx.invoked_subcommand is not None:
         return
+    import shutil
+    import textwrap
+
     from seedlab import presets
 
+    width = max(shutil.get_terminal_size().columns, 60) - 1
     for study in (s for s in STUDIES if s in presets.STUDIES):
         typer.echo(f"{study}:")
         for name in presets.names(study):
-            typer.echo(f"  {name:<16} {presets.describe(study, name)}")
+            typer.echo(textwrap.fill(presets.describe(study, name), width, initial_indent=f"  {name:<16} ",
+                                     subsequent_indent=" " * 19, break_on_hyphens=False, break_long_words=False))
 
 
 @presets_app.command("copy")
@@ -257,7 +280,8 @@ def doctor(
     size: Annotated[int, typer.Option(help="n of the n x n matmul timed in each precision")] = 2048,
 ) -> None:
     """What this machine offers: cores, threads, CPU flags (AVX-512, AMX), CUDA devices, and the fp32 and
-    bf16 matmul throughput measured here, with the precision it suggests."""
+    bf16 matmul throughput measured here, with the precision to use (fp32 for results; bf16 for fast
+    exploration where it is at least twice as fast)."""
     from seedlab.doctor import examine, lines
 
     if size < 16:

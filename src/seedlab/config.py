@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import importlib
 import re
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -63,21 +64,57 @@ def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or "function-" in p or p in _TAGS)))
 
 
-def format_validation_error(err: ValidationError, prefix: str = "") -> str:
-    """Turn pydantic's multi-line report into one line naming the first bad field."""
-    e = err.errors()[0]
-    # pydantic appends the failing union/validator name to loc; keep only field names
-    loc = _clean(e["loc"])
+def _members(ann: Any) -> list[Any]:
+    """The types a value of annotation ``ann`` may have: unions and ``Annotated`` unwrapped."""
+    origin = get_origin(ann)
+    if origin is Annotated:
+        return _members(get_args(ann)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for a in get_args(ann) for m in _members(a)]
+    return [ann]
+
+
+def _field_loc(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """An error's location as fields, list indices and mapping keys, walked through ``model``: the labels
+    pydantic puts in for a union's forms (``list[int]``, ``constrained-int``, a discriminator's tag) left out."""
+    kinds: list[Any] = [model]
+    out: list[Any] = []
+    for part in loc:
+        models = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        holds = [k for k in kinds if get_origin(k) in (list, tuple, set, frozenset, dict)]
+        if isinstance(part, str) and (m := next((k for k in models if part in k.model_fields), None)) is not None:
+            out.append(part)
+            kinds = _members(m.model_fields[part].annotation)
+        elif isinstance(part, int) or any(get_origin(k) is dict for k in holds):  # an item or a key
+            out.append(part)
+            kinds = [m for k in holds for m in _members(get_args(k)[-1])] or kinds
+        # else: a union's label: no field
+    return tuple(out)
+
+
+def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    """Turn pydantic's multi-line report into one line naming the first bad field. Several errors of that
+    one field (a value that fits none of a union's forms: ``list[int] | int`` given ``abc``) are one
+    problem: its line says what each form wanted. Other fields' problems are counted (``and 1 more``).
+    ``model``: the config validated (its fields tell pydantic's union labels from field names)."""
+    errors = err.errors()
+    where = (lambda e: _field_loc(model, e["loc"])) if model is not None else (lambda e: _clean(e["loc"]))
+    e, loc = errors[0], where(errors[0])
     field = _loc(((prefix,) if prefix else ()) + loc)
-    msg = e["msg"]
     if e["type"] == "extra_forbidden":
         return f"{field}: unknown field (allowed: see the documented config fields)"
-    msg = msg.removeprefix("Value error, ")
+    msgs = list(dict.fromkeys(x["msg"].removeprefix("Value error, ") for x in errors if where(x) == loc))
+    msg = msgs[0]
     m = re.match(r"^([A-Za-z_][\w.]*): (.*)$", msg)
-    if m:  # a cross-field check names its own field, relative to where it ran
+    if m and len(msgs) == 1:  # a cross-field check names its own field, relative to where it ran
         field = f"{field}.{m.group(1)}" if loc or prefix else m.group(1)
         msg = m.group(2)
-    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    elif len(msgs) > 1:  # one field, none of its forms fits
+        should = "Input should be "
+        msg = (should + " or ".join(x.removeprefix(should) for x in msgs) if all(x.startswith(should) for x in msgs)
+               else "; or ".join(msgs))
+    others = len({where(x) for x in errors} - {loc})
+    more = f" (and {others} more)" if others else ""
     inp = e.get("input")
     got = "" if isinstance(inp, dict) or "got" in msg else f", got {inp!r}"
     return f"{field}: {msg}{got}{more}"
@@ -91,13 +128,13 @@ def parse(model: type[M], data: Any, prefix: str = "") -> M:
         # an unknown field gets the list of allowed ones, named from the model
         e = err.errors()[0]
         if e["type"] == "extra_forbidden":
-            loc = _clean(e["loc"])
+            loc = _field_loc(model, e["loc"][:-1]) + e["loc"][-1:]  # the last: the unknown name
             allowed = _allowed_fields(model, loc[:-1])
             raise SeedlabError(
                 f"{_loc(((prefix,) if prefix else ()) + loc)}: unknown field"
                 f" (allowed: {', '.join(allowed)})"
             ) from None
-        raise SeedlabError(format_validation_error(err, prefix)) from None
+        raise SeedlabError(format_validation_error(err, prefix, model)) from None
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
@@ -158,11 +195,26 @@ def config_file(study: str, config: str | Path) -> Path:
     return found
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``--set train.epochs=100`` style overrides; values are parsed as YAML."""
+def example_override(model: type[BaseModel] | None, data: dict[str, Any]) -> str | None:
+    """A ``--set`` example of this config's own: its first field that has a default, at the default
+    (``model=mini``, ``model.layers=2``); without ``model``, the first value of ``data``; None if neither has one."""
+    if model is not None:
+        f = next((f for f in config_fields(model) if not f.section and not f.required), None)
+        return None if f is None else f"{f.name}={yaml_value(f.default)}"
+    key, node = "", data
+    while isinstance(node, dict) and node:
+        k, node = next(iter(node.items()))
+        key = f"{key}.{k}" if key else str(k)
+    return f"{key}={yaml_value(node)}" if key else None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], model: type[BaseModel] | None = None) -> dict[str, Any]:
+    """``--set train.epochs=100`` style overrides of ``data`` (a ``model``'s, if given: a malformed one's
+    error shows one of its fields as the example); values are parsed as YAML."""
     for item in overrides:
         if "=" not in item:
-            raise SeedlabError(f"--set: expected KEY=VALUE (e.g. train.epochs=100), got {item!r}")
+            example = example_override(model, data)
+            raise SeedlabError(f"--set: expected KEY=VALUE{f' (e.g. {example})' if example else ''}, got {item!r}")
         key, raw = item.split("=", 1)
         parts = key.split(".")
         cur = data
@@ -179,7 +231,7 @@ def load_config(model: type[M], study: str, config: str | Path, overrides: list[
     """A CONFIG argument (file or preset name) with ``--set`` overrides, validated into ``model``;
     also the config file's folder, which the config's own relative paths are relative to."""
     path = config_file(study, config)
-    return parse(model, apply_overrides(load_yaml(path), list(overrides))), path.parent
+    return parse(model, apply_overrides(load_yaml(path), list(overrides), model)), path.parent
 
 
 @dataclass(frozen=True)

@@ -75,8 +75,30 @@ def files(study: str, name: str) -> list[str]:
 
 
 def describe(study: str, name: str) -> str:
-    """What a preset is: the first line of its file (a comment), without the ``#``."""
-    return find(study, name).read_text().splitlines()[0].lstrip("# ").strip()
+    """What a preset is: the first sentence of the comment that opens its file, whole (its lines joined,
+    without the ``#``)."""
+    words = []
+    for line in find(study, name).read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        words += line.lstrip("#").split()
+    return first_sentence(" ".join(words))
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to the end of its first sentence: the first ``.``, ``!`` or ``?`` followed by a space (or
+    the end) outside brackets and double quotes (a full stop inside ``(...)`` or ``"..."`` ends no sentence)."""
+    depth, quoted = 0, False
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(depth - 1, 0)
+        elif ch in ".!?" and not depth and not quoted and text[i + 1 : i + 2] in ("", " "):
+            return text[: i + 1]
+    return text
 
 
 def copy(name: str, out: Path, *, force: bool = False) -> list[Path]:
