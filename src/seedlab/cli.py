@@ -279,9 +279,10 @@ def study_configs(name: str) -> list[str]:
 def doctor(
     size: Annotated[int, typer.Option(help="n of the n x n matmul timed in each precision")] = 2048,
 ) -> None:
-    """What this machine offers: cores, threads, CPU flags (AVX-512, AMX), CUDA devices, and the fp32 and
-    bf16 matmul throughput measured here, with the precision to use (fp32 for results; bf16 for fast
-    exploration where it is at least twice as fast)."""
+    """What this machine offers: cores, threads, CPU flags, CUDA devices, and the precision to use.
+
+    The CPU flags that matter for matmuls (AVX-512, AMX), and the fp32 and bf16 matmul throughput measured
+    here: fp32 for results; bf16 for fast exploration where it is at least twice as fast."""
     from seedlab.doctor import examine, lines
 
     if size < 16:
