@@ -29,10 +29,10 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_m
     assert "vs margin ±" not in text and "TOST" not in text[text.index("## Learned, then lost?"):]  # "lost" has no TOST
     # is it the passage? the ordinary rows as a distribution, equivalence by a TOST with the pre-registered margin,
     # and every p-value of the section counted (the count in the text is the rows tested) and Holm-corrected
-    from seedlab.twins import stats
+    from seedlab.twins import report_data
     from seedlab.twins.rundir import Measured
 
-    s = stats.summarize(Measured.read(run))
+    s = report_data.summarize(Measured.read(run))
     f = s.null_family
     assert f.tests == len(s.nulls) + f.equivalence and f.checkpoint > 0 and f.equivalence > 0
     said = (f"{f.tests} tests in this section: {f.end} difference tests at the end, {f.checkpoint} at the checkpoints, "

@@ -4,7 +4,6 @@ gives each p."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -15,7 +14,7 @@ from scipy import stats as sps
 from statsmodels.stats.power import TTestPower
 
 from seedlab.stats import sign_flip_floor, tost_paired
-from seedlab.twins import stats
+from seedlab.twins import report_data, stats
 
 S = 10  # injection step of the hand-made time course
 
@@ -210,54 +209,6 @@ def test_percent_is_nan_without_a_positive_base():
         assert np.isnan(stats.percent(1.0, base))
 
 
-def test_summary_computes_each_number_once_from_the_measured_files(design):
-    """summarize: the headline's pooled numbers are the tables' own (the windows computed once, for the
-    headline and the window table alike), and the nulls' answer counts the end rows of null_contrasts."""
-    from seedlab.twins.rundir import Measured
-
-    d = Measured.read(design / "run")
-    s = stats.summarize(d)
-    fl = s.norm[s.norm.condition.isin(["fluent-fabricated", "fluent-attested"])]
-    assert s.headline.barrier_pct == stats.percent(fl.barrier.mean(), fl.seed_barrier.iloc[0])
-    assert s.headline.distance_pct == stats.percent(fl.distance.mean(), fl.seed_distance.iloc[0])
-    w = s.windows[s.windows.condition.isin(fl.condition)]
-    assert s.headline.peak_ratios == [(int(k), g.peak_over_trough.mean()) for k, g in w.groupby("window", sort=False)]
-    assert [k for k, _ in s.headline.peak_ratios] == [d.settings.smooth_steps, d.settings.smooth_steps_alt]
-    end = s.nulls[s.nulls.kind == "end"]
-    assert sum(v.tests for v in s.null_verdicts) == s.null_family.end == len(end)
-    assert s.null_family.checkpoint == int((s.nulls.kind == "checkpoint").sum()) > 0
-    assert s.ordinary_margin == 0.25 and s.null_family.equivalence == int(end.tost_equivalent.notna().sum()) > 0
-    assert s.null_family.tests == len(s.nulls) + s.null_family.equivalence  # every p-value of the table, counted
-    assert sum(len(v.differ) for v in s.null_verdicts) == int((end.p_t_holm < stats.ALPHA).sum())
-    # the ordinary rows as one null (their distribution); the fixture trains every null but sign-gradient
-    assert set(s.nulls.null) == set(stats.NULL_CONDITIONS) - {"sign-gradient"}
-    sizes = s.null_sizes.set_index("condition")  # each gradient null's size, from its perturbation.json, per channel
-    assert list(sizes.index) == ["matched-gradient"] and sizes.loc["matched-gradient", "seeds"] == 2
-    recs = [json.loads((d.dir.root / f"seed-{k}" / "matched-gradient" / "perturbation.json").read_text()) for k in (0, 1)]
-    assert sizes.loc["matched-gradient", "grad_ratio"] == pytest.approx(np.median([r["norm"] / r["like_norm"] for r in recs]))
-    assert sizes.loc["matched-gradient", "update_ratio"] == pytest.approx(
-        np.median([r["update_norm"] / r["like_update_norm"] for r in recs]))
-    assert (s.comp.gain == -s.comp["diff"]).all() and s.last_before == d.steps["injection"] - 1
-    assert set(s.matrix) == {d.steps["s50"], d.steps["final"]} and s.gradmatch is None
-
-
-def test_what_the_figures_draw_on_hand_made_tables():
-    m = pd.DataFrame({"kind": ["seed", "injected", "injected", "injected"], "condition": ["twin", "a", "a", "b"],
-                      "seed": [0, 0, 1, 0], "barrier": [0.2, 0.1, 0.0, 0.0], "distance": [4.0, 1.0, 2.0, 1.0],
-                      "cka.blocks.0": [0.5, 0.9, 0.7, 1.0]})
-    sc = stats.seed_scaled(m)
-    assert sc.points[["distance_rel", "barrier_rel"]].values.tolist() == [[0.25, 0.5]] and sc.dropped == 2 and sc.flat == ["b"]
-    assert stats.seed_scaled(m.assign(barrier=0.0)) is None  # no inter-seed barrier to scale by
-    assert stats.cka_means(m)["cka.blocks.0"].to_dict() == {"a": 0.8, "b": 1.0, "seed": 0.5}
-    ck = pd.DataFrame({"condition": ["a", "a", "a", "a", "b", "b"], "seed": [0, 1, 0, 1, 0, 0], "step": [S, S, 20, 20, S, 20],
-                       "barrier": [0.0, 0.0, 0.1, 0.3, 0.0, 0.0], "distance": [0.0, 0.0, 1.0, 3.0, 0.0, 2.0]})
-    bc = stats.barrier_course(ck, m)
-    assert bc.flat == ["b"] and bc.smallest == pytest.approx(0.2) and bc.seed_barrier == 0.2
-    assert bc.course.step.tolist() == [S, 20] and bc.course["mean"].tolist() == pytest.approx([0.0, 0.2])
-    assert stats.barrier_course(ck.drop(columns="barrier"), m) is None
-    assert stats.distance_fraction_course(ck).frac.tolist() == [0.0, 1.0, 0.0, 1.0]
-
-
 # --------------------------------------------------------------------------- is it the passage? (issue 32)
 
 EIGHT = np.array([0.03, -0.02, 0.01, -0.04, 0.02, -0.01, 0.04, -0.03])  # per-seed noise, mean 0
@@ -350,7 +301,7 @@ def test_a_passage_unlike_the_ordinary_rows_differs_and_is_not_equivalent():
     o = nulls[(nulls.null == stats.ORDINARY_ROWS) & (nulls.kind == "end")].set_index("measure")
     assert o.loc["distance", "differs"] and o.loc["distance", "equivalent"] is False
     assert o.loc["distance", "above_all"] == 8 and o.loc["distance", "rank_mean"] == 5.0  # above all 4 rows, every seed
-    verdicts, seeds, family = stats.null_answer(nulls)
+    verdicts, seeds, family = report_data.null_answer(nulls)
     assert seeds == 8 and family == stats.null_family(nulls)
     vo = next(v for v in verdicts if v.null == stats.ORDINARY_ROWS)
     assert vo.tests == 6 and len(vo.equivalent) == 0 and "distance" in set(vo.differ.measure)
@@ -360,5 +311,5 @@ def test_runs_measured_before_issue_32_read_under_todays_names():
     m = pd.DataFrame({"condition": ["matched-noise", "ordinary-row", "nudge"], "text": ["ordinary-row", "x", "y"]})
     out = stats.with_current_names(m)
     assert out.condition.tolist() == ["weight-kick", "ordinary-row.0", "nudge"] and out.text.tolist()[0] == "ordinary-row.0"
-    assert stats.ordinary_margin(None) is None and stats.ordinary_margin({"measure": {}}) is None  # not pre-registered
-    assert stats.ordinary_margin({"measure": {"ordinary_margin": 0.1}}) == 0.1
+    assert report_data.ordinary_margin(None) is None and report_data.ordinary_margin({"measure": {}}) is None  # not pre-registered
+    assert report_data.ordinary_margin({"measure": {"ordinary_margin": 0.1}}) == 0.1

@@ -1,4 +1,4 @@
-"""The twins report's figures, one function per figure: each draws what twins/stats.py computes from
+"""The twins report's figures, one function per figure: each draws what twins/report_data.py computes from
 the measured files (``twins.rundir.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
 (title, file, caption), or a Fig without a file saying what it needs when the data are not there.
 Every figure colours a condition by :func:`color` (one map, :data:`COLORS`), so a condition has one
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
-from seedlab.twins import stats
+from seedlab.twins import report_data
 from seedlab.twins.rundir import Measured
 from seedlab.twins.variants import SEED_COLOR, VARIANTS
 from seedlab.twins.variants import color as _variant_color
@@ -68,7 +68,7 @@ def loss_diff_figure(d: Measured) -> Fig:
         return Fig(title, None, "no injected condition measured")
     s, m = d.steps["injection"], d.settings
     fig, (raw, sm) = new_figure(1, 2, w=5.2, h=3.6)
-    course = stats.loss_diff_course(tc, s, [m.smooth_steps, m.smooth_steps_alt])  # exact zeros left out of the raw curve
+    course = report_data.loss_diff_course(tc, s, [m.smooth_steps, m.smooth_steps_alt])  # exact zeros left out of the raw curve
     for cond, shown in course.raw.items():
         raw.plot(shown.index, shown, color=color(cond), lw=0.6, label=cond)
         for w, curve in course.smooth[cond].items():
@@ -91,7 +91,7 @@ def loss_diff_figure(d: Measured) -> Fig:
 
 def distance_barrier_figure(d: Measured) -> Fig:
     title = "Distance vs barrier, normalized by seed variance"
-    sc = stats.seed_scaled(d.measures)
+    sc = report_data.seed_scaled(d.measures)
     if sc is None:
         return Fig(title, None, "needs at least two seeds' twins (with a barrier between them) and one injected condition")
     if not len(sc.points):
@@ -122,7 +122,7 @@ def cka_figure(d: Measured) -> Fig:
     if not cols or not len(m):
         return Fig(title, None, "no pair measured")
     fig, (ax,) = new_figure(1, 1, w=5.6, h=3.4)
-    means = stats.cka_means(m)
+    means = report_data.cka_means(m)
     width = 0.8 / len(means)
     for i, (name, row) in enumerate(means.iterrows()):
         ax.bar(np.arange(len(cols)) + i * width, row, width, color=color(name), label=name if name != "seed" else "different seed")
@@ -141,7 +141,7 @@ def passage_figure(d: Measured) -> Fig:
     if not len(c):
         return Fig(title, None, "no injected condition measured")
     fig, (ax,) = new_figure(1, 1, w=6.0, h=3.6)
-    for cond, g in stats.mean_sd_course(c, c.twin_passage_ce - c.passage_ce).groupby("condition"):  # the gain: twin − injected
+    for cond, g in report_data.mean_sd_course(c, c.twin_passage_ce - c.passage_ce).groupby("condition"):  # the gain: twin − injected
         ax.errorbar(g.step, g["mean"], yerr=g.sd, color=color(cond), marker="o", ms=3, capsize=2, label=cond)
     ax.axhline(0, color="k", lw=0.5)
     ax.axvline(d.steps["injection"], color="k", lw=0.5, ls=":")
@@ -158,13 +158,13 @@ def distance_course_figure(d: Measured) -> Fig:
     c = d.checkpoints
     if not len(c):
         return Fig(title, None, "no injected condition measured")
-    bc = stats.barrier_course(c, d.measures)
+    bc = report_data.barrier_course(c, d.measures)
     has_barrier = bc is not None
     flat = bc.flat if has_barrier else []
     drawn = has_barrier and len(bc.course)
     fig, axes = new_figure(1, 2 if drawn else 1, w=5.0, h=3.4)
     ax = axes[0]
-    for cond, g in stats.distance_fraction_course(c).groupby("condition"):
+    for cond, g in report_data.distance_fraction_course(c).groupby("condition"):
         ax.plot(g.step, g.frac, marker="o", ms=3, color=color(cond), label=cond)
     ax.set(xlabel="step", ylabel="distance / final distance", title="weight distance")
     if drawn:

@@ -4,8 +4,8 @@ Read top to bottom, the module follows the report: the answer in a few lines and
 headline (the paper's numbers beside ours) and the figures (twins/figures.py, one function each);
 then how the run was made (its pre-registration, integrity and exposure) and the long tables: the
 passages against the nulls, the paired statistics, the normalized effects and the time course. The module only words and tabulates: every number
-it prints comes from ``twins.stats.summarize`` (a :class:`~seedlab.twins.stats.Summary`), the paper's
-own from ``twins.stats.PAPER``.
+it prints comes from ``twins.report_data.summarize`` (a :class:`~seedlab.twins.report_data.Summary`), the
+paper's own from ``twins.paper.PAPER``.
 """
 
 from __future__ import annotations
@@ -18,16 +18,17 @@ import pandas as pd
 from seedlab.config import with_new_defaults
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, p_text
 from seedlab.store import write_text
-from seedlab.twins import figures, stats
+from seedlab.twins import figures, report_data, stats
 from seedlab.twins.config import MeasureConfig
 from seedlab.twins.rundir import Measured
-from seedlab.twins.stats import PAPER, Summary
+from seedlab.twins.paper import PAPER, PAPER_BARRIER_OVER_MDE, PAPER_DISTANCE_MID_PCT
+from seedlab.twins.report_data import Summary
 from seedlab.twins.variants import names, null_variant
 
 def write_report(root: str | Path) -> Path:
     """Write ``root/report.md`` and its figures; returns the report's path."""
     d = Measured.read(root)
-    s = stats.summarize(d)
+    s = report_data.summarize(d)
     rep = Report()
     rep.add("# Twins: a measured single-example counterfactual", answer(s), intro(d, s))
     rep.add("## Headline: the paper's numbers beside this run's", headline(d, s))
@@ -232,7 +233,7 @@ def headline(d: Measured, s: Summary) -> str:
     res = _get(comp, "fabricated vs attested", "barrier")
     if res is not None:
         diff, p, mde = PAPER["barrier_fab_att"]
-        rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({stats.PAPER_BARRIER_OVER_MDE:.2f}× MDE)",
+        rows.append(["barrier, fabricated − attested", f"{diff:+.5f}, p = {p}, MDE {mde} ({PAPER_BARRIER_OVER_MDE:.2f}× MDE)",
                      f"{res['diff']:+.5f}, {_p_both(res)}, MDE {fmt_num(res['mde'])} ({fmt_num(res['diff_over_mde'])}× MDE)"])
     if h.barrier_pct is not None:
         rows.append(["barrier shift, % of inter-seed barrier", f"{PAPER['barrier_pct']}%", _pct(h.barrier_pct)])
@@ -240,7 +241,7 @@ def headline(d: Measured, s: Summary) -> str:
         rows.append(["distance, % of inter-seed distance after weight matching (lm/align.py)",
                      "not measured (the 44.1% is \"a lower bound\")", _pct_aligned(h.distance_aligned_pct, h.aligned_measured)])
     if h.distance_mid_pct is not None:
-        rows.append(["distance at mid-point / at the end", f"{stats.PAPER_DISTANCE_MID_PCT:.0f}%", f"{h.distance_mid_pct:.0f}%"])
+        rows.append(["distance at mid-point / at the end", f"{PAPER_DISTANCE_MID_PCT:.0f}%", f"{h.distance_mid_pct:.0f}%"])
         if h.barrier_max_pct is not None:
             rows.append(["barrier to the twin at any checkpoint, % of inter-seed barrier at the end", "stays small",
                          f"at most {_pct(h.barrier_max_pct)}"])
@@ -524,7 +525,7 @@ def normalized_table(s: Summary) -> str:
     norm = s.norm
     if not len(norm):
         return "*No injected condition measured.*"
-    ok = stats.aligned_measured(norm)
+    ok = report_data.aligned_measured(norm)
     rows = [[r.condition, str(r.n), f"{r.barrier:.4g}", f"{r.rise_mid:+.3g}", fmt_num(r.seed_barrier), _pct(r.barrier_pct),
              f"{r.distance:.4g}", fmt_num(r.seed_distance), _pct(r.distance_pct),
              fmt_num(r.seed_distance_aligned), _pct_aligned(r.distance_aligned_pct, ok)] for r in norm.itertuples()]
