@@ -48,7 +48,7 @@ def test_gpt_config_is_the_preset_with_the_corpus_vocabulary():
 
 @pytest.mark.parametrize("name", ["mini", "mini-long", "gpt2-124m"])
 def test_the_presets_nulls(name):
-    """Issue 32: four ordinary rows (a distribution), gradient noise (the default noise null) and the weight kick
+    """Four ordinary rows (a distribution), gradient noise (the default noise null) and the weight kick
     beside it, the nudge; the TOST margin of "any row's" pre-registered (in preregistration()'s measure settings)."""
     from seedlab.config import load_config
 
@@ -62,7 +62,7 @@ def test_the_renamed_noise_null_is_refused_by_name_and_the_arms_are_named():
     from seedlab.config import parse
     from seedlab.errors import SeedlabError
 
-    with pytest.raises(SeedlabError, match=r"^conditions: 'matched-noise' is no longer a condition \(issue 32\): name "
+    with pytest.raises(SeedlabError, match=r"^conditions: 'matched-noise' is no longer a condition \(the noise null was split by channel\): name "
                                            r"'matched-gradient' .* and/or 'weight-kick'"):
         parse(TwinsConfig, {"corpus": "c", "conditions": ["twin", "fluent-fabricated", "matched-noise"]})
     with pytest.raises(SeedlabError, match=r"^nulls.noise_like: matched-gradient takes its size from 'fluent-fabricated'"):

@@ -209,7 +209,7 @@ def test_percent_is_nan_without_a_positive_base():
         assert np.isnan(stats.percent(1.0, base))
 
 
-# --------------------------------------------------------------------------- is it the passage? (issue 32)
+# --------------------------------------------------------------------------- is it the passage?
 
 EIGHT = np.array([0.03, -0.02, 0.01, -0.04, 0.02, -0.01, 0.04, -0.03])  # per-seed noise, mean 0
 
@@ -307,7 +307,7 @@ def test_a_passage_unlike_the_ordinary_rows_differs_and_is_not_equivalent():
     assert vo.tests == 6 and len(vo.equivalent) == 0 and "distance" in set(vo.differ.measure)
 
 
-def test_runs_measured_before_issue_32_read_under_todays_names():
+def test_runs_measured_under_former_names_read_under_todays_names():
     m = pd.DataFrame({"condition": ["matched-noise", "ordinary-row", "nudge"], "text": ["ordinary-row", "x", "y"]})
     out = stats.with_current_names(m)
     assert out.condition.tolist() == ["weight-kick", "ordinary-row.0", "nudge"] and out.text.tolist()[0] == "ordinary-row.0"

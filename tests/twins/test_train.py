@@ -140,7 +140,8 @@ def test_independent_audit_reproduces_the_forked_runs_bitwise(setup, tmp_path):
         ({"injection_step": 24}, "error: injection_step: must be inside the run"),
         ({"conditions": ["twin", "fluent-fake"]}, "error: conditions: must be among"),
         ({"conditions": ["twin", "fluent-fabricated", "matched-noise"]},
-         "error: conditions: 'matched-noise' is no longer a condition (issue 32): name 'matched-gradient'"),
+         "error: conditions: 'matched-noise' is no longer a condition (the noise null was split by channel): name "
+         "'matched-gradient'"),
         ({"block_size": 32}, "error: passages.fluent-fabricated: 86 tokens do not fit a row of block_size+1 = 33"),
     ],
 )

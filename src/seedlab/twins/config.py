@@ -121,7 +121,8 @@ class TwinsConfig(ForkDesign):
     def _check(self) -> TwinsConfig:
         old = [c for c in self.conditions if c in RENAMED]
         if old:
-            raise ValueError(f"conditions: {old[0]!r} is no longer a condition (issue 32): name {RENAMED[old[0]]}")
+            raise ValueError(f"conditions: {old[0]!r} is no longer a condition (the noise null was split by channel): "
+                             f"name {RENAMED[old[0]]}")
         bad = [c for c in self.conditions if c not in VARIANTS]
         if bad:
             raise ValueError(f"conditions: must be among {', '.join(VARIANTS)}, got {bad[0]!r}")

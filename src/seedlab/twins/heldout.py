@@ -11,10 +11,9 @@ reserved slice the ordinary-row nulls are drawn from, which no evaluation or pro
                                                  on a grid of that length (disjoint), chosen by
                                                  random.Random(nulls.ordinary_row_seed)
 
-So an ordinary row's own text is never among the targets it is judged on (before issue 32 the one ordinary
-row lay inside two of the 64 evaluation rows). The twins study reads the held-out split nowhere else (its
+So an ordinary row's own text is never among the targets it is judged on. The twins study reads the held-out split nowhere else (its
 passages are its own texts; it has no query rows: those are the attribution study's, drawn in its own
-attribution/texts.py for its own designs). ``twins.measure.Evaluator`` draws its rows with
+attribution/bank/texts.py for its own designs). ``twins.measure.Evaluator`` draws its rows with
 :func:`evaluation_rows`, ``twins.passages`` the ordinary rows with :func:`ordinary_rows`.
 """
 
