@@ -45,17 +45,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from timing import interleaved
 
-from seedlab.attribution.attribute import attribute
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.estimators import query_loss
-from seedlab.attribution.rundir import BankDir
-from seedlab.attribution.texts import load_inputs
+from seedlab.attribution.estimators.attribute import attribute
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.bank.config import AttributionConfig
+
+from seedlab.attribution.bank.rundir import BankDir
+from seedlab.attribution.bank.texts import load_inputs
 from seedlab.config import load_config
 from seedlab.forks.arms import injection
 from seedlab.forks.prefix import advance_to
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
+from seedlab.measures.text import text_ce
 
 
 def candidate_run(inputs, seed: int, name: str, texts: dict, prefix: Path | None = None) -> tuple[float, dict]:
@@ -71,7 +72,7 @@ def candidate_run(inputs, seed: int, name: str, texts: dict, prefix: Path | None
         manifest[str(tr.step)] = tensor_hashes(tr.weights())
         if tr.step in horizons:
             for ids in texts.values():
-                query_loss(tr.model, ids)
+                text_ce(tr.model, ids)
 
     t0 = time.perf_counter()
     trainer = Trainer(cfg, inputs.gcfg, seed, inputs.corpus.train)

@@ -135,8 +135,8 @@ CUBLAS_WORKSPACE = ":4096:8"
 DRY_LIMIT_S = 300.0  # a dry-run section's hard limit (CPU sizes run to the end: no budget inside)
 assert sum(BUDGET_S.values()) + len(BUDGET_S) * KILL_GRACE_S + STARTUP_S <= LIMIT_S  # by construction
 #: the modules the sections import: a pre-flight import of each turns a missing package into one line
-SECTION_MODULES = ("seedlab.lm.trainer", "seedlab.shortcut.train", "seedlab.twins.train", "seedlab.attribution.bank",
-                   "seedlab.attribution.attribute")
+SECTION_MODULES = ("seedlab.lm.trainer", "seedlab.shortcut.train", "seedlab.twins.train", "seedlab.attribution.bank.run",
+                   "seedlab.attribution.estimators.attribute")
 #: the table's columns: every row of every section holds these keys
 ROW_KEYS = ("study", "measure", "precision", "size", "value", "unit", "peak_pct", "datasheet_pct", "seconds", "note")
 #: dense peak GFLOP/s by precision (NVIDIA's datasheets, their sparsity figures halved; fp32 without TF32)
@@ -711,8 +711,8 @@ def mfu(ctx: Context, sec: Section) -> None:
 
 def bank_counts(cfg, base: Path) -> tuple[int, int, float]:
     """(runs, updates, GFLOP) of the bank ``cfg``: each seed's arms and replica, its prefix and their updates."""
-    from seedlab.attribution.bank import arms
-    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.bank.arms import arms
+    from seedlab.attribution.bank.texts import load_inputs
 
     inputs = load_inputs(cfg, base)
     s, end = cfg.injection_step, cfg.end
@@ -722,10 +722,10 @@ def bank_counts(cfg, base: Path) -> tuple[int, int, float]:
 
 
 def attribution(ctx: Context, sec: Section) -> None:
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.bank import run_bank
-    from seedlab.attribution.config import AttributionConfig
-    from seedlab.attribution.rundir import BankDir
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.bank.run import run_bank
+    from seedlab.attribution.bank.config import AttributionConfig
+    from seedlab.attribution.bank.rundir import BankDir
     from seedlab.config import load_config
 
     z, dev = ctx.sizes, ctx.device

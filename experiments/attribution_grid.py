@@ -7,10 +7,10 @@ lr 1e-3 ``--set peak_lr=1e-3 --set min_lr=1e-4``), named ``b{B}-lr{lr}`` (b8-lr1
     seedlab attribution attribute OUT/<cell> --jobs J --estimator unroll ... --estimator length
     seedlab attribution report OUT/<cell>
 
-then its summary (attribution/grid.py ``summarise``) into OUT/summaries/<cell>/ with each stage's wall time, copied
+then its summary (attribution/analyses/grid.py ``summarise``) into OUT/summaries/<cell>/ with each stage's wall time, copied
 to KEEP/<cell>/ with ``--keep KEEP`` (a small folder to commit; a cell kept there is skipped, so the grid can be
 spread over sessions). The bank resumes a folder it started; attribute is skipped when attribution.parquet already
-holds every estimator. Last, OUT/grid.md (attribution/report_grid.py) from every cell summarised (in KEEP or OUT),
+holds every estimator. Last, OUT/grid.md (attribution/report/grid.py) from every cell summarised (in KEEP or OUT),
 with the law's ε_nl fixed from ``--reference`` (a size-axis bank folder, or a kept summary of one), and the table
 and the law as OUT/grid-table.csv, OUT/grid-law.csv.
 
@@ -84,8 +84,8 @@ def run_cell(cell: str, args, seeds: list[int] | None) -> bool:
     """The cell's stages, its summary and its copy (seedlab/cells.py ``run_cell``); False when a stage failed (its
     exit code printed). The attribute stage is skipped when attribution.parquet holds every estimator already."""
     from seedlab import cells
-    from seedlab.attribution.grid import summarise
-    from seedlab.attribution.rundir import BankDir, read_attributed
+    from seedlab.attribution.analyses.grid import summarise
+    from seedlab.attribution.bank.rundir import BankDir, read_attributed
 
     skip = {"attribute": "attribution.parquet holds every estimator already"} if _attributed(args.out / cell) else {}
     resumed = {"bank"} if BankDir(args.out / cell).started() else set()  # timed as "bank (resumed)": this call's part
@@ -96,7 +96,7 @@ def run_cell(cell: str, args, seeds: list[int] | None) -> bool:
 
 def available(out: Path, keep: Path | None) -> list:
     """Every cell summarised, in the grid's order: KEEP/<cell> first, else OUT/summaries/<cell>."""
-    from seedlab.attribution.grid import Cell
+    from seedlab.attribution.analyses.grid import Cell
     from seedlab.cells import summaries
 
     found = summaries(out, keep)
@@ -105,9 +105,9 @@ def available(out: Path, keep: Path | None) -> list:
 
 def write_grid(args, reference: tuple[dict, str] | None) -> Path:
     """OUT/grid.md, OUT/grid-table.csv and (with a reference) OUT/grid-law.csv from every cell summarised."""
-    from seedlab.attribution import grid
-    from seedlab.attribution.report_grid import grid_report
-    from seedlab.attribution.rundir import GridDir
+    from seedlab.attribution.analyses import grid
+    from seedlab.attribution.report.grid import grid_report
+    from seedlab.attribution.bank.rundir import GridDir
 
     where = GridDir(args.out)
     where.root.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--reference: {args.reference} does not exist")
     reference = None
     if args.reference and not args.dry_run:  # read first: a wrong reference fails before hours of training
-        from seedlab.attribution.grid import read_reference
+        from seedlab.attribution.analyses.grid import read_reference
         from seedlab.errors import SeedlabError
 
         try:

@@ -107,9 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("bank", type=Path)
     p.add_argument("--out", type=Path, help="also write the table (markdown)")
     a = p.parse_args(argv)
-    from seedlab.attribution import lds, loo
-    from seedlab.attribution.rowscores import read_scores
-    from seedlab.attribution.rundir import BankDir
+    from seedlab.attribution.analyses import lds, loo
+    from seedlab.attribution.estimators.rowscores import read_scores
+    from seedlab.attribution.bank.rundir import BankDir
     from seedlab.errors import SeedlabError
 
     d = BankDir(a.bank)

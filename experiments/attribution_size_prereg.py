@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from seedlab.attribution import additivity, chaos, size
-from seedlab.attribution.rundir import read_attributed
+from seedlab.attribution.analyses import additivity, chaos, size
+from seedlab.attribution.bank.rundir import read_attributed
 
 WEIGHT = 0.00390625  # 1/256, the row weight never run before the pre-registration
 NEIGHBOUR = 0.015625  # 1/64, the smallest weight of the exploratory bank

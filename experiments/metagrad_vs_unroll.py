@@ -1,7 +1,7 @@
 """metagrad against unroll on a finished bank (issue 33 §1): two modes of one linearisation, so every candidate's
 first-order effect on every query at every horizon must agree to float round-off; and what each costs.
 
-For each chosen seed, attribute.py's :func:`~seedlab.attribution.attribute.seed_estimates` runs ``unroll`` (forward
+For each chosen seed, attribute.py's :func:`~seedlab.attribution.estimators.attribute.seed_estimates` runs ``unroll`` (forward
 mode: one JVP pass per chunk of candidates through the replayed twin) and ``metagrad`` (reverse mode: one VJP pass
 per step for every query's adjoint at once), each replay hash-checked against the twin. Printed per seed and
 horizon: the largest |metagrad − unroll| relative to the largest |unroll| of that horizon (the scale of the effects),
@@ -28,8 +28,8 @@ COLUMNS = ["seed", "horizon", "entries", "max_abs_diff", "max_abs_unroll", "max_
 
 def compare(root: str | Path, seeds: Sequence[int], device: str = "cpu") -> pd.DataFrame:
     """:data:`COLUMNS` per seed × horizon (module doc)."""
-    from seedlab.attribution.attribute import seed_estimates
-    from seedlab.attribution.rundir import open_bank
+    from seedlab.attribution.estimators.attribute import seed_estimates
+    from seedlab.attribution.bank.rundir import open_bank
     from seedlab.lm.determinism import settle
     from seedlab.lm.distributed import World
 

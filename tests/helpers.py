@@ -129,7 +129,7 @@ def attribution_frame(estimators, *, horizons, seeds=(0, 1, 2), n=40, queries=("
     own-row control per seed (measured and estimates 0)."""
     import numpy as np
 
-    from seedlab.attribution.registry import ESTIMATORS
+    from seedlab.attribution.estimators.registry import ESTIMATORS
 
     rng = np.random.default_rng(seed)
     T = rng.normal(size=(n, len(queries)))

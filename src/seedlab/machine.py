@@ -106,8 +106,14 @@ def environment(device: torch.device, precision: str) -> dict[str, Any]:
     }
 
 
+#: keys of the environment record kept for the reader but never compared: they change no bit of a run
+#: (where memory comes from: tests/shortcut/test_bits.py), so a resume under another setting is the same run
+RECORDED_ONLY = frozenset({"allocator"})
+
+
 def compare(first: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[str | None, list[str]]:
     """Two environment records: the first key (sorted) that both hold with different values (None:
-    none), and the keys only one of them holds (recorded by another seedlab: nothing to compare)."""
-    both = sorted(set(first) & set(now))
+    none; :data:`RECORDED_ONLY` keys are not compared), and the keys only one of them holds (recorded by
+    another seedlab: nothing to compare)."""
+    both = sorted((set(first) & set(now)) - RECORDED_ONLY)
     return next((k for k in both if first[k] != now[k]), None), sorted(set(first) ^ set(now))

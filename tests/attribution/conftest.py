@@ -113,9 +113,9 @@ def write_design(folder, corpus, **over):
 def tiny_bank(tmp_path_factory, twins_inputs):
     """TINY_BANK trained and attributed with every installed estimator (EK-FAC at θ_s). Returns the
     folder holding ``design.yaml``, its passage files and the bank ``bank/``. Read it, never change it."""
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.bank import run_bank
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.bank.run import run_bank
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.config import load_config
 
     before = torch.get_num_threads()
@@ -131,7 +131,7 @@ def tiny_bank(tmp_path_factory, twins_inputs):
 @pytest.fixture
 def design(bank_design, twins_inputs, tmp_path):
     """``design(**over)``: TINY_BANK with ``over``, its files in tmp_path: (config, its folder)."""
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.config import load_config
 
     def make(**over):

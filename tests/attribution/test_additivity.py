@@ -1,5 +1,5 @@
-"""attribution/additivity.py's numbers on synthetic additivity.parquet frames (seeds and pairs resampled, ≥ 30
-overlapping pairs per seed) and attribution/report_additivity.py's words: the first horizon is theory's prediction,
+"""attribution/analyses/additivity.py's numbers on synthetic additivity.parquet frames (seeds and pairs resampled, ≥ 30
+overlapping pairs per seed) and attribution/report/additivity.py's words: the first horizon is theory's prediction,
 later horizons are exploratory unless pre-registered. (The bank's own pairs: tests/attribution/test_pairs.py.)"""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seedlab.attribution.additivity import DIFF, PAIR, SWAPPED, additivity, summarise
-from seedlab.attribution.measure import PAIR_COLUMNS
-from seedlab.attribution.report_additivity import additivity_section
-from seedlab.attribution.stats import joint_draws
+from seedlab.attribution.analyses.additivity import DIFF, PAIR, SWAPPED, additivity, summarise
+from seedlab.attribution.bank.measure import PAIR_COLUMNS
+from seedlab.attribution.report.additivity import additivity_section
+from seedlab.attribution.analyses.stats import joint_draws
 from seedlab.stats import bootstrap_interval, slope_along
 
 HORIZONS = ((5, "s+1"), (14, "s+10"), (104, "end"))

@@ -1,4 +1,4 @@
-"""attribution/stats.py on frames whose answers are known, and the report on the session's tiny bank."""
+"""attribution/analyses/stats.py on frames whose answers are known, and the report on the session's tiny bank."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from scipy import stats as sps
 
 from helpers import attribution_frame
 from seedlab import stats as gstats
-from seedlab.attribution import stats
-from seedlab.attribution.report import answer, write_report
+from seedlab.attribution.analyses import stats
+from seedlab.attribution.report.bank import answer, write_report
 
 HORIZONS = ((5, "s+1"), (9, "end"))
 

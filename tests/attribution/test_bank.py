@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import torch
 
-from seedlab.attribution.attribute import COLUMNS, DEFAULT, attribute
-from seedlab.attribution.registry import available
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.rundir import BankDir
+from seedlab.attribution.estimators.attribute import COLUMNS, DEFAULT, attribute
+from seedlab.attribution.estimators.registry import available
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.bank.config import AttributionConfig
+from seedlab.attribution.bank.rundir import BankDir
 from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
 from seedlab.lm.model import GPT
@@ -303,7 +303,7 @@ def test_estimator_errors_write_nothing(seedlab_main, tiny_bank, monkeypatch):
 
 def test_sgd_bank_refuses_the_adam_estimator(bank_design):
     cfg = parse(AttributionConfig, {**bank_design.config, "corpus": "x", "optimizer": "sgd"})
-    from seedlab.attribution.attribute import choose_estimators
+    from seedlab.attribution.estimators.attribute import choose_estimators
 
     for name in ("adam", "adam-linear", "adam-cosine"):
         with pytest.raises(SeedlabError, match=f"{name} needs an AdamW step's state"):

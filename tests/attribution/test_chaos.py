@@ -1,4 +1,4 @@
-"""attribution/chaos.py (training's largest Lyapunov exponent and the law h* ≈ s + ln(ε_nl/ε)/λ) on synthetic
+"""attribution/analyses/chaos.py (training's largest Lyapunov exponent and the law h* ≈ s + ln(ε_nl/ε)/λ) on synthetic
 distance curves and size axes whose answers are known, and report_size.py's sections and figure on them."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seedlab.attribution import size
-from seedlab.attribution.chaos import ALL, analyse, compare, fit, growth, predict, predict_interval
-from seedlab.attribution.report_size import chaos_section, size_figure, size_section
-from seedlab.attribution.rundir import BankDir
-from seedlab.attribution.size import TANGENT
+from seedlab.attribution.analyses import size
+from seedlab.attribution.analyses.chaos import ALL, analyse, compare, fit, growth, predict, predict_interval
+from seedlab.attribution.report.size import chaos_section, size_figure, size_section
+from seedlab.attribution.bank.rundir import BankDir
+from seedlab.attribution.analyses.size import TANGENT
 from seedlab.errors import SeedlabError
 
 S = 10

@@ -14,10 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedlab.attribution.estimators import Case, Gradients, query_loss
-from seedlab.attribution.registry import ESTIMATORS, available, estimate, get_estimator, run
+from seedlab.attribution.estimators.builtin import Case, Gradients
+from seedlab.attribution.estimators.registry import ESTIMATORS, available, estimate, get_estimator, run
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import inject
+from seedlab.measures.text import text_ce
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 B, T, ROW = 16, 16, 3  # as in conftest.py
@@ -55,7 +56,7 @@ def _measured(fork, optimizer: str, lr: float, grad_clip: float | None = None, w
             if grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(list(model.parameters()), grad_clip)
             opt.step()
-            losses.append([query_loss(model, q) for q in fork.queries.values()])
+            losses.append([text_ce(model, q) for q in fork.queries.values()])
         out[i] = (np.array(losses[1]) - np.array(losses[0])) / weight
     return out
 

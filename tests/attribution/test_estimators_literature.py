@@ -14,11 +14,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seedlab.attribution.estimators import Case, Gradients, query_loss, query_tensors
-from seedlab.attribution.registry import get_estimator, run
+from seedlab.attribution.estimators.builtin import Case, Gradients, query_tensors
+from seedlab.attribution.estimators.registry import get_estimator, run
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import inject
 from seedlab.lm.model import masked_ce_sum
+from seedlab.measures.text import text_ce
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "attribution.md"
@@ -73,7 +74,7 @@ def test_adam_predicts_the_real_loss_change(fork):
     # (adam-linear is off by ~7.5% here: test_estimators.py)
     case, lr = _case(fork), 1e-5
     twin = _real_step(fork, None, lr, None)
-    measured = np.array([[query_loss(_real_step(fork, ids, lr, None), q) - query_loss(twin, q)
+    measured = np.array([[text_ce(_real_step(fork, ids, lr, None), q) - text_ce(twin, q)
                           for q in case.queries.values()] for ids in case.candidates.values()])
     est = run("adam", fork.model, case, lr=lr, optimizer=fork.opt)
     lin = run("adam-linear", fork.model, case, lr=lr, optimizer=fork.opt)
@@ -144,7 +145,7 @@ def test_trak_is_the_traker_formula(fork):
     pytest.importorskip("trak")
     from trak.projectors import BasicProjector, ProjectionType
 
-    from seedlab.attribution.influence import InfluenceOptions
+    from seedlab.attribution.estimators.influence import InfluenceOptions
 
     case = _case(fork)
     got = run("trak", fork.model, case, influence=InfluenceOptions(seed=3))
@@ -282,8 +283,8 @@ def test_attribute_runs_a_plugin_beside_the_builtins(tiny_bank, tmp_path, monkey
 
     import pandas as pd
 
-    from seedlab.attribution.attribute import COLUMNS, attribute
-    from seedlab.attribution.rundir import BankDir, open_bank
+    from seedlab.attribution.estimators.attribute import COLUMNS, attribute
+    from seedlab.attribution.bank.rundir import BankDir, open_bank
     from seedlab.lm.schedule import lr_of
 
     bank = shutil.copytree(tiny_bank / "bank", tmp_path / "bank")
@@ -307,8 +308,8 @@ def test_attribute_runs_a_plugin_beside_the_builtins(tiny_bank, tmp_path, monkey
 
 
 def test_the_curvature_fit_set_is_drawn_from_the_twins_batches(tiny_bank):
-    from seedlab.attribution.attribute import fit_set, with_settings
-    from seedlab.attribution.rundir import open_bank
+    from seedlab.attribution.estimators.attribute import fit_set, with_settings
+    from seedlab.attribution.bank.rundir import open_bank
     from seedlab.lm.batches import get_batch
 
     bank = with_settings(open_bank(tiny_bank / "bank"), ["attribute.fit_rows=6"])

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from seedlab.attribution.benchmark import SparseTokens, export, open_export, score, spans, verify
-from seedlab.attribution.rundir import BankDir, ExportDir
+from seedlab.attribution.bank.rundir import BankDir, ExportDir
 from seedlab.errors import SeedlabError
 from seedlab.lm.batches import get_batch
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 PLUGINS = '''
 import torch
-from seedlab.attribution.plugins import declare
+from seedlab.attribution.estimators.plugins import declare
 
 
 def dot(model, case, grads):
@@ -61,9 +61,9 @@ def plugin_dir(tmp_path_factory):
 def bank(tmp_path_factory, twins_inputs, bank_design, plugin_dir):
     """TINY_BANK trained and attributed with cheap estimators and the two plug-ins, plus an extra effect table
     (a stand-in for the tables later stages add: the export must carry every top-level table)."""
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.bank import run_bank
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.bank.run import run_bank
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.config import load_config
 
     before = torch.get_num_threads()
@@ -163,7 +163,7 @@ def test_scoring_an_export_gives_the_numbers_scoring_its_bank_gives(bank, export
     assert set(a.estimator) == set(BANK_ESTIMATORS)
     ca = pd.read_parquet(on_export.path / "correlations.parquet")
     pd.testing.assert_frame_equal(ca, pd.read_parquet(on_bank.path / "correlations.parquet"))
-    from seedlab.attribution.stats import analyse
+    from seedlab.attribution.analyses.stats import analyse
 
     want = analyse(pd.read_parquet(BankDir(bank).attribution)).correlations
     pick = lambda c: c[c.estimator.isin([DOT, AT_H])].sort_values(list(c.columns[:4])).reset_index(drop=True)
@@ -293,7 +293,7 @@ def test_dattri_tracin_on_the_task_is_the_banks_tracin(bank, exported):
     over the twin's checkpoints its tracin-cp at the last horizon (float32 against float64)."""
     _dattri()
     from seedlab.attribution import dattri_adapter as da
-    from seedlab.attribution.attribute import tracin_steps
+    from seedlab.attribution.estimators.attribute import tracin_steps
 
     frame = pd.read_parquet(BankDir(bank).attribution)
     cfg = open_export(exported).cfg

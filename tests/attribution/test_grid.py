@@ -1,4 +1,4 @@
-"""attribution/grid.py (the B × lr grid's cell summaries, table, law with a fixed ε_nl, and h*'s effect), its words
+"""attribution/analyses/grid.py (the B × lr grid's cell summaries, table, law with a fixed ε_nl, and h*'s effect), its words
 (report_grid.py) and the driver's --dry-run (experiments/attribution_grid.py), on synthetic frames whose answers are
 known: tests/helpers.py's attribution frame, with unroll-tangent = measured·(1 + r(h)) so that ē(1, h) = r/(1 + r)
 exactly, candidates' arms at ε1·e^{λ(after − 1)} and nudges growing at λ (test_size.py's and test_chaos.py's
@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 
 from helpers import attribution_frame, kept_round_trip
-from seedlab.attribution import grid, size
-from seedlab.attribution.grid import Cell, effect_of, law, summarise, table, weight_one
-from seedlab.attribution.measure import WEIGHTED_COLUMNS
-from seedlab.attribution.report_grid import grid_report
-from seedlab.attribution.rundir import Attributed, BankDir
-from seedlab.attribution.stats import TANGENT, UNROLL
+from seedlab.attribution.analyses import grid, size
+from seedlab.attribution.analyses.grid import Cell, effect_of, law, summarise, table, weight_one
+from seedlab.attribution.bank.measure import WEIGHTED_COLUMNS
+from seedlab.attribution.report.grid import grid_report
+from seedlab.attribution.bank.rundir import Attributed, BankDir
+from seedlab.attribution.analyses.stats import TANGENT, UNROLL
 from seedlab.errors import SeedlabError
 
 S = 100  # the injection step

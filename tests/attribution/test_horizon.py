@@ -1,6 +1,6 @@
-"""attribution/horizon.py (the linear-response horizon h*, by the verdict's rule, over seeds and candidates) on
+"""attribution/analyses/horizon.py (the linear-response horizon h*, by the verdict's rule, over seeds and candidates) on
 synthetic frames whose answers are known, the exact responses' split (readout, tangent) and calibration, and its
-words (attribution/report_horizon.py) and figure."""
+words (attribution/report/horizon.py) and figure."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from scipy import stats as sps
 
 from helpers import attribution_frame
-from seedlab.attribution import stats
-from seedlab.attribution.config import AttributeConfig
-from seedlab.attribution.figures import linear_response_figure
-from seedlab.attribution.horizon import (
+from seedlab.attribution.analyses import stats
+from seedlab.attribution.bank.config import AttributeConfig
+from seedlab.attribution.report.figures import linear_response_figure
+from seedlab.attribution.analyses.horizon import (
     CEILING,
     MEASURED,
     READOUT,
@@ -26,8 +26,8 @@ from seedlab.attribution.horizon import (
     linear_response,
     predicts,
 )
-from seedlab.attribution.report_horizon import horizon_sentence, linear_response_section
-from seedlab.attribution.rundir import BankDir
+from seedlab.attribution.report.horizon import horizon_sentence, linear_response_section
+from seedlab.attribution.bank.rundir import BankDir
 from seedlab.config import parse
 from seedlab.errors import SeedlabError
 
@@ -181,7 +181,7 @@ def test_one_horizon_and_missing_values():
 
 
 def test_measured_against_unroll_is_stats_own_correlation():
-    """ρ(measured, unroll) and the references are attribution/stats.py's numbers, intervals included (the same
+    """ρ(measured, unroll) and the references are attribution/analyses/stats.py's numbers, intervals included (the same
     resamples), on both tracks; the ceiling is √ of the reference and of its interval's ends."""
     df = _frame({UNROLL: _unroll_until(14, sd=0.8), "sgd": lambda m, rng, h: m + rng.normal(size=len(m))},
                 replicate=lambda h: 0.5)

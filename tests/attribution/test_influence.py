@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from seedlab.attribution.estimators import Case, Gradients
-from seedlab.attribution.registry import run
+from seedlab.attribution.estimators.builtin import Case, Gradients
+from seedlab.attribution.estimators.registry import run
 from seedlab.errors import SeedlabError
 
 pytest.importorskip("kronfluence")
 
-from seedlab.attribution.influence import (  # after the skip: kronfluence is optional
+from seedlab.attribution.estimators.influence import (  # after the skip: kronfluence is optional
     InfluenceOptions,
     _Rows,
     influence,

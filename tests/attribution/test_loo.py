@@ -13,11 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seedlab.attribution import lds, loo, removals
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.measure import GROUP_COLUMNS, GROUP_ROW_COLUMNS, LOO_COLUMNS
-from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.attribution.analyses import lds, loo
+
+from seedlab.attribution.bank import removals
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.bank.config import AttributionConfig
+from seedlab.attribution.bank.measure import GROUP_COLUMNS, GROUP_ROW_COLUMNS, LOO_COLUMNS
+from seedlab.attribution.bank.rundir import BankDir, open_bank
 from seedlab.config import load_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -31,8 +33,8 @@ OVER = {"loo": {"steps": LOO_STEPS, "rows": 2}, "groups": {"alphas": [0.05, 0.1]
 def bank(tmp_path_factory, twins_inputs, bank_design, one_thread):
     """TINY_BANK (2 seeds) with leave-one-out rows at steps 2, 4 and 13 and 2 × 4 groups, its metagradients from
     step 2 and its row scores (tracin, grad-dot, grad-cosine). Read it, never change it."""
-    from seedlab.attribution.metagrad import bank_metagrad
-    from seedlab.attribution.rowscores import bank_rowscores
+    from seedlab.attribution.estimators.metagrad import bank_metagrad
+    from seedlab.attribution.estimators.rowscores import bank_rowscores
 
     base = tmp_path_factory.mktemp("loo")
     cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(base, twins_inputs[0], **OVER))
@@ -109,7 +111,7 @@ def test_a_removal_is_metagrads_step_at_weight_zero(bank):
     order in Δw = −1."""
     import torch
 
-    from seedlab.attribution.metagrad import WeightedStep
+    from seedlab.attribution.estimators.metagrad import WeightedStep
     from seedlab.forks.prefix import read_prefix
     from seedlab.lm.trainer import Trainer
 
@@ -138,7 +140,7 @@ def test_minus_metagrad_predicts_a_late_rows_removal(bank):
     A sign error (Δw = +1) or a removal that rescaled the other rows (a mean over B − 1 rows) fails every one of
     these. The row of step s at s + 1 (peak rate, a quarter of the batch: Adam's normalisation is not linear in it,
     issue 31) keeps its ranks only; older rows need not (the study's question) but stay positively related."""
-    from seedlab.attribution.rowscores import read_scores
+    from seedlab.attribution.estimators.rowscores import read_scores
 
     j = loo.joined(pd.read_parquet(BankDir(bank).loo), read_scores(bank))
     mg = j[j.estimator == "metagrad"]
@@ -160,7 +162,7 @@ def test_the_row_estimators_sign_convention(bank):
     """Every value is a predicted Δ L_q of removing the row: tracin's is +lr·⟨∇L_q, ∇ℓ_i⟩/N at the row's visit, so its
     sign agrees with grad-dot's at the first horizon after a row of step s; cosines lie in [−1, 1]; each estimator
     scores every removal row at every horizon after its step."""
-    from seedlab.attribution.rowscores import read_scores
+    from seedlab.attribution.estimators.rowscores import read_scores
 
     sc = read_scores(bank)
     assert set(sc.estimator) == {"metagrad", "tracin", "grad-dot", "grad-cosine"}
@@ -210,7 +212,7 @@ def test_the_nudges_floor_pairs_each_nudge_with_the_twin_at_the_same_horizon(ban
     """loo.beside_nudges: a nudge's Δ at horizon h is its own queries.parquet loss at h minus the twin's at h (by hand
     here, from the two files), on loo.parquet's queries, at the horizons loo.parquet holds; the removals' rows are
     loo.parquet's, unchanged."""
-    from seedlab.attribution.rundir import read_nudge_losses
+    from seedlab.attribution.bank.rundir import read_nudge_losses
 
     b = open_bank(bank)
     rd, cfg = b.dir, b.cfg
@@ -246,7 +248,7 @@ def test_the_nudges_floor_summary_is_the_tables_medians(bank):
     """loo.nudge_floor: per horizon, every leave-one-out step before it pooled and each alone; the medians, the
     nudges' max, the ratio, the share of removals at or below that max and the worst seed, each recomputed from
     beside_nudges' table by hand; the ratio's interval is over seeds (one seed: no spread)."""
-    from seedlab.attribution.rundir import read_nudge_losses
+    from seedlab.attribution.bank.rundir import read_nudge_losses
 
     rd = BankDir(bank)
     t = loo.beside_nudges(pd.read_parquet(rd.loo), read_nudge_losses(rd, rd.read_config()), S)
@@ -315,7 +317,7 @@ def test_lds_differences_are_paired_against_the_reference():
 def test_the_lds_section_renders_the_paired_differences_at_the_end():
     """report_lds.removals_section with lds.differences' frame: the paired table after the LDS table, a row per
     estimator (not the reference), a column per α, at the end horizon only; no table without a paired frame."""
-    from seedlab.attribution.report_lds import removals_section
+    from seedlab.attribution.report.lds import removals_section
     from seedlab.reporting import fmt_ci, fmt_num
 
     measured, members, scores = _groups(queries=3, subsets=40, alphas=(0.1, 0.2))
@@ -388,7 +390,7 @@ def test_a_query_only_predictor_has_a_high_pooled_rho_and_no_within_query_rho():
     t = t.reset_index()
     assert loo.oldest(t, "query-only")["first_miss"] is None  # pooled: "predicts"
     assert loo.oldest(t, "query-only", column="rho_within") == {"predicts": [], "first_miss": 5, "ages": [5]}
-    from seedlab.attribution.report_lds import removals_section
+    from seedlab.attribution.report.lds import removals_section
 
     text = removals_section(t, loo.oldest(t, "query-only"), None, None,
                             within=loo.oldest(t, "query-only", column="rho_within"))
@@ -401,8 +403,8 @@ def test_a_query_only_predictor_has_a_high_pooled_rho_and_no_within_query_rho():
 def test_the_report_has_the_leave_one_out_and_lds_section(bank, tmp_path):
     import shutil
 
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.report import write_report
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.report.bank import write_report
 
     shutil.copytree(bank, tmp_path / "bank")
     attribute(tmp_path / "bank", estimators=["sgd"], progress=False)
@@ -412,7 +414,7 @@ def test_the_report_has_the_leave_one_out_and_lds_section(bank, tmp_path):
     assert "| metagrad |" in text and "LDS α = 0.05" in text and "single-row ρ (end)" in text
     assert "MAGIC 0.93" in text  # quoted, with its setting, as not ours
     # the removals beside the nudges' own query effects (loo.nudge_floor), a floor and said to be one
-    from seedlab.attribution.report_lds import FLOOR_TITLE
+    from seedlab.attribution.report.lds import FLOOR_TITLE
 
     assert FLOOR_TITLE in text and "not a size-matched null" in text and "| ratio removal / nudge |" in text
     assert text.index("### Leave-one-out by age") < text.index(FLOOR_TITLE) < text.index("### Groups")
@@ -504,9 +506,9 @@ def test_trak_row_scores_are_influence_trak_on_the_same_training_set(traked):
     scores' v(r) − v(c) for every query (a removal is +τ)."""
     import torch
 
-    from seedlab.attribution.attribute import fit_set
-    from seedlab.attribution.estimators import Case
-    from seedlab.attribution.influence import InfluenceOptions, trak
+    from seedlab.attribution.estimators.attribute import fit_set
+    from seedlab.attribution.estimators.builtin import Case
+    from seedlab.attribution.estimators.influence import InfluenceOptions, trak
     from seedlab.lm.batches import get_batch
     from seedlab.lm.model import GPT
 
@@ -536,9 +538,9 @@ def test_trak_puts_a_querys_own_text_among_its_largest_removal_effects(traked):
     at the bottom). The bank's own queries keep their values beside them (τ is per query)."""
     from dataclasses import replace
 
-    from seedlab.attribution.rowscores import trak_scores
-    from seedlab.attribution.rundir import Bank
-    from seedlab.attribution.texts import Text
+    from seedlab.attribution.estimators.rowscores import trak_scores
+    from seedlab.attribution.bank.rundir import Bank
+    from seedlab.attribution.bank.texts import Text
     from seedlab.lm.batches import get_batch
 
     copy, _ = traked
@@ -568,7 +570,7 @@ def test_add_replaces_the_estimators_asked_for_and_without_it_rowscores_overwrit
     import shutil
     import sys
 
-    from seedlab.attribution import rowscores
+    from seedlab.attribution.estimators import rowscores
     from seedlab.errors import SeedlabError
 
     copy = shutil.copytree(traked[0], tmp_path / "bank")
@@ -595,7 +597,7 @@ def test_ekfac_scores_every_row_at_the_end_from_the_rows_of_the_twins_batches(ba
     # ekfac, built on it, scores every (row, query) once at the end, in nats/token
     import torch
 
-    from seedlab.attribution import rowscores
+    from seedlab.attribution.estimators import rowscores
 
     b = open_bank(bank)
     rows = removals.rows_of(b.cfg)

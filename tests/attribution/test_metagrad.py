@@ -12,18 +12,19 @@ import pandas as pd
 import pytest
 import torch
 
-from seedlab.attribution.attribute import attribute
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.estimators import query_loss
-from seedlab.attribution.metagrad import COLUMNS, adjoints, bank_metagrad, replay_check, rows_frame
-from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.attribution.estimators.attribute import attribute
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.bank.config import AttributionConfig
+
+from seedlab.attribution.estimators.metagrad import COLUMNS, adjoints, bank_metagrad, replay_check, rows_frame
+from seedlab.attribution.bank.rundir import BankDir, open_bank
 from seedlab.config import load_config
 from seedlab.errors import SeedlabError
 from seedlab.forks.prefix import read_prefix
 from seedlab.lm.batches import get_batch
 from seedlab.lm.trainer import Trainer
 from seedlab.store import read_verified, write_safetensors
+from seedlab.measures.text import text_ce
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,7 +86,7 @@ def test_a_rows_metagradient_is_the_rerun_derivative_of_its_loss_weight(design):
     # O(ε²) curvature (AdamW's first steps are sign-like: v = 0 at step 0) and the float32 CE's rounding / ε;
     # the tolerance 3e-3 is 5x that
     cfg, base = design(seeds=[0])
-    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.bank.texts import load_inputs
 
     inputs = load_inputs(cfg, base)
     queries = {n: t.tokens for n, t in inputs.queries.items()}
@@ -108,7 +109,7 @@ def test_a_rows_metagradient_is_the_rerun_derivative_of_its_loss_weight(design):
                                         x.numel())
                 delta = [(w - 1) * gi for gi in g]
             tr.advance(grad_delta=delta)
-        return np.array([query_loss(tr.model, ids) for ids in queries.values()])
+        return np.array([text_ce(tr.model, ids) for ids in queries.values()])
 
     for step, row in [(0, 1), (3, 2), (7, 3)]:
         fd = (rerun(step, row, 1 + eps) - rerun(step, row, 1 - eps)) / (2 * eps)
@@ -121,10 +122,10 @@ def test_a_rows_metagradient_is_the_rerun_derivative_of_its_loss_weight(design):
 def test_plain_sgd_and_a_clip_that_acts_reverse_equals_forward(design):
     # the one-channel state z = θ (plain SGD) and torch's clip active at every step (grad_clip far below ‖g‖):
     # the same linearisation both ways, through the clip's derivative, to float32 round-off
-    from seedlab.attribution.estimators import Case, Gradients
-    from seedlab.attribution.metagrad import metagrad
-    from seedlab.attribution.texts import load_inputs
-    from seedlab.attribution.unroll import unroll
+    from seedlab.attribution.estimators.builtin import Case, Gradients
+    from seedlab.attribution.estimators.metagrad import metagrad
+    from seedlab.attribution.bank.texts import load_inputs
+    from seedlab.attribution.estimators.unroll import unroll
 
     cfg, base = design(seeds=[0], optimizer="sgd", grad_clip=0.05)
     inputs = load_inputs(cfg, base)

@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from seedlab.attribution.additivity import DIFF, PAIR, SWAPPED, additivity, summarise
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.measure import PAIR_COLUMNS, write_additivity
-from seedlab.attribution.report_additivity import additivity_section
-from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.attribution.analyses.additivity import DIFF, PAIR, SWAPPED, additivity, summarise
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.bank.config import AttributionConfig
+from seedlab.attribution.bank.measure import PAIR_COLUMNS, write_additivity
+from seedlab.attribution.report.additivity import additivity_section
+from seedlab.attribution.bank.rundir import BankDir, open_bank
 from seedlab.config import load_config, parse
 from seedlab.errors import SeedlabError
 from seedlab.lm.stack import Stack
@@ -165,7 +165,7 @@ def test_a_bank_with_pairs_resumes_and_reads_back(paired_bank, monkeypatch, caps
 
 
 def test_drawn_pairs_are_disjoint_seeded_and_the_same_for_every_seed(bank_design, twins_inputs, tmp_path):
-    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.bank.texts import load_inputs
 
     over = {**SMALL, "seeds": [0, 1], "candidates": {**SMALL["candidates"], "heldout": 3, "pairs": 3}}
     cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **over))
@@ -174,7 +174,7 @@ def test_drawn_pairs_are_disjoint_seeded_and_the_same_for_every_seed(bank_design
     names = [n for p in pairs for n in p]
     assert len(pairs) == 3 and len(set(names)) == 6 and "own-row" not in names  # disjoint, never the control
     assert pairs == list(load_inputs(cfg, folder).pairs.values())  # seeded
-    from seedlab.attribution.bank import arms
+    from seedlab.attribution.bank.arms import arms
 
     for seed in (0, 1):
         assert [a.name for a in arms(inputs, seed) if a.name.startswith("pair.")] == list(inputs.pairs)
@@ -185,7 +185,7 @@ def test_drawn_pairs_are_disjoint_seeded_and_the_same_for_every_seed(bank_design
 def test_more_pairs_than_fit_disjointly_are_distinct_pairs(bank_design, twins_inputs, tmp_path):
     """Past 2P > candidates the draw takes distinct unordered pairs (each candidate in several): 12 of the 15
     pairs of 6 candidates, no pair twice (in either order), seeded."""
-    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.bank.texts import load_inputs
 
     over = {**SMALL, "candidates": {**SMALL["candidates"], "heldout": 3, "pairs": 12}}
     cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **over))
@@ -232,8 +232,8 @@ def test_cli_bad_pairs_one_line_exit_2(seedlab_main, tmp_path, twins_inputs, ban
 def test_a_pair_of_the_own_row_and_a_candidate_of_its_text_is_refused(bank_design, twins_inputs, tmp_path):
     """The own-row control's text depends on the seed: a candidate equal to it is caught per seed,
     when the arms are made (before anything is written)."""
-    from seedlab.attribution.bank import arms
-    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.bank.arms import arms
+    from seedlab.attribution.bank.texts import load_inputs
 
     cfg, folder = load_config(AttributionConfig, "attribution", bank_design.write(tmp_path, twins_inputs[0], **SMALL))
     inputs = load_inputs(cfg, folder)

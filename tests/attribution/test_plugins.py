@@ -1,4 +1,4 @@
-"""Horizon-aware plug-ins (attribution/plugins.py): the guide's example against brute force, what a
+"""Horizon-aware plug-ins (attribution/estimators/plugins.py): the guide's example against brute force, what a
 plug-in is handed (copies: θ_s, the AdamW state; the twin's weights on request), the refusals, and
 the attribute stage calling one per horizon with its unit reaching the report's calibration."""
 
@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from seedlab.attribution.estimators import Case, Gradients, query_loss
-from seedlab.attribution.registry import get_estimator, run
+from seedlab.attribution.estimators.builtin import Case, Gradients
+from seedlab.attribution.estimators.registry import get_estimator, run
 from seedlab.errors import SeedlabError
 from seedlab.lm.model import masked_ce_sum
+from seedlab.measures.text import text_ce
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "attribution.md"
@@ -88,7 +89,7 @@ def test_the_guides_horizon_aware_plugin_reads_the_query_at_the_twins_weights(fo
         eps = 1e-4 / float(d.norm())
         up, down = _at(fork, later, d, eps), _at(fork, later, d, -eps)
         for j, q in enumerate(case.queries.values()):
-            brute[i, j] = -lr / case.n_targets * (query_loss(up, q) - query_loss(down, q)) / (2 * eps)
+            brute[i, j] = -lr / case.n_targets * (text_ce(up, q) - text_ce(down, q)) / (2 * eps)
     np.testing.assert_allclose(got, brute, rtol=1e-6)
     assert np.abs(got - at_s).max() > 1e-3 * np.abs(at_s).max()  # the horizon changed the prediction
 
@@ -97,7 +98,7 @@ PLUGINS = textwrap.dedent("""
     import numpy as np
     import torch
 
-    from seedlab.attribution.plugins import declare
+    from seedlab.attribution.estimators.plugins import declare
 
     SEEN = {}
 
@@ -289,8 +290,8 @@ def test_declared_units_and_forms(fork, plugins):
 @pytest.fixture(scope="module")
 def small_bank(tmp_path_factory, twins_inputs, bank_design):
     """conftest's TINY_BANK trained (s = 4; horizons s+1, s+3, mid = 9, end = 14), not attributed."""
-    from seedlab.attribution.bank import run_bank
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.bank.run import run_bank
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.config import load_config
 
     before = torch.get_num_threads()
@@ -309,9 +310,9 @@ def _files(folder):
 def test_attribute_calls_a_horizon_aware_plugin_once_per_horizon(small_bank, tmp_path, monkeypatch):
     import shutil
 
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.rundir import BankDir, open_bank
-    from seedlab.attribution.stats import Arrays, calibration
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.bank.rundir import BankDir, open_bank
+    from seedlab.attribution.analyses.stats import Arrays, calibration
 
     bank = shutil.copytree(small_bank, tmp_path / "bank")
     (tmp_path / "my_estimators.py").write_text(readme_plugin())

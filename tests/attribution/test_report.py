@@ -14,11 +14,12 @@ import pytest
 from matplotlib.colors import same_color, to_rgba
 
 from helpers import attribution_frame
-from seedlab.attribution import figures, stats
-from seedlab.attribution.horizon import UNROLL, linear_response
-from seedlab.attribution.registry import ESTIMATORS
-from seedlab.attribution.report import write_report
-from seedlab.attribution.rundir import BankDir, read_attributed
+from seedlab.attribution.report import figures
+from seedlab.attribution.analyses import stats
+from seedlab.attribution.analyses.horizon import UNROLL, linear_response
+from seedlab.attribution.estimators.registry import ESTIMATORS
+from seedlab.attribution.report.bank import write_report
+from seedlab.attribution.bank.rundir import BankDir, read_attributed
 from seedlab.errors import SeedlabError
 
 HORIZONS = ((5, "s+1"), (6, "s+2"), (14, "end"))

@@ -1,4 +1,4 @@
-"""attribution/size.py (the size axis at a fixed trajectory) on synthetic frames whose answers are known:
+"""attribution/analyses/size.py (the size axis at a fixed trajectory) on synthetic frames whose answers are known:
 measured(w) = w·U0 + w²·Q with ‖Q‖/‖U0‖ = r per seed, kind and horizon gives e(w) = w·r exactly."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seedlab.attribution import size
-from seedlab.attribution.size import TANGENT, analyse, by_interval, crossing, within_count
+from seedlab.attribution.analyses import size
+from seedlab.attribution.analyses.size import TANGENT, analyse, by_interval, crossing, within_count
 from seedlab.errors import SeedlabError
 
 S = 4  # the injection step

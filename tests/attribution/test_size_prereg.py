@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from seedlab.attribution import additivity
-from seedlab.attribution.size import H_STAR, SUMMARY, SizeAxis
+from seedlab.attribution.analyses import additivity
+from seedlab.attribution.analyses.size import H_STAR, SUMMARY, SizeAxis
 
 SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "attribution_size_prereg.py"
 _spec = importlib.util.spec_from_file_location("attribution_size_prereg", SCRIPT)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from seedlab.attribution.attribute import attribute
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.unroll import Step
+from seedlab.attribution.estimators.attribute import attribute
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.estimators.unroll import Step
 from seedlab.errors import SeedlabError
 from seedlab.lm.trainer import Trainer
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _trainer(design, **over) -> Trainer:
     cfg, base = design(**over)
-    from seedlab.attribution.texts import load_inputs
+    from seedlab.attribution.bank.texts import load_inputs
 
     inputs = load_inputs(cfg, base)
     t = Trainer(cfg.model_copy(update={"device": "cpu"}), inputs.gcfg, 0, inputs.corpus.train)
@@ -96,9 +96,9 @@ def test_a_replay_that_is_not_the_twin_is_refused(tmp_path, design, monkeypatch)
 
 
 def test_a_horizon_unroll_cannot_reach_is_one_line(tmp_path, design):
-    from seedlab.attribution.attribute import twin_check
-    from seedlab.attribution.registry import run
-    from seedlab.attribution.rundir import open_bank
+    from seedlab.attribution.estimators.attribute import twin_check
+    from seedlab.attribution.estimators.registry import run
+    from seedlab.attribution.bank.rundir import open_bank
 
     cfg, base = design(seeds=[0], horizons=[1, 3])
     run_bank(cfg, tmp_path / "bank", base=base, progress=False)
@@ -114,7 +114,7 @@ def test_a_horizon_unroll_cannot_reach_is_one_line(tmp_path, design):
 
 
 def _case(bank, x, y):
-    from seedlab.attribution.estimators import Case
+    from seedlab.attribution.estimators.builtin import Case
 
     texts = {n: t.tokens for n, t in bank.inputs.candidates_of(0).items()}
     return Case.of(x, y, bank.cfg.injection_row, texts, texts, bank.inputs.pad_id)

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seedlab.attribution.bank import run_bank
-from seedlab.attribution.rundir import BankDir, open_bank
+from seedlab.attribution.bank.run import run_bank
+from seedlab.attribution.bank.rundir import BankDir, open_bank
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 WEIGHTS = [1.0, 0.25, 0.0625, 0.015625]
@@ -20,7 +20,7 @@ WEIGHTS = [1.0, 0.25, 0.0625, 0.015625]
 
 @pytest.fixture(scope="module")
 def weighted_bank(tmp_path_factory, twins_inputs, bank_design):
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.config import load_config
 
     base = tmp_path_factory.mktemp("weighted")
@@ -58,8 +58,8 @@ def test_distances_of_rows_and_nudges(weighted_bank):
 
 
 def test_unroll_outputs_from_one_replay(weighted_bank):
-    from seedlab.attribution.estimators import Case, Gradients
-    from seedlab.attribution.unroll import READOUT, TANGENT, UNROLL, responses, unroll
+    from seedlab.attribution.estimators.builtin import Case, Gradients
+    from seedlab.attribution.estimators.unroll import READOUT, TANGENT, UNROLL, responses, unroll
     from seedlab.forks.prefix import read_prefix
     from seedlab.lm.trainer import Trainer
 
@@ -93,7 +93,7 @@ def test_unroll_outputs_from_one_replay(weighted_bank):
 def test_attribute_runs_the_three_from_one_replay_and_unroll_alone_is_unchanged(weighted_bank, tmp_path):
     import shutil
 
-    from seedlab.attribution.attribute import attribute
+    from seedlab.attribution.estimators.attribute import attribute
 
     both = tmp_path / "bank"
     shutil.copytree(weighted_bank, both)
@@ -134,8 +134,8 @@ def test_weights_on_a_design_without_them_one_line_exit_2(seedlab_main, tmp_path
 def test_the_report_renders_the_size_axis_and_chaos(weighted_bank, tmp_path):
     import shutil
 
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.report import write_report
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.report.bank import write_report
 
     bank = tmp_path / "bank"
     shutil.copytree(weighted_bank, bank)

@@ -34,7 +34,7 @@ PINNED = "cd7bf00b739061def0afc7521040b9bde82ae07db83b26f2488ee4938551fbd9"
 
 
 def _fingerprint() -> str:
-    from seedlab.attribution.config import AttributeConfig, CandidatesConfig, QueriesConfig
+    from seedlab.attribution.bank.config import AttributeConfig, CandidatesConfig, QueriesConfig
     from seedlab.lm.gptconfig import PRESETS
     from seedlab.shortcut.config import EnsembleConfig, SweepConfig
     from seedlab.shortcut.sweep import plan
@@ -112,7 +112,7 @@ def test_every_field_not_stated_by_a_paper_is_in_the_assumptions():
 
 
 def test_config_fields_are_dotted_with_value_default_and_help():
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.shortcut.config import SweepConfig
 
     rows = {f.name: f for f in config_fields(AttributionConfig)}

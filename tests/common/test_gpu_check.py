@@ -124,7 +124,7 @@ def test_the_bare_image_is_bare_until_the_wheels_are_installed(bare, wheels_mod)
 
 
 def test_the_gpu_sizes_are_valid_configs(check, tmp_path):
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.config import load_config
     from seedlab.lm.gptconfig import PRESETS
     from seedlab.shortcut.config import EnsembleConfig

@@ -210,3 +210,44 @@ def test_the_checker_finds_each_kind_of_violation(fake_src):
         "src/seedlab/shortcut/report.py:4: builds a path: run / f'fig-{k}.png'",
         "src/seedlab/shortcut/report.py:4: builds a path: run.joinpath('x')",
     ]
+
+
+#: a study in rooms, its rooms from the ground up: a module may import its own room and the rooms below it
+#: (the study's top-level modules — its commands, export and score — may import every room)
+ROOMS = {"attribution": ["bank", "estimators", "analyses", "report"]}
+
+
+def room_violations(src: Path = SRC) -> list[str]:
+    out: dict[tuple[str, str], str] = {}
+    for study, rooms in ROOMS.items():
+        for path in sorted((src / study).rglob("*.py")):
+            rel = path.relative_to(src / study).parts
+            if len(rel) == 1:
+                continue  # on top
+            mine = rooms.index(rel[0])
+            for node, module in _imports(path):
+                parts = module.split(".")
+                if parts[:2] == ["seedlab", study] and len(parts) > 2:
+                    other = parts[2]
+                    where = f"{study}/{'/'.join(rel)}:{node.lineno}"
+                    if other not in rooms:
+                        out.setdefault((where, other), f"{where}: imports {module} (the {study} top, above every room)")
+                    elif rooms.index(other) > mine:
+                        out.setdefault((where, other), f"{where}: imports {module} ({rel[0]}/ is below {other}/)")
+    return [out[k] for k in sorted(out)]  # one line per import (``from a import b`` is seen as a and a.b)
+
+
+def test_a_study_in_rooms_imports_only_its_own_room_and_those_below():
+    assert (SRC / "attribution" / "bank").is_dir() and (SRC / "attribution" / "report").is_dir()
+    bad = room_violations()
+    assert not bad, "rooms broken:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_room_check_finds_an_import_that_runs_back_up(tmp_path):
+    pkg = tmp_path / "attribution"
+    for room in ROOMS["attribution"]:
+        (pkg / room).mkdir(parents=True)
+    (pkg / "bank" / "run.py").write_text("from seedlab.attribution.analyses import stats\n")
+    (pkg / "report" / "bank.py").write_text("from seedlab.attribution.bank import run\nimport seedlab.attribution.cli\n")
+    bad = room_violations(tmp_path)
+    assert len(bad) == 2 and "bank/ is below analyses/" in bad[0] and "above every room" in bad[1]

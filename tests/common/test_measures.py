@@ -206,20 +206,22 @@ def test_aligned_distance_is_the_distance_to_the_matched_model_and_never_larger(
     assert aligned_distance(a, a, MINI) == 0.0
 
 
-def test_text_ce_is_bitwise_the_models_own_loss_and_the_attribution_query_loss():
-    """float32: what GPT.forward returns with targets (twins measure's passage CE); float64 (the default):
-    attribution.estimators.query_loss. Eval mode either way, the model's mode restored."""
-    from seedlab.attribution.estimators import query_loss
-
+def test_text_ce_is_bitwise_the_models_own_loss_and_the_float64_ce_of_its_logits():
+    """float32: what GPT.forward returns with targets (twins measure's passage CE); float64 (the default, the
+    attribution study's L_query): the cross-entropy of the model's logits cast to float64. Eval mode either way,
+    the model's mode restored, no gradient taken."""
     model = GPT(MINI, seed=3)
     ids = torch.randint(0, MINI.vocab_size, (40,), generator=torch.Generator().manual_seed(0)).tolist()
     p = torch.tensor(ids)[None]
     with torch.no_grad():
         model.eval()
         own = float(model(p[:, :-1], p[:, 1:])[1])
+        logits, _ = model(p[:, :-1])
+        double = float(torch.nn.functional.cross_entropy(logits[0].double(), p[0, 1:]))
         model.train()
     assert text_ce(model, ids, dtype=torch.float32) == own
-    assert text_ce(model, ids) == query_loss(model, ids) and model.training
+    assert text_ce(model, ids) == double and model.training
+    assert all(q.grad is None for q in model.parameters())
 
 
 def test_paired_row_is_paired_with_the_floor_and_the_mde():

@@ -1,7 +1,8 @@
 """Reports only render (DESIGN.md): every study's report modules load no torch and import no scipy or statsmodels.
 
-A study is a package under src/seedlab that has a ``report.py`` (found, not listed). Its *report
-modules* are ``report.py``, ``figures.py`` and any ``*_report.py`` or ``report_*.py`` beside them.
+A study is a package under src/seedlab that has a ``report.py`` or a ``report/`` room (found, not listed). Its
+*report modules* are ``report.py``, ``figures.py`` and any ``*_report.py`` or ``report_*.py`` beside them, or every
+module of its ``report/`` room (a study in rooms: attribution/).
 Each of them, imported in a fresh interpreter (all of them in one, one after another), leaves ``torch`` out of ``sys.modules`` (not
 even through the modules it imports: reading a run's tables and drawing them needs no torch), and
 its own source imports neither scipy nor statsmodels (the statistics live in a module that only
@@ -32,6 +33,8 @@ def report_modules() -> list[Path]:
         study = report.parent
         found += [p for p in sorted(study.glob("*.py"))
                   if p.stem in ("report", "figures") or p.stem.endswith("_report") or p.stem.startswith("report_")]
+    for room in sorted(SRC.glob("*/report/")):
+        found += [p for p in sorted(room.glob("*.py")) if p.stem != "__init__"]
     return found
 
 
@@ -42,10 +45,14 @@ def module_name(path: Path) -> str:
 MODULES = report_modules()
 
 
+def study_of(path: Path) -> str:
+    return path.relative_to(SRC).parts[0]
+
+
 def test_the_studies_are_found():
-    studies = {p.parent.name for p in MODULES}
+    studies = {study_of(p) for p in MODULES}
     assert {"shortcut", "twins", "attribution"} <= studies
-    assert all((SRC / s / "report.py") in MODULES for s in studies)
+    assert all((SRC / s / "report.py") in MODULES or (SRC / s / "report" / "bank.py") in MODULES for s in studies)
 
 
 #: run in one fresh interpreter: import the modules one after another and print, as JSON, for each the

@@ -11,7 +11,7 @@ the spans of the training split that the twins' batches take (``rows.safetensors
 - ``--rows trained`` (the default): the batches of steps 0 .. end of every seed — every row a twin trained on
   (and step end's batch, which the curvature fit at the last horizon draws from), so every built-in estimator
   (unroll and metagrad replays, EK-FAC's and TRAK's fit sets) can be rescored from the folder;
-- ``--rows injection``: the batch of step s only — what a plug-in (either form: attribution/plugins.py) and the
+- ``--rows injection``: the batch of step s only — what a plug-in (either form: attribution/estimators/plugins.py) and the
   estimators at θ_s read; an estimator that needs more is refused in one line naming the missing rows.
 
 No candidate run's files are exported (measured.parquet holds their effects) and no token file: the slice
@@ -51,8 +51,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from seedlab.attribution.config import AttributionConfig
-from seedlab.attribution.rundir import Bank, BankDir, ExportDir, ScoreDir, open_bank
+from seedlab.attribution.bank.config import AttributionConfig
+from seedlab.attribution.bank.rundir import Bank, BankDir, ExportDir, ScoreDir, open_bank
 from seedlab.errors import SeedlabError, field_error
 from seedlab.store import DONE, atomic_write, digest, file_sha256, read_verified, write_json, write_parquet, \
     write_safetensors
@@ -291,7 +291,7 @@ class ExportedBank(Bank):
 def open_export(root: str | Path) -> ExportedBank:
     """An export, verified (:func:`verify`), as a bank: config, inputs (texts, the corpus slice), measured."""
     manifest = verify(root)  # before the imports below (torch): a folder that is none, or was changed, fails fast
-    from seedlab.attribution.texts import Inputs, Text
+    from seedlab.attribution.bank.texts import Inputs, Text
     from seedlab.config import parse
     from seedlab.corpus.corpus import Corpus
     from seedlab.corpus.tokenizers import tokenizer_for
@@ -323,7 +323,7 @@ def open_scorable(root: str | Path) -> tuple[Bank, pd.DataFrame, dict]:
         bank = open_export(root)
         return bank, bank.measured, {"kind": "export", "path": str(root.resolve()), "digest": bank.manifest["digest"],
                                      "bank": bank.manifest.get("bank")}
-    from seedlab.attribution.measure import collect
+    from seedlab.attribution.bank.measure import collect
 
     bank = open_bank(root)
     measured = collect(bank)
@@ -335,7 +335,7 @@ def open_scorable(root: str | Path) -> tuple[Bank, pd.DataFrame, dict]:
 def bank_case(bank: Bank, seed: int):
     """The case every estimator of ``seed`` sees (attribute.py ``estimates_of_seed``): the ordinary batch of s,
     the injected row, the finished candidates and the queries (own texts first, when ``queries.own``)."""
-    from seedlab.attribution.estimators import Case
+    from seedlab.attribution.estimators.builtin import Case
 
     cfg = bank.cfg
     cands = {n: t.tokens for n, t in bank.finished_candidates(seed).items()}
@@ -374,10 +374,10 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
         raise SeedlabError("--estimator: name one at least (a plug-in package.module:function, or a built-in)")
     bank, measured, source = open_scorable(root)  # before the imports below: bad input fails fast
 
-    from seedlab.attribution.attribute import COLUMNS, choose_estimators, seed_estimates, tracin_steps
-    from seedlab.attribution.registry import get_estimator
-    from seedlab.attribution.report import write_report
-    from seedlab.attribution.stats import analyse
+    from seedlab.attribution.estimators.attribute import COLUMNS, choose_estimators, seed_estimates, tracin_steps
+    from seedlab.attribution.estimators.registry import get_estimator
+    from seedlab.attribution.report.bank import write_report
+    from seedlab.attribution.analyses.stats import analyse
     from seedlab.lm.determinism import settle
     from seedlab.lm.distributed import World
     from seedlab.progress import Bar

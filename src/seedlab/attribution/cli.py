@@ -21,7 +21,7 @@ def _names(items: list[str]) -> list[str]:
     return [n.strip() for item in items for n in item.split(",") if n.strip()]
 
 
-@app.command("bank", cls=config_command("seedlab.attribution.config:AttributionConfig"))
+@app.command("bank", cls=config_command("seedlab.attribution.bank.config:AttributionConfig"))
 def attribution_bank(
     config: Annotated[str, typer.Argument(help="attribution config: a YAML file or a preset name, e.g. mini (seedlab presets)")],
     out: Annotated[Path, typer.Option(help="bank folder: seed-<k>/{prefix, twin, replica, candidates/<name>, replicates/<name>, pairs/<first>..<second>}")],
@@ -35,9 +35,9 @@ def attribution_bank(
 ) -> None:
     """Train the bank: per seed a shared prefix, its twin, a replica control and one single-row fork per
     candidate; measure every candidate's effect on every query at every horizon (measured.parquet)."""
-    from seedlab.attribution.bank import run_bank
-    from seedlab.attribution.config import AttributionConfig
-    from seedlab.attribution.rundir import BankDir
+    from seedlab.attribution.bank.run import run_bank
+    from seedlab.attribution.bank.config import AttributionConfig
+    from seedlab.attribution.bank.rundir import BankDir
     from seedlab.config import load_config
 
     cfg, base = load_config(AttributionConfig, PRESETS, config, set_)
@@ -47,13 +47,13 @@ def attribution_bank(
     typer.echo(f"{n} candidate runs over {df.seed.nunique()} seed(s), replica control bitwise equal -> {BankDir(out).measured}")
 
 
-@app.command("attribute", cls=config_command("seedlab.attribution.config:AttributionConfig", under="attribute"))
+@app.command("attribute", cls=config_command("seedlab.attribution.bank.config:AttributionConfig", under="attribute"))
 def attribution_attribute(
     bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimators", "--estimator", help=(
         "estimator(s) to run, repeatable or comma-separated: sgd, adam, adam-linear, tracin, tracin-cp, cosine, "
         "adam-cosine, ekfac, kfac, unroll (the exact linear response, the reference), metagrad (unroll in reverse mode), the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
-        "(function(model, case, grads) -> array of candidates x queries: seedlab.attribution.registry); default: "
+        "(function(model, case, grads) -> array of candidates x queries: seedlab.attribution.estimators.registry); default: "
         "the config's, else the installed defaults"))] = [],  # noqa: B006
     set_: Annotated[list[str], typer.Option("--set", help="override an attribute setting for this run, e.g. "
                                                           "--set attribute.fit_rows=512 --set attribute.damping=0.01")] = [],  # noqa: B006
@@ -63,8 +63,8 @@ def attribution_attribute(
     add: Annotated[bool, typer.Option(help="keep the other estimators' rows already in attribution.parquet (e.g. --estimator unroll --add)")] = False,
 ) -> None:
     """Every estimator's prediction of every measured effect -> attribution.parquet."""
-    from seedlab.attribution.attribute import attribute
-    from seedlab.attribution.rundir import BankDir
+    from seedlab.attribution.estimators.attribute import attribute
+    from seedlab.attribution.bank.rundir import BankDir
 
     names = _names(estimators)
     df = attribute(bank, estimators=names or None, device=device, progress=progress, settings=set_, jobs=jobs, add=add)
@@ -88,8 +88,8 @@ def attribution_metagrad(
 ) -> None:
     """Every training row's metagradient dL_q(theta_h)/dw_{t,i}: the adjoint of each query's loss at each horizon
     carried back through the twin's replayed run (reverse mode of unroll) -> metagrad.parquet."""
-    from seedlab.attribution.metagrad import bank_metagrad
-    from seedlab.attribution.rundir import BankDir
+    from seedlab.attribution.estimators.metagrad import bank_metagrad
+    from seedlab.attribution.bank.rundir import BankDir
 
     df = bank_metagrad(bank, first=t0, every=every, horizons=horizon or None, device=device, chunk=chunk,
                        progress=progress)
@@ -109,8 +109,8 @@ def attribution_rowscores(
 ) -> None:
     """Every removed training row's predicted effect (leave-one-out and group rows) by the estimators that score
     arbitrary training rows -> rowscores.parquet (the LDS and leave-one-out sections of the report)."""
-    from seedlab.attribution.rowscores import bank_rowscores
-    from seedlab.attribution.rundir import BankDir
+    from seedlab.attribution.estimators.rowscores import bank_rowscores
+    from seedlab.attribution.bank.rundir import BankDir
 
     names = _names(estimators)
     df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress, add=add)
@@ -121,7 +121,7 @@ def attribution_rowscores(
 @app.command("report")
 def attribution_report(bank: Annotated[Path, typer.Argument(help="an attributed bank folder")]) -> None:
     """Write report.md and PNG figures: estimate vs measured, correlation vs horizon beside the row invariance and the seed-mean reliability."""
-    from seedlab.attribution.report import write_report
+    from seedlab.attribution.report.bank import write_report
 
     typer.echo(f"report: {write_report(bank)}")
 
@@ -148,7 +148,7 @@ def attribution_score(
     folder: Annotated[Path, typer.Argument(help="an exported benchmark (seedlab attribution export), or a bank folder")],
     estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
         "estimator(s) to score, repeatable or comma-separated: a plug-in package.module:function "
-        "(seedlab.attribution.plugins), or a built-in name (seedlab attribution attribute --help)"))],
+        "(seedlab.attribution.estimators.plugins), or a built-in name (seedlab attribution attribute --help)"))],
     out: Annotated[Path | None, typer.Option(help="the score folder; default FOLDER/scores/<estimators>")] = None,
     force: Annotated[bool, typer.Option(help="overwrite a score folder already there")] = False,
     baselines: Annotated[bool, typer.Option(help="score the baselines random, loss, gradnorm and length beside them")] = True,

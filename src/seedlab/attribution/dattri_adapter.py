@@ -19,7 +19,7 @@ the sample lowers the test target). :func:`task` builds, for one seed of a bank 
   (lm/model.py ``masked_ce_sum``; the trainer divides the batch's sum by N = B·T);
 - **test data** / **target_func**: every query of the case (the candidates' own texts first when
   ``queries.own``, then the query rows and probes), right-padded to T and masked, scored by its mean
-  cross-entropy (nats/token: L_query, estimators.py ``query_loss``; causal attention makes the padding inert).
+  cross-entropy (nats/token: L_query, measures/text.py ``text_ce``; causal attention makes the padding inert).
 
 The bank measures a *swap* (candidate c in place of row r), so a train-sample score becomes a predicted
 ΔL_query as :meth:`BankTask.estimate` does: −(score(c) − score(r)) (the sign of ΔL: learning c lowers the
@@ -54,12 +54,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from seedlab.attribution.plugins import declare
+from seedlab.attribution.estimators.plugins import declare
 from seedlab.errors import SeedlabError
 
 if TYPE_CHECKING:
-    from seedlab.attribution.estimators import Case
-    from seedlab.attribution.plugins import Context, SharedGradients
+    from seedlab.attribution.estimators.builtin import Case
+    from seedlab.attribution.estimators.plugins import Context, SharedGradients
     from seedlab.lm.model import GPT
 
 HINT = "pip install 'seedlab[dattri]' (dattri keeps the pinned torch; see pyproject.toml)"
@@ -177,7 +177,7 @@ def case_task(model: GPT, case: Case, checkpoints: Sequence[Any], *, load: Calla
 
 def task(root: str | Path, seed: int, *, steps: str | Sequence[int] = "injection") -> BankTask:
     """The dattri task of one seed of a bank folder or an exported benchmark (verified first; module doc)."""
-    from seedlab.attribution.attribute import tracin_steps
+    from seedlab.attribution.estimators.attribute import tracin_steps
     from seedlab.attribution.benchmark import bank_case, open_scorable
     from seedlab.lm.model import GPT
     from seedlab.lm.schedule import lr_of

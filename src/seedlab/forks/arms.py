@@ -14,8 +14,8 @@ A fork design trains, per seed, a shared prefix to the fork step s and then one 
 - a **removal** arm: rows of the ordinary batch left out of the loss (``removals={(t, r), ...}``): the row's
   loss weight set to 0 with no text in its place, so the batch's loss is Σ_{i∉removed} ℓ_i / N with N = B·T
   unchanged (lm/trainer.py ``Trainer.backward``; not the mean of B − 1 rows). It is w_r = 0 in (Σ_i w_i ℓ_i)/N,
-  the parametrisation attribution/metagrad.py differentiates at w = 1 (a removal is Δw = −1). One row at one
-  step is a leave-one-out arm; random rows of many steps, a group (attribution/bank.py);
+  the parametrisation attribution/estimators/metagrad.py differentiates at w = 1 (a removal is Δw = −1). One row at one
+  step is a leave-one-out arm; random rows of many steps, a group (attribution/bank/run.py);
 - an arm that leaves the shared prefix **before** the fork step (``start`` = t < s): it starts from the
   prefix's own state after t updates (forks/prefix.py ``SharedPrefix``: kept when the prefix trains, or
   trained again from step 0, which is the same run: the prefix is a pure function of the seed) instead of s,

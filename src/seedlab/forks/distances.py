@@ -10,7 +10,7 @@ whose twin weights it did not see (the twin finished before an interruption) is 
 twin's saved checkpoints when there is one, and otherwise left out.
 
 It is how a design measures the growth of a perturbation: a one-ulp nudge's distance grows as
-ε·e^{λ(t − s)} until it saturates (λ: training's largest Lyapunov exponent; attribution/chaos.py
+ε·e^{λ(t − s)} until it saturates (λ: training's largest Lyapunov exponent; attribution/analyses/chaos.py
 fits it), and a row's (or a weighted row's) distance at s+1 is the size of its kick.
 
 Memory: one float32 copy of the weights per recorded step of each seed whose arms are still

@@ -195,7 +195,7 @@ class Trainer:
         place: it stays in the batch's forward, its loss mask is False on the whole row (:func:`without_rows`), so
         the loss is Σ_{i∉removed} ℓ_i / N with N = B·T *unchanged* — not the mean of a batch of B − 1 rows, which
         would rescale every other row by B/(B − 1). That is w_i = 0 in (Σ_i w_i ℓ_i)/N, the parametrisation whose
-        derivative at w = 1 attribution/metagrad.py computes (a removal is Δw = −1). No removal: the ordinary
+        derivative at w = 1 attribution/estimators/metagrad.py computes (a removal is Δw = −1). No removal: the ordinary
         batch, bit for bit. A removed row cannot also be replaced.
 
         ``grad_delta`` (one tensor per parameter, ``self.params``' order; forks/arms.py's gradient-channel

@@ -66,8 +66,8 @@ def test_begin_runs_the_steps_in_order_and_writes_the_first_files_when_asked(tmp
 def test_every_fork_command_goes_through_begin(tmp_path, monkeypatch, twins_inputs):
     """twins run, twins match and the bank each reach the folder through forks/start.py ``begin``
     (claim is its first step: stopped there, nothing is written), from Python."""
-    from seedlab.attribution.bank import run_bank
-    from seedlab.attribution.config import AttributionConfig
+    from seedlab.attribution.bank.run import run_bank
+    from seedlab.attribution.bank.config import AttributionConfig
     from seedlab.twins.match import match_passages
 
     class Stop(Exception):
@@ -171,6 +171,18 @@ def test_one_environment_record_with_the_cpu_model():
     assert env["device"] == "cpu" and "device_name" not in env  # a GPU's name, on CUDA only
     assert env["precision"] == "bf16" and env["threads"] == torch.get_num_threads() and env["torch"] == torch.__version__
     assert set(machine.determinism()) <= set(env)
+
+
+def test_the_allocator_is_recorded_and_a_resume_under_another_setting_goes_on(tmp_path):
+    """The allocator changes where memory comes from, never a bit (tests/shortcut/test_bits.py): a folder started
+    with glibc's defaults resumes with them tuned, and the other way round; threads still count."""
+    env = machine.environment(torch.device("cpu"), "fp32")
+    assert "allocator" in env
+    folder = DesignFolder(tmp_path)
+    folder.start({"design": 1}, {}, env | {"allocator": {}})
+    assert folder.check_environment(env | {"allocator": {"M_TRIM_THRESHOLD": 2 ** 31 - 1}}, allow_change=False) is None
+    with pytest.raises(SeedlabError, match=r"^environment: .* was started with threads = "):
+        folder.check_environment(env | {"threads": env["threads"] + 1}, allow_change=False)
 
 
 def test_a_record_lacking_a_key_resumes_with_the_key_reported(tmp_path):
