@@ -51,7 +51,8 @@ def test_circuits_section_tables_at_the_last_checkpoint():
     first = pair[0]  # the two kinds side by side: same-label 0.25, label-changing 0.75; 16 of 64 flagged
     assert first.index("0.25 [0.25, 0.25]") < first.index("0.75 [0.75, 0.75]") and first.count("25%") == 2
     assert "100%" in pair[-1] and "—" in pair[-1]  # every pair flagged: no fraction
-    assert "+50" in text and "-50" not in text.split("### Head roles")[0]  # the last checkpoint's ablations, in points
+    assert "+50" in text and "-50" not in text  # the last checkpoint's ablations, in points
+    assert "### Head roles" not in text  # the per-member tables: roles_section, last in the report
     assert "task" not in text.split("\n\n")[2].splitlines()[0]  # one task, one wd: no such columns
     # the fingerprint table: probe chance levels and rows beside the probes, the OV residue named for what it measures
     fp = text.split("**Fingerprints**", 1)[1]
@@ -76,7 +77,8 @@ def test_head_roles_aligned_at_each_members_generalization_epoch(tmp_path):
     np.testing.assert_allclose(m0["shortcut_fp"], [0.1, 0.2, 0.3, 0.4])  # qk_rho_value for a max task
     never = roles[roles["member"] == 2]
     assert never["epochs_from_gen"].isna().all() and never["gen_epoch"].isna().all()
-    text = circuits_report.circuits_section(summary, circuits, patching).split("### Head roles through training", 1)[1]
+    text = circuits_report.roles_section(summary, circuits)
+    assert text.startswith("### Head roles through training, aligned at the generalization epoch")
     aligned, unaligned = text.split("**Members that never generalized**")
     # member 0 (gen 15): the last checkpoint before (10), the first at or after (20), the last (30)
     assert "| 2L/1H | 0.9 | 0 | 15 | L1H0 | -5 / +5 / +15 | 0.20 → 0.30 → 0.40 |" in aligned

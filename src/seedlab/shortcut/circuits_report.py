@@ -36,7 +36,16 @@ import pandas as pd
 from seedlab.reporting import Fig, fmt_num, md_table, new_figure, num_or_dash, pct, save_figure
 from seedlab.shortcut import circuit_data
 from seedlab.shortcut.constants import MIN_GAP
-from seedlab.shortcut.figures import MAX_SEEDS_DRAWN, Folder, cap_label, component_colors, fmt_ratio
+from seedlab.shortcut.figures import (
+    MAX_SEEDS_DRAWN,
+    REFERENCE_COLOR,
+    Folder,
+    cap_label,
+    component_colors,
+    fmt_ratio,
+    panel_count,
+    shortcut_fingerprint_text,
+)
 from seedlab.shortcut.stats import CELL, GROUP, paper_order
 
 PAIR_KINDS = {"same_label": "same-label", "label_changing": "label-changing"}  # patching.parquet's ``pairs``
@@ -101,22 +110,28 @@ UNALIGNED_NOTE = """\
 """
 
 
+MISSING = "*No {name} (checkpoint the runs, then `seedlab shortcut analyze DIR`).*"
+
+
 def circuits_section(summary: pd.DataFrame, circuits: pd.DataFrame | None, patching: pd.DataFrame | None) -> str:
-    """The whole section (``### Circuits at the last checkpoint``, then ``### Head roles through training``); a note
-    for each missing file. ``patching`` as :func:`seedlab.shortcut.rundir.read_table` reads it (with ``pairs`` and
-    ``path``)."""
-    missing = "*No {name} (checkpoint the runs, then `seedlab shortcut analyze DIR`).*"
+    """``### Circuits at the last checkpoint``: per cell and component; a note for each missing file. ``patching`` as
+    :func:`seedlab.shortcut.rundir.read_table` reads it (with ``pairs`` and ``path``)."""
     parts = ["### Circuits at the last checkpoint"]
     if patching is None or patching.empty:
-        parts.append(missing.format(name="patching.parquet"))
+        parts.append(MISSING.format(name="patching.parquet"))
     else:
         parts += [pair_patching_table(summary, patching), path_patching_table(summary, patching)]
     if circuits is None or circuits.empty:
-        parts.append(missing.format(name="circuits.parquet"))
+        parts.append(MISSING.format(name="circuits.parquet"))
     else:
-        parts += [path_ablation_table(summary, circuits), fingerprint_table(summary, circuits),
-                  "### Head roles through training, aligned at the generalization epoch", aligned_roles_table(summary, circuits)]
+        parts += [path_ablation_table(summary, circuits), fingerprint_table(summary, circuits)]
     return "\n\n".join(parts)
+
+
+def roles_section(summary: pd.DataFrame, circuits: pd.DataFrame) -> str:
+    """``### Head roles through training``: the per-member tables (:func:`aligned_roles_table`), which the report puts
+    last."""
+    return "### Head roles through training, aligned at the generalization epoch\n\n" + aligned_roles_table(summary, circuits)
 
 
 def _prose(note: str) -> str:
@@ -270,20 +285,23 @@ def aligned_roles_figure(summary: pd.DataFrame, circuits: pd.DataFrame | None, f
     colors = component_colors(roles["component"])
     for row, ((L, H), aligned) in enumerate(panels):
         d = roles[(roles["layers"] == L) & (roles["heads"] == H) & (roles["gen_epoch"].notna() == aligned)]
-        members = sorted(d["member"].unique())[:MAX_SEEDS_DRAWN]
+        every = sorted(d["member"].unique())
+        members = every[:MAX_SEEDS_DRAWN]
         x = "epochs_from_gen" if aligned else "epoch"
         for col, c in enumerate(shown):
             ax = axes[row * len(shown) + col]
             for (member, comp), g in d[d["member"].isin(members)].groupby(["member", "component"]):
                 ax.plot(g[x], g[c], marker=".", lw=0.8, alpha=0.7, color=colors[comp], label=comp if member == members[0] else None)
             if aligned:
-                ax.axvline(0, color="gray", lw=0.8, ls="--")
-            group = f"generalized ({len(members)})" if aligned else f"never generalized ({len(members)})"
-            ax.set(title=f"{cap_label(L, H)} {group}: {SHOWN[c]}", xlabel="epochs from gen_epoch" if aligned else "epoch")
+                ax.axvline(0, color=REFERENCE_COLOR, lw=0.8, ls="--")
+            group = "generalized" if aligned else "never generalized"
+            ax.set_title(f"{cap_label(L, H)} {group}, {panel_count(len(members), len(every))}\n{SHOWN[c]}", fontsize=9)
+            ax.set(xlabel="epochs from gen_epoch" if aligned else "epoch")
             if col == 0:
                 ax.legend(fontsize=6)
     return Fig(title, save_figure(fig, folder.figure("head_roles.png")),
-               f"One line per seed and head (at most {MAX_SEEDS_DRAWN} seeds per panel; colour = head). Generalizing seeds "
-               "are aligned at their gen_epoch (dashed line), the others drawn on their own epochs. Shortcut fp: QK ρ with "
-               "token value (max tasks) or attention on position 0 (first tasks); OV ρ: each token's residue on the direct "
-               "path; probe sum: linear-probe accuracy of the label from the head's write.")
+               f"One line per member and head; colour = head, the colours of the fingerprint figure. A panel with more "
+               f"than {MAX_SEEDS_DRAWN} members shows the first {MAX_SEEDS_DRAWN} by id and says so. Generalizing members "
+               "are aligned at their gen_epoch (dashed line), the others drawn on their own epochs. Shortcut fp: "
+               f"{shortcut_fingerprint_text(summary['task'].unique())}; OV ρ: each token's residue on the direct path; "
+               "probe sum: linear-probe accuracy of the label from the head's write.")
