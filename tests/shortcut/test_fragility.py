@@ -183,7 +183,7 @@ def test_flip_fragility_of_four_cells_of_32_is_quick():
 def test_flip_answer_carries_fragility_and_one_sided_fisher():
     df = summary_of_cells(FLIPS["separated"], retained=True)
     a = flip_answer(df)
-    assert a.verdict == "yes" and a.flip_fragility == flip_fragility(df)
+    assert a.verdict == "shown" and a.flip_fragility == flip_fragility(df)
     two, one = a.moves[2], a.moves[1]
     assert two.p_one_sided == pytest.approx(stats.fisher_exact([[7, 3], [0, 10]], alternative="greater").pvalue)
     assert one.p_one_sided == pytest.approx(stats.fisher_exact([[0, 10], [5, 5]], alternative="less").pvalue)

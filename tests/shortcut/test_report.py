@@ -77,11 +77,14 @@ def test_headline_rates_and_paper_numbers(tmp_path):
     assert "0% [0–28] (0/10); *paper 0%*" in text
     assert "| **2L/2H** |" in text and "| **1L/2H** |" in text
     assert "r = 0.5" in text and "r = 0.9" in text
-    # the opening answer is derived from the data
+    # the opening answer is the flip test's decision, then the numbers behind it
     assert "40 members" in text
-    assert "**Answer from this sweep:** Yes: the flip is shown (1L slope < 0 and 2L slope > 0, intersection-union test p = 0.04" in text
-    assert "In sum2-max (weight decay 0.1, heads pooled), 2L rate rises from 0% at r=0.5 to 70% at r=0.9" in text
-    assert "1L rate falls from 30% to 0%" in text
+    assert text.split("\n\n")[1] == (
+        "**Answer:** The flip is shown in sum2-max at weight decay 0.1: imbalance raises 2-layer models' odds of "
+        "generalizing and lowers 1-layer models', by the report's pre-set test, the intersection-union test of the two "
+        "logistic slopes, with p = 0.041 below its level of 0.05.")
+    assert "**Each depth's rate from r = 0.5 to r = 0.9**" in text
+    assert "2L 0% → 70%, p = 0.0031" in text and "1L 30% → 0%, p = 0.21" in text
     # statistics: Fisher contrasts and the logistic interaction
     assert "Fisher" in text and "0.5 vs 0.9" in text
     assert "dist:cap" in text and "method: firth-profile-lr, separated: True" in text
@@ -94,7 +97,7 @@ def test_headline_rates_and_paper_numbers(tmp_path):
     row = next(line for line in cutoff.splitlines() if line.startswith("| sum2-max | 0.1 | 1L/2H | 0.5 |"))
     assert row.count("30% [11–60]") == 5
     # read as a newcomer reads it: the answer, the headline table and its figures, then the long test tables
-    order = ["**Answer from this sweep:**", "## Headline", "## Figures", "### Generalization rate vs spurious ratio",
+    order = ["**Answer:**", "**Question:**", "## Headline", "## Figures", "### Generalization rate vs spurious ratio",
              "### Transient generalization", "## Statistics", "### Between ratios", "## Mechanism"]
     assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
 
@@ -102,7 +105,11 @@ def test_headline_rates_and_paper_numbers(tmp_path):
 def test_a_flip_in_direction_only_is_not_called_shown(tmp_path):
     make_sweep(tmp_path, {(2, 0.5): 0, (2, 0.9): 7, (1, 0.5): 1, (1, 0.9): 0})
     text = write_report(tmp_path).read_text()
-    assert "**Answer from this sweep:** In direction only: the flip is not shown (intersection-union test of the flip p = " in text
+    assert text.split("\n\n")[1].startswith(
+        "**Answer:** The flip, imbalance helping 2-layer models and hurting 1-layer ones, is not shown in sum2-max at "
+        "weight decay 0.1: the report's pre-set test, the intersection-union test of the two logistic slopes, gives p = ")
+    opening = text.split("## Headline")[0].lower()
+    assert "in direction only" not in opening and "partly" not in opening
     flip_row = next(line for line in text.splitlines() if line.startswith("| sum2-max | 0.1 | 2H |"))
     assert "| not shown |" in flip_row
 
@@ -136,7 +143,7 @@ def test_single_capacity_reports_interaction_message(tmp_path):
     assert "80% [49–94] (8/10); *paper 77%*" in text
     assert "1L" not in text.split("## Headline", 1)[1].split("## Figures", 1)[0]  # the headline tables
     assert "not estimable — interaction_logit: dist:cap not identified" in text
-    assert "not determinable" in text
+    assert "**Answer:** The question cannot be answered in sum2-max at weight decay 0.1: it needs 1- and 2-layer models" in text
     for name in referenced_pngs(text):
         assert (tmp_path / name).stat().st_size > 0
 
@@ -151,7 +158,7 @@ def test_no_generalization_single_ratio_many_tasks_no_curves(tmp_path):
     assert "Skipped: no member generalized" in text
     assert "Skipped: no curves.parquet" in text
     assert "No contrasts: every capacity was trained at a single ratio." in text
-    assert "not determinable" in text
+    assert "**Answer:** The question cannot be answered in sum2-max at weight decay 0.1" in text
     pngs = referenced_pngs(text)
     assert set(pngs) == {"rate_vs_ratio.png", "transient.png"}
     assert not (tmp_path / "gen_epoch.png").exists()
@@ -301,16 +308,21 @@ def test_conflict_by_outcome_splits_members_and_marks_the_papers_shape(tmp_path)
 
 def test_transient_generalization_per_cell_and_in_the_answer(tmp_path):
     """The transient table counts per cell; when most members that generalized lost it, the answer says so."""
-    from seedlab.shortcut.report import answer, transient_counts
+    from seedlab.shortcut.report import transience_note, transient_counts
+    from seedlab.shortcut.stats import flip_answer
 
     summary = make_sweep(tmp_path, PAPER_LIKE)
     table = transient_counts(summary)
     assert "| sum2-max | 0.1 | 2L/2H | 0.9 | 10 | 7 | 7 | 0 |" in table and "| sum2-max | 0.1 | 1L/2H | 0.5 | 10 | 3 | 3 | 0 |" in table
-    assert "transient" not in answer(summary)  # every generalizing member kept it
+    assert transience_note(flip_answer(summary)) == ""  # every generalizing member kept it
+    assert "**Transient:**" not in write_report(tmp_path).read_text()
     lost = summary.assign(retained=summary["generalized"] & (summary["seed"] == 0))  # one per cell kept it
     assert "| sum2-max | 0.1 | 2L/2H | 0.9 | 10 | 7 | 1 | 6 |" in transient_counts(lost)
-    assert answer(lost).endswith("Most of this generalization is transient: 2 of the 10 members that reached 100% kept it "
-                                 "to the end (per cell under \"Transient generalization\"), so the rates count passing hits.")
+    note = (" Most of this generalization is transient: 2 of the 10 members that reached 100% kept it to the end, per "
+            "cell under \"Transient generalization\", so the rates count passing hits.")
+    assert transience_note(flip_answer(lost)) == note
+    lost.to_parquet(tmp_path / "summary.parquet", index=False)
+    assert f"- **Transient:**{note}" in write_report(tmp_path).read_text()
 
 
 def test_fragility_one_sided_fisher_and_cadence_in_the_report(tmp_path):
@@ -333,17 +345,16 @@ def test_fragility_one_sided_fisher_and_cadence_in_the_report(tmp_path):
     # the answer's Fisher verdicts: 0/10 -> 7/10 (2L) loses significance after 2 changes (1/10 vs 6/10), 3/10 -> 0/10
     # (1L) gains it after 2 (5/10 vs 0/10)
     assert fisher_fragility(7, 10, 0, 10)["fragility"] == 2 and fisher_fragility(0, 10, 3, 10)["fragility"] == 2
-    assert "2L rate rises from 0% at r=0.5 to 70% at r=0.9 (Fisher p = 0.0031, fragility 2)" in text
-    assert "1L rate falls from 30% to 0% (Fisher p = 0.21, reverse fragility 2)" in text
-    # next to the flip's p: the exact one-sided Fisher p of each depth's move the paper's way
+    # beside each depth's Fisher p: the exact one-sided Fisher p of its move the paper's way
     p2 = sps.fisher_exact([[7, 3], [0, 10]], alternative="greater").pvalue  # 2L: higher at r = 0.9
     p1 = sps.fisher_exact([[0, 10], [3, 7]], alternative="less").pvalue  # 1L: lower at r = 0.9
-    assert (f"intersection-union test p = 0.041; exact one-sided Fisher, each depth's move the paper's way: "
-            f"2L {p_text(p2)}, 1L {p_text(p1)}; ") in text
+    assert f"2L 0% → 70%, p = 0.0031, one-sided {p_text(p2)}, fragility 2" in text
+    assert f"1L 30% → 0%, p = 0.21, one-sided {p_text(p1)}, reverse fragility 2" in text
+    assert "the flip's p is the larger, 0.041: shown." in text
     # the flip verdict's fragility: one fewer 1L member generalizing at r = 0.5 (3 -> 2 of 10) un-shows it
     f = flip_fragility(summary)
     assert f.shown and f.fragility == 1 and f.changes == ((1, (0.5,), -1),) and f.p_after >= 0.05
-    assert (f"fragility 1: changing 1 member's outcome (1L at r=0.5: 1 fewer generalized) moves p (flip) to "
+    assert (f"Fragility 1: changing 1 member's outcome — 1L at r=0.5: 1 fewer generalized — moves the flip's p to "
             f"{fmt_p(f.p_after)}, and the flip would not be shown") in text
     # the statistics: a fragility column in the contrasts and in the flip table
     assert "| p | fragility |" in text
@@ -387,7 +398,7 @@ def test_amplification_in_the_saturated_window_in_both_spaces(tmp_path):
 def test_head_conflict_against_the_other_heads(tmp_path):
     """With circuits.parquet: the shortcut head's conflict beside the mean of each member's other heads, generalizing
     and non-generalizing members apart, as shapes (✓ by the rule with its minimum rise) and mean [95% t interval]."""
-    from seedlab.shortcut.report import head_conflict_section
+    from seedlab.shortcut.report import est_text, head_conflict_section
     from seedlab.shortcut.rundir import SweepDir
     from seedlab.stats import mean_ci
 
@@ -417,13 +428,8 @@ def test_head_conflict_against_the_other_heads(tmp_path):
     assert ("| model | r | generalized | epoch | members | cosine: shortcut head | cosine: other heads | "
             "pair_cosine: shortcut head | pair_cosine: other heads |") in section
     mean, lo, hi, _ = mean_ci([-0.1, -0.09])  # generalized seeds 0 and 1 at epoch 100
-    assert f"| 2L/2H | 0.9 | yes | 100 | 2 | {fmt(mean)} [{fmt(lo)}, {fmt(hi)}] | -0.0467 [-0.0467, -0.0467] |" in section
-
-
-def fmt(x: float) -> str:
-    from seedlab.reporting import fmt_num
-
-    return fmt_num(x)
+    assert f"| 2L/2H | 0.9 | yes | 100 | 2 | {est_text(mean, lo, hi)} | -0.0467 [-0.0467, -0.0467] |" in section
+    assert est_text(mean, lo, hi) == "-0.095 [-0.159, -0.031]"  # three decimals: the half-width, 0.064, to two digits
 
 
 def test_the_report_states_what_generalized_meant_when_the_jobs_trained(tmp_path):
@@ -441,3 +447,75 @@ def test_the_report_states_what_generalized_meant_when_the_jobs_trained(tmp_path
     assert definition(SweepDir(tmp_path), summary) == f"{GENERALIZED} in 2 jobs; {OLD_DEFINITION} in 1 job"
     (tmp_path / "jobs" / "a" / "meta.json").write_text(json.dumps({"generalized": GENERALIZED}))
     assert definition(SweepDir(tmp_path), summary) == GENERALIZED and "validation accuracy >= 99%" in GENERALIZED
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of parentheses in ``text``."""
+    depth = deepest = 0
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        deepest = max(deepest, depth)
+    return deepest
+
+
+@pytest.mark.parametrize("outcomes, shown", [
+    (PAPER_LIKE, True),
+    ({(2, 0.5): 2, (2, 0.9): 3, (1, 0.5): 1, (1, 0.9): 1}, False),  # 2L up, 1L level: once "Partly"
+    ({(2, 0.5): 0, (2, 0.9): 7, (1, 0.5): 1, (1, 0.9): 0}, False),  # both the paper's way, the test does not reject
+    ({(2, 0.5): 0, (2, 0.9): 0, (1, 0.5): 0, (1, 0.9): 0}, False),  # nothing to test
+])
+def test_the_opening_is_the_tests_decision_in_one_plain_sentence(tmp_path, outcomes, shown):
+    from seedlab.shortcut.stats import flip_answer
+
+    summary = make_sweep(tmp_path, outcomes, seeds=8)
+    text = write_report(tmp_path).read_text()
+    opening = text.split("## Headline")[0]
+    sentence = text.split("\n\n")[1]
+    a = flip_answer(summary)
+    assert a.verdict == ("shown" if shown else "not shown") and (a.slopes is not None and a.slopes["flip"]) == shown
+    assert sentence.startswith("**Answer:** The flip") and sentence.count(". ") == 0 and sentence.endswith(".")
+    assert (" is shown in sum2-max" in sentence) == shown and (" is not shown in sum2-max" in sentence) == (not shown)
+    for word in ("partly", "in direction only", "yes:", "no:"):
+        assert word not in opening.lower()
+    assert _depth(opening) <= 1  # no nested parentheses
+    assert len(opening) < 4000 and len(opening.splitlines()) < 20  # one screen
+    if a.slopes is None:
+        assert "its test cannot run, because none of its 32 1- and 2-layer members generalized." in sentence
+
+
+def test_a_zero_estimate_prints_as_zero_at_its_intervals_precision():
+    from seedlab.shortcut.report import est_text
+
+    assert est_text(7.21e-15, -13.2, 13.2) == "0 [-13, 13]"
+    assert est_text(1.61e-16, -7.41, 7.41) == "0 [-7.4, 7.4]"
+    assert est_text(1.47, -3.9, 6.84) == "1.5 [-3.9, 6.8]"
+    assert est_text(-0.0004, -0.0312, 0.0304) == "0 [-0.031, 0.030]"
+    assert est_text(2.5, 1.0, float("inf")) == "2.5 [1, ∞]" and est_text(0.3, float("nan"), float("nan")) == "0.3"
+
+
+def test_the_phases_are_medians_over_the_same_members(tmp_path):
+    """Per member, shortcut <= phase 2 <= generalization; medians over different members need not keep that order."""
+    summary = make_sweep(tmp_path, {(2, 0.9): 3, (1, 0.9): 0}, seeds=6)
+    learned = {0: 100, 1: 100, 2: 100, 3: 10, 4: 10, 5: 10}  # the generalizing seeds (0-2) learned it late
+    summary = summary.assign(shortcut_epoch=summary["seed"].map(learned),
+                             phase2_epoch=pd.array([110 + 10 * s if g else None for s, g in
+                                                    zip(summary["seed"], summary["generalized"])], dtype="Int64"),
+                             gen_epoch=pd.array([150 + 10 * s if g else None for s, g in
+                                                 zip(summary["seed"], summary["generalized"])], dtype="Int64"))
+    summary.to_parquet(tmp_path / "summary.parquet", index=False)
+    text = write_report(tmp_path).read_text()
+    assert ("| model | r | members | shortcut learned: median (members) | members with all three phases | "
+            "their shortcut learned | their phase 2 onset | their generalization |") in text
+    # over all six members the shortcut's median is 55; over the three with all phases it is 100, before 120 and 160
+    assert "| 2L/2H | 0.9 | 6 | 55 (6) | 3 | 100 | 120 | 160 |" in text
+    assert "| 1L/2H | 0.9 | 6 | 55 (6) | 0 | — | — | — |" in text
+
+
+def test_the_per_member_tables_come_last(demo_sweep):
+    text = write_report(demo_sweep()).read_text()
+    heads = [line for line in text.splitlines() if line.startswith("## ")]
+    assert heads == ["## Headline: generalization rate", "## Figures", "## Statistics", "## Mechanism",
+                     "## Per-member tables"]
+    last = text.split("## Per-member tables", 1)[1]
+    assert last.lstrip().startswith("### Head roles through training") and "**Head roles per seed through training.**" in last
+    assert "![" not in text.split("## Statistics", 1)[1]  # every figure comes before the tables

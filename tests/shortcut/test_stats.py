@@ -170,8 +170,8 @@ def test_a_three_layer_model_is_not_one_layer():
 
 
 def test_at_evaluations_counts_only_the_evaluations_and_keeps_jobs_apart():
-    from seedlab.shortcut.report_data import cadence_rates
     from seedlab.shortcut.stats import at_evaluations
+    from seedlab.shortcut.report_data import cadence_rates
 
     cell = {"task": "sum2-max", "weight_decay": 1.0, "heads": 2}
     summary = pd.DataFrame([
@@ -270,3 +270,24 @@ def test_head_conflict_intervals_against_a_control():
             assert (row.cosine, row.cosine_lo, row.cosine_hi) == pytest.approx((mean, lo, hi))
             half = stats.t.ppf(0.975, n - 1) * vals.std(ddof=1) / np.sqrt(n)
             assert row.cosine_hi - row.cosine == pytest.approx(half)
+
+
+def test_the_flip_verdict_is_the_tests_decision_alone():
+    """"shown" only where the intersection-union test rejects; the raw direction of the rates is no verdict."""
+    from seedlab.shortcut.stats import flip_answer, flip_verdict, why_untestable
+
+    assert flip_verdict({"flip": True, "p_flip": 0.01}) == "shown"
+    assert flip_verdict({"flip": False, "p_flip": 0.2}) == flip_verdict(None) == "not shown"
+    # 2L rises and 1L falls, but the test does not reject: not shown (once "in direction only")
+    df = summary_of_cells([(2, 0.5, 2, 8), (2, 0.9, 4, 8), (1, 0.5, 3, 8), (1, 0.9, 2, 8)], retained=True)
+    a = flip_answer(df)
+    assert (a.moves[2].direction, a.moves[1].direction) == ("rises", "falls")
+    assert not a.slopes["flip"] and a.verdict == "not shown" and a.untestable == ""
+    # no outcome varies: the slopes are not estimable, the test cannot run, and the verdict is not shown
+    none = summary_of_cells([(2, 0.5, 0, 4), (2, 0.9, 0, 4), (1, 0.5, 0, 4), (1, 0.9, 0, 4)], retained=True)
+    a = flip_answer(none)
+    assert a.slopes is None and a.verdict == "not shown"
+    assert a.untestable == why_untestable(none) == "none of its 16 1- and 2-layer members generalized"
+    every = none.assign(generalized=True)
+    assert why_untestable(every) == "every one of its 16 1- and 2-layer members generalized"
+    assert why_untestable(df) == ""

@@ -1,18 +1,20 @@
 """The report of a sweep (or one ensemble run): ``report.md`` plus PNG figures beside it.
 
-Read top to bottom, the module follows the report: the opening paragraph (question, a
-data-derived answer with how robust its verdicts are, the evaluation cadence), the headline
-tables laid out like the paper's, the headline figures (:mod:`seedlab.shortcut.figures`) with
-the table that goes with them, then the long tables of statistics (Fisher tests between
-ratios, the logistic capacity × ratio interaction, the rate against the accuracy cut-off and
-against the adversarial split's size, the cadence), and the mechanism (phases, gradient
-conflict over all parameters and within the shortcut head's, circuits). The folder's files are
+Read top to bottom, the module follows the report: the answer in one sentence whose verdict is
+the flip test's decision, one screen of the numbers behind it (the test, each depth's rates, how
+robust the verdicts are, what ran, the evaluation cadence), the headline tables laid out like the
+paper's, every figure (:mod:`seedlab.shortcut.figures`), the pre-registration when there is one,
+then the long tables of statistics (Fisher tests between ratios, the logistic capacity × ratio
+interaction, the rate against the accuracy cut-off and against the adversarial split's size, the
+cadence), the mechanism (phases, gradient conflict over all parameters and within the shortcut
+head's, circuits), and last the per-member tables. The folder's files are
 read by :mod:`seedlab.shortcut.rundir`; every verdict is decided in :mod:`seedlab.shortcut.stats` and every
 table computed in :mod:`seedlab.shortcut.report_data`; this module only words and tabulates them.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -20,9 +22,8 @@ import pandas as pd
 from seedlab.reporting import Report, figure_block, fmt_num, fmt_p, md_table, num_or_dash, p_text, pct
 from seedlab.shortcut import figures, report_data, stats
 from seedlab.shortcut.circuit_data import SHORTCUT_FINGERPRINT
-from seedlab.shortcut.circuits_report import aligned_roles_figure, circuits_section
+from seedlab.shortcut.circuits_report import aligned_roles_figure, circuits_section, roles_section
 from seedlab.shortcut.figures import cap_label, fmt_ratio
-from seedlab.shortcut.report_data import SHOWN_EPOCHS
 from seedlab.shortcut.rundir import (
     Preregistration,
     RunDir,
@@ -37,6 +38,7 @@ from seedlab.shortcut.rundir import (
     train_cadence,
 )
 from seedlab.shortcut.stats import GROUP, PAPER_TASK, PAPER_WD
+from seedlab.shortcut.report_data import SHOWN_EPOCHS
 from seedlab.store import write_text
 
 
@@ -45,32 +47,36 @@ def write_report(run_dir: str | Path) -> Path:
     folder = open_folder(run_dir)
     summary = read_summary(folder)
     rates = stats.rate_cells(summary)
+    cadence = train_cadence(folder)
+    prereg = read_preregistration(folder) if isinstance(folder, SweepDir) else None
+    flip = stats.flip_answer(summary)
     rep = Report()
     rep.add("# Shortcut saturation: sweep report")
-    cadence = train_cadence(folder)
-    rep.add(intro(summary, isinstance(folder, SweepDir), definition(folder, summary)), cadence_text(cadence))
-    if isinstance(folder, SweepDir) and (prereg := read_preregistration(folder)) is not None:
-        rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(prereg))
+    rep.add(answer_sentence(flip), key_numbers(summary, flip, isinstance(folder, SweepDir), definition(folder, summary),
+                                               cadence, prereg is not None))
     rep.add("## Headline: generalization rate", headline_note())
     for (task, wd), cells in rates.groupby(GROUP, sort=True):
         rep.add(headline_table(task, wd, cells))
+    circuits, patching = read_table(folder, "circuits"), read_table(folder, "patching")
     rep.add("## Figures")
     rep.add(figure_block(figures.rate_vs_ratio_figure(summary, rates, folder)))
-    rep.add(figure_block(figures.curves_figure(summary, folder, *stats.answer_group(summary))))
+    rep.add(figure_block(figures.curves_figure(summary, folder, flip.task, flip.weight_decay)))
     rep.add(figure_block(figures.gen_epoch_figure(summary, folder)))
     rep.add(figure_block(figures.transient_figure(summary, folder)), transient_counts(summary))
+    rep.add(figure_block(figures.aligned_figure(summary, folder)))
+    for fig in [*figures.gradient_figures(summary, folder), *figures.circuit_figures(summary, folder),
+                aligned_roles_figure(summary, circuits, folder)]:
+        rep.add(figure_block(fig))
+    if prereg is not None:
+        rep.add("## Pre-registration: a confirmatory sweep", preregistration_section(prereg))
     rep.add("## Statistics", ratio_contrasts_section(summary), interaction_section(summary), threshold_section(summary),
             split_size_section(summary, adv_split_size(folder)), cadence_section(summary, folder, cadence))
     rep.add("## Mechanism", "### Phases", phases_table(summary))
-    rep.add(figure_block(figures.aligned_figure(summary, folder)))
-    for fig in figures.gradient_figures(summary, folder):
-        rep.add(figure_block(fig))
     rep.add(gradient_tables(summary, folder))
     rep.add(head_conflict_section(summary, folder))
-    circuits, patching = read_table(folder, "circuits"), read_table(folder, "patching")
-    for fig in [*figures.circuit_figures(summary, folder), aligned_roles_figure(summary, circuits, folder)]:
-        rep.add(figure_block(fig))
     rep.add(circuits_section(summary, circuits, patching))
+    if circuits is not None and not circuits.empty:
+        rep.add("## Per-member tables", roles_section(summary, circuits))
     return write_text(folder.report_path, rep.text())
 
 
@@ -100,11 +106,26 @@ def flip_fragility_text(f: stats.FlipFragility) -> str:
     """The flip verdict's fragility in words: how many changed outcomes reverse it, which, and p_flip after them."""
     if not f.reached:
         return f"fragility >{f.max_changes}: no {f.max_changes} or fewer changed outcomes reverse this verdict"
-    after = "leaves the slopes not estimable" if f.p_after is None else f"moves p (flip) to {fmt_p(f.p_after)}"
+    after = "leaves the slopes not estimable" if f.p_after is None else f"moves the flip's p to {fmt_p(f.p_after)}"
     n = f.fragility
     whose = "member's outcome" if n == 1 else "members' outcomes"
-    return (f"fragility {n}: changing {n} {whose} ({changes_text(f.changes)}) "
+    return (f"fragility {n}: changing {n} {whose} — {changes_text(f.changes)} — "
             f"{after}, and the flip would {'not ' * f.shown}be shown")
+
+
+def est_text(x: float, lo: float, hi: float) -> str:
+    """'1.5 [-3.9, 6.8]': an estimate and its 95% interval, rounded to the interval's precision (two significant digits
+    of its half-width), so an estimate that rounds to zero reads 0, not 7e-15; :func:`fmt_num` for each where the
+    interval is missing, infinite or of no width."""
+    if any(v is None or not math.isfinite(v) for v in (x, lo, hi)) or hi <= lo:
+        return fmt_num(x) + ("" if lo is None or math.isnan(lo) else f" [{fmt_num(lo)}, {fmt_num(hi)}]")
+    digits = min(6, max(0, 1 - math.floor(math.log10((hi - lo) / 2))))
+
+    def at(v: float) -> str:
+        s = f"{v:.{digits}f}"
+        return "0" if float(s) == 0 else s
+
+    return f"{at(x)} [{at(lo)}, {at(hi)}]"
 
 
 def cadence_text(cad: dict | None) -> str:
@@ -136,22 +157,70 @@ def definition(folder: RunDir | SweepDir, summary: pd.DataFrame) -> str:
     return "; ".join(f"{d} in {n} job{'s' * (n != 1)}" for d, n in counts)
 
 
-def intro(summary: pd.DataFrame, is_sweep: bool, generalized: str) -> str:
-    """The opening paragraph: what the folder holds, the question and the answer from the data;
-    ``generalized``: what the jobs counted as generalized (:func:`definition`)."""
+def answer_sentence(a: stats.Answer) -> str:
+    """The report's first line: the answer in one plain sentence, its verdict the flip test's decision
+    (:func:`seedlab.shortcut.stats.flip_verdict`): "shown" only where the test rejects."""
+    where = f"in {a.task} at weight decay {a.weight_decay:g}"
+    claim = "imbalance helping 2-layer models and hurting 1-layer ones,"
+    if a.empty is not None:
+        layers, ratio = a.empty
+        return (f"**Answer:** The question cannot be answered {where}: it has no {layers}-layer members at "
+                f"r = {fmt_ratio(ratio)}.")
+    if not a.determinable:
+        return (f"**Answer:** The question cannot be answered {where}: it needs 1- and 2-layer models at a balanced and "
+                "an imbalanced ratio.")
+    if a.slopes is None:
+        return f"**Answer:** The flip, {claim} is not shown {where}: its test cannot run, because {a.untestable}."
+    p = p_text(a.slopes["p_flip"])
+    if a.verdict == "shown":
+        return (f"**Answer:** The flip is shown {where}: imbalance raises 2-layer models' odds of generalizing and lowers "
+                f"1-layer models', by the report's pre-set test, the intersection-union test of the two logistic slopes, "
+                f"with {p} below its level of 0.05.")
+    return (f"**Answer:** The flip, {claim} is not shown {where}: the report's pre-set test, the intersection-union "
+            f"test of the two logistic slopes, gives {p}, not below its level of 0.05.")
+
+
+def key_numbers(summary: pd.DataFrame, a: stats.Answer, is_sweep: bool, generalized: str, cadence: dict | None,
+                preregistered: bool) -> str:
+    """The numbers behind the answer, one screen: the question, the test, each depth's rates, transience, what ran,
+    the cadence; ``generalized``: what the jobs counted as generalized (:func:`definition`)."""
+    out = ["**Question:** does imbalance help a 2-layer model and hurt a 1-layer one? The paper's claim is a flip: "
+           "distance from chance lowers a 1-layer model's log-odds of generalizing and raises a 2-layer model's. The "
+           "test needs both logistic slopes of `generalized ~ dist * cap`, each one-sided at 0.05.", ""]
+    if a.determinable:
+        bal, imb = a.ratios
+        group = f"{a.task}, weight decay {a.weight_decay:g}, heads pooled"
+        if a.slopes is not None:
+            s = a.slopes
+
+            def slope(c: str) -> str:
+                est = est_text(s[c]["estimate"], s[c]["ci_low"], s[c]["ci_high"])
+                return f"{c} slope {est}, one-sided {p_text(s[c]['p_one_sided'])}"
+
+            fragile = flip_fragility_text(a.flip_fragility) if a.flip_fragility else ""
+            fragile = f" {fragile[:1].upper()}{fragile[1:]}." if fragile else ""
+            out.append(f"- **The test**, in {group}: {slope('1L')}; {slope('2L')}; the flip's p is the larger, "
+                       f"{fmt_p(s['p_flip'])}: {a.verdict}.{fragile}")
+        moves = "; ".join(f"{layers}L {pct(m.balanced)} → {pct(m.imbalanced)}, {p_text(m.p)}, one-sided "
+                          f"{p_text(m.p_one_sided)}, {fragility_text(m.fragility)}" for layers, m in a.moves.items())
+        out.append(f"- **Each depth's rate from r = {fmt_ratio(bal)} to r = {fmt_ratio(imb)}**, in the same members, "
+                   f"with Fisher's exact test two-sided and one-sided toward the paper's direction: {moves}.")
+        if a.transient:
+            out.append(f"- **Transient:**{transience_note(a)}")
     o = report_data.overview(summary)
-    caps = sorted({cap_label(layers, heads) for layers, heads in o["capacities"]})
-    ratios = ", ".join(fmt_ratio(r) for r in o["ratios"])
-    wds = ", ".join(f"{w:g}" for w in o["weight_decays"])
-    n, k, jobs, tasks = o["members"], o["generalized"], o["jobs"], o["tasks"]
-    config = " The sweep's config is in `sweep.yaml`." if is_sweep else ""
-    return (
-        f"{n} members ({jobs} job{'s' * (jobs != 1)}) over {len(tasks)} task{'s' * (len(tasks) != 1)} "
-        f"({', '.join(tasks)}); capacities {', '.join(caps)}; ratios r = {ratios}; weight decay {wds}. "
-        f"{k} of {n} members generalized ({generalized}).{config}\n\n"
-        f"**Question:** does imbalance help a 2-layer model and hurt a 1-layer one?\n\n"
-        f"**Answer from this sweep:** {answer(summary)}"
-    )
+    caps = ", ".join(sorted({cap_label(layers, heads) for layers, heads in o["capacities"]}))
+    tasks, jobs, n = o["tasks"], o["jobs"], o["members"]
+    config = "; its config is `sweep.yaml`" if is_sweep else ""
+    out.append(f"- **The run:** {n} members in {jobs} job{'s' * (jobs != 1)} over {len(tasks)} "
+               f"task{'s' * (len(tasks) != 1)}, {', '.join(tasks)}; capacities {caps}; ratios r = "
+               f"{', '.join(fmt_ratio(r) for r in o['ratios'])}; weight decay {', '.join(f'{w:g}' for w in o['weight_decays'])}"
+               f"{config}. {o['generalized']} of {n} members generalized, meaning {generalized}.")
+    out.append(f"- {cadence_text(cadence)}")
+    if preregistered:
+        out.append("- **Pre-registered:** its hypotheses and decision rules are quoted whole under \"Pre-registration\".")
+    out += ["", "*Fragility*: how many members' outcomes, generalized or not, would have to change to reverse a verdict "
+            "at the 0.05 level; *reverse fragility*: to make a non-significant one significant."]
+    return "\n".join(out)
 
 
 def preregistration_section(rec: Preregistration) -> str:
@@ -164,53 +233,13 @@ def preregistration_section(rec: Preregistration) -> str:
             "confirmatory, apart from any exploration that chose its protocol.\n\n" + quoted)
 
 
-def answer(summary: pd.DataFrame) -> str:
-    """One sentence, derived from the data (:func:`seedlab.shortcut.stats.flip_answer`): how each depth's rate moves
-    from balanced to imbalanced, and whether that is the paper's flip."""
-    a = stats.flip_answer(summary)
-    where = f"In {a.task} (weight decay {a.weight_decay:g}, heads pooled)"
-    if a.empty is not None:
-        layers, ratio = a.empty
-        return f"{where}: not determinable — {layers}L has no members at r={fmt_ratio(ratio)}."
-    if not a.determinable:
-        return f"{where}: not determinable — it needs both 1L and 2L models at a balanced and an imbalanced ratio."
-    bal, imb = a.ratios
-    one_sided = (f"exact one-sided Fisher, each depth's move the paper's way: 2L {p_text(a.moves[2].p_one_sided)}, "
-                 f"1L {p_text(a.moves[1].p_one_sided)}")
-    fragile = f"; {flip_fragility_text(a.flip_fragility)}" if a.flip_fragility else ""
-    if a.verdict == "yes":
-        verdict = (f"Yes: the flip is shown (1L slope < 0 and 2L slope > 0, intersection-union test {p_text(a.slopes['p_flip'])}; "
-                   f"{one_sided}{fragile})")
-    elif a.verdict == "direction":
-        how = f"intersection-union test of the flip {p_text(a.slopes['p_flip'])}" if a.slopes else "the slopes are not estimable"
-        verdict = f"In direction only: the flip is not shown ({how}; {one_sided}{fragile})"
-    else:
-        how = f"intersection-union test of the flip {p_text(a.slopes['p_flip'])}" if a.slopes else "the slopes are not estimable"
-        word = {"partly": "Partly", "no": "No"}[a.verdict]
-        verdict = f"{word} (the flip is not shown: {how}; {one_sided}{fragile})"
-
-    def phrase(layers: int, first: bool) -> str:
-        m = a.moves[layers]
-        rs = f" at r={fmt_ratio(bal)}" if first else ""
-        ri_s = f" at r={fmt_ratio(imb)}" if first else ""
-        if m.direction == "stays":
-            move = f"stays at {pct(m.balanced)} at both ratios"
-        else:
-            move = f"{m.direction} from {pct(m.balanced)}{rs} to {pct(m.imbalanced)}{ri_s}"
-        return f"{layers}L rate {move} (Fisher {p_text(m.p)}, {fragility_text(m.fragility)})"
-
-    gloss = (" *Fragility*: how many members' outcomes (generalized or not) would have to change to reverse a verdict at "
-             "the 0.05 level; *reverse fragility*: to make a non-significant one significant.")
-    return f"{verdict}. {where}, {phrase(2, True)}, while {phrase(1, False)}.{gloss}{transience_note(a)}"
-
-
 def transience_note(a: stats.Answer) -> str:
     """A sentence for the answer when most generalizing members of its group lost the rule again by the end."""
     if not a.transient:
         return ""
     k, kept = a.kept
     return (f" Most of this generalization is transient: {kept} of the {k} members that reached 100% kept it to the "
-            "end (per cell under \"Transient generalization\"), so the rates count passing hits.")
+            "end, per cell under \"Transient generalization\", so the rates count passing hits.")
 
 
 # ---------------------------------------------------------------- headline tables
@@ -267,8 +296,8 @@ def ratio_contrasts_section(summary: pd.DataFrame) -> str:
 
 
 def interval(res: dict) -> str:
-    """'estimate [ci_low, ci_high]' of a fitted coefficient."""
-    return f"{fmt_num(res['estimate'])} [{fmt_num(res['ci_low'])}, {fmt_num(res['ci_high'])}]"
+    """'estimate [ci_low, ci_high]' of a fitted coefficient (:func:`est_text`)."""
+    return est_text(res["estimate"], res["ci_low"], res["ci_high"])
 
 
 def interaction_section(summary: pd.DataFrame) -> str:
@@ -293,7 +322,7 @@ def interaction_section(summary: pd.DataFrame) -> str:
         res, sl, fr = f["fit"], f["slopes"], f["fragility"]
         lines.append(
             name
-            + f"estimate {fmt_num(res['estimate'])} (95% CI {fmt_num(res['ci_low'])} to {fmt_num(res['ci_high'])}), "
+            + f"estimate {interval(res)} (95% CI), "
             f"{p_text(res['p'])}, n = {res['n']}, method: {res['method']}, separated: {res['separated']}"
         )
         slope_rows.append([
@@ -392,16 +421,23 @@ def transient_counts(summary: pd.DataFrame) -> str:
 
 
 def phases_table(summary: pd.DataFrame) -> str:
-    """Median phase epochs per capacity x ratio: phase 2 comes earlier with more heads in 2L (paper)."""
+    """Median phase epochs per capacity x ratio (:func:`seedlab.shortcut.report_data.phase_medians`): the shortcut
+    epoch over every member that learned it, then all three phases over the same members."""
     if "phase2_epoch" not in summary.columns:
         return "*No phase columns in summary.parquet (a sweep from an older seedlab).*"
-    rows = [[cap_label(p.layers, p.heads), fmt_ratio(p.ratio), str(p.seeds), *(num_or_dash(getattr(p, c)) for c in report_data.PHASES)]
+    rows = [[cap_label(p.layers, p.heads), fmt_ratio(p.ratio), str(p.members), f"{num_or_dash(p.learned_median)} ({p.learned})",
+             str(p.complete), *(num_or_dash(getattr(p, c)) for c in report_data.PHASES)]
             for p in report_data.phase_medians(summary).itertuples(index=False)]
     note = (
-        "Medians over seeds of the epoch the shortcut is learned (validation >= 99%), the onset of phase 2 "
-        "(adversarial accuracy rising from its trough while validation stays >= 99%) and the generalization epoch."
+        "The epoch the shortcut is learned (validation >= 99%), the onset of phase 2 (adversarial accuracy rising from "
+        "its trough while validation stays >= 99%) and the generalization epoch. The first median is over every member "
+        "that learned the shortcut, their count beside it; the last three are medians over one set of members, those "
+        "with all three phases: only members that generalized have a phase 2 onset. Over the same members the three "
+        "read in order, as each member's do."
     )
-    return note + "\n\n" + md_table(["model", "r", "seeds", "shortcut learned", "phase 2 onset", "generalized"], rows)
+    header = ["model", "r", "members", "shortcut learned: median (members)", "members with all three phases",
+              "their shortcut learned", "their phase 2 onset", "their generalization"]
+    return note + "\n\n" + md_table(header, rows)
 
 
 def lowest_to_last(shape: stats.Shape) -> str:
@@ -531,8 +567,7 @@ def ci_text(row: pd.Series | None, measure: str) -> str:
     """'-0.31 [-0.42, -0.2]': a mean with its 95% interval (the mean alone from one member), — without a value."""
     if row is None or pd.isna(row[measure]):
         return "—"
-    lo, hi = row[f"{measure}_lo"], row[f"{measure}_hi"]
-    return fmt_num(row[measure]) + ("" if pd.isna(lo) else f" [{fmt_num(lo)}, {fmt_num(hi)}]")
+    return est_text(float(row[measure]), float(row[f"{measure}_lo"]), float(row[f"{measure}_hi"]))
 
 
 def head_control(summary: pd.DataFrame, per_head: pd.DataFrame, chosen: pd.DataFrame, task: str, wd: float) -> str:

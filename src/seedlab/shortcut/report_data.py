@@ -150,13 +150,19 @@ PHASES = ["shortcut_epoch", "phase2_epoch", "gen_epoch"]  # the columns of :mod:
 
 
 def phase_medians(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per capacity and ratio (tasks and weight decays pooled; 2L first): ``layers, heads, ratio, seeds`` and the
-    median over seeds of each of :data:`PHASES` (NaN where no seed reached that phase)."""
+    """Per capacity and ratio (tasks and weight decays pooled; 2L first): ``layers, heads, ratio, members``;
+    ``learned`` (members with a shortcut epoch) and ``learned_median`` (the median of their shortcut epochs); and
+    ``complete`` (members with all three of :data:`PHASES`: only generalizing members have a phase 2 onset) with the
+    median over those same members of each of :data:`PHASES` (NaN where none). Medians over one set of members keep
+    each member's order (shortcut <= phase 2 <= generalization): medians over different members need not."""
     rows = []
     for key, d in sorted(summary.groupby([*CAPACITY, "ratio"]), key=lambda kv: paper_order(kv[0])):
-        medians = [float(d[c].dropna().median()) if d[c].notna().any() else np.nan for c in PHASES]
-        rows.append((*key, len(d), *medians))
-    return pd.DataFrame(rows, columns=[*CAPACITY, "ratio", "seeds", *PHASES])
+        learned = d["shortcut_epoch"].dropna().astype(float)
+        complete = d[d[PHASES].notna().all(axis=1)]
+        medians = [float(complete[c].astype(float).median()) if len(complete) else np.nan for c in PHASES]
+        rows.append((*key, len(d), len(learned), float(learned.median()) if len(learned) else np.nan, len(complete),
+                     *medians))
+    return pd.DataFrame(rows, columns=[*CAPACITY, "ratio", "members", "learned", "learned_median", "complete", *PHASES])
 
 
 # ---------------------------------------------------------------- gradient conflict and amplification

@@ -137,9 +137,10 @@ class Answer:
     empty: tuple[int, float] | None = None  # (layers, ratio) without members: not determinable either
     moves: dict[int, Move] | None = None  # 2L and 1L
     slopes: dict | None = None  # :func:`simple_slopes` of the group's 1L and 2L members; None when not estimable
-    verdict: str = ""  # "yes" (the flip is shown), "direction" (in direction only), "partly" or "no"
+    verdict: str = ""  # :func:`flip_verdict`: "shown" or "not shown"; "" when not determinable
     kept: tuple[int, int] = (0, 0)  # :func:`kept_to_end` of the group
     flip_fragility: FlipFragility | None = None  # of the slopes' flip verdict; None when the slopes are not estimable
+    untestable: str = ""  # why the slopes are not estimable, in words ("" when they are)
 
     @property
     def determinable(self) -> bool:
@@ -153,15 +154,23 @@ class Answer:
         return k > 0 and kept * 2 < k
 
 
-def flip_verdict(moves: dict[int, Move], slopes: dict | None) -> str:
-    """"yes" when the intersection-union test shows the flip; "direction" when 2L rises and 1L falls without it;
-    "partly" when one of the two moves the paper's way; "no" otherwise."""
-    if slopes is not None and slopes["flip"]:
-        return "yes"
-    v2, v1 = moves[2].direction, moves[1].direction
-    if (v2, v1) == ("rises", "falls"):
-        return "direction"
-    return "partly" if v2 == "rises" or v1 == "falls" else "no"
+def flip_verdict(slopes: dict | None) -> str:
+    """The decision of the flip's pre-set test, and nothing else: "shown" where the intersection-union test of the
+    simple slopes rejects (``p_flip`` < 0.05), "not shown" otherwise, and where the slopes are not estimable (no test
+    ran). The raw direction of the rates is no verdict: it is in each :class:`Move`."""
+    return "shown" if slopes is not None and slopes["flip"] else "not shown"
+
+
+def why_untestable(df: pd.DataFrame) -> str:
+    """Why :func:`simple_slopes` is not estimable on ``df``, in words; "" where it is."""
+    try:
+        simple_slopes(df)
+    except ValueError:
+        y = df["generalized"].astype(bool)
+        if len(y) and y.nunique() == 1:
+            return f"{'every one' if y.iloc[0] else 'none'} of its {len(y)} 1- and 2-layer members generalized"
+        return "the logistic slopes are not identified: it needs 1L and 2L members, each at two or more ratios"
+    return ""
 
 
 def flip_answer(summary: pd.DataFrame) -> Answer:
@@ -188,7 +197,8 @@ def flip_answer(summary: pd.DataFrame) -> Answer:
     pairs = sub[sub["layers"].isin([1, 2])]
     slopes = slopes_or_none(pairs)
     fragile = None if slopes is None else flip_fragility(pairs)
-    return Answer(task, wd, pair, None, moves, slopes, flip_verdict(moves, slopes), kept_to_end(sub), fragile)
+    why = "" if slopes is not None else why_untestable(pairs)
+    return Answer(task, wd, pair, None, moves, slopes, flip_verdict(slopes), kept_to_end(sub), fragile, why)
 
 
 # ---------------------------------------------------------------- statistics
