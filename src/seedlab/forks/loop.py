@@ -185,8 +185,8 @@ def run_design(d: Design, run_seeds: Callable[[Design], Mapping[int, SeedResult]
     if d.world.main:
         d.start()
     d.world.barrier()
-    d.observer.started(_total(d))
     stack = stacked.serial_because(d) is None
+    d.observer.started(_total(d) + (stacked.solo_updates(d) if stack and not run_seeds else 0))
     with nondeterminism_is_an_error():
         if run_seeds:
             done = run_seeds(d)

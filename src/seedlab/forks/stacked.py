@@ -56,6 +56,16 @@ def serial_because(d) -> str | None:
     return None
 
 
+def solo_updates(d) -> int:
+    """Updates the solo check trains (:meth:`_Loop._solo_check`): the first unfinished twin again alone, from s to its
+    first recorded step after s; 0 when every twin finished before or the twin records no step after s."""
+    s = d.cfg.injection_step
+    after = sorted(t for t in d.recording.hashed.get("twin", frozenset()) if t > s)
+    if not after or all(d.folder.run(seed, d.arms(seed)[0].name).finished for seed in d.cfg.seeds):
+        return 0
+    return after[0] - s
+
+
 def arm_batch(d, runs: int) -> int:
     """Runs per stack: ``arm_batch``, else as many as fit ``stack_memory`` (capped at :data:`CPU_CAP` on a CPU)."""
     if d.cfg.arm_batch is not None:

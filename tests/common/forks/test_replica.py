@@ -15,7 +15,7 @@ from seedlab.errors import SeedlabError
 from seedlab.forks import stacked
 from seedlab.forks.arms import TWIN, Arm, injection
 from seedlab.forks.folders import DesignFolder
-from seedlab.forks.loop import run_design
+from seedlab.forks.loop import Observer, run_design
 from seedlab.forks.records import finish_replica
 from seedlab.lm import stack as stack_module
 
@@ -103,3 +103,28 @@ def test_the_replica_alone_in_the_last_group_under_load_is_its_twin_at_every_ste
     assert rec["replica"]["steps_compared"] == list(range(S, END + 1))
     assert rec["stack"]["group_runs"] == 2 and rec["stack"]["head_runs"] == 1
     assert rec["stack"]["guarantee"].startswith("the same kernels and shapes at every position")
+
+
+class Counting(Observer):
+    def __init__(self):
+        self.total, self.done = None, 0
+
+    def started(self, total: int) -> None:
+        self.total = total
+
+    def step(self, label: str) -> None:
+        self.done += 1
+
+    def skip(self, steps: int) -> None:
+        self.done += steps
+
+
+@pytest.mark.parametrize("arm_batch", [None, 1])
+def test_the_progress_total_counts_every_update_the_design_trains(corpus, tmp_path, threads, arm_batch):
+    """The bar's total is every update trained, the stacked loop's solo check included (it once ended at total + 1),
+    and a resumed design counts what it reads back."""
+    threads(1)
+    for _ in range(2):  # the second run reads everything back
+        seen = Counting()
+        run_design(design(corpus, tmp_path / "d", arms()[:2], replicas=[0], observer=seen, arm_batch=arm_batch))
+        assert seen.done == seen.total
