@@ -1,6 +1,9 @@
-"""twins figures on the tiny real design: one colour per condition in every panel of every figure
-(figures.COLORS), and a measure that is 0 everywhere named in the caption instead of drawn on a log axis."""
+"""twins figures on the tiny real design: one colour per arm in every panel of every figure (the registry's,
+figures.COLORS; each ordinary row a shade of its own), every figure passing the figure check (tests/figcheck.py:
+legend entries drawn, no two alike, no data beyond an axis, no empty panel, an aspect ratio a page holds), and a
+measure that is 0 everywhere named in the caption instead of drawn on a log axis."""
 
+import figcheck
 import pandas as pd
 from helpers import copy_run
 from matplotlib.colors import to_rgb
@@ -56,6 +59,21 @@ def test_every_condition_has_one_colour_in_every_figure(design, tmp_path, monkey
             "ordinary-row.1", "seed"} <= set(seen)
     for cond, colors in seen.items():
         assert {c for c, _ in colors} == {to_rgb(figures.color(cond))}, (cond, colors)
+    assert len({to_rgb(figures.color(c)) for c in seen}) == len(seen)  # no two arms share one (the ordinary rows neither)
+
+
+def test_every_figure_passes_the_figure_check(design, tmp_path, monkeypatch):
+    """Legend entries drawn (passage_ce lists no null without a text of its own), distinct, no data beyond an axis
+    (the CKA on a log axis of 1 − CKA instead of bars clipped at 1), no empty panel, a page's aspect ratio."""
+    d = Measured.read(copy_run(design, tmp_path))
+    out = _drawn(d, monkeypatch)
+    for name, (fig, _) in out.items():
+        assert fig is not None, name
+        figcheck.check(fig, name)
+    labels = lambda name: {t for ax in out[name][0].axes if ax.get_legend() for t in (x.get_text() for x in ax.get_legend().texts)}
+    assert labels("passage_figure") == {"fluent-fabricated", "fluent-attested", "ordinary-row.0", "ordinary-row.1"}
+    assert "matched-gradient, nudge, weight-kick inject no text of their own" in out["passage_figure"][1].caption
+    assert labels("path_figure") >= {"different seeds", "fluent-fabricated", "ordinary-row.0", "nudge"}
 
 
 def test_a_barrier_of_zero_everywhere_is_said_not_drawn(design, tmp_path, monkeypatch):

@@ -55,8 +55,19 @@ def test_what_the_figures_draw_on_hand_made_tables():
     assert report_data.cka_means(m)["cka.blocks.0"].to_dict() == {"a": 0.8, "b": 1.0, "seed": 0.5}
     ck = pd.DataFrame({"condition": ["a", "a", "a", "a", "b", "b"], "seed": [0, 1, 0, 1, 0, 0], "step": [S, S, 20, 20, S, 20],
                        "barrier": [0.0, 0.0, 0.1, 0.3, 0.0, 0.0], "distance": [0.0, 0.0, 1.0, 3.0, 0.0, 2.0]})
-    bc = report_data.barrier_course(ck, m)
-    assert bc.flat == ["b"] and bc.smallest == pytest.approx(0.2) and bc.seed_barrier == 0.2
-    assert bc.course.step.tolist() == [S, 20] and bc.course["mean"].tolist() == pytest.approx([0.0, 0.2])
+    bc = report_data.barrier_course(ck, m)  # for a log axis: the positive means, each seed's positive value
+    assert bc.flat == ["b"] and bc.zero_steps == [S] and bc.seed_barrier == 0.2
+    assert bc.course.step.tolist() == [20] and bc.course["mean"].tolist() == pytest.approx([0.2])
+    assert bc.points.barrier.tolist() == [0.1, 0.3] and set(bc.points.condition) == {"a"}
+    gap = report_data.cka_gap(m)  # 1 − the mean CKA: b's representation did not move
+    assert gap.values["cka.blocks.0"].to_dict() == pytest.approx({"a": 0.2, "b": 0.0, "seed": 0.5}) and gap.zero == ["b"]
+    paths = pd.DataFrame({"kind": ["seed"] * 2 + ["injected"] * 4, "condition": ["twin"] * 2 + ["a"] * 4,
+                          "seed": [0, 0, 0, 0, 1, 1], "seed_b": [1, 1, 0, 0, 1, 1], "alpha": [0, 1, 0, 1, 0, 1],
+                          "loss": [1.0, 1.1, 2.0, 2.0, 3.0, 3.0], "rise": [0.0, 0.0, 0.0, -0.2, 0.0, -0.4]})
+    pc = report_data.path_course(paths)
+    assert len(pc.seeds) == 1 and pc.rise["a"]["mean"].tolist() == pytest.approx([0.0, -0.3])
+    ck2 = ck.assign(passage_ce=[1.0, 1.0, 0.5, 0.7, float("nan"), float("nan")], twin_passage_ce=1.0)
+    course = report_data.passage_course(ck2)
+    assert course.textless == ["b"] and course.course["mean"].tolist() == pytest.approx([0.0, 0.4])
     assert report_data.barrier_course(ck.drop(columns="barrier"), m) is None
     assert report_data.distance_fraction_course(ck).frac.tolist() == [0.0, 1.0, 0.0, 1.0]

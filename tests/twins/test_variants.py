@@ -85,6 +85,7 @@ def test_a_null_registered_here_runs_through_every_module(registered, twins_inpu
     assert {"interpolation.png", "cka.png", "distance_course.png"} <= set(drawn), legends
     for name in drawn:
         assert legends[name]["reversed-passage"] == {"#17becf"}, name  # tab:cyan, its own colour
+    figcheck.check_all(figs)  # its legend entries drawn, its colour distinct from every other arm's
 
 
 def _legend_colors(fig) -> dict[str, set[str]]:

@@ -1,8 +1,9 @@
 """The twins report's figures, one function per figure: each draws what twins/report_data.py computes from
 the measured files (``twins.rundir.Measured``), saves its PNG beside report.md and returns a :class:`~seedlab.reporting.Fig`
 (title, file, caption), or a Fig without a file saying what it needs when the data are not there.
-Every figure colours a condition by :func:`color` (one map, :data:`COLORS`), so a condition has one
-colour in every panel of every figure. A condition whose measure is exactly 0 everywhere is not drawn
+Every figure colours a condition by :func:`color` (its registered colour, twins/variants.py; each ordinary row
+a shade of the ordinary-row null's own), so a condition has one colour in every panel of every figure and no two
+arms share one; a legend lists only what its panel draws. A condition whose measure is exactly 0 everywhere is not drawn
 on a log axis: the caption names it instead (a panel where every condition is 0 is left out).
 """
 
@@ -36,23 +37,28 @@ def path_figure(d: Measured) -> Fig:
     title = "Loss along the interpolation path"
     if not len(d.paths):
         return Fig(title, None, "no pair measured")
-    fig, (a1, a2, a3) = new_figure(1, 3, w=4.2)
-    for (kind, cond, _seed, _seed_b), g in d.paths.groupby(["kind", "condition", "seed", "seed_b"]):
-        c = color("seed" if kind == "seed" else cond)
-        label = "different seeds" if kind == "seed" else cond
-        a1.plot(g.alpha, g.loss, color=c, alpha=0.7, lw=1, label=label)
-        (a2 if kind == "seed" else a3).plot(g.alpha, g.rise, color=c, alpha=0.7, lw=1, label=label)
-    a1.set(xlabel="α (0: run, 1: its twin / other seed)", ylabel="held-out CE (nats)", title="loss")
-    a2.set(xlabel="α", ylabel="rise above the chord (nats)", title="twins of different seeds")
-    a3.set(xlabel="α", ylabel="rise above the chord (nats)", title="each condition vs its twin")
-    for ax in (a2, a3):
-        ax.axhline(0, color="k", lw=0.5)
-    _legend(a1)
-    _legend(a3)
+    pc = report_data.path_course(d.paths)
+    fig, (a1, a2) = new_figure(1, 2, w=5.0, h=3.6)
+    for i, g in enumerate(pc.seeds):
+        a1.plot(g.alpha, g.loss, color=color("seed"), lw=1, marker="o", ms=3, label="different seeds" if i == 0 else None)
+    for cond, wide in pc.rise.items():
+        for k in wide.columns.drop("mean"):  # each seed thin, the mean over seeds drawn and named
+            a2.plot(wide.index, wide[k], color=color(cond), lw=0.5, alpha=0.35)
+        a2.plot(wide.index, wide["mean"], color=color(cond), lw=1.5, marker="o", ms=3, label=cond)
+    a1.set(xlabel="α (0: one seed's twin, 1: the other's)", ylabel="held-out CE (nats)", title="twins of different seeds")
+    a2.set(xlabel="α (0: the run, 1: its twin)", ylabel="loss − chord (nats)", title="each condition vs its twin")
+    a2.axhline(0, color="k", lw=0.5)
+    for ax in (a1, a2):
+        if ax.get_legend_handles_labels()[0]:
+            _legend(ax)
+    if not pc.seeds:
+        a1.set_visible(False)
     return Fig(title, save_figure(fig, d.dir.figure("interpolation.png")),
-               "Held-out loss along the straight line between two final weight vectors (left), and its rise above the "
-               "chord between the end losses for twins of different seeds (middle) and for each injected run against its "
-               "twin (right, its own scale); the barrier is the largest rise.")
+               "Held-out loss along the straight line between two final weight vectors. Left: between the twins of "
+               "two different seeds (each pair a line): the bump above the end points is the inter-seed barrier. "
+               "Right: each injected run against its own twin, as the loss minus the chord between the two ends "
+               "(its own scale: on the left's these paths are flat), the mean over seeds (thick) and each seed (thin); "
+               "the barrier is the largest value above 0, and a curve below 0 is a path lower than the chord.")
 
 
 def _legend(ax) -> None:
@@ -73,19 +79,21 @@ def loss_diff_figure(d: Measured) -> Fig:
         raw.plot(shown.index, shown, color=color(cond), lw=0.6, label=cond)
         for w, curve in course.smooth[cond].items():
             first = w == m.smooth_steps
-            sm.plot(curve.index, curve, color=color(cond), lw=None if first else 0.8, ls="-" if first else "--",
-                    label=f"{cond}, {w} steps")
+            sm.plot(curve.index, curve, color=color(cond), lw=None if first else 0.8, ls="-" if first else "--")
     raw.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats)", title="unsmoothed")
-    sm.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)", title="centred rolling mean")
+    sm.set(yscale="log", xlabel="step", ylabel="|loss − twin's loss| (nats, smoothed)",
+           title=f"centred rolling mean: {m.smooth_steps} steps (solid), {m.smooth_steps_alt} (dashed)")
     for ax in (raw, sm):
         ax.axvline(s, color="k", lw=0.5, ls=":")
-        _legend(ax)
+    _legend(raw)  # one legend: the colours are the same in both panels
     return Fig(title, save_figure(fig, d.dir.figure("loss_difference.png")),
                f"Mean over seeds of |training loss − twin's| per step after the injection (step {s}), both panels on a log "
                f"axis: left unsmoothed, right a centred rolling mean over {m.smooth_steps} steps (solid) and "
                f"{m.smooth_steps_alt} steps (dashed), from which the report's peak / trough ratios come; the paper's curve "
                "peaks ~100 steps after the injection and then decays slowly."
                + (f" {course.zeros} step(s) where the difference is exactly 0 are not drawn on the left." if course.zeros else "")
+               + (f" {course.smooth_zeros} smoothed point(s) of exactly 0 (a window of zeros) are not drawn on the right."
+                  if course.smooth_zeros else "")
                + _zero_text(course.flat, "The difference"))
 
 
@@ -116,23 +124,28 @@ def distance_barrier_figure(d: Measured) -> Fig:
 
 
 def cka_figure(d: Measured) -> Fig:
-    title = "CKA per layer"
+    title = "How far each layer's representation moved: 1 − CKA"
     m = d.measures
-    cols = [c for c in m.columns if c.startswith("cka.")]
-    if not cols or not len(m):
+    if not [c for c in m.columns if c.startswith("cka.")] or not len(m):
         return Fig(title, None, "no pair measured")
-    fig, (ax,) = new_figure(1, 1, w=5.6, h=3.4)
-    means = report_data.cka_means(m)
-    width = 0.8 / len(means)
-    for i, (name, row) in enumerate(means.iterrows()):
-        ax.bar(np.arange(len(cols)) + i * width, row, width, color=color(name), label=name if name != "seed" else "different seed")
-    ax.set_xticks(np.arange(len(cols)) + 0.4 - width / 2, [c.removeprefix("cka.") for c in cols])
-    lo = float(np.nanmin(m[cols].to_numpy()))
-    ax.set(ylabel="linear CKA", ylim=(max(0.0, lo - 0.05 * (1 - lo) - 1e-3), 1.0))
-    ax.legend(fontsize=7)
+    gap = report_data.cka_gap(m)
+    layers = [c.removeprefix("cka.") for c in gap.values.columns]
+    fig, (ax,) = new_figure(1, 1, w=5.6, h=3.6)
+    x = np.arange(len(layers))
+    for name, row in gap.values.iterrows():
+        if name in gap.zero:
+            continue
+        shown = row.to_numpy() > 0  # a log axis: a layer with 1 − CKA <= 0 is left out of its line
+        ax.plot(x[shown], row.to_numpy()[shown], color=color(name), marker="o", ms=4,
+                ls="--" if name == "seed" else "-", label="different seeds" if name == "seed" else name)
+    ax.set_xticks(x, layers)
+    ax.set(yscale="log", xlabel="residual stream after block", ylabel="1 − linear CKA with the twin")
+    _legend(ax)
     return Fig(title, save_figure(fig, d.dir.figure("cka.png")),
-               "Linear CKA of the residual stream after each block on a fixed held-out probe batch, each run against its "
-               "twin (mean over seeds) and between twins of different seeds.")
+               "1 − linear CKA of the residual stream after each block on a fixed held-out probe batch (0: the same "
+               "representation up to rotation and scale), each run against its twin (mean CKA over seeds) and between "
+               "twins of different seeds (dashed), on a log axis: one example moves each layer by orders of magnitude "
+               "less than a different seed does." + _zero_text(gap.zero, "1 − CKA"))
 
 
 def passage_figure(d: Measured) -> Fig:
@@ -140,17 +153,21 @@ def passage_figure(d: Measured) -> Fig:
     c = d.checkpoints
     if not len(c):
         return Fig(title, None, "no injected condition measured")
+    pc = report_data.passage_course(c)
+    if not len(pc.course):
+        return Fig(title, None, f"no measured condition injects a text of its own ({', '.join(pc.textless)})")
     fig, (ax,) = new_figure(1, 1, w=6.0, h=3.6)
-    for cond, g in report_data.mean_sd_course(c, c.twin_passage_ce - c.passage_ce).groupby("condition"):  # the gain: twin − injected
+    for cond, g in pc.course.groupby("condition"):  # the gain: twin − injected
         ax.errorbar(g.step, g["mean"], yerr=g.sd, color=color(cond), marker="o", ms=3, capsize=2, label=cond)
     ax.axhline(0, color="k", lw=0.5)
     ax.axvline(d.steps["injection"], color="k", lw=0.5, ls=":")
     ax.set(xlabel="step", ylabel="twin's CE − injected run's CE (nats)")
-    ax.legend(fontsize=7)
+    _legend(ax)
     return Fig(title, save_figure(fig, d.dir.figure("passage_ce.png")),
-               "How much better the run that saw the passage predicts it than its twin, at every checkpoint (mean ± sd over "
-               "seeds); 0 at the injection step, where the weights are identical. The paper: up 50 steps after the "
-               "injection, gone by the end.")
+               "How much better the run that saw the text predicts it than its twin, at every checkpoint (mean ± sd over "
+               "seeds; an ordinary row's own stretch of held-out text for each ordinary row); 0 at the injection step "
+               "(dotted), where the weights are identical. The paper: up 50 steps after the injection, gone by the end."
+               + (f" {', '.join(pc.textless)} inject no text of their own: nothing to draw." if pc.textless else ""))
 
 
 def distance_course_figure(d: Measured) -> Fig:
@@ -162,27 +179,30 @@ def distance_course_figure(d: Measured) -> Fig:
     has_barrier = bc is not None
     flat = bc.flat if has_barrier else []
     drawn = has_barrier and len(bc.course)
-    fig, axes = new_figure(1, 2 if drawn else 1, w=5.0, h=3.4)
+    fig, axes = new_figure(1, 2 if drawn else 1, w=5.0, h=3.6)
     ax = axes[0]
     for cond, g in report_data.distance_fraction_course(c).groupby("condition"):
         ax.plot(g.step, g.frac, marker="o", ms=3, color=color(cond), label=cond)
     ax.set(xlabel="step", ylabel="distance / final distance", title="weight distance")
     if drawn:
         b = axes[1]
+        for cond, g in bc.points.groupby("condition"):  # each seed's positive barrier, faint
+            b.scatter(g.step, g.barrier, color=color(cond), s=8, alpha=0.35, lw=0)
         for cond, g in bc.course.groupby("condition"):
-            b.errorbar(g.step, g["mean"], yerr=g.sd, marker="o", ms=3, capsize=2, color=color(cond), label=cond)
+            b.plot(g.step, g["mean"], marker="o", ms=3, color=color(cond), label=cond)
         if np.isfinite(bc.seed_barrier):
             b.axhline(bc.seed_barrier, color=color("seed"), lw=1, ls="--", label="different seeds (end)")
-        b.set_yscale("symlog", linthresh=bc.smallest / 2 if np.isfinite(bc.smallest) else 1e-6)  # linear near 0, log above
-        b.set(xlabel="step", ylabel="barrier on held-out rows (nats)", title="interpolation barrier", ylim=(0, None))
+        b.set(yscale="log", xlabel="step", ylabel="barrier on held-out rows (nats)", title="interpolation barrier")
         _legend(b)
     for a in axes:
         a.axvline(d.steps["mid"], color="k", lw=0.5, ls=":")
     _legend(ax)
+    zeros = (f" A mean of exactly 0 (at step {', '.join(map(str, bc.zero_steps))}: at the injection step the weights are "
+             "identical) is not drawn on the log axis." if drawn and bc.zero_steps else "")
     barrier_text = (" Right: the interpolation barrier between each injected run and its twin at the same step, on the "
-                    "held-out rows (mean ± sd over seeds; symmetric-log axis, linear near 0), and the barrier between "
-                    "twins of different seeds at the end (dashed). The paper: the barrier stays small throughout."
-                    + _zero_text(flat, "The barrier") if drawn else
+                    "held-out rows, on a log axis: the mean over seeds (line) and each seed's positive value (dots), and the "
+                    "barrier between twins of different seeds at the end (dashed). The paper: the barrier stays small "
+                    "throughout." + zeros + _zero_text(flat, "The barrier") if drawn else
                     f" No barrier panel: the barrier to the twin is exactly 0 at every checkpoint for every condition "
                     f"({', '.join(flat)}). The paper: the barrier stays small throughout." if has_barrier else
                     " (checkpoints.parquet has no barrier column: measure again for the barrier panel.)")

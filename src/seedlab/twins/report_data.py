@@ -209,6 +209,7 @@ class LossDiffCourse:
     smooth: dict[str, dict[int, pd.Series]]
     zeros: int
     flat: list[str]
+    smooth_zeros: int = 0  # smoothed points of exactly 0 (a window of zeros), left out of the smoothed curves
 
 
 def loss_diff_course(timecourse: pd.DataFrame, injection: int, windows: list[int]) -> LossDiffCourse:
@@ -221,7 +222,9 @@ def loss_diff_course(timecourse: pd.DataFrame, injection: int, windows: list[int
             continue
         out.zeros += len(curve) - len(shown)
         out.raw[cond] = shown
-        out.smooth[cond] = {w: smoothed(curve, w) for w in dict.fromkeys(windows)}
+        sm = {w: smoothed(curve, w) for w in dict.fromkeys(windows)}
+        out.smooth[cond] = {w: c[c > 0] for w, c in sm.items()}  # a log axis: a window of exact zeros is left out
+        out.smooth_zeros += sum(int((c <= 0).sum()) for c in sm.values())
     return out
 
 
@@ -278,13 +281,16 @@ def distance_fraction_course(checkpoints: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class BarrierCourse:
-    """The barrier to the twin over the checkpoints (:func:`mean_sd_course`) of the conditions with a
-    positive mean somewhere; ``flat``: those whose mean is 0 at every checkpoint; ``smallest``: the smallest
-    positive mean (nan: none); ``seed_barrier``: the inter-seed barrier at the end (nan: no seed pair)."""
+    """The barrier to the twin over the checkpoints, for a log axis: ``course``, per condition and step the mean
+    and sd over seeds (:func:`mean_sd_course`) where the mean is positive; ``points``, every seed's positive
+    barrier (condition, step, seed, barrier); ``flat``: the conditions whose mean is 0 at every checkpoint;
+    ``zero_steps``: the steps where some drawn condition's mean is exactly 0 (the injection step: identical
+    weights); ``seed_barrier``: the inter-seed barrier at the end (nan: no seed pair)."""
 
     course: pd.DataFrame
+    points: pd.DataFrame
     flat: list[str]
-    smallest: float
+    zero_steps: list[int]
     seed_barrier: float
 
 
@@ -294,8 +300,64 @@ def barrier_course(checkpoints: pd.DataFrame, measures: pd.DataFrame) -> Barrier
         return None
     means = checkpoints.groupby(["condition", "step"]).barrier.mean()
     flat = [k for k, v in means.groupby(level="condition") if not (v > 0).any()]
-    positive = means.to_numpy()[means.to_numpy() > 0]
     seed = measures[measures.kind == "seed"]
     kept = checkpoints[~checkpoints.condition.isin(flat)]
-    return BarrierCourse(mean_sd_course(kept, kept.barrier), flat, float(positive.min()) if len(positive) else np.nan,
+    course = mean_sd_course(kept, kept.barrier)
+    points = kept.loc[kept.barrier > 0, ["condition", "step", "seed", "barrier"]].reset_index(drop=True)
+    return BarrierCourse(course[course["mean"] > 0].reset_index(drop=True), points, flat,
+                         sorted({int(t) for t in course.step[~(course["mean"] > 0)]}),
                          seed.barrier.mean() if len(seed) else np.nan)
+
+
+@dataclass
+class PathCourse:
+    """The interpolation figure's curves: ``seeds``, each pair of different seeds' twins' held-out CE along the
+    straight line between them (alpha, loss; one frame per pair); ``rise``, per injected condition a frame indexed
+    by α with one column per seed (its rise above the chord to its twin) and ``mean`` over them."""
+
+    seeds: list[pd.DataFrame]
+    rise: dict[str, pd.DataFrame]
+
+
+def path_course(paths: pd.DataFrame) -> PathCourse:
+    """See :class:`PathCourse` (paths.parquet)."""
+    seeds = [g[["alpha", "loss"]].reset_index(drop=True) for _, g in paths[paths.kind == "seed"].groupby(["seed", "seed_b"])]
+    rise = {}
+    for cond, g in paths[paths.kind == "injected"].groupby("condition"):
+        wide = g.pivot_table(index="alpha", columns="seed", values="rise")
+        rise[cond] = wide.assign(mean=wide.mean(axis=1))
+    return PathCourse(seeds, rise)
+
+
+@dataclass
+class CkaGap:
+    """1 − CKA per layer (how far each layer's representation moved), mean CKA over seeds (:func:`cka_means`),
+    per injected condition and "seed" (twins of different seeds): ``values`` groups x layers; ``zero``: the groups
+    whose 1 − CKA is 0 or below (float rounding of an unmoved representation) at every layer."""
+
+    values: pd.DataFrame
+    zero: list[str]
+
+
+def cka_gap(measures: pd.DataFrame) -> CkaGap:
+    """See :class:`CkaGap`."""
+    gap = 1 - cka_means(measures)
+    return CkaGap(gap, [g for g, row in gap.iterrows() if not (row > 0).any()])
+
+
+@dataclass
+class PassageCourse:
+    """The passage figure's course: per condition with a passage of its own and step, the mean and sd over seeds
+    of twin's CE − the run's CE on it (:func:`mean_sd_course`); ``textless``: the conditions that inject no text
+    of their own (no passage CE to draw)."""
+
+    course: pd.DataFrame
+    textless: list[str]
+
+
+def passage_course(checkpoints: pd.DataFrame) -> PassageCourse:
+    """See :class:`PassageCourse`."""
+    course = mean_sd_course(checkpoints, checkpoints.twin_passage_ce - checkpoints.passage_ce)
+    has = course.groupby("condition")["mean"].apply(lambda v: v.notna().any())
+    textless = sorted(has.index[~has])
+    return PassageCourse(course[~course.condition.isin(textless)].reset_index(drop=True), textless)
