@@ -233,10 +233,8 @@ def test_a_preregistration_is_kept_before_the_first_member_and_quoted_by_the_rep
 
 
 def test_a_field_added_later_renames_no_job_at_its_old_value():
-    from seedlab.shortcut.config import LATER_FIELDS
+    from seedlab.shortcut.config import LATER_FIELDS, REPORT_ONLY
     from seedlab.store import content_hash
-
-    from seedlab.shortcut.config import REPORT_ONLY
 
     fp32 = plan(parse(SweepConfig, SMALL))
     for job in fp32:  # the key is the hash of the config as it was before the fields existed

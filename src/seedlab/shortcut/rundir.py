@@ -36,8 +36,8 @@ from typing import Any
 
 import pandas as pd
 
-from seedlab.errors import SeedlabError
 from seedlab.config import load_yaml, parse
+from seedlab.errors import SeedlabError
 from seedlab.shortcut.config import DataConfig, GradientsConfig, TrainConfig
 from seedlab.shortcut.tasks import SPLITS, Split, make_splits
 from seedlab.store import (
