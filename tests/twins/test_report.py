@@ -12,10 +12,24 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_m
     rc, _, err = seedlab_main("twins", "report", str(run))
     assert rc == 0, err
     text = (run / "report.md").read_text()
-    # the answer first, then the headline and the figures, then the long tables (the nulls' 48 rows among them)
-    order = ["**In short**", "- **Learned?**", "## Headline", "## Figures", "## Pre-registration",
-             "## Is it the passage?", "## Learned, then lost?", "## Time course"]
+    # the answer in one sentence, a screen of numbers, the figures, the paper beside the run, then the per-arm tables
+    order = ["**Answer**", "**In short**", "- **Learned?**", "- **This passage, more than any row?**", "- **Then lost?**",
+             "- **Is it the passage?**", "## Figures", "## Headline", "## Pre-registration", "## Is it the passage?",
+             "## Learned, then lost?", "## Time course"]
     assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
+    assert text.index("## Figures") < text.index("| ")  # no table before the figures
+    answer = text.splitlines()[2]  # one sentence, each verdict from its test, at this run's scale
+    assert answer.startswith("**Answer** (GPT `mini`, 16 updates of 4 rows, one row at step 6, 2 seeds; paired tests")
+    assert answer.count(". ") == 0 and answer.endswith(".") and "fluent-fabricated " in answer and "fluent-attested " in answer
+    assert "learned at s + 50 (p = " in answer and "than a run with an ordinary row in its place" in answer
+    assert "kept" not in text  # no test here shows an effect kept: "not shown lost" where none shows it lost
+    short = text[text.index("**In short**"):text.index("## Figures")]
+    assert "Tested: each of the 3 passage conditions" not in short  # 2 passages here, said as tested
+    assert "Tested: each of the 2 passage conditions against each of the 4 nulls (the ordinary rows, nudge, " in short
+    assert "Found: " in short and " on 0 of 6" not in short  # what was found in words, not counts to read off a table
+    assert "## How alike the two fluent passages are (gradmatch)" not in text  # not computed: no empty section
+    assert "The replica control (seed 0) re-trains" in text  # one seed: "seed"
+    assert "its floor 1/2ⁿ (0.25 with this run's 2 seeds: it cannot reach 0.05 here)" in text  # this run's seeds
     for section in ("## Pre-registration", "## Headline", "## Learned, then lost?", "## Fabricated vs attested",
                     "## Normalized effects", "## Barrier and distance over training", "## Time course", "44.1%",
                     "unchanged since", "**Is it lost?**", "| trough step |", "peak / smoothed trough"):
@@ -37,7 +51,7 @@ def test_report_sections_figures_and_preregistration(design, tmp_path, seedlab_m
     assert f.tests == len(s.nulls) + f.equivalence and f.checkpoint > 0 and f.equivalence > 0
     said = (f"{f.tests} tests in this section: {f.end} difference tests at the end, {f.checkpoint} at the checkpoints, "
             f"and {f.equivalence} equivalence tests (TOST) against the ordinary rows.")
-    assert said in text and f"as one family of {f.tests}" in text and f"Holm over the section's {f.tests} tests" in text
+    assert said in text and f"as one family of {f.tests}" in text and f"Holm-corrected over the section's {f.tests} tests" in text
     assert "**The ordinary rows as a distribution.**" in text and "| p (TOST, Holm) | verdict |" in text
     assert "| p (paired t, Holm) | p (exact sign-flip; its floor) | p (sign-flip, Holm) |" in text
     assert "within ±0.25 × the ordinary rows' own effect" in text and "matched-noise" not in text

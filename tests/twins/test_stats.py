@@ -124,7 +124,7 @@ def _reference_lost(end_effect, s50_effect, frac):
 @pytest.mark.parametrize(("gain_final", "verdict"), [
     (0.0, "lost (less than 0.5 × the s + 50 effect left)"),
     (0.01, "lost below 0.5 × the s + 50 effect, but not zero"),
-    (0.04, "kept (not shown below 0.5 × the s + 50 effect)"),
+    (0.04, "not shown lost (an end effect is still there, two-sided paired t; not shown below 0.5 × the s + 50 effect)"),
     (-0.01, "lost and reversed (the twin predicts the passage better at the end)"),
 ])
 def test_end_rows_test_end_minus_a_fraction_of_the_s50_effect_seed_by_seed(gain_final, verdict):
@@ -147,7 +147,8 @@ def test_end_rows_test_end_minus_a_fraction_of_the_s50_effect_seed_by_seed(gain_
     assert t_end.lost_frac == 0.1 and t_end.lost_d == pytest.approx(gain_final - 0.004)
     assert t_end.lost_p_t == pytest.approx(_reference_lost(gain_final - NOISE, 0.04 - NOISE, 0.1)[1].pvalue)
     if gain_final == 0.01:  # 0.01 is below half of 0.04, not below a tenth of it
-        assert stats.verdict(t_end) == "kept (not shown below 0.1 × the s + 50 effect)"
+        assert stats.verdict(t_end) == ("not shown lost (an end effect is still there, two-sided paired t; not shown below "
+                                        "0.1 × the s + 50 effect)")
 
 
 def test_the_s50_effects_own_uncertainty_enters_the_lost_test():
@@ -164,7 +165,7 @@ def test_the_s50_effects_own_uncertainty_enters_the_lost_test():
     assert end.lost_p_t == pytest.approx(t.pvalue) and end.lost_p_t > 0.05 and not end.lost
     assert end.lost_sd == pytest.approx(d.std(ddof=1)) and end.lost_sd > 5 * (NOISE / 4).std(ddof=1)
     assert end.lost_mde == pytest.approx(mde) and end.lost_mde > abs(end.lost_d)  # and the MDE says why
-    assert end.p_t < 0.05 and stats.verdict(end) == "kept (not shown below 0.5 × the s + 50 effect)"
+    assert end.p_t < 0.05 and stats.verdict(end) == "not shown lost (an end effect is still there, two-sided paired t; not shown below 0.5 × the s + 50 effect)"
 
 
 def test_not_significant_is_not_lost_when_the_design_cannot_tell():
@@ -193,7 +194,7 @@ def test_lost_test_edges():
     assert stats.verdict(pd.Series(r | {"p_t": np.nan, "diff": 0.0})).startswith("no test")
     # nothing learned at s + 50: nothing to lose, whatever the test says
     r = stats.lost_test([0.0, 0.001, -0.001], [-0.01, -0.012, -0.011], 0.5)
-    assert stats.verdict(pd.Series(r | {"p_t": 0.5, "diff": 0.0})) == "not learned at s + 50 (nothing to lose)"
+    assert stats.verdict(pd.Series(r | {"p_t": 0.5, "diff": 0.0})) == "nothing to lose (the mean effect at s + 50 is not above 0)"
 
 
 def test_every_row_names_the_floor_of_its_sign_flip_p():

@@ -78,7 +78,7 @@ def test_a_null_registered_here_runs_through_every_module(registered, twins_inpu
     text = report.write_report(tmp_path / "run").read_text()
     assert "fluent-fabricated vs reversed-passage" in text  # the nulls' table
     assert "from the fabricated passage's tokens in reverse order: " in text  # its description, from the registry
-    assert "reversed-passage on 0 of " in text or "reversed-passage on 1 of " in text  # the answer's count
+    assert "against each of the 2 nulls (the ordinary rows, reversed-passage)" in text  # the answer's nulls, in words
     assert "| reversed-passage |" in text  # the per-arm tables
     legends = {name: _legend_colors(fig) for name, fig in figs.items()}
     drawn = [name for name, colors in legends.items() if "reversed-passage" in colors]

@@ -1,11 +1,13 @@
 """``seedlab twins report DIR``: ``DIR/report.md`` plus PNG figures beside it.
 
-Read top to bottom, the module follows the report: the answer in a few lines and the design, the
-headline (the paper's numbers beside ours) and the figures (twins/figures.py, one function each);
-then how the run was made (its pre-registration, integrity and exposure) and the long tables: the
-passages against the nulls, the paired statistics, the normalized effects and the time course. The module only words and tabulates: every number
-it prints comes from ``twins.report_data.summarize`` (a :class:`~seedlab.twins.report_data.Summary`), the
-paper's own from ``twins.paper.PAPER``.
+Read top to bottom, the module follows the report: the answer in one sentence (each verdict word from its
+test), at most a screen of numbers behind it (learned, more than an ordinary row in its place, lost, the nulls
+in words, one example against a different seed), the figures (twins/figures.py, one function each), the paper's
+numbers beside this run's, how the run was made (its pre-registration, integrity and exposure), then the
+per-arm tables: the passages against the nulls, the paired statistics, the cross-passage matrix, the normalized
+effects and the time course. The module only words and tabulates: every number it prints comes from
+``twins.report_data.summarize`` (a :class:`~seedlab.twins.report_data.Summary`), the paper's own from
+``twins.paper.PAPER``.
 """
 
 from __future__ import annotations
@@ -25,23 +27,26 @@ from seedlab.twins.paper import PAPER, PAPER_BARRIER_OVER_MDE, PAPER_DISTANCE_MI
 from seedlab.twins.report_data import Summary
 from seedlab.twins.variants import names, null_variant
 
+
 def write_report(root: str | Path) -> Path:
-    """Write ``root/report.md`` and its figures; returns the report's path."""
+    """Write ``root/report.md`` and its figures; returns the report's path. The answer in one sentence, at most a
+    screen of numbers, the figures, the paper beside this run, how the run was made, then the per-arm tables."""
     d = Measured.read(root)
     s = report_data.summarize(d)
     rep = Report()
-    rep.add("# Twins: a measured single-example counterfactual", answer(s), intro(d, s))
-    rep.add("## Headline: the paper's numbers beside this run's", headline(d, s))
+    rep.add("# Twins: a measured single-example counterfactual", answer(d, s), in_short(s), intro(d, s))
     rep.add("## Figures")
     for fig in (figures.path_figure(d), figures.loss_diff_figure(d), figures.distance_barrier_figure(d),
                 figures.cka_figure(d), figures.passage_figure(d), figures.distance_course_figure(d)):
         rep.add(figure_block(fig))
+    rep.add("## Headline: the paper's numbers beside this run's", headline(d, s))
     rep.add("## Pre-registration", preregistration(d))
     rep.add("## One row and nothing else: integrity and exposure", integrity(d), exposure(d, s))
     rep.add("## Is it the passage? Each passage beside the nulls", nulls_answer(s), null_sizes_table(s), nulls_table(s))
     rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(s))
     rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, s))
-    rep.add("## How alike the two fluent passages are (gradmatch)", gradmatch_table(s))
+    if s.gradmatch is not None:  # not computed (`seedlab twins gradmatch`): no section
+        rep.add("## How alike the two fluent passages are (gradmatch)", gradmatch_table(s))
     rep.add("## Fabricated vs attested, every measure", fab_vs_att(s.comp))
     rep.add("## Normalized effects: one example vs a different seed", normalized_table(s))
     rep.add("## Barrier and distance over training", over_training_table(s))
@@ -52,44 +57,116 @@ def write_report(root: str | Path) -> Path:
 # ---------------------------------------------------------------- sections
 
 
-def answer(s: Summary) -> str:
-    """The report's answer in a few lines, each number as the sections below print it: was each fluent
-    passage learned at s + 50, is it lost by the end, does it differ from the nulls, and how far one
-    example moves the run against a different seed."""
+def _p(row, col: str = "p_t") -> str:
+    return p_text(row[col])
+
+
+def _finding(f: report_data.PassageFinding) -> str:
+    """One passage's clause of the answer: each verdict word from its test (report_data.PassageFinding)."""
+    parts = []
+    if f.learned_shown is not None:
+        parts.append(f"was learned at s + 50 ({_p(f.learned)})" if f.learned_shown else
+                     f"is not shown learned at s + 50 ({_p(f.learned)})")
+    if f.beyond_ordinary_shown is not None:
+        parts.append(f"its run predicts it better than a run with an ordinary row in its place does ({_p(f.beyond_ordinary)})"
+                     if f.beyond_ordinary_shown else "its run is not shown to predict it better than a run with an "
+                     f"ordinary row in its place ({_p(f.beyond_ordinary)})")
+    if f.learned_shown and f.lost is not None:
+        parts.append(f"it is lost by the end (one-sided {_p(f.end, 'lost_p_t')})" if f.lost else
+                     f"it is not shown lost by the end (one-sided {_p(f.end, 'lost_p_t')})")
+    if not parts:
+        return f"{f.passage} has no test (fewer than 2 seeds)"
+    return f"{f.passage} " + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1])
+
+
+def answer(d: Measured, s: Summary) -> str:
+    """The report's answer in one sentence: per passage condition, learned at s + 50, more than an ordinary row in
+    its place, lost by the end; each word from its test (paired over seeds, α = 0.05), at this run's scale."""
+    if not s.findings:
+        return "*Nothing to answer yet: no passage condition measured against its twin.*"
+    c = d.config
+    scale = (f"GPT `{c['model']}`, {c['steps']:,} updates of {c['batch_size']} rows, one row at step {c['injection_step']}, "
+             f"{s.injected_seeds} seeds")
+    labels = sorted({f.learned["label"] for f in s.findings if f.learned is not None})
+    label = f"; the passage CE pre-registered as {' / '.join(labels)}" if labels else ""
+    return (f"**Answer** ({scale}; paired tests over seeds, α = 0.05{label}): "
+            + "; ".join(_finding(f) for f in s.findings) + ".")
+
+
+def _learned(f: report_data.PassageFinding) -> str:
+    r = f.learned
+    return f"{f.passage} {r['gain']:+.4f} nats ({_p(r)}: {'learned' if f.learned_shown else 'not shown learned'})"
+
+
+def _beyond(f: report_data.PassageFinding) -> str:
+    parts = []
+    if f.beyond_ordinary is not None:
+        r = f.beyond_ordinary
+        parts.append(f"{r['diff']:+.4f} nats beyond the ordinary rows' drop ({_p(r)})")
+    if f.beyond_other is not None:
+        r = f.beyond_other
+        parts.append(f"{r['diff']:+.4f} beyond its drop on the other fluent passage ({_p(r)})")
+    return f"{f.passage}: " + ", ".join(parts)
+
+
+def _nulls_in_words(s: Summary) -> str:
+    """"Is it the passage?" without its table: what was tested and what was found."""
+    f, seeds = s.null_family, s.null_seeds
+    passages = list(dict.fromkeys(v.passage for v in s.null_verdicts))
+    nulls = list(dict.fromkeys(v.null for v in s.null_verdicts))
+    measures = list(dict.fromkeys(m for v in s.null_verdicts for m in s.nulls[(s.nulls.kind == "end") & (s.nulls.passage == v.passage)
+                                                                             & (s.nulls.null == v.null)].measure))
+    tested = (f"{_each(len(passages), 'passage condition')} against {_each(len(nulls), 'null')} "
+              f"({', '.join(null_variant(n).said for n in nulls)}) on {_each(len(measures), 'end-of-run measure', each='the')} "
+              f"({', '.join(NULL_NAMES.get(m, m) for m in measures)}): two-sided paired t over {seeds} seeds, Holm-corrected "
+              f"over the section's {f.tests} tests"
+              + (f"; equal to the ordinary rows only where a TOST shows it within ±{s.ordinary_margin:g} × their own effect"
+                 if s.ordinary_margin is not None else "; no equivalence test (no margin pre-registered)"))
+    differs = [f"{v.passage} from {null_variant(v.null).said} on " + ", ".join(NULL_NAMES.get(m, m) for m in v.differ.measure)
+               for v in s.null_verdicts if len(v.differ)]
+    same = [f"{v.passage} on " + ", ".join(NULL_NAMES.get(m, m) for m in v.equivalent.measure)
+            for v in s.null_verdicts if v.null == stats.ORDINARY_ROWS and len(v.equivalent)]
+    found = ("no passage differs from any null on any measure" if not differs else
+             "a difference is shown for " + "; ".join(differs))
+    if s.ordinary_margin is not None:
+        found += (", and no passage is shown equal to the ordinary rows on any measure" if not same else
+                  "; shown equal to the ordinary rows: " + "; ".join(same))
+    return f"Tested: {tested}. Found: {found}."
+
+
+def _each(n: int, noun: str, each: str = "each of the") -> str:
+    """"each of the 3 nulls", "the null" (one)."""
+    return f"the {noun}" if n == 1 else f"{each} {n} {noun}s"
+
+
+def in_short(s: Summary) -> str:
+    """At most a screen of numbers behind the answer, each as the sections below print it: learned at s + 50, more
+    than an ordinary row in its place (the study's lead result) and on this passage only, lost by the end, the nulls
+    in words, and how far one example moves the run against a different seed."""
     lines = []
-    learned, lost = [], []
-    for cond in ("fluent-fabricated", "fluent-attested"):
-        res = _get(s.comp, f"{cond} vs twin, own passage at s + 50", "passage_ce_s50")
-        if res is not None:
-            learned.append(f"{cond} {res['gain']:.4f} nats ({p_text(res['p_t'])}, paired t)")
-        res = _get(s.comp, f"{cond} vs twin, own passage at end", "passage_ce_final")
-        if res is not None:
-            lost.append(f"{cond}: {stats.verdict(res)}")
-    if learned:
-        lines.append("- **Learned?** At s + 50 the injected run predicts its own passage better than its twin by "
-                     + "; ".join(learned) + " (twin − injected CE, mean over seeds).")
-    if lost:
-        lines.append(f"- **Then lost?** At the end (lost: less than {s.lost_frac:g} × the s + 50 effect left, seed by seed): "
-                     + "; ".join(lost) + ".")
-    by: dict[str, list[str]] = {}
-    same: dict[str, str] = {}
-    for v in s.null_verdicts:
-        by.setdefault(v.passage, []).append(f"{null_variant(v.null).said} on {len(v.differ)} of {v.tests}")
-        if v.null == stats.ORDINARY_ROWS:
-            same[v.passage] = (f"; shown equal to the ordinary rows (TOST, ±{s.ordinary_margin:g} of their effect) on "
-                               f"{len(v.equivalent)} of {v.tests}" if s.ordinary_margin is not None else
-                               "; equal to the ordinary rows: not shown (no margin pre-registered)")
-    if by:
-        lines.append(f"- **Is it the passage?** Of the measures at the end (two-sided paired t, Holm over the section's "
-                     f"{s.null_family.tests} tests), "
-                     + "; ".join(f"{p} differs from {', '.join(parts)}{same.get(p, '')}" for p, parts in by.items()) + ".")
+    found = s.findings
+    if any(f.learned is not None for f in found):
+        lines.append("- **Learned?** At s + 50, the twin's CE on the passage minus the run's own (positive: the run that "
+                     "saw it predicts it better; mean over seeds, two-sided paired t): "
+                     + "; ".join(_learned(f) for f in found if f.learned is not None) + ".")
+    beyond = [f for f in found if f.beyond_ordinary is not None or f.beyond_other is not None]
+    if beyond:
+        lines.append("- **This passage, more than any row?** At s + 50, per seed, the passage's own CE drop (twin − run) "
+                     "against the drop a run with an ordinary held-out row in its place shows on the same passage, and "
+                     "against its own drop on the other fluent passage (paired t): " + "; ".join(_beyond(f) for f in beyond) + ".")
+    ends = [f for f in found if f.end is not None]
+    if ends:
+        lines.append(f"- **Then lost?** Tested per seed: is less than {s.lost_frac:g} × the s + 50 effect left at the end "
+                     "(one-sided paired t)? " + "; ".join(f"{f.passage}: {stats.verdict(f.end)}" for f in ends) + ".")
+    if s.null_verdicts:
+        lines.append("- **Is it the passage?** " + _nulls_in_words(s))
     h = s.headline
     if h.barrier_pct is not None:
         lines.append(f"- **One example vs a different seed:** the fluent passages move the barrier by {_pct(h.barrier_pct)} "
                      f"and the weights by {_pct(h.distance_pct)} of what a different seed does (the paper: "
                      f"{PAPER['barrier_pct']}% and {PAPER['distance_pct']}%).")
     if not lines:
-        return "*Nothing to answer yet: no injected condition measured.*"
+        return ""
     return "**In short** (the tables and tests behind each line follow):\n\n" + "\n".join(lines)
 
 
@@ -155,7 +232,9 @@ def integrity(d: Measured) -> str:
            "identical before the injection by construction (not by a check)" if rec["mode"] == "fork" else
            "every condition of a seed was trained from scratch to the injection step and the SHA-256 of every tensor "
            "was compared across conditions there")
-    return (f"Mode `{rec['mode']}`: {how}. The replica control (seeds {', '.join(replicas) or 'none'}) re-trains the twin "
+    which = (f"seed {replicas[0]}" if len(replicas) == 1 else f"seeds {', '.join(replicas[:-1])} and {replicas[-1]}"
+             if replicas else "no seed")
+    return (f"Mode `{rec['mode']}`: {how}. The replica control ({which}) re-trains the twin "
             "after the injection step from the same prefix; its weights must be bitwise equal to the twin's at every saved "
             "step, which shows that training after the injection is deterministic on the hardware used, so every "
             "difference between an injected run and its twin comes from the one replaced row. The run stops (exit 2) "
@@ -496,14 +575,19 @@ def lost_table(rows: pd.DataFrame, frac: float) -> str:
                       fmt_p(r["lost_p_t"]),
                       fmt_p(r["lost_p_perm"]) + ("" if r["lost_perm_exact"] else " (MC)") + f" (≥ {r['lost_p_perm_min']:.2g})",
                       fmt_num(r["lost_mde"]), stats.verdict(r)])
+    tested = end[end.lost_p_perm_min.notna()] if "lost_p_perm_min" in end else end.iloc[:0]
+    n = int(tested.lost_n.max()) if len(tested) else 0
+    floor = float(tested.lost_p_perm_min.max()) if len(tested) else np.nan
+    floor_text = (f"{floor:.2g} with this run's {n} seeds" + (": it cannot reach 0.05 here" if floor >= 0.05 else "")
+                  if n else "no seeds tested")
     return ("**Is it lost?** Effect = twin − injected CE on the passage (nats/token, positive: learned). Here \"lost\" "
             f"means that the end effect is smaller than {frac:g} × the s + 50 effect (measure.equivalence_frac, default "
             f"{stats.DEFAULT_LOST_FRAC:g}), not that it is zero: per seed d = end effect − {frac:g} × s + 50 effect, "
             "and a one-sided test over seeds of H0: mean d ≥ 0 (at least that fraction is left) against H1: mean d < 0 "
             "(less is left). Both effects are measured on every seed, so the uncertainty of both enters d. Tests: the "
             "one-sided paired t-test, which decides the verdict (α = 0.05), and the exact one-sided sign-flip test, "
-            "the distribution-free check, which cannot go below its floor 1/2ⁿ (0.0625 with 4 seeds: with fewer than 5 "
-            "it cannot reach 0.05). Whether anything is left at all is the end row's two-sided paired t-test above "
+            f"the distribution-free check, which cannot go below its floor 1/2ⁿ ({floor_text}). Whether anything is left "
+            "at all is the end row's two-sided paired t-test above "
             "(\"but not zero\"). A non-significant end effect alone does not say it is gone, and \"inconclusive\" is "
             "the answer when neither test shows anything; the MDE (80% power, one-sided paired t, α = 0.05) is the "
             "smallest shortfall of mean d below 0 the design detects.\n\n"

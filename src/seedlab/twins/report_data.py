@@ -20,10 +20,10 @@ import pandas as pd
 from seedlab.stats import sign_flip_floor
 from seedlab.twins.config import MeasureConfig
 from seedlab.twins.rundir import Measured
-from seedlab.twins.stats import (NullFamily, abs_diff_curves, checkpoint_course, comparisons, exposure_effect,
+from seedlab.twins.stats import (ALPHA, NullFamily, abs_diff_curves, checkpoint_course, comparisons, exposure_effect,
                                  normalized, null_contrasts, null_family, null_sizes, passage_matrix, peak_trough_windows,
                                  percent, smoothed, specificity, time_course, with_current_names)
-from seedlab.twins.variants import FLUENT, null_groups
+from seedlab.twins.variants import FLUENT, names, null_groups
 
 @dataclass
 class Headline:
@@ -126,6 +126,58 @@ def gradmatch_rows(g: pd.DataFrame) -> pd.DataFrame:
                          "cosine": g["cosine"]})
 
 
+def shown(row: pd.Series | None, value: str) -> bool | None:
+    """Whether a comparison row shows ``row[value]`` above 0: its two-sided paired t-test below ALPHA with a
+    positive value (True), a test that does not (False), or no test (None: no row, or no p)."""
+    if row is None or not np.isfinite(row["p_t"]):
+        return None
+    return bool(row["p_t"] < ALPHA and row[value] > 0)
+
+
+@dataclass
+class PassageFinding:
+    """What the tests say of one passage condition, for the report's answer: learned at s + 50 (its own
+    passage's CE below its twin's: ``learned`` row of ``comparisons``, ``gain`` = twin − injected), more than an
+    ordinary row in its place and more than on the other fluent passage (``beyond_ordinary``, ``beyond_other``:
+    rows of ``specificity`` at s + 50, ``diff`` = own drop − the other's), and lost by the end (``end``: the
+    ``comparisons`` row carrying :func:`~seedlab.twins.stats.lost_test`). Each ``*_shown`` is :func:`shown`'s
+    answer (``lost``: the lost test's); None: no test."""
+
+    passage: str
+    learned: pd.Series | None
+    learned_shown: bool | None
+    beyond_ordinary: pd.Series | None
+    beyond_ordinary_shown: bool | None
+    beyond_other: pd.Series | None
+    beyond_other_shown: bool | None
+    end: pd.Series | None
+    lost: bool | None
+
+
+def _one(frame: pd.DataFrame, **match) -> pd.Series | None:
+    if not len(frame):
+        return None
+    keep = np.logical_and.reduce([frame[k] == v for k, v in match.items()])
+    rows = frame[keep]
+    return rows.iloc[0] if len(rows) else None
+
+
+def passage_findings(comp: pd.DataFrame, spec: pd.DataFrame, s50: int) -> list[PassageFinding]:
+    """One :class:`PassageFinding` per passage condition measured, in registry order (twins/variants.py)."""
+    out = []
+    for p in names("passage"):
+        learned = _one(comp, comparison=f"{p} vs twin, own passage at s + 50", measure="passage_ce_s50")
+        end = _one(comp, comparison=f"{p} vs twin, own passage at end", measure="passage_ce_final")
+        if learned is None and end is None:
+            continue
+        ordinary = _one(spec, condition=p, what="vs ordinary rows", step=s50)
+        other = _one(spec, condition=p, what="specificity", step=s50)
+        lost = None if end is None or end.get("lost") is None or pd.isna(end.get("lost")) else bool(end["lost"])
+        out.append(PassageFinding(p, learned, shown(learned, "gain"), ordinary, shown(ordinary, "diff"), other,
+                                  shown(other, "diff"), end, lost))
+    return out
+
+
 @dataclass
 class Summary:
     """Every number ``seedlab twins report`` prints, computed once from the measured files (:func:`summarize`)."""
@@ -152,6 +204,7 @@ class Summary:
     exposure: pd.DataFrame  # exposure_effect at s + 50
     gradmatch: pd.DataFrame | None  # gradmatch_rows; None: gradmatch.parquet absent
     null_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)  # null_sizes: each gradient null's size per channel
+    findings: list[PassageFinding] = field(default_factory=list)  # passage_findings: the answer's tests
 
 
 def summarize(d: Measured) -> Summary:
@@ -174,6 +227,7 @@ def summarize(d: Measured) -> Summary:
     raw, al = (norm.seed_distance.iloc[0], norm.seed_distance_aligned.iloc[0]) if len(norm) else (np.nan, np.nan)
     att = (d.record("inputs") or {}).get("attestation") or {}
     has_passages = bool(len(x))
+    spec = specificity(x, steps, outcomes) if has_passages else pd.DataFrame()
     return Summary(
         seeds=sorted(set(inj.seed) | set(measures[measures.kind == "seed"].seed)),
         conditions=sorted(set(inj.condition)), injected_seeds=inj.seed.nunique(), last_before=steps["injection"] - 1,
@@ -181,10 +235,9 @@ def summarize(d: Measured) -> Summary:
         null_verdicts=verdicts, null_seeds=null_seeds, null_family=family, ordinary_margin=margin,
         headline=headline(comp, norm, course, windows, steps["injection"]), aligned_share=percent(al, raw),
         matrix=passage_matrix_wide(x, [steps["s50"], steps["final"]]) if has_passages else {},
-        specificity=specificity(x, steps, outcomes) if has_passages else pd.DataFrame(),
-        exposure=exposure_effect(x, att, steps["s50"]) if has_passages else pd.DataFrame(),
+        specificity=spec, exposure=exposure_effect(x, att, steps["s50"]) if has_passages else pd.DataFrame(),
         gradmatch=None if d.gradmatch is None else gradmatch_rows(d.gradmatch),
-        null_sizes=null_sizes(d.perturbations),
+        null_sizes=null_sizes(d.perturbations), findings=passage_findings(comp, spec, steps["s50"]),
     )
 
 

@@ -15,7 +15,8 @@
                    one-sided (H1: mean d < 0) by a paired t-test and the exact sign-flip test, with
                    its MDE; both effects are per-seed measurements, so both uncertainties enter.
 - ``verdict``      what an end-of-run row allows one to say: lost (less than ``lost_frac`` × the
-                   s + 50 effect left; also whether something is left), kept, or inconclusive.
+                   s + 50 effect left; also whether something is left), not shown lost (an end effect is
+                   still there), or inconclusive. No test here shows an effect kept, so none says "kept".
 - ``normalized``   per condition: barrier and distance to the twin as a percentage of the same measure
                    between twins of different seeds (the paper's 3.0% and 44.1%); the distance also
                    against the inter-seed distance after weight matching (lm/align.py).
@@ -145,14 +146,15 @@ def verdict(r) -> str:
     if lost is None or (isinstance(lost, float) and np.isnan(lost)):
         return "no test (needs both effects, at s + 50 and at the end, on at least 2 seeds)"
     if not r["lost_s50"] > 0:
-        return "not learned at s + 50 (nothing to lose)"
+        return "nothing to lose (the mean effect at s + 50 is not above 0)"
     frac = f"{r['lost_frac']:g} × the s + 50 effect"
     sig = bool(r["p_t"] < ALPHA)  # an end effect is there (two-sided); diff = injected − twin, so effect = −diff
     if lost:
         if sig and r["diff"] > 0:
             return "lost and reversed (the twin predicts the passage better at the end)"
         return f"lost below {frac}, but not zero" if sig else f"lost (less than {frac} left)"
-    return f"kept (not shown below {frac})" if sig else f"inconclusive (neither an effect nor a loss below {frac} shown)"
+    return (f"not shown lost (an end effect is still there, two-sided paired t; not shown below {frac})" if sig else
+            f"inconclusive (neither an effect nor a loss below {frac} shown)")
 
 
 def comparisons(measures: pd.DataFrame, outcomes: dict[str, str], *, lost_frac: float = DEFAULT_LOST_FRAC) -> pd.DataFrame:
