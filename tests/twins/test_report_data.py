@@ -71,3 +71,26 @@ def test_what_the_figures_draw_on_hand_made_tables():
     assert course.textless == ["b"] and course.course["mean"].tolist() == pytest.approx([0.0, 0.4])
     assert report_data.barrier_course(ck.drop(columns="barrier"), m) is None
     assert report_data.distance_fraction_course(ck).frac.tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def test_the_answers_words_come_from_its_tests():
+    """passage_findings: learned, more than an ordinary row in its place, lost: each a test's decision at α = 0.05
+    (a positive effect with p < α), None where no test ran."""
+    comp = pd.DataFrame([
+        {"comparison": "fluent-fabricated vs twin, own passage at s + 50", "measure": "passage_ce_s50", "gain": 0.02,
+         "p_t": 0.01, "label": "exploratory"},
+        {"comparison": "fluent-fabricated vs twin, own passage at end", "measure": "passage_ce_final", "gain": 0.0,
+         "p_t": 0.9, "label": "exploratory", "lost": False, "lost_p_t": 0.4},
+        {"comparison": "fluent-attested vs twin, own passage at s + 50", "measure": "passage_ce_s50", "gain": 0.02,
+         "p_t": 0.2, "label": "exploratory"},
+        {"comparison": "random-chars vs twin, own passage at s + 50", "measure": "passage_ce_s50", "gain": -0.02,
+         "p_t": 0.001, "label": "exploratory"},
+    ])
+    spec = pd.DataFrame([{"condition": "fluent-fabricated", "what": "vs ordinary rows", "step": 60, "diff": 0.01, "p_t": 0.03},
+                         {"condition": "fluent-fabricated", "what": "specificity", "step": 60, "diff": 0.01, "p_t": np.nan},
+                         {"condition": "fluent-attested", "what": "vs ordinary rows", "step": 110, "diff": 0.01, "p_t": 0.03}])
+    fab, att, chars = report_data.passage_findings(comp, spec, 60)
+    assert (fab.passage, fab.learned_shown, fab.beyond_ordinary_shown, fab.beyond_other_shown, fab.lost) == (
+        "fluent-fabricated", True, True, None, False)
+    assert att.learned_shown is False and att.beyond_ordinary is None and att.end is None and att.lost is None
+    assert chars.learned_shown is False  # p < α, but the run predicts its passage worse: not "learned"

@@ -154,7 +154,7 @@ def twins_export(
     run: Annotated[Path, typer.Argument(help="a twins run folder")],
     out: Annotated[Path, typer.Option(help="folder for config.json + model.safetensors (GPT2LMHeadModel)")],
     seed: Annotated[int, typer.Option(help="which seed")],
-    condition: Annotated[str, typer.Option(help="twin | fluent-fabricated | fluent-attested | random-chars")] = "twin",
+    condition: Annotated[str, typer.Option(help="the run's folder name: twin, a condition of the design, or ordinary-row.<i>")] = "twin",
     step: Annotated[int | None, typer.Option(help="updates completed (a saved checkpoint); default: the final step")] = None,
     force: Annotated[bool, typer.Option(help="overwrite an existing folder")] = False,
 ) -> None:
