@@ -116,7 +116,7 @@ def report_dir(args) -> Path:
 def render(args) -> Path:
     """The table, trends, paper extrapolation, figures and scale.md from every cell summarised; the confirmatory
     cell (if any) only for the verdict."""
-    from seedlab.twins import scale
+    from seedlab.twins import scale, trends
     from seedlab.twins.report_scale import write_scale
     from seedlab.twins.rundir import ScaleDir
 
@@ -125,17 +125,17 @@ def render(args) -> Path:
     cells = available(args.out, args.keep)
     fitted = [c for c in cells if not c.name.startswith(CONFIRM)]
     dr = scale.draws(fitted)
-    t, tr, paper = scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr)
+    t, tr, paper = scale.table(dr), trends.trends(dr), trends.paper_extrapolation(dr)
     t.to_csv(where.table("table"), index=False)
     tr.to_csv(where.table("trends"), index=False)
     paper.to_csv(where.table("paper"), index=False)
     prediction = verdict = beside = None
     if where.prediction.is_file():
-        prediction = scale.Prediction.from_json(where.prediction)
+        prediction = trends.Prediction.from_json(where.prediction)
         new = [c for c in cells if c.name == confirm_name(prediction.axis, prediction.at)]
         if new:
             new_draws = scale.draws(new)
-            verdict = scale.confirm(prediction, new_draws, new[0].name)
+            verdict = trends.confirm(prediction, new_draws, new[0].name)
             where.verdict.write_text(json.dumps(verdict, indent=1, default=float) + "\n")
             beside = scale.table(new_draws)  # the confirmatory cell's nulls, beside the verdict (not part of its rule)
             beside.to_csv(where.table("confirm"), index=False)
@@ -146,7 +146,7 @@ def render(args) -> Path:
 def predict(args) -> Path:
     """The confirmatory prediction from the kept cells, written once (module doc)."""
     from seedlab.errors import SeedlabError
-    from seedlab.twins import scale
+    from seedlab.twins import scale, trends
     from seedlab.twins.rundir import ScaleDir
 
     where = ScaleDir(report_dir(args))
@@ -158,9 +158,9 @@ def predict(args) -> Path:
     except ValueError:
         raise SeedlabError(f"--predict: AXIS=LEVEL with an integer level, e.g. batch_size=128, got {args.predict!r}") from None
     cells = [c for c in available(args.out, args.keep) if not c.name.startswith(CONFIRM)]
-    p = scale.predict(scale.draws(cells), axis, at, args.predict_seeds or [], measure=args.predict_measure)
+    p = trends.predict(scale.draws(cells), axis, at, args.predict_seeds or [], measure=args.predict_measure)
     where.root.mkdir(parents=True, exist_ok=True)
-    where.preregistration.write_text(scale.preregistration_text(p))
+    where.preregistration.write_text(trends.preregistration_text(p))
     p.to_json(where.prediction)
     return where.preregistration
 

@@ -23,7 +23,7 @@ from helpers import kept_round_trip
 from seedlab.config import load_config
 from seedlab.errors import SeedlabError
 from seedlab.reporting import fmt_num
-from seedlab.twins import scale
+from seedlab.twins import scale, trends
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.scale import CURVES, FOCAL, ORDINARY_ROWS, PAIRS, PER_SEED, Cell
 
@@ -194,10 +194,10 @@ def confirm_cell(own) -> Cell:
 @pytest.fixture(scope="module")
 def confirmed(dr):
     """The own-drop prediction at B = 128, a new cell on the trend (B^-1), its draws and its verdict."""
-    p = scale.predict(dr, "batch_size", 128, list(CONFIRM_SEEDS), measure="own_drop_s50")
+    p = trends.predict(dr, "batch_size", 128, list(CONFIRM_SEEDS), measure="own_drop_s50")
     new = confirm_cell(lambda b, k: 0.03 * (b / 16) ** -1.0)
     nd = scale.draws([new])
-    return p, nd, scale.confirm(p, nd, "confirm-b128")
+    return p, nd, trends.confirm(p, nd, "confirm-b128")
 
 
 def test_the_point_estimates_are_the_measures_of_every_seed_once(cells, dr):
@@ -263,12 +263,12 @@ def test_the_t_interval_covers_at_four_seeds():
     x = rng.normal(1.0, 0.3, (4000, 4))
     W = np.vstack([np.ones((1, 4)), 1 - np.eye(4)])
     reps = (x @ W.T) / W.sum(axis=1)  # [trials, 1 + 4]: the mean and its leave-one-out means
-    covered = [lo <= 1.0 <= hi for lo, hi in (scale._interval(v)[1:3] for v in reps)]
+    covered = [lo <= 1.0 <= hi for lo, hi in (scale.interval(v)[1:3] for v in reps)]
     assert np.mean(covered) == pytest.approx(0.95, abs=0.015)
 
 
 def test_a_known_power_law_is_recovered_through_four_levels_with_its_t_interval(dr):
-    tr = scale.trends(dr)
+    tr = trends.trends(dr)
     fab = tr[(tr.group == FOCAL)].set_index(["measure", "axis"])
     d = fab.loc[("distance_pct", "batch_size")]
     assert d.kind == "power" and d.points == 4 and d.fitted and d.df == 2 and d.cells == "b16,b32,b64,b256"
@@ -290,13 +290,13 @@ def test_a_known_power_law_is_recovered_through_four_levels_with_its_t_interval(
 
 def test_no_trend_is_fitted_through_fewer_than_four_levels(dr, cells):
     """issue 46 §3: a two- or three-level family states its levels and gives no slope, saying why."""
-    tr = scale.trends(dr)
+    tr = trends.trends(dr)
     for axis, n, levels in (("after", 2, "200, 1000"), ("n_embd", 2, "64, 128")):
         rows = tr[tr.axis == axis]
         assert len(rows) and (rows.points == n).all() and not rows.fitted.any()
         assert rows.slope.isna().all() and rows.low.isna().all() and rows.at_paper.isna().all()
         assert (rows.note == f"{n} levels ({levels}): no fit through fewer than 4").all()
-    three = scale.trends(scale.draws([c for c in cells if c.name != "b32"]))  # B 16, 64, 256: a curve like the kept one
+    three = trends.trends(scale.draws([c for c in cells if c.name != "b32"]))  # B 16, 64, 256: a curve like the kept one
     b = three[three.axis == "batch_size"]
     assert (b.points == 3).all() and not b.fitted.any() and b.slope.isna().all()
     assert (b.note == "3 levels (16, 64, 256): no fit through fewer than 4").all()
@@ -306,22 +306,22 @@ def test_no_trend_is_fitted_through_fewer_than_four_levels(dr, cells):
 def test_a_measure_that_reaches_zero_is_fitted_log_linear():
     cs = [synthetic_cell(f"b{b}", b, own=lambda b, k: 0.01 * math.log10(64 / b)) for b in (16, 32, 64, 256)]
     d = scale.draws(cs)
-    assert scale.kind_of(d, FOCAL, "own_drop_s50") == "log-linear"
-    t = scale.trends(d).set_index(["group", "measure", "axis"]).loc[(FOCAL, "own_drop_s50", "batch_size")]
+    assert trends.kind_of(d, FOCAL, "own_drop_s50") == "log-linear"
+    t = trends.trends(d).set_index(["group", "measure", "axis"]).loc[(FOCAL, "own_drop_s50", "batch_size")]
     assert t.kind == "log-linear" and t.slope == pytest.approx(-0.01, rel=0.1)  # per decade of B
 
 
 def test_families_take_the_cells_that_differ_in_one_axis(cells):
-    fams = scale.families(cells)
+    fams = trends.families(cells)
     assert {a: [c.name for c in f] for a, f in fams.items()} == {
         "batch_size": ["b16", "b32", "b64", "b256"], "after": ["b16", "b16-long"], "n_embd": ["b64", "wide-b64"]}
-    assert scale.families(cells[:1]) == {}
+    assert trends.families(cells[:1]) == {}
 
 
 def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit():
     d = scale.draws(every_axis_cells())
-    p = scale.paper_extrapolation(d).set_index(["group", "measure"]).loc[(FOCAL, "distance_pct")]
-    by = {(t.measure, t.axis): t for t in scale.trend_objects(d) if t.group == FOCAL}
+    p = trends.paper_extrapolation(d).set_index(["group", "measure"]).loc[(FOCAL, "distance_pct")]
+    by = {(t.measure, t.axis): t for t in trends.trend_objects(d) if t.group == FOCAL}
     y = (by[("distance_pct", "batch_size")].at(256)[0]
          + by[("distance_pct", "after")].slope * (math.log10(9336) - math.log10(200))
          + by[("distance_pct", "n_embd")].slope * (math.log10(768) - math.log10(64)))
@@ -333,14 +333,14 @@ def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit():
 
 def test_no_paper_extrapolation_without_a_fit_on_every_axis(dr):
     """B has four levels, steps and width two: nothing is moved along an axis without a fit."""
-    p = scale.paper_extrapolation(dr)
+    p = trends.paper_extrapolation(dr)
     assert len(p) and p.predicted.isna().all() and p.low.isna().all()
     assert p.note.str.startswith("no fit along updates after the injection: 2 levels (200, 1000)").all()
     assert p.note.str.contains("residual width d: 2 levels (64, 128)", regex=False).all()
 
 
 def test_predict_chooses_the_measure_that_moves_most_and_words_a_decision_rule(cells, dr):
-    p = scale.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13])
+    p = trends.predict(dr, "batch_size", 128, [8, 9, 10, 11, 12, 13])
     # the passage drops (own, specificity, end) go as B^-1, the largest |exponent|; distance as B^0.5
     assert p.measure in ("own_drop_s50", "specificity_s50", "end_drop") and p.trend_shown
     assert p.slope == pytest.approx(-1.0, abs=0.05) and p.moved == pytest.approx(abs(p.slope) * math.log10(16))
@@ -348,9 +348,9 @@ def test_predict_chooses_the_measure_that_moves_most_and_words_a_decision_rule(c
     assert p.sets == ["batch_size=128", "seeds=[8,9,10,11,12,13]"]
     assert p.predicted == pytest.approx(p.values[0] / 8, rel=0.05)
     assert p.low < p.fit_low < p.predicted < p.fit_high < p.high  # the new cell's own noise widens it
-    text = scale.preregistration_text(p)
+    text = trends.preregistration_text(p)
     assert f"{p.measure} at batch_size = 128" in text and "Decision rule" in text and f"{p.low:.4g}" in text
-    chosen = scale.predict(scale.draws(every_axis_cells()), "after", 800, [8, 9], measure="distance_pct")
+    chosen = trends.predict(scale.draws(every_axis_cells()), "after", 800, [8, 9], measure="distance_pct")
     assert chosen.measure == "distance_pct" and chosen.sets[0] == "steps=900" and chosen.levels == [200, 400, 600, 1000]
 
 
@@ -366,21 +366,21 @@ def test_predict_refuses_bad_requests(dr):
          r"^axis: no fit along after to predict from: 2 levels \(200, 1000\): no fit through fewer than 4$"),
     ]:
         with pytest.raises(SeedlabError, match=msg):
-            scale.predict(dr, **kw)
+            trends.predict(dr, **kw)
 
 
 def test_predict_refuses_a_three_level_family(cells):
     """The kept B axis's shape: three levels, so no fit to predict from (issue 46 §3)."""
     three = scale.draws([c for c in cells if c.name != "b32"])
     with pytest.raises(SeedlabError, match=r"^axis: no fit along batch_size to predict from: 3 levels \(16, 64, 256\)"):
-        scale.predict(three, "batch_size", 128, [8, 9])
+        trends.predict(three, "batch_size", 128, [8, 9])
 
 
 def test_confirm_reads_the_verdict_off_the_new_cell(confirmed, tmp_path):
     p, on, _ = confirmed
-    p = scale.Prediction.from_json(p.to_json(tmp_path / "p.json"))  # kept as JSON, read back
+    p = trends.Prediction.from_json(p.to_json(tmp_path / "p.json"))  # kept as JSON, read back
     off = scale.draws([confirm_cell(lambda b, k: 0.03)])
-    yes, no = (scale.confirm(p, d, "confirm-b128") for d in (on, off))
+    yes, no = (trends.confirm(p, d, "confirm-b128") for d in (on, off))
     assert yes["verdict"] == "confirmed" and yes["inside"] and yes["direction"]
     assert no["verdict"] == "refuted" and not no["inside"] and not no["direction"]
 
@@ -395,7 +395,7 @@ def test_the_kept_trends_rest_on_their_levels_and_fit_nothing(tmp_path):
     assert paper.predicted.isna().all() and paper.note.str.startswith("no fit along").all()
     cs = [Cell.from_dir(p) for p in KEPT if not p.name.startswith("confirm-")]
     d = scale.draws(cs)
-    assert scale.trends(d)[["group", "measure", "axis", "points", "note"]].equals(
+    assert trends.trends(d)[["group", "measure", "axis", "points", "note"]].equals(
         tr[["group", "measure", "axis", "points", "note"]])
 
 
@@ -432,8 +432,8 @@ def test_the_report_words_and_draws_the_frames(cells, dr, tmp_path):
     from seedlab.twins.rundir import ScaleDir
 
     where = ScaleDir(tmp_path / "scale")
-    p = scale.predict(dr, "batch_size", 128, [8, 9])
-    text = write_scale(cells, scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr), where, p)
+    p = trends.predict(dr, "batch_size", 128, [8, 9])
+    text = write_scale(cells, scale.table(dr), trends.trends(dr), trends.paper_extrapolation(dr), where, p)
     assert "## The table" in text and "## Trends (exploratory)" in text and "## At the paper's scale (exploratory)" in text
     assert "### distance_pct: distance to the twin, % of the inter-seed distance (%; paper: 44.1)" in text
     assert "## The confirmatory prediction" in text
@@ -447,7 +447,7 @@ def test_the_report_shows_the_confirmatory_cell_beside_its_nulls(cells, dr, conf
 
     p, nd, verdict = confirmed
     beside = scale.table(nd)
-    text = scale_report(cells, scale.table(dr), scale.trends(dr), scale.paper_extrapolation(dr), (), p, verdict,
+    text = scale_report(cells, scale.table(dr), trends.trends(dr), trends.paper_extrapolation(dr), (), p, verdict,
                         beside)
     part = text.split("## The confirmatory prediction")[1]
     assert "beside its nulls" in part and "**confirmed**" in part
@@ -571,7 +571,7 @@ def test_the_predicted_measures_figure_shows_the_interval_and_the_confirmatory_c
     where = ScaleDir(tmp_path / "scale")
     where.root.mkdir(parents=True)
     p, _, v = confirmed
-    t, tr = scale.table(dr), scale.trends(dr)
+    t, tr = scale.table(dr), trends.trends(dr)
     shown = measure_figure("own_drop_s50", cells, t, tr, where, p, v)
     other = measure_figure("distance_pct", cells, t, tr, where, p, v)
     assert shown.path.is_file() and "pre-registered interval" in shown.caption and "open diamond" in shown.caption

@@ -14,7 +14,8 @@ from matplotlib.ticker import NullFormatter
 from seedlab.reporting import Fig, figure_block, fmt_num, level, md_lines, new_figure, save_figure
 from seedlab.twins.figures import color
 from seedlab.twins.rundir import ScaleDir
-from seedlab.twins.scale import AXES, FOCAL, MEASURES, MIN_LEVELS, NULLS, ORDINARY_ROWS, PAPER_SCALE, Cell, Prediction
+from seedlab.twins.scale import FOCAL, MEASURES, NULLS, ORDINARY_ROWS, Cell
+from seedlab.twins.trends import AXES, MIN_LEVELS, PAPER_SCALE, Prediction
 
 #: each group's colour: the twins figures' (twins/figures.py COLORS), the ordinary-row distribution as ordinary-row
 _GROUP_COLOR = {ORDINARY_ROWS: "ordinary-row"}
@@ -157,7 +158,7 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
                    where: ScaleDir, prediction: Prediction | None = None, verdict: dict | None = None) -> Fig:
     """One measure against scale: a panel per axis with a family (B, updates after s, width), every group with its
     interval at each level (log axes where every value is positive), the focal passage's fitted line over the
-    measured levels where the axis has a fit (at least scale.MIN_LEVELS levels), and the paper's value at its level
+    measured levels where the axis has a fit (at least trends.MIN_LEVELS levels), and the paper's value at its level
     as a star; where ``prediction`` is of this measure, its pre-registered interval at its level on its axis's
     panel, and ``verdict``'s measured value with its interval."""
     m = MEASURES[measure]
