@@ -138,7 +138,7 @@ def pair(name: str, argv: list[str], updates: int, threads: int, reps: int, tmp:
 
     def run(batch: str):
         def fn() -> dict:
-            out = tmp / f"{name}-{batch}-{next(serial)}".replace(" ", "_")
+            out = tmp / f"{name}-t{threads}-j{jobs}-{batch}-{next(serial)}".replace(" ", "_")  # one folder a run
             stats = run_command([sys.executable, "-m", "seedlab", *argv, *extra, "--set", f"arm_batch={batch}",
                                  "--out", str(out), "--no-progress"], threads=threads, env=env)
             digests.append(results_digest(out))
