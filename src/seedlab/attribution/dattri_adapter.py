@@ -31,10 +31,10 @@ tests/attribution/test_export.py).
 What runs on the task, and what does not: ``TracInAttributor`` (at θ_s and over the checkpoints) and Grad-Dot
 through it (:func:`grad_dot`) are tested. dattri's influence-function attributors (``IFAttributorExplicit``,
 ``IFAttributorCG``, ``IFAttributorLiSSA``, ``IFAttributorArnoldi``, ``IFAttributorDataInf``,
-``IFAttributorEKFAC``) raise inside :func:`row_loss` (issue 46's review): the explicit, CG and Arnoldi ones hand
+``IFAttributorEKFAC``) raise inside :func:`row_loss`: the explicit, CG and Arnoldi ones hand
 ``loss_func`` a whole batch of rows, where this loss takes one row (the sample TracIn vmaps over), and their
 curvature would be fitted on the candidates and the replaced row alone. The others (TRAK, LoGra, RPS, ...) have not
-been tried. Every attributor on the run's own rows is issue 47 §1's.
+been tried; scoring every dattri attributor on the run's own rows is not built yet.
 
 Plug-ins (``--estimator seedlab.attribution.dattri_adapter:tracin`` to ``seedlab attribution attribute`` or
 ``score``): :func:`tracin` (dattri's TracIn at θ_s in nats/token) and :func:`grad_dot` (its Grad-Dot, a score).

@@ -1,4 +1,4 @@
-"""The scale axis's words and figures (issue 32 §3): what twins/scale.py computed across the cells, as one
+"""The scale axis's words and figures: what twins/scale.py computed across the cells, as one
 markdown text (:func:`scale_report`) and one PNG per measure against scale (:func:`measure_figure`). It computes
 nothing: every number comes from scale.py's frames.
 """
@@ -87,7 +87,7 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
     fitted = trends[trends.fitted.astype(bool)] if len(trends) else trends
     out += ["## Trends (exploratory)", "",
             "Per measure and axis, the cells that differ in that axis alone, and the number of distinct levels they "
-            f"rest on. A trend is fitted only through at least {MIN_LEVELS} levels (issue 46 §3: a line through two "
+            f"rest on. A trend is fitted only through at least {MIN_LEVELS} levels (a line through two "
             "points is the points, and three levels do not tell a power law from a bend): an OLS fit of "
             "log10(value) on log10(level) where every cell's value is positive (a power law: the slope is its "
             "exponent), else of the value on log10(level) (slope per decade), its slope's interval the OLS t "

@@ -25,7 +25,7 @@ A match folder (``seedlab twins match CONFIG --out DIR``, :class:`MatchDir`): ``
 prefixes depend on), ``inputs.json``, ``environment.json``, ``seed-<k>/prefix.safetensors`` and
 ``match.parquet`` (every fabricated x attested pair of passage variants, per seed and their mean).
 
-The scale axis (issue 32 §3; twins/scale.py, experiments/twins_scale.py) keeps each measured cell as a small
+The scale axis (twins/scale.py, experiments/twins_scale.py) keeps each measured cell as a small
 folder that outlives its run folder (:data:`ScaleCellDir`: seedlab/cells.py's kept cell folder, shared with the
 attribution grid) and renders the table across cells into another (:class:`ScaleDir`)::
 

@@ -44,7 +44,7 @@ from scipy import stats as sps
 from seedlab.errors import SeedlabError
 from seedlab.twins.scale import ALPHA, FOCAL, LABELS, MEASURES, Cell, Draws, interval
 
-#: the fewest distinct levels a trend is fitted through (issue 46 §3: no power law through fewer than four)
+#: the fewest distinct levels a trend is fitted through (no power law through fewer than four)
 MIN_LEVELS = 4
 #: the scale axes, as a cell labels them, and what each is
 AXES = {"batch_size": "rows per batch B", "after": "updates after the injection", "n_embd": "residual width d"}

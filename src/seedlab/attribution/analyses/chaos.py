@@ -1,4 +1,4 @@
-"""Training's largest Lyapunov exponent per bank, and the law it predicts for the linear horizon (issue 31 §3).
+"""Training's largest Lyapunov exponent per bank, and the law it predicts for the linear horizon.
 
 distances.parquet holds, per seed and arm, d(t) = ‖θ_arm(t) − θ_twin(t)‖₂ at recorded steps t from s (every
 step, or every ``chaos.every``-th). A nudge arm (kind ``nudge``: one ulp of one weight element just before the

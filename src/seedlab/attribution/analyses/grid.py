@@ -1,4 +1,4 @@
-"""The grid over rows per batch B and peak lr (issue 31 §2): one summary per attributed bank, the table across
+"""The grid over rows per batch B and peak lr: one summary per attributed bank, the table across
 them, the law's prediction with a fixed ε_nl, and whether h* moves with B or with lr.
 
 A grid cell (presets/attribution/grid.yaml with ``--set batch_size=B`` and, at lr 1e-3, ``--set peak_lr=1e-3

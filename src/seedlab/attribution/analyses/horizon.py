@@ -1,4 +1,4 @@
-"""The linear-response horizon (issues 20 and 31): how far the exact first-order counterfactual carries.
+"""The linear-response horizon: how far the exact first-order counterfactual carries.
 
 The estimator :data:`UNROLL` (``unroll``, label "reference", nats/token) is the exact first-order
 response to the candidate: the one-step change of the weights at s, Δθ_s (exact), carried through
@@ -51,7 +51,7 @@ reached"). A horizon where the response's ρ is undefined counts as one where it
 "undefined" (ρ defined at none). Nothing assumes how many horizons there are.
 
 Beside it, descriptive only: the first horizon with ρ(measured, response) < τ
-(``attribute.h_star_rho``, the threshold issue 20's pre-registration named), with its interval over
+(``attribute.h_star_rho``, the threshold docs/preregistration/attribution-confirm.md named), with its interval over
 the same joint resamples (:func:`first_below`).
 
 :func:`linear_response` computes all of it and returns it as data (:class:`LinearResponse`);

@@ -1,4 +1,4 @@
-"""The linear datamodeling score (issue 33 §3): Spearman, over random subsets of the training rows, between the
+"""The linear datamodeling score: Spearman, over random subsets of the training rows, between the
 predicted and the measured effect of removing the subset. Compute only; report_lds.py words it.
 
 The bank removes random α-fractions of the rows of steps s .. end − 1 (attribution/bank/removals.py; groups.parquet: the

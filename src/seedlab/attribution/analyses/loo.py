@@ -1,11 +1,11 @@
-"""Leave-one-out by age (issue 33 §2): how old can a row be before its exact first-order effect no longer predicts
+"""Leave-one-out by age: how old can a row be before its exact first-order effect no longer predicts
 its measured one? Compute only; report_lds.py words it.
 
 The bank removes row i of the batch of step t (attribution/bank/removals.py; the row's loss weight set to 0, no text) and
 measures Δ L_q(h) = L_q(θ_h without the row) − L_q(θ_h of the twin) at every horizon h > t (loo.parquet). The row's
 **age** at h is h − t (updates between its visit and the readout). Each estimator of attribution/estimators/rowscores.py predicts
 the same Δ (its ``value``): for ``metagrad``, −∂L_q(θ_h)/∂w_{t,i} at w = 1, the exact first order of the removal
-(Δw = −1) through the twin's replayed run — the horizon law of issue 31 seen from the other side: at age 1 the first
+(Δw = −1) through the twin's replayed run — the horizon law (analyses/chaos.py) seen from the other side: at age 1 the first
 order of one step, at larger ages the propagation of a Δ of one row through every later update.
 
 Per estimator × query kind (and ``all`` kinds) × (t, h), over seeds:

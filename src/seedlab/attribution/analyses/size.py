@@ -1,4 +1,4 @@
-"""The size axis at a fixed trajectory (issue 31 §1): how large a row's perturbation may be and stay linear.
+"""The size axis at a fixed trajectory: how large a row's perturbation may be and stay linear.
 
 A bank with ``candidates.weights`` forks every candidate c once per loss weight w of its row r, the batch
 loss (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_r + w·ℓ_c)/N (w = 1: the swap). weighted.parquet holds measured(w) =

@@ -95,7 +95,7 @@ class ChaosConfig(Strict):
 
 
 class LooConfig(Strict):
-    """Leave-one-out by age (issue 33 §2; attribution/bank/removals.py): rows of the twin's own batches removed one at a
+    """Leave-one-out by age (attribution/bank/removals.py): rows of the twin's own batches removed one at a
     time (the row's loss weight set to 0, no text), measured at every horizon after the row's step."""
 
     steps: list[int | str] = Field(["early", "s", "late"], description=(
@@ -107,7 +107,7 @@ class LooConfig(Strict):
 
 
 class GroupsConfig(Strict):
-    """Random groups of training rows removed at once (issue 33 §3; attribution/bank/removals.py): the LDS's subsets."""
+    """Random groups of training rows removed at once (attribution/bank/removals.py): the LDS's subsets."""
 
     alphas: list[Annotated[float, Field(gt=0, lt=1)]] = Field([0.01, 0.05], description=(
         "α: the fraction of the R = (end - s)·B rows of steps s .. end - 1 each subset removes (round(α·R) rows); "

@@ -227,11 +227,11 @@ def collect_weighted(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
 
 def collect_distances(bank: Bank) -> pd.DataFrame:
     """distances.parquet's frame (:data:`DISTANCE_COLUMNS`): every finished run's ‖θ_run − θ_twin‖₂ per recorded
-    step (forks/distances.py), with what the run is — ``kind`` candidate, replicate, pair, weighted or nudge; its
+    step (forks/distances.py), with what the run is — its ``kind`` (attribution/bank/kinds.py); its
     ``candidate`` (None for pairs and nudges) and its loss ``weight`` (NaN for pairs and nudges)."""
     from seedlab.attribution.bank.arms import arms
-    from seedlab.attribution.bank.removals import GROUP, LOO
-    from seedlab.attribution.bank.texts import NUDGE, PAIR, REPLICATE, WEIGHTED, candidate_of, weight_and_candidate
+    from seedlab.attribution.bank.kinds import kind_of
+    from seedlab.attribution.bank.texts import candidate_of, weight_and_candidate
 
     frames = []
     for seed in bank.cfg.seeds:
@@ -240,10 +240,7 @@ def collect_distances(bank: Bank) -> pd.DataFrame:
             if not (where.finished and where.distances.is_file()):
                 continue
             n = arm.name
-            kind = ("nudge" if n.startswith(NUDGE) else "pair" if n.startswith(PAIR) else "weighted"
-                    if n.startswith(WEIGHTED) else "replicate" if n.startswith(REPLICATE) else "loo"
-                    if n.startswith(LOO) else "group" if n.startswith(GROUP) else "candidate")
-            one = kind in ("candidate", "replicate", "weighted")
+            kind, one = kind_of(n).name, kind_of(n).candidate
             weight = float(weight_and_candidate(n)[0]) if kind == "weighted" else 1.0 if one else np.nan
             d = pd.read_parquet(where.distances)
             frames.append(d.assign(seed=seed, arm=n, kind=kind, candidate=candidate_of(n) if one else None,

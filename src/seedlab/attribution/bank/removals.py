@@ -1,4 +1,4 @@
-"""The bank's removal arms (issue 33 §2–3): rows of the twin's own run left out of its loss, one at a time by age
+"""The bank's removal arms: rows of the twin's own run left out of its loss, one at a time by age
 (leave-one-out) and in random groups (the LDS's subsets). What a removal is — the row's loss weight set to 0 with no
 text in its place, the batch loss Σ_{i∉removed} ℓ_i / N with N = B·T unchanged — is forks/arms.py's; here: which rows.
 
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from seedlab.attribution.bank.kinds import GROUP, LOO  # the registry of arm kinds
 from seedlab.errors import SeedlabError
 
 if TYPE_CHECKING:  # forks/arms.py loads torch: imported where the arms are made
@@ -44,8 +45,6 @@ class Removing(Protocol):
     @property
     def end(self) -> int: ...
 
-LOO = "loo."  # a leave-one-out arm: "loo.<step>.<row>"
-GROUP = "group."  # a group arm: "group.<alpha>.<subset>"
 Row = tuple[int, int]  # (step, row of its batch)
 
 

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from seedlab.attribution.bank.config import AttributionConfig
+from seedlab.attribution.bank.kinds import NUDGE, PAIR, PAIR_SEP, REPLICATE, RESERVED, WEIGHTED  # the arm kinds' names
 from seedlab.corpus.sources import jsonl_objects, read_txt
 from seedlab.errors import SeedlabError
 from seedlab.forks.folders import corpus_record
@@ -52,11 +53,6 @@ from seedlab.lm.model import GPTConfig
 
 OWN_ROW = "own-row"
 SELF = "self"
-REPLICATE = "replicate."  # a candidate's replicate arm: "replicate.<candidate>"
-PAIR, PAIR_SEP = "pair.", ".."  # a pair's arm: "pair.<first>..<second>"
-WEIGHTED = "weight."  # a candidate at loss weight w < 1: "weight.<w>.<candidate>"
-NUDGE = "nudge."  # one ulp of one weight at s: "nudge.<tensor>"
-RESERVED = (REPLICATE, PAIR, WEIGHTED, NUDGE, "loo.", "group.")  # the last two: attribution/bank/removals.py's arms
 
 
 def weight_label(w: float) -> str:

@@ -27,8 +27,8 @@ with bc_k = 1 − β_kᵗ and the decay on the matrices only (the trainer's grou
 
 So ``unroll`` is exact to first order in the swap at every horizon: what separates it from the
 measured effect is the nonlinearity of training in the swap (and chaos, which amplifies it); what
-separates an estimator at θ_s from it is that estimator's own approximation (issue 20's
-decomposition; attribution/analyses/horizon.py). Under plain SGD at a small rate it matches the measured
+separates an estimator at θ_s from it is that estimator's own approximation (the
+decomposition of attribution/analyses/horizon.py). Under plain SGD at a small rate it matches the measured
 effect at every horizon (tests/attribution/test_unroll.py).
 
 Numerics: float32 (the model's dtype) throughout the propagation, the step at s in float64.

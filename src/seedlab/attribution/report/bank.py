@@ -36,6 +36,7 @@ from seedlab.attribution.bank.rundir import Attributed, read_attributed
 from seedlab.config import parse
 from seedlab.reporting import Report, figure_block, fmt_ci, fmt_num, fmt_p, md_table, pct
 from seedlab.store import write_text
+from seedlab.attribution.bank.kinds import KINDS
 
 
 def write_report(root: str | Path) -> Path:
@@ -89,7 +90,7 @@ def size_and_chaos(a: Attributed) -> list[str]:
 
     out: list[str] = []
     ch = None
-    if a.distances is not None and (a.distances.kind == "nudge").any():
+    if a.distances is not None and (a.distances.kind == KINDS["nudge"].name).any():
         ch = chaos.analyse(a.distances)
     sz = None
     if a.weighted is not None and (a.df.estimator == stats.TANGENT).any():

@@ -1,4 +1,4 @@
-"""The grid's words (issue 31 §2): what attribution/analyses/grid.py computed across the B × lr cells, as one markdown text
+"""The grid's words: what attribution/analyses/grid.py computed across the B × lr cells, as one markdown text
 (:func:`grid_report`) — the cells, the cross-cell table per query kind, the law with ε_nl fixed from a reference,
 and whether h* moves with B or with lr. It computes nothing.
 """

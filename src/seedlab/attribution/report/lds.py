@@ -1,4 +1,4 @@
-"""The report's sections on the run's own rows (issue 33 §2–3): leave-one-out by age (beside the nudges' floor) and the
+"""The report's sections on the run's own rows: leave-one-out by age (beside the nudges' floor) and the
 LDS beside the single rows. Render only: loo.py (:func:`~seedlab.attribution.analyses.loo.analyse`,
 :func:`~seedlab.attribution.analyses.loo.oldest`, :func:`~seedlab.attribution.analyses.loo.nudge_floor`) and
 lds.py (:func:`~seedlab.attribution.analyses.lds.analyse`, :func:`~seedlab.attribution.analyses.lds.contrast`) compute every number;
@@ -33,10 +33,11 @@ LDS_HELP = (
     "[95% bootstrap interval: seeds, then subsets within each drawn seed] ±jackknife SE over seeds. Beside it the "
     "same estimator's **single-row ρ**: every leave-one-out row at the end pooled (Spearman over (step, row, query) "
     "per seed, the mean over seeds). *Predicts*: the interval lies above 0. Exploratory.")
-#: the published fine-tuning LDS the issue quotes (not our measurement; its source and setting as the issue gives them)
-PUBLISHED = ("For comparison, as issue 33 quotes them (bergson's leaderboard; GPT-2 fine-tuned on WikiText, 1 % of "
-             "the training data dropped per subset; a different setting — fine-tuning, not pre-training, other models "
-             "and subset counts — and not measured here): MAGIC 0.93, EK-FAC 0.45, TRAK 0.22, gradient cosine 0.02.")
+#: the published fine-tuning LDS (not our measurement), with its primary source and setting
+PUBLISHED = ("For comparison, from bergson's examples/compare_wikitext/README.md (GPT-2 fine-tuned on WikiText for 4 "
+             "epochs; the LDS over 100 subsets that each drop 1 % of the training chunks, retrained at one seed, so a "
+             "single-model LDS too; a different setting — fine-tuning, not pre-training, another model and subset "
+             "count — and not measured here): MAGIC 0.93, EK-FAC 0.45, TRAK (projection 32) 0.22, gradient cosine 0.02.")
 
 
 def _ci(r, k: str = "rho") -> str:

@@ -1,4 +1,4 @@
-"""The report's words and figure for the size axis and for chaos (issue 31 §1, §3): what attribution/analyses/size.py
+"""The report's words and figure for the size axis and for chaos: what attribution/analyses/size.py
 and attribution/analyses/chaos.py computed, as markdown lines (:func:`size_section`, :func:`chaos_section`, each a list
 of lines to join with newlines) and one figure (:func:`size_figure`). It computes nothing.
 """
