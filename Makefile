@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 VENV       := .venv
 BIN        := $(VENV)/bin
 
-.PHONY: demo attribution-demo test test-serial bench claims clean
+.PHONY: demo attribution-demo test bench claims clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,20 +44,7 @@ runs/corpus-embedded-bpe/meta.json: | $(VENV)/.installed
 	rm -rf runs/corpus-embedded-bpe
 	$(BIN)/seedlab corpus prepare embedded --out runs/corpus-embedded-bpe --tokenizer bpe --vocab-size 2048
 
-# the suite in two processes at once, one a core (its tests run at one torch thread where they can): the common and
-# shortcut tests beside the attribution and twins tests, each with its own temporary folder; both logs are printed,
-# and the target fails if either half does. `make test-serial`: the same tests in one process.
-HALF_A := tests/common tests/shortcut
-HALF_B := tests/attribution tests/twins
 test: $(VENV)/.installed
-	@rm -rf .pytest-halves && mkdir -p .pytest-halves
-	@$(BIN)/python -m pytest $(HALF_A) -p no:cacheprovider --basetemp=.pytest-halves/a > .pytest-halves/a.log 2>&1 & a=$$!; \
-	$(BIN)/python -m pytest $(HALF_B) -p no:cacheprovider --basetemp=.pytest-halves/b > .pytest-halves/b.log 2>&1; b=$$?; \
-	wait $$a; a=$$?; \
-	echo "== $(HALF_A) (exit $$a)"; cat .pytest-halves/a.log; echo "== $(HALF_B) (exit $$b)"; cat .pytest-halves/b.log; \
-	test $$a -eq 0 && test $$b -eq 0
-
-test-serial: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 # README's "What we found", docs/results.md's index and each results page's claims table, rendered from the
@@ -76,4 +63,4 @@ gpu-wheels: $(VENV)/.installed
 	$(BIN)/python benchmarks/gpu_wheels.py --out .whl
 
 clean:
-	rm -rf $(VENV) runs .pytest-halves
+	rm -rf $(VENV) runs
