@@ -198,3 +198,9 @@ def demo_sweep(tmp_path):
         return tmp_path / "sweep"
 
     return write
+
+
+@pytest.fixture(scope="session")
+def demo_sweep_writer():
+    """:func:`write_demo_sweep` itself, for fixtures of a wider scope than ``demo_sweep``'s."""
+    return write_demo_sweep

@@ -32,16 +32,30 @@ def _colors(fig, label_part: str = "") -> dict[str, str]:
     return out
 
 
+def _render(folder, monkeypatch):
+    figs = figcheck.capture(monkeypatch, figures, circuits_report)
+    write_report(folder)
+    return figs, folder
+
+
+@pytest.fixture(scope="module")
+def default_figures(tmp_path_factory, demo_sweep_writer):
+    """The figures of the default demo sweep's report, drawn once for the tests that only read them."""
+    folder = tmp_path_factory.mktemp("default") / "sweep"
+    demo_sweep_writer(folder)
+    with pytest.MonkeyPatch.context() as mp:
+        return _render(folder, mp)
+
+
 @pytest.fixture
-def report_figures(demo_sweep, monkeypatch):
+def report_figures(demo_sweep, monkeypatch, default_figures):
     """``report_figures(outcomes=None, **kw)``: the figures the report of :func:`conftest.write_demo_sweep`'s folder
-    draws, by file name, and the folder."""
+    draws, by file name, and the folder (the default sweep's drawn once for the module)."""
 
     def write(outcomes=None, **kw):
-        folder = demo_sweep(outcomes, **kw)
-        figs = figcheck.capture(monkeypatch, figures, circuits_report)
-        write_report(folder)
-        return figs, folder
+        if outcomes is None and not kw:
+            return default_figures
+        return _render(demo_sweep(outcomes, **kw), monkeypatch)
 
     return write
 
