@@ -82,16 +82,18 @@ from seedlab.lm.gptconfig import PRESETS
 from seedlab.stats import jackknife_se
 from seedlab.twins.config import is_ordinary
 from seedlab.twins.rundir import Measured
-from seedlab.twins.stats import LEGACY_NAMES, PAPER, with_current_names
+from seedlab.twins.paper import PAPER
+from seedlab.twins.stats import with_current_names
+from seedlab.twins.variants import VARIANTS, current_names
 
 #: the passage the scale table is about, and whose text the text-less nulls' "own" drop is read on
 FOCAL = "fluent-fabricated"
-#: every ordinary-row.<i> arm in one group: the ordinary-row distribution
-ORDINARY_ROWS = "ordinary-rows"
+#: every ordinary-row.<i> arm in one group: the ordinary-row distribution (twins/variants.py)
+ORDINARY_ROWS = VARIANTS["ordinary-row"].pooled
 #: the nulls set beside the passage, in the table's order (any other arm measured is kept as its own group)
 NULLS = (ORDINARY_ROWS, "matched-gradient", "sign-gradient", "nudge")
-#: arms with no text of their own: their "own" drop is on the focal passage's text
-TEXTLESS = ("nudge", "matched-gradient", "sign-gradient", "weight-kick")
+#: arms with no text of their own (the registry's nulls without one): their "own" drop is on the focal passage's text
+TEXTLESS = tuple(v.name for v in VARIANTS.values() if v.role == "null" and v.text is None)
 ALPHA = 0.05
 #: the cells' labels that define a family along an axis (the other labels must agree)
 LABELS = ("batch_size", "after", "n_embd", "n_layer", "block_size")
@@ -131,9 +133,12 @@ SCALARS = ["name", "preset", "batch_size", "steps", "injection_step", "after", "
            "block_size", "seeds", "arms", "smooth_steps", "s50", "final", "source", "stages"]
 TABLE = ["cell", "batch_size", "after", "n_embd", "n_layer", "n", "group", "measure", "value", "low", "high", "se",
          "valid", "arm_min", "arm_max"]
+
+
 def group_of(arm: str) -> str:
-    """The table's group of an arm: every ordinary row in :data:`ORDINARY_ROWS`, any other arm its own name."""
-    arm = LEGACY_NAMES.get(arm, arm)
+    """The table's group of an arm (its name as measured by an older seedlab read as today's): every ordinary row
+    in :data:`ORDINARY_ROWS`, any other arm its own name."""
+    arm = current_names().get(arm, arm)
     return ORDINARY_ROWS if is_ordinary(arm) else arm
 
 

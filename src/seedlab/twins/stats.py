@@ -51,7 +51,6 @@ from statsmodels.stats.power import TTestPower
 
 from seedlab.measures.paired import one_sided_sign_flip, paired_row
 from seedlab.twins.config import MeasureConfig, is_ordinary
-from seedlab.twins.paper import PAPER  # noqa: F401 (twins/scale.py reads it here)
 from seedlab.twins.variants import ATT, FAB, VARIANTS, current_names, names, null_groups
 
 #: the fraction of the s + 50 passage effect a "lost" claim tests the end effect against, seed by
@@ -309,9 +308,6 @@ NULL_CONDITIONS = tuple(null_groups())
 #: the measures every passage condition is compared with every null on (measures.parquet columns, and
 #: the time course's per-seed summary)
 NULL_MEASURES = ("barrier", "rise_mid", "heldout_ce_diff", "distance", "cka_mean", "tc_mean_absdiff")
-#: conditions measured by an older seedlab, under today's names: the weight kick was "matched-noise", the one
-#: ordinary row "ordinary-row" (an ordinary-row distribution of one)
-LEGACY_NAMES = current_names()
 #: the hypotheses of "Is it the passage?" (:func:`null_family`): a difference at the end, at a checkpoint, an equivalence
 KINDS = ("end", "checkpoint", "equivalence")
 
@@ -599,7 +595,8 @@ def exposure_effect(passages: pd.DataFrame, attestation: dict, step: int) -> pd.
 
 def with_current_names(frame: pd.DataFrame, columns=("condition", "text")) -> pd.DataFrame:
     """A measured table with the conditions (and texts) measured by an older seedlab under today's names
-    (twins/variants.py ``current_names``: :data:`LEGACY_NAMES` and those of variants registered since)."""
+    (twins/variants.py ``current_names``: the weight kick was "matched-noise", the one ordinary row "ordinary-row",
+    and the former names of every variant registered)."""
     out = frame.copy()
     renamed = current_names()
     for col in columns:
