@@ -56,14 +56,18 @@ def serial_because(d) -> str | None:
     return None
 
 
+def solo_step(d) -> int | None:
+    """Where the solo check (:meth:`_Loop._solo_check`) stops: the twin's first recorded step after s (None: none)."""
+    return min((t for t in d.recording.hashed.get("twin", frozenset()) if t > d.cfg.injection_step), default=None)
+
+
 def solo_updates(d) -> int:
-    """Updates the solo check trains (:meth:`_Loop._solo_check`): the first unfinished twin again alone, from s to its
-    first recorded step after s; 0 when every twin finished before or the twin records no step after s."""
-    s = d.cfg.injection_step
-    after = sorted(t for t in d.recording.hashed.get("twin", frozenset()) if t > s)
-    if not after or all(d.folder.run(seed, d.arms(seed)[0].name).finished for seed in d.cfg.seeds):
+    """Updates the solo check trains: the first unfinished twin again alone, from s to :func:`solo_step`; 0 when
+    every twin finished before or the twin records no step after s."""
+    step = solo_step(d)
+    if step is None or all(d.folder.run(seed, d.arms(seed)[0].name).finished for seed in d.cfg.seeds):
         return 0
-    return after[0] - s
+    return step - d.cfg.injection_step
 
 
 def arm_batch(d, runs: int) -> int:
@@ -231,10 +235,9 @@ class _Loop:
         prefix to its first recorded step after s; compared with the stacked twin there (:meth:`_compare_solo`).
         Nothing when every twin finished before (its record then says no solo check ran here)."""
         twin = next((r for r in self.runs if r.arm.is_twin and not r.replica and not r.done), None)
-        after = sorted(t for t in self.d.recording.hashed.get("twin", frozenset()) if t > self.s)
-        if twin is None or not after:
+        step = solo_step(self.d)
+        if twin is None or step is None:
             return
-        step = after[0]
         trainer, _ = self.prefixes[twin.seed].fork()
         self.d.observer.run(f"seed {twin.seed} solo check", step - self.s)
         advance_to(trainer, step, on_step=lambda: self.d.observer.step("solo check"))
