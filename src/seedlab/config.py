@@ -56,14 +56,6 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "<config>"
 
 
-#: union tags pydantic puts into error locations (see shortcut.config.Members); not field names
-_TAGS = {"as-grid", "as-list"}
-
-
-def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or "function-" in p or p in _TAGS)))
-
-
 def _members(ann: Any) -> list[Any]:
     """The types a value of annotation ``ann`` may have: unions and ``Annotated`` unwrapped."""
     origin = get_origin(ann)
@@ -92,13 +84,13 @@ def _field_loc(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def format_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+def format_validation_error(err: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
     """Turn pydantic's multi-line report into one line naming the first bad field. Several errors of that
     one field (a value that fits none of a union's forms: ``list[int] | int`` given ``abc``) are one
     problem: its line says what each form wanted. Other fields' problems are counted (``and 1 more``).
     ``model``: the config validated (its fields tell pydantic's union labels from field names)."""
     errors = err.errors()
-    where = (lambda e: _field_loc(model, e["loc"])) if model is not None else (lambda e: _clean(e["loc"]))
+    where = lambda e: _field_loc(model, e["loc"])
     e, loc = errors[0], where(errors[0])
     field = _loc(((prefix,) if prefix else ()) + loc)
     if e["type"] == "extra_forbidden":
@@ -134,7 +126,7 @@ def parse(model: type[M], data: Any, prefix: str = "") -> M:
                 f"{_loc(((prefix,) if prefix else ()) + loc)}: unknown field"
                 f" (allowed: {', '.join(allowed)})"
             ) from None
-        raise SeedlabError(format_validation_error(err, prefix, model)) from None
+        raise SeedlabError(format_validation_error(err, model, prefix)) from None
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
