@@ -52,6 +52,8 @@ class RunFolder:
         perturbation.json      what a perturbation arm's delta was (norm, weights moved, SHA-256)
         distances.parquet      (step, distance): ‖θ_run − θ_twin‖₂ per recorded step, where a design records it
                                (forks/distances.py)
+        dose.json              the run's dose at the fork step s: θ, AdamW's m and v after the update of s against
+                               its twin's (forks/dose.py; the twin's own: zeros)
         state.safetensors      the complete training state at the last checkpoint (resume; removed at the end)
         final.safetensors      the complete state at the end (kept only when the design asks)
         done.json              written last: the run finished
@@ -80,6 +82,11 @@ class RunFolder:
     def distances(self) -> Path:
         """(step, distance): the run's distance to its seed's twin (forks/distances.py)."""
         return self.path / "distances.parquet"
+
+    @property
+    def dose(self) -> Path:
+        """The run's dose at the fork step against its twin (forks/dose.py)."""
+        return self.path / "dose.json"
 
     @property
     def state(self) -> Path:

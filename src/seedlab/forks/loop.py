@@ -9,6 +9,9 @@ the integrity record.
         the replica control to the end             # bitwise the twin at every recorded step, or stop
         integrity[seed] = what was shown           # written once every seed is done
 
+Every run that leaves the prefix at s writes its dose there (dose.json: θ and AdamW's moments after the
+update of s against the twin's, forks/dose.py); the twin, trained first, is kept at s + 1 for the others.
+
 The seeds are independent: a study may run them in other processes (``run_design(d, run_seeds)``,
 each process calling :func:`run_seed` on a design of its own); on the same device and threads
 the bits are the same.
@@ -32,6 +35,7 @@ from seedlab.errors import SeedlabError
 from seedlab.forks import stacked
 from seedlab.forks.arms import TWIN, Arm, check_arms
 from seedlab.forks.design import ForkDesign
+from seedlab.forks.dose import Doses, State
 from seedlab.forks.folders import DesignFolder, RunFolder
 from seedlab.forks.records import (earlier_states, early_record, early_starts, extra, finish, finish_replica, losses_frame,
                                    merge, remove_prefix, save)
@@ -211,7 +215,8 @@ def run_seed(d: Design, seed: int) -> SeedResult:
     if stacked.serial_because(d) is None:
         return stacked.run_seeds(d, [seed])[seed]
     s, arms, w = d.cfg.injection_step, list(d.arms(seed)), d.folder.arm_word
-    start, at_s = _starts(d, seed, arms, lambda: Trainer(d.cfg, d.gcfg, seed, d.tokens, d.world))
+    start, at_s, plain = _starts(d, seed, arms, lambda: Trainer(d.cfg, d.gcfg, seed, d.tokens, d.world))
+    doses = Doses(d, lambda _: plain())  # the twin trains first: its state at s + 1 is kept for the others' doses
     early = early_starts(d, seed)
     record: dict = {"identical_at_injection": f"checked: every tensor's SHA-256 equal across {w}s" if d.independent
                     else f"by construction: every {w} forked from one copy of the prefix",
@@ -219,7 +224,7 @@ def run_seed(d: Design, seed: int) -> SeedResult:
     replica = _Replica(d, seed, start) if seed in d.cfg.replica_seeds else None
     frames = []
     for i, arm in enumerate(arms):
-        manifest, losses, added = run_arm(d, seed, arm, start)
+        manifest, losses, added = run_arm(d, seed, arm, start, doses)
         if arm.name not in early:  # an arm that left the prefix before s is not the twin there
             at_s[arm.name] = manifest[str(s)]
         frames.append(losses.assign(seed=seed, arm=arm.name))
@@ -252,13 +257,16 @@ def _check(d: Design) -> None:
                                "audit trains its own prefix to s")
 
 
-def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer, list[float]]]):
+def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer, list[float]]], doses: Doses | None = None):
     """One seed x arm to the end, or read back when finished; returns (manifest, losses frame,
-    what the observer adds to the seed's integrity record)."""
+    what the observer adds to the seed's integrity record). ``doses``: where its dose at s is written
+    (forks/dose.py; None: not recorded)."""
     cfg, rec, where, label = d.cfg, d.recording, d.folder.run(seed, arm.name), f"seed {seed} {arm.name}"
     finished, resumable = where.finished, rec.resume and where.state.is_file()
     manifest = where.read_manifest() if (finished or resumable) else {}
     first = arm.leaves(cfg.injection_step)  # where it starts: the fork step, or an earlier state of the prefix
+    dosed = doses is not None and not finished and doses.wants(arm, where, fresh=not resumable)
+    dose_at = {cfg.injection_step + 1} if doses is not None and doses.watches(arm, dosed) else set()
     d.world.barrier()  # every rank has looked at the folder before rank 0 writes to it
     if finished:  # before an interruption
         d.observer.skip(cfg.end - first)
@@ -286,6 +294,8 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
                 d.world.check_same(manifest[str(t)], f"seed {seed}, {arm.name}, step {t}")
             if t in saved:
                 save(d, where, tr, losses, manifest)
+        if t in dose_at:
+            doses.record(seed, arm, where, State.of(tr), write=dosed)
         if t in looked:
             d.observer.look(seed, arm, t, tr.weights())
         if t in watched:
@@ -295,7 +305,7 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
         if d.world.main:
             write_json(where.perturbation, record)
 
-    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched | looked, visit=visit,
+    advance_to(trainer, cfg.end, arm=arm, pad_id=d.pad_id, stops=recorded | watched | looked | dose_at, visit=visit,
                on_step=lambda: d.observer.step(label), losses=losses, perturbed=perturbed)
     frame = losses_frame(d, losses)
     added = extra(d, seed, arm, where, manifest)
@@ -306,7 +316,8 @@ def run_arm(d: Design, seed: int, arm: Arm, start: Callable[[str], tuple[Trainer
 def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Trainer]):
     """How a seed's runs start: a copy of the shared prefix at s, or (the independent audit) each
     arm's own prefix — trained here first, for every arm, saved at s and compared as each arrives.
-    Returns (start(label) -> (trainer at s, losses), {arm: hashes at s} known so far)."""
+    Returns (start(label) -> (trainer at s, losses), {arm: hashes at s} known so far, plain() -> a
+    trainer at s that no observer hears of: the twin's state for the doses, forks/dose.py)."""
     s, obs = d.cfg.injection_step, d.observer
     if d.independent:
         if not d.recording.resume or any(s not in d.recording.saved.get(a.name, ()) for a in arms):
@@ -330,7 +341,13 @@ def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Tra
                 obs.skip(s)  # reached before an interruption
             at_s[arm.name] = manifest[str(s)]
             check_identical(at_s, f"seed {seed}", s)
-        return own, at_s
+
+        def plain() -> Trainer:
+            trainer = new_trainer()
+            advance_to(trainer, s)
+            return trainer
+
+        return own, at_s, plain
     prefix = SharedPrefix(d.folder.prefix(seed), new_trainer, s, world=d.world,
                           on_step=lambda: obs.step(f"seed {seed}: shared prefix"), earlier=earlier_states(d, seed))
     if prefix.saved:
@@ -345,7 +362,7 @@ def _starts(d: Design, seed: int, arms: list[Arm], new_trainer: Callable[[], Tra
         obs.run(label, d.cfg.end - trainer.step)
         return trainer, losses
 
-    return fork, {}
+    return fork, {}, lambda: prefix.fork()[0]
 
 
 class _Replica:

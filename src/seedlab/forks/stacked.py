@@ -3,7 +3,8 @@
     every seed's prefix not saved yet             one stack of fresh runs, 0 .. s-1, each saved as the serial loop saves it
     runs = the design's (seed, arm) in order      a replica seed's twin opens a stack; its replica closes it (another position)
     for each stack of arm_batch runs:             every run forked from its seed's prefix (or resumed where it stopped)
-        at every step, for each run:              its records (hashes, checkpoint, state, the observer's visit),
+        at every step, for each run:              its records (hashes, checkpoint, state, the observer's visit,
+                                                  at s + 1 its dose: forks/dose.py, the seed's twin visited first),
                                                   its perturbation (of the weights, or of the gradient: added
                                                   inside the stack's update), then one update of the whole stack
         the replica                               bitwise its twin at every recorded step, or a one-line error
@@ -27,6 +28,7 @@ import pandas as pd
 
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import Arm
+from seedlab.forks.dose import Doses, State
 from seedlab.forks.folders import RunFolder
 from seedlab.forks.prefix import SharedPrefix, advance_to, check_identical, first_difference
 from seedlab.forks.records import (earlier_states, early_record, early_starts, extra, finish, finish_replica, losses_frame,
@@ -112,6 +114,7 @@ class _Run:
     done: bool = False  # trained here or before; emitted (:meth:`_Loop.emit`) in the design's order
     compared: list[int] = field(default_factory=list)  # the replica's steps checked against the twin
     position: str = ""  # the replica's place in its stack
+    dosed: bool = False  # writes its dose when it passes s + 1 (forks/dose.py ``Doses.wants``)
 
     @property
     def label(self) -> str:
@@ -145,6 +148,9 @@ class _Loop:
         self.emitted = 0
         self.early = {seed: early_starts(d, seed) for seed in self.seeds}  # arms that leave the prefix before s
         self.solo: dict | None = None  # the solo check's twin at its step: {"seed", "step", "hashes", "weights"}
+        # each seed's twin passes s + 1 before its arms (an earlier stack or position); else from its prefix
+        self.doses = Doses(d, lambda seed: self.prefixes[seed].fork()[0])
+        self.last = {r.seed: i for i, r in enumerate(self.runs)}  # each seed's last run in the design's order
 
     # ---------------------------------------------------------------- the whole loop
     def run(self) -> dict:
@@ -263,6 +269,7 @@ class _Loop:
         """``r``'s trainer where it starts: resumed from its state file, or a fork of its seed's prefix."""
         d = self.d
         resumable = d.recording.resume and not r.replica and r.where.state.is_file()
+        r.dosed = not r.replica and self.doses.wants(r.arm, r.where, fresh=not resumable)
         if resumable:
             r.trainer = self._new(r.seed)
             r.losses = r.trainer.load_state(r.where.state, r.manifest)
@@ -354,6 +361,8 @@ class _Loop:
             if t in saved:
                 solo = stack.member(i)
                 save(d, r.where, solo, r.losses, r.manifest)
+        if t == self.s + 1 and self.doses.watches(r.arm, r.dosed):
+            self.doses.record(r.seed, r.arm, r.where, State(stack.weights(i), stack.moments(i)), write=r.dosed)
         if t in d.observer.looks(r.seed, r.arm):
             d.observer.look(r.seed, r.arm, t, stack.weights(i))
         if t in watched:
@@ -369,6 +378,8 @@ class _Loop:
         while self.emitted < len(self.runs) and self.runs[self.emitted].done:
             r = self.runs[self.emitted]
             self.emitted += 1
+            if self.emitted - 1 == self.last[r.seed]:
+                self.doses.drop(r.seed)  # every run of the seed is done
             record = self.records[r.seed]
             if r.replica:
                 if r.where.finished:

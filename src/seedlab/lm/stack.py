@@ -40,8 +40,8 @@ from seedlab.errors import SeedlabError
 from seedlab.lm.batches import get_batch, replaced
 from seedlab.lm.model import GPTConfig
 from seedlab.lm.schedule import lr_of
-from seedlab.lm.trainer import (Removed, Settings, Trainer, Weights, add_deltas, add_gradient_delta, attention_kernels,
-                                autocast, split_weighted, without_rows)
+from seedlab.lm.trainer import (MOMENTS, Removed, Settings, Trainer, Weights, add_deltas, add_gradient_delta,
+                                attention_kernels, autocast, split_weighted, without_rows)
 
 Rows = Mapping[int, Sequence[int]] | None  # one run's replaced rows at a step ({row: token ids}; None: none)
 
@@ -141,6 +141,14 @@ class Stack:
     def weights(self, i: int) -> dict[str, torch.Tensor]:
         """Run ``i``'s weights (views into the stack: hash or copy them, do not keep them)."""
         return {n: self.p[n].detach()[i] for n in self.names}
+
+    def moments(self, i: int) -> dict[str, dict[str, torch.Tensor]] | None:
+        """Run ``i``'s AdamW moments as ``Trainer.moments`` gives a solo run's (views into the stack: copy what you
+        keep); None for an optimizer that keeps none, or before the first update."""
+        states = [self.opt.state.get(self.p[n]) for n in self.names]
+        if not all(st and all(k in st for k in MOMENTS) for st in states):
+            return None
+        return {k: {n: st[k][i] for n, st in zip(self.names, states)} for k in MOMENTS}
 
     @torch.no_grad()
     def put(self, i: int, trainer: Trainer) -> None:

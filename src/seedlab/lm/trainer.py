@@ -30,6 +30,9 @@ from seedlab.lm.model import GPT, GPTConfig, masked_ce_sum
 from seedlab.lm.schedule import lr_of
 from seedlab.store import read_verified, tensor_hashes, write_safetensors
 
+#: AdamW's per-parameter moments, as its state names them (:meth:`Trainer.moments`)
+MOMENTS = ("exp_avg", "exp_avg_sq")
+
 #: the attention kernels training may use on CUDA: all deterministic under
 #: ``torch.use_deterministic_algorithms(True)`` (flash and memory-efficient then take their
 #: deterministic backward; cuDNN attention has none, so it is left out)
@@ -264,6 +267,16 @@ class Trainer:
     def weights(self) -> dict[str, torch.Tensor]:
         """The model's state dict (tensor names = the checkpoint files' names)."""
         return self.model.state_dict()
+
+    def moments(self) -> dict[str, dict[str, torch.Tensor]] | None:
+        """AdamW's moments, ``{"exp_avg": {name: tensor}, "exp_avg_sq": {name: tensor}}`` per parameter (the model's
+        parameter names; views into the optimizer's state: copy what you keep); None for an optimizer that keeps
+        none (SGD) or before its first update."""
+        states = [self.opt.state.get(p) for p in self.params]
+        if not all(st and all(k in st for k in MOMENTS) for st in states):
+            return None
+        names = [n for n, _ in self.model.named_parameters()]
+        return {k: {n: st[k] for n, st in zip(names, states)} for k in MOMENTS}
 
     def save_state(self, path: Path, losses: list[float]) -> None:
         """The complete training state (weights, AdamW moments and step counts, losses so far),
