@@ -589,12 +589,16 @@ class DiskGuard:
                 return
 
     def __enter__(self) -> DiskGuard:
+        # the guard relies on Python's own SIGINT handler (KeyboardInterrupt); whatever ran before in this process
+        # (a library, a test) may have replaced it, so it is set for the block and put back after
+        self._handler = signal.signal(signal.SIGINT, signal.default_int_handler)
         self._thread.start()
         return self
 
     def __exit__(self, kind, err, tb) -> None:
         self._stop.set()
         self._thread.join()
+        signal.signal(signal.SIGINT, self._handler)
         if self.exceeded and (kind is None or issubclass(kind, KeyboardInterrupt)):
             raise RuntimeError(f"stopped: {self.exceeded}") from None
 

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import signal
 import time
 import zipfile
 from pathlib import Path
@@ -193,6 +194,22 @@ def test_the_disk_guard_stops_a_block_over_its_budget(check, tmp_path):
     with check.DiskGuard(folder, 10_000, 0, interval=0.05) as guard:  # within it: nothing happens
         time.sleep(0.2)
     assert guard.peak == 5000 and guard.exceeded is None
+
+
+def test_the_disk_guard_interrupts_whatever_sigint_handler_ran_before(check, tmp_path):
+    """A library or an earlier test may replace SIGINT's handler (one did, in the whole suite): the guard puts
+    Python's own in place for its block and gives the other back after."""
+    (tmp_path / "checkpoint").write_bytes(b"x" * 5000)
+    mute = lambda *_: None
+    before = signal.signal(signal.SIGINT, mute)
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(RuntimeError, match="over the disk budget"), check.DiskGuard(tmp_path, 1000, 0, interval=0.05):
+            time.sleep(5)
+        assert time.perf_counter() - t0 < 2
+        assert signal.getsignal(signal.SIGINT) is mute
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def fake_children(check, monkeypatch, scripts: dict[str, str]):
