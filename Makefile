@@ -44,8 +44,11 @@ runs/corpus-embedded-bpe/meta.json: | $(VENV)/.installed
 	rm -rf runs/corpus-embedded-bpe
 	$(BIN)/seedlab corpus prepare embedded --out runs/corpus-embedded-bpe --tokenizer bpe --vocab-size 2048
 
+# the suite in two phases: two worker processes (pytest-xdist, one a core, one torch thread each, a test file to a
+# worker), then the tests marked serial alone (they start processes of their own: gloo ranks, a Ray cluster)
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 # README's "What we found", docs/results.md's index and each results page's claims table, rendered from the
 # ledger docs/claims/<study>.yaml (seedlab claims check: every rule of the ledger; a test runs it too)

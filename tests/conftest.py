@@ -3,8 +3,9 @@ import os
 import pytest
 import torch
 
-# the suite is sized for a 2-core machine; keep torch from oversubscribing it
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# the suite is sized for a 2-core machine; keep torch from oversubscribing it: one thread in each of make test's
+# two worker processes (pytest-xdist sets PYTEST_XDIST_WORKER), two in one process
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="module")

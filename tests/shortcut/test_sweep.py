@@ -83,6 +83,7 @@ def test_second_sweep_on_same_folder_is_refused(tmp_path):
     assert not (out / "sweep.yaml").exists()
 
 
+@pytest.mark.serial  # a Ray cluster's processes of its own
 def test_ray_executor_matches_local(tmp_path, seedlab_main):
     pytest.importorskip("ray")
     path = _write(tmp_path, SMALL)
@@ -146,6 +147,7 @@ def test_quick_flip_is_quick_with_weight_decay_one():
     assert flip.model_dump() == quick.model_dump() | {"optim": quick.optim.model_dump() | {"weight_decay": 1.0}}
 
 
+@pytest.mark.serial  # a Ray cluster's processes of its own
 def test_ray_executor_joins_a_running_cluster(tmp_path):
     """`--ray-address` connects to a cluster started beforehand with `ray start --head`."""
     pytest.importorskip("ray")

@@ -54,6 +54,7 @@ def test_read_prefix_checks_the_step_and_the_manifest(tmp_path):
         read_prefix(_new(), path, 4, {"4": {k: "0" * 64 for k in tensor_hashes(kept.weights())}})
 
 
+@pytest.mark.serial  # two gloo ranks of its own
 def test_under_torchrun_only_rank_0_writes_the_prefix(tmp_path):
     path = tmp_path / "prefix.safetensors"
     trainer, losses = SharedPrefix(path, _new, 4, world=World(rank=1, size=2)).kept()

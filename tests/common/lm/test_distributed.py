@@ -10,6 +10,9 @@ import yaml
 
 from helpers import tiny_twins
 
+# several processes of their own (gloo ranks): run in make test's serial phase, not beside another worker
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def design(tmp_path_factory, twins_inputs):
