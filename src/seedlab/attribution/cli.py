@@ -166,3 +166,28 @@ def attribution_score(
     what = f"digest {r.source['digest'][:16]}" if r.source["kind"] == "export" else "a bank"
     typer.echo(f"{len(r.estimators)} estimator(s) scored ({what}), {len(r.from_bank)} from the bank beside them, "
                f"{r.rows} rows in {r.seconds:.1f} s -> {r.report if report else r.path}")
+
+
+@app.command("leaderboard")
+def attribution_leaderboard(
+    sources: Annotated[list[Path], typer.Argument(help="banks, exports or score folders (seedlab attribution bank, "
+                                                       "export, score) of one design; B, lr and steps may differ")],
+    out: Annotated[Path, typer.Option(help="the folder: leaderboard.md, leaderboard-table.csv, leaderboard-grid.png")],
+    age_bands: Annotated[str, typer.Option(help="the leave-one-out age bands' upper ends, comma-separated (the last "
+                                                "band is open)")] = "1,10,50,100",
+) -> None:
+    """One table across banks and exports: every estimator x bank x metric (single-row rho by horizon, leave-one-out
+    rho by age band, the single-model and the TRAK-style LDS) with its interval, the bank's ceiling and the
+    estimator's cost; a figure; the table as CSV. Exports are checked against their manifests first."""
+    from seedlab.attribution.analyses.leaderboard import board
+    from seedlab.attribution.benchmark import verify
+    from seedlab.attribution.report.leaderboard import write_leaderboard
+    from seedlab.errors import SeedlabError
+
+    try:
+        bands = [int(v) for v in age_bands.split(",") if v.strip()]
+    except ValueError:
+        raise SeedlabError(f"--age-bands: integers, comma-separated (e.g. 1,10,50,100), got {age_bands!r}") from None
+    b = board(sources, verify=verify, bands=bands)
+    n = b.table[b.table.role != "ceiling"].estimator.nunique()
+    typer.echo(f"{len(b.sources)} bank(s), {n} estimator(s) -> {write_leaderboard(b, out)}")

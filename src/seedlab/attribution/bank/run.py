@@ -51,6 +51,8 @@ loop, so the same bits), then integrity.json once every seed is done.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -76,7 +78,7 @@ from seedlab.lm.distributed import World
 from seedlab.lm.trainer import Trainer
 from seedlab.measures.text import text_ce
 from seedlab.progress import Bar
-from seedlab.store import write_parquet
+from seedlab.store import write_json, write_parquet
 
 
 def config_record(cfg: AttributionConfig) -> dict:
@@ -110,8 +112,13 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
                threads=1 if parallel else cfg.threads, force=force, allow_env_change=allow_env_change) as started, \
             Bar("bank", 0, "steps", enabled=progress) as bar:
         apart = partial(seeds_apart, env=started.env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
-        observer = ProgressBar(bar) if parallel else Observers(ProgressBar(bar), recorders(inputs, rd))
+        clock, fresh, t0 = Clock(), not any(rd.prefix(seed).is_file() for seed in cfg.seeds), time.perf_counter()
+        observer = Observers(ProgressBar(bar), clock) if parallel else Observers(ProgressBar(bar), recorders(inputs, rd),
+                                                                                   clock)
         run_design(design(inputs, rd, observer, start=started.first_files), apart if parallel else None)
+        if parallel:  # the seeds trained in other processes: this one saw no update, only the total (a fresh bank's)
+            clock.first, clock.last, clock.updates = t0, time.perf_counter(), clock.total if fresh else 0
+        write_training(rd, cfg, clock, started.env, jobs if parallel else 1)
     write_additivity(rd.root)  # with candidates.pairs
     write_weighted(rd.root)  # every bank's distances; with candidates.weights, the weighted effects
     write_removals(rd.root)  # with loo / groups: loo.parquet, groups.parquet, group_rows.parquet
@@ -154,6 +161,47 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
             return run_seed(design(bank.inputs, bank.dir, recorders(bank.inputs, bank.dir)), seed)
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
+
+
+class Clock(Observer):
+    """The bank's own training clock, in this process: wall seconds from the first run started to the last update,
+    and the updates trained (one run's update each: prefixes, arms and replica controls; runs in a stack count one
+    each) — what :func:`write_training` records."""
+
+    def __init__(self):
+        self.first: float | None = None
+        self.last: float | None = None
+        self.updates = self.total = 0
+
+    def started(self, total: int) -> None:
+        self.total = total
+
+    def run(self, label: str, steps: int, done: int = 0) -> None:
+        if self.first is None:
+            self.first = time.perf_counter()
+
+    def step(self, label: str) -> None:
+        self.updates += 1
+        self.last = time.perf_counter()
+
+
+def write_training(rd: BankDir, cfg: AttributionConfig, clock: Clock, env: dict, processes: int) -> None:
+    """training.json (rundir.py ``BankDir.training``): the bank's training as this command timed it — ``seconds``
+    (wall, from the first run started to the last update), ``run_updates`` (updates of every run trained: prefixes,
+    arms, replica controls), ``processes`` (seeds trained at once, each in a process of its own) and
+    ``seconds_per_run`` = seconds × processes / run_updates × end: one run of the bank's ``end`` updates at the
+    rate the bank trained its runs (queries' losses, hashes and distances included; runs in a stack share one set
+    of tensors, so a run alone costs more). What estimators' costs are set beside (the leaderboard's "× one
+    training run"). Written when this command trained more updates than the record holds (a resumed bank keeps
+    the larger part's), never when it trained none."""
+    if not clock.updates or clock.first is None or clock.last is None:
+        return
+    if rd.training.is_file() and json.loads(rd.training.read_text()).get("run_updates", 0) >= clock.updates:
+        return
+    seconds = clock.last - clock.first
+    write_json(rd.training, {"seconds": seconds, "run_updates": clock.updates, "processes": processes,
+                             "end": cfg.end, "seconds_per_run": seconds * processes / clock.updates * cfg.end,
+                             "device": env.get("device"), "threads": env.get("threads")})
 
 
 def recorders(inputs: Inputs, rd: BankDir) -> Observer:

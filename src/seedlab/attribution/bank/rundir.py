@@ -48,6 +48,8 @@ The layout::
                                         the estimators that score arbitrary training rows, and the run's settings and
                                         seconds (attribution/estimators/rowscores.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
+    DIR/training.json                   seedlab attribution bank: its training's wall seconds, the run-updates trained and
+                                        one run's seconds at that rate (attribution/bank/run.py ``write_training``)
     DIR/metagrad.parquet, DIR/metagrad.json          seedlab attribution metagrad: every row's metagradient
                                         ∂L_q(θ_h)/∂w_{t,i} (seed, query, horizon, step, row, value) and the run's
                                         settings and costs (attribution/estimators/metagrad.py)
@@ -256,6 +258,12 @@ class BankDir(DesignFolder):
         """seedlab attribution metagrad: its settings, counts and wall time per seed."""
         return self.root / "metagrad.json"
 
+    @property
+    def training(self) -> Path:
+        """seedlab attribution bank: its training's wall seconds and updates (run.py ``write_training``): what one
+        training run costs, beside which the leaderboard sets the estimators' seconds."""
+        return self.root / "training.json"
+
     def tables(self) -> list[Path]:
         """Every table of the bank: its top-level ``*.parquet`` files (measured, additivity, attribution, ...)."""
         return sorted(self.root.glob("*.parquet"))
@@ -436,6 +444,14 @@ class ExportDir(BankDir):
         return sorted(p for p in self.root.rglob("*") if (p.is_file() or p.is_symlink())
                       and p != self.manifest and p.name != LOCK
                       and p.relative_to(self.root).parts[0] != self.SCORES)
+
+
+@dataclass(frozen=True)
+class LeaderboardDir(TableDir):
+    """Where ``seedlab attribution leaderboard --out DIR`` renders its table across banks and exports:
+    ``leaderboard.md``, ``leaderboard-table.csv``, ``leaderboard-grid.png``."""
+
+    stem = "leaderboard"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,310 @@
+"""The leaderboard across banks and exports (attribution/analyses/leaderboard.py, report/leaderboard.py, ``seedlab
+attribution leaderboard``): its cells are the analyses modules' numbers for the same bank (single-row ρ and the row
+invariance, leave-one-out by age, the single-model LDS, each estimator's recorded seconds over the bank's training
+clock); banks that differ in B render side by side, an export beside a bank; the figure passes figcheck; banks of
+another design (queries, corpus) and a folder that is neither bank nor export are refused in one line, exit 2,
+nothing written. The banks here are synthetic tables in a bank's layout (no training): what the leaderboard reads."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import figcheck
+from seedlab.attribution.analyses import lds, leaderboard, loo, stats
+from seedlab.attribution.bank.rundir import BankDir, ExportDir, LeaderboardDir
+from seedlab.attribution.benchmark import FORMAT, verify
+from seedlab.attribution.report import leaderboard as report
+from seedlab.errors import SeedlabError
+from seedlab.store import digest, file_sha256
+
+S, END = 4, 14
+HORIZONS = {5: "s+1", 7: "s+3", 9: "mid", 14: "end"}
+SEEDS = (0, 1)
+CANDIDATES = [("passage-0", "passage"), ("passage-1", "passage"), ("passage-2", "passage"), ("heldout-0", "heldout"),
+              ("heldout-1", "heldout"), ("heldout-2", "heldout")]
+QUERIES = [("query-0", "heldout"), ("query-1", "heldout"), ("probe-gizmo", "probe")]
+SWAPS = {"adam": ("estimator", 0.3), "sgd": ("estimator", 1.5), "unroll": ("reference", 0.1),
+         "random": ("baseline", None), "gradnorm": ("baseline", 3.0)}
+ROWS = {"metagrad": 0.3, "tracin": 1.0, "grad-dot": 3.0}
+LOO_STEPS = (2, 4, 13)  # ages at the end: 12, 10, 1
+R = 200  # bootstrap resamples (the command's 2,000: the same code)
+
+
+def write_bank(folder, *, B=4, lr=1e-2, rng=0, queries=QUERIES, replicate=True, removals=True, training=2.0):
+    """A bank's top as the leaderboard reads it: config, inputs, attribution.parquet and .json, loo, groups and
+    their rows, the row scores with their seconds, training.json. Effects and estimates are seeded noise around a
+    shared truth, so the estimators differ in how well they rank."""
+    g = np.random.default_rng(rng)
+    folder.mkdir(parents=True)
+    cfg = {"model": "mini", "block_size": 32, "batch_size": B, "peak_lr": lr, "min_lr": lr / 10, "steps": END,
+           "injection_step": S, "injection_row": 0, "seeds": list(SEEDS), "corpus": "/corpus",
+           "candidates": {"file": "candidates.txt", "heldout": 3, "seed": 0, "own_row": replicate},
+           "queries": {"own": True, "heldout": 2, "probes": "probes.jsonl"}}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    text = lambda name, kind, i: {"name": name, "kind": kind, "text": name, "tokens": [i, i + 1, i + 2]}
+    (folder / "inputs.json").write_text(json.dumps({
+        "corpus": "/corpus", "corpus_sha256": {"train": "a1", "heldout": "b2"}, "eot_id": 0,
+        "candidates": [text(n, k, i) for i, (n, k) in enumerate(CANDIDATES)],
+        "queries": [text(n, k, 10 + i) for i, (n, k) in enumerate(queries)]}))
+    rows = []
+    for seed in SEEDS:
+        for (c, ck) in [*CANDIDATES, ("own-row", "control")]:
+            for (q, qk) in [("self", "self"), *queries]:
+                for h, label in HORIZONS.items():
+                    m = 0.0 if ck == "control" else g.normal() * (1 + 0.1 * (h - S))
+                    rep = np.nan if not replicate else m + g.normal() * 0.3
+                    for e, (lab, noise) in SWAPS.items():
+                        est = 0.0 if ck == "control" else (g.normal() if noise is None else m + noise * g.normal())
+                        rows.append({"seed": seed, "candidate": c, "query": q, "horizon": h, "measured": m,
+                                     "measured_replicate": rep, "estimator": e, "estimator_label": lab, "estimate": est,
+                                     "candidate_kind": ck, "query_kind": qk, "after": h - S, "label": label,
+                                     "unit": "nats/token"})
+    pd.DataFrame(rows).to_parquet(folder / "attribution.parquet")
+    (folder / "attribution.json").write_text(json.dumps({
+        "estimators": list(SWAPS), "seconds": {e: {str(s): 0.5 + i + s for s in SEEDS} for i, e in enumerate(SWAPS)}}))
+    if training is not None:
+        (folder / "training.json").write_text(json.dumps({"seconds_per_run": training, "run_updates": 100}))
+    if not removals:
+        return folder
+    truth, scores = {}, []
+    for seed in SEEDS:
+        for t in range(0, END):
+            for i in range(B):
+                for q, _ in queries:
+                    for h in HORIZONS:
+                        if h > t:
+                            truth[seed, t, i, q, h] = g.normal()
+    for (seed, t, i, q, h), v in truth.items():
+        for e, noise in ROWS.items():
+            scores.append({"seed": seed, "estimator": e, "query": q, "horizon": h, "step": t, "row": i,
+                           "value": v + noise * g.normal(), "unit": "nats/token"})
+    pd.DataFrame(scores).to_parquet(folder / "rowscores.parquet")
+    (folder / "rowscores.json").write_text(json.dumps({"estimators": ["tracin", "grad-dot"], "seconds": {
+        str(s): {"tracin": 4.0 + s, "grad-dot": 1.0} for s in SEEDS}}))
+    (folder / "metagrad.json").write_text(json.dumps({"seeds": {str(s): {"seconds": 10.0 * (s + 1)} for s in SEEDS}}))
+    kinds = dict(queries)
+    L = [{"seed": seed, "step": t, "row": i, "query": q, "query_kind": kinds[q], "horizon": h, "label": HORIZONS[h],
+          "age": h - t, "measured": truth[seed, t, i, q, h] + 0.5 * g.normal(), "loss": 1.0, "twin_loss": 1.0}
+         for seed in SEEDS for t in LOO_STEPS for i in range(4) for q, _ in queries for h in HORIZONS if h > t]
+    pd.DataFrame(L).to_parquet(folder / "loo.parquet")
+    members, groups = [], []
+    rows_after = [(t, i) for t in range(S, END) for i in range(B)]
+    for seed in SEEDS:
+        for a in (0.05, 0.1):
+            for k in range(8):
+                pick = [rows_after[j] for j in g.choice(len(rows_after), size=max(2, round(a * len(rows_after))),
+                                                        replace=False)]
+                members += [{"seed": seed, "alpha": a, "subset": k, "step": t, "row": i} for t, i in pick]
+                for q, qk in queries:
+                    for h in (9, 14):
+                        effect = sum(truth[seed, t, i, q, h] for t, i in pick if t < h) + 0.5 * g.normal()
+                        groups.append({"seed": seed, "alpha": a, "subset": k, "rows": len(pick), "query": q,
+                                       "query_kind": qk, "horizon": h, "label": HORIZONS[h], "removed_before": 0,
+                                       "measured": effect, "loss": 1.0, "twin_loss": 1.0})
+    pd.DataFrame(groups).to_parquet(folder / "groups.parquet")
+    pd.DataFrame(members).to_parquet(folder / "group_rows.parquet")
+    return folder
+
+
+def as_export(bank, dst):
+    """``bank`` copied and sealed as an export: a manifest of every file's SHA-256 (benchmark.py's format)."""
+    shutil.copytree(bank, dst)
+    ex = ExportDir(dst)
+    files = {ex.relative(p): file_sha256(p) for p in ex.files()}
+    ex.manifest.write_text(json.dumps({"format": FORMAT, "bank": str(bank), "rows": "trained", "seeds": list(SEEDS),
+                                       "files": files, "digest": digest(files)}))
+    verify(dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def banks(tmp_path_factory):
+    base = tmp_path_factory.mktemp("leaderboard")
+    return {"b4": write_bank(base / "b4"), "b16": write_bank(base / "b16", B=16, lr=1e-3, rng=1),
+            "bare": write_bank(base / "bare", B=8, rng=2, replicate=False, removals=False, training=None)}
+
+
+@pytest.fixture(scope="module")
+def board(banks):
+    return leaderboard.board([banks["b4"], banks["b16"], banks["bare"]], resamples=R)
+
+
+def _cells(b, column, metric, **where):
+    t = b.table[(b.table.column == column) & (b.table.metric == metric)]
+    for k, v in where.items():
+        t = t[t[k] == v]
+    return t
+
+
+def test_the_single_row_cells_are_the_banks_correlations_and_its_row_invariance(banks, board):
+    column = board.columns[0]
+    df = pd.read_parquet(banks["b4"] / "attribution.parquet")
+    corr = stats.analyse(df, resamples=R).correlations
+    corr = corr[corr.track == "within"]
+    got = _cells(board, column, leaderboard.SINGLE)
+    est = got[got.role != "ceiling"].set_index(["estimator", "query_kind", "setting"])
+    want = corr[corr.estimator != stats.ROW_INVARIANCE].set_index(["estimator", "query_kind", "label"])
+    assert len(est) == len(want) == 6 * 3 * 4  # adam, sgd, unroll, random, gradnorm and the kind baseline
+    for key, r in want.iterrows():
+        np.testing.assert_array_equal(est.loc[key, ["value", "low", "high"]].tolist(), [r.rho, r.low, r.high], key)
+    assert est.loc[("unroll", "heldout", "s+1"), "role"] == "reference"
+    assert est.loc[("random", "heldout", "s+1"), "role"] == est.loc[("kind", "heldout", "s+1"), "role"] == "baseline"
+    ceil = got[got.role == "ceiling"].set_index(["query_kind", "setting"])
+    for r in corr[corr.estimator == stats.ROW_INVARIANCE].itertuples():
+        c = ceil.loc[(r.query_kind, r.label)]
+        assert (c.retest, c.retest_low, c.retest_high, c.value) == (r.rho, r.low, r.high, r.bound)
+        assert c.low == pytest.approx(np.sqrt(max(r.low, 0))) and c.high == pytest.approx(np.sqrt(max(r.high, 0)))
+    bare = _cells(board, board.columns[2], leaderboard.SINGLE)  # no replicate rows: the ceiling not measured
+    assert (bare[bare.role == "ceiling"].note == leaderboard.NOT_MEASURED).all() and len(bare[bare.role == "ceiling"])
+
+
+def test_the_leave_one_out_and_lds_cells_are_loo_and_lds_at_the_end(banks, board):
+    column = board.columns[0]
+    L = pd.read_parquet(banks["b4"] / "loo.parquet")
+    scores = pd.read_parquet(banks["b4"] / "rowscores.parquet")
+    by_age = loo.by_age(loo.joined(L, scores), resamples=R)
+    got = _cells(board, column, leaderboard.LOO).query("role != 'ceiling'").set_index(["estimator", "query_kind", "setting"])
+    assert sorted(set(got.index.get_level_values("setting"))) == ["age 1", "age 11–50", "age 2–10"]  # 1, 10, 12
+    for step, band in ((13, "age 1"), (4, "age 2–10"), (2, "age 11–50")):  # one step a band: its by_age cell
+        want = by_age[(by_age.step == step) & (by_age.horizon == END)]
+        assert len(want) == 3 * 3  # metagrad, tracin, grad-dot × heldout, probe, all
+        for r in want.itertuples():
+            cell = got.loc[(r.estimator, r.query_kind, band)]
+            np.testing.assert_array_equal([cell.value, cell.low, cell.high],
+                                          [r.rho_within, r.rho_within_low, r.rho_within_high])
+            assert cell.role == "estimator"  # metagrad is MAGIC's attributor here, not a reference
+    two = leaderboard.loo_rows(board.sources[0], column, bands=(1, 50), resamples=R, seed=0, alpha=0.05)
+    pooled = loo.pooled(loo.joined(L[L.step.isin([2, 4])], scores), resamples=R)
+    pooled = pooled[pooled.horizon == END].set_index(["estimator", "query_kind"])
+    for r in (r for r in two if r["setting"] == "age 2–50" and r["role"] != "ceiling"):  # two steps: loo.pooled over them
+        assert r["value"] == pooled.loc[(r["estimator"], r["query_kind"]), "rho_within"]
+
+    G, M = pd.read_parquet(banks["b4"] / "groups.parquet"), pd.read_parquet(banks["b4"] / "group_rows.parquet")
+    table = lds.analyse(G, M, scores, resamples=R)
+    table = table[table.horizon == END]
+    got = _cells(board, column, leaderboard.LDS).query("role != 'ceiling'").set_index(["estimator", "query_kind", "setting"])
+    assert len(got) == len(table) == 3 * 3 * 2
+    for r in table.itertuples():
+        np.testing.assert_array_equal(
+            got.loc[(r.estimator, r.query_kind, f"α {100 * r.alpha:g} %"), ["value", "low", "high"]].tolist(),
+            [r.lds, r.low, r.high])
+    ceilings = pd.concat([_cells(board, column, m).query("role == 'ceiling'") for m in (leaderboard.LOO, leaderboard.LDS)])
+    assert len(ceilings) and (ceilings.note == leaderboard.NOT_MEASURED).all()  # no retest of the removals here
+
+
+def test_the_cost_is_the_recorded_seconds_per_seed_over_the_banks_training_run(banks, board):
+    t = board.table
+    swaps = t[(t.column == board.columns[0]) & (t.metric == leaderboard.COST_SWAPS)].set_index("estimator")
+    assert swaps.loc["sgd", "seconds"] == pytest.approx((1.5 + 2.5) / 2) and swaps.loc["sgd", "per_run"] == pytest.approx(1.0)
+    rows = t[(t.column == board.columns[0]) & (t.metric == leaderboard.COST_ROWS)].set_index("estimator")
+    assert rows.loc["metagrad", "seconds"] == pytest.approx(15.0) and rows.loc["metagrad", "per_run"] == pytest.approx(7.5)
+    assert rows.loc["tracin", "seconds"] == pytest.approx(4.5)
+    bare = t[(t.column == board.columns[2]) & (t.metric == leaderboard.COST_SWAPS)]
+    assert bare.per_run.isna().all() and bare.seconds.notna().all()  # no training.json: seconds, no multiple
+
+
+def test_banks_of_other_rows_per_batch_are_columns_labelled_by_their_design(board):
+    assert board.columns == ["B 4, lr 0.01, 14 steps", "B 16, lr 0.001, 14 steps", "B 8, lr 0.01, 14 steps"]
+    assert list(board.designs.kind) == ["bank", "bank", "bank"] and board.main == {"single": "heldout", "rows": "all"}
+    s = board.standings
+    row = s[(s.column == board.columns[0]) & (s.metric == leaderboard.SINGLE) & (s.query_kind == "heldout")
+            & (s.setting == "s+1")].iloc[0]
+    assert row.leader != "unroll"  # a reference never leads
+    t = board.table
+    cell = t[(t.column == row.column) & (t.metric == row.metric) & (t.query_kind == "heldout") & (t.setting == "s+1")
+             & ~t.role.isin(["ceiling", "reference"])]
+    others = cell[cell.estimator != row.leader]
+    assert row.value == cell.value.max()
+    assert row.separated == bool((others.high < row.low).all())
+    assert set(row.tied) == set(others[others.high >= row.low].estimator)
+
+
+def test_the_report_renders_the_table_csv_and_figure(board, tmp_path, monkeypatch):
+    figs = figcheck.capture(monkeypatch, report)
+    path = report.write_leaderboard(board, tmp_path / "lb")
+    where = LeaderboardDir(tmp_path / "lb")
+    assert path == where.report and where.table("table").is_file() and where.figure("grid").is_file()
+    figcheck.check_all(figs)
+    text = path.read_text()
+    for column in board.columns:
+        assert f"| {column} |" in text
+    t = board.table
+    adam = t[(t.column == board.columns[0]) & (t.estimator == "adam") & (t.metric == leaderboard.SINGLE)
+             & (t.query_kind == "heldout") & (t.setting == "end")].iloc[0]
+    assert f"{adam.value:.2f} [{adam.low:.2f}, {adam.high:.2f}]" in text
+    assert leaderboard.NOT_MEASURED in text and "| *random* |" in text and "| **unroll** |" in text
+    assert "(ρ_rep " in text and "LOO age 1" in text and "LDS α 5 %" in text and "## Single rows on the candidates' own text" in text
+    assert not re.search(r"\b(best|wins?)\b", text, re.I)  # leaders are "first" only where intervals separate
+    csv = pd.read_csv(where.table("table"))
+    assert len(csv) == len(t) and {"B", "lr", "steps"} <= set(csv.columns)
+
+
+def test_an_export_and_a_bank_render_together(banks, tmp_path, seedlab_main):
+    ex = as_export(banks["b4"], tmp_path / "bench")
+    rc, out, err = seedlab_main("attribution", "leaderboard", str(banks["b4"]), str(ex), str(banks["b16"]), "--out",
+                                "lb")
+    assert rc == 0, err
+    text = (tmp_path / "lb" / "leaderboard.md").read_text()
+    assert "| B 4, lr 0.01, 14 steps · b4 |" in text and "| B 4, lr 0.01, 14 steps · bench |" in text
+    assert "| export |" in text and "leaderboard.md" in out
+    csv = pd.read_csv(tmp_path / "lb" / "leaderboard-table.csv")
+    a, b = (csv[csv.column == f"B 4, lr 0.01, 14 steps · {n}"].drop(columns=["column", "source", "kind"])
+            .reset_index(drop=True) for n in ("b4", "bench"))
+    pd.testing.assert_frame_equal(a, b)  # the export's numbers are its bank's
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(banks, tmp_path, seedlab_main):
+    other = write_bank(tmp_path / "other", B=32, queries=[("query-0", "heldout"), ("query-9", "heldout")])
+    ex = as_export(banks["b4"], tmp_path / "sealed")
+    (ex / "loo.parquet").write_bytes(b"edited")
+    (tmp_path / "plain").mkdir()
+    corpus = json.loads((banks["b16"] / "inputs.json").read_text())
+    alien = tmp_path / "alien"
+    shutil.copytree(banks["b16"], alien)
+    (alien / "inputs.json").write_text(json.dumps({**corpus, "corpus_sha256": {"train": "zz", "heldout": "b2"}}))
+    bad = [((str(banks["b4"]), str(other)), r"^error: leaderboard: .*b4 and .*other are not comparable: they differ in "
+                                            r"queries .*B, lr and steps may differ"),
+           ((str(banks["b4"]), str(alien)), r"they differ in corpus \("),
+           ((str(banks["b4"]), str(tmp_path / "plain")), r"plain: neither a bank nor an export"),
+           ((str(tmp_path / "nowhere"),), r"nowhere: no such folder"),
+           ((str(ex),), r"sealed: loo.parquet does not match its SHA-256"),
+           ((str(banks["b4"]), "--age-bands", "10,2"), r"age bands: increasing")]
+    for args, match in bad:
+        rc, _, err = seedlab_main("attribution", "leaderboard", *args, "--out", "lb")
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and re.search(match, err), (args, err)
+        assert not (tmp_path / "lb").exists()
+    with pytest.raises(SeedlabError, match="nothing scored yet"):
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        (empty / "config.json").write_text((banks["b4"] / "config.json").read_text())
+        leaderboard.read_source(empty)
+
+
+def test_the_bank_records_its_training_clock(tmp_path):
+    """bank/run.py ``write_training``: seconds from the first run started to the last update, the run-updates, one
+    run's seconds at that rate; a later command that trained fewer updates (a resume) keeps the record."""
+    from types import SimpleNamespace
+
+    from seedlab.attribution.bank.run import Clock, write_training
+
+    rd = BankDir(tmp_path)
+    clock = Clock()
+    clock.started(40)
+    clock.run("seed 0 twin", 20)
+    for _ in range(40):
+        clock.step("seed 0 twin")
+    clock.first, clock.last = 10.0, 18.0
+    write_training(rd, SimpleNamespace(end=20), clock, {"device": "cpu", "threads": 1}, 1)
+    record = json.loads(rd.training.read_text())
+    assert (record["seconds"], record["run_updates"], record["seconds_per_run"]) == (8.0, 40, 4.0)
+    clock.updates = 3
+    write_training(rd, SimpleNamespace(end=20), clock, {}, 2)
+    assert json.loads(rd.training.read_text()) == record
+    write_training(BankDir(tmp_path / "none"), SimpleNamespace(end=20), Clock(), {}, 1)
+    assert not (tmp_path / "none").exists()
