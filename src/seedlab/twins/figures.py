@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from seedlab.reporting import Fig, new_figure, save_figure
-from seedlab.twins import report_data
+from seedlab.twins import dose, report_data
 from seedlab.twins.rundir import Measured
 from seedlab.twins.variants import SEED_COLOR, VARIANTS
 from seedlab.twins.variants import color as _variant_color
@@ -209,3 +209,66 @@ def distance_course_figure(d: Measured) -> Fig:
     return Fig(title, save_figure(fig, d.dir.figure("distance_course.png")),
                f"Left: weight distance to the twin at each checkpoint as a fraction of its final value (mean over seeds); dotted: "
                f"the mid-point (step {d.steps['mid']}). The paper: 92% of the final distance by the mid-point." + barrier_text)
+
+
+def dose_figure(d: Measured, dr: dose.DoseResponse) -> Fig:
+    """Each end measure against the dose at s (twins/dose.py ``summarize``): the ordinary rows as points with their
+    line and its 95% t band over seeds, every passage and null marked, one panel per measure with a line."""
+    title = "Each end measure against the dose at s"
+    fitted = [ln for ln in dr.lines.values() if ln.fitted]
+    if not fitted:
+        return Fig(title, None, "no measure has an ordinary rows' line (the section's table says why)")
+    ncols = min(3, len(fitted))
+    nrows = -(-len(fitted) // ncols)
+    fig, axes = new_figure(nrows, ncols, w=4.0, h=3.2)
+    t = dr.table
+    handles: dict[str, object] = {}
+    for ax, ln in zip(axes, fitted):
+        k, log = ln.measure, ln.scale == "log-log"
+        pts = t[np.isfinite(t[k]) & ((t[k] > 0) & (t.dose > 0) if log else True)]
+        ordinary = pts[pts.role == "ordinary"]
+        handles["ordinary rows"] = ax.scatter(ordinary.dose, ordinary[k], color=color("ordinary-row"), s=12, alpha=0.7,
+                                              lw=0, label="ordinary rows")
+        b = dose.band(ln, alpha=dr.alpha)
+        handles["band"] = ax.fill_between(b.dose, b.low, b.high, color="0.82", lw=0,
+                                          label="the line's 95% t band over seeds")
+        handles["line"] = ax.plot(b.dose, b["mean"], color="k", lw=1, label="ordinary rows' line (mean over seeds)")[0]
+        for group, g in pts[pts.role.isin(["passage", "null"])].groupby("group", sort=False):
+            handles[group] = ax.scatter(g.dose, g[k], color=color(group), s=22, marker="D" if g.role.iloc[0] == "passage"
+                                        else "s", edgecolors="k", linewidths=0.4, label=group)
+        ax.set(xscale="log" if (t.dose > 0).all() else "linear", yscale="log" if log else "linear",
+               xlabel="dose: ‖Δθ_{s+1}‖", ylabel=dose.LABELS.get(k, k))
+        ax.set_title(f"{dose.LABELS.get(k, k)}\n{'log–log' if log else 'linear'}", fontsize=9)
+        _log_ticks(ax)
+    for ax in axes[len(fitted):]:
+        ax.set_visible(False)
+    fig.legend(handles=list(handles.values()), loc="outside right upper", fontsize=7)
+    unfitted = [ln.measure for ln in dr.lines.values() if not ln.fitted]
+    return Fig(title, save_figure(fig, d.dir.figure("dose.png")),
+               "Each point is one seed's arm against its twin: its dose at s (‖θ_{s+1} − θ_{s+1}(twin)‖, dose.json) and "
+               "its end measure; the ordinary rows (every ordinary-row arm and its row-weight arms: the lower doses) as "
+               "small points, the passages (diamonds, their row-weight arms in their passage's colour) and the nulls (squares) "
+               "marked. The line is the mean of the seeds' own lines through their ordinary rows and the band its 95% t "
+               "interval over seeds, drawn where the ordinary rows' doses lie; a panel is log–log where every dose and "
+               "value of its measure is positive, else linear in both (the dose axis drawn on a log scale, where a line "
+               "bends). The test is each arm's residual from its own seed's line (the section's table), not its distance "
+               "from this mean line."
+               + (f" No line (so no panel) for {', '.join(unfitted)}: the table says why." if unfitted else ""))
+
+
+def _log_ticks(ax) -> None:
+    """A log axis's tick labels, short: over less than ~1.5 decades every 1, 2 and 5 labelled plainly (0.2, 0.5, 1),
+    else the decades alone (no crowded minor-tick labels)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    short = FuncFormatter(lambda v, _: f"{v:.2g}")
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() != "log":
+            continue
+        if lo > 0 and hi / lo < 30:
+            axis.set_major_locator(LogLocator(subs=(1.0,)))
+            axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+            axis.set_major_formatter(short)
+            axis.set_minor_formatter(short)
+        else:
+            axis.set_minor_formatter(NullFormatter())

@@ -10,7 +10,10 @@ For each seed k and injected condition c (against the twin of the same seed) at 
 - **cka**          linear CKA per layer (``cka.blocks.<l>``: the residual stream after block l) on a probe batch;
 - **passage_ce**   the cross-entropy of c's own passage under c and under the twin, at s + 50 and at the end
                    (NaN for a condition without a text of its own: a null acting through the gradient or the
-                   weights, twins/variants.py).
+                   weights, twins/variants.py; a row-weight arm ``<arm>@w<w>``'s own passage is ``<arm>``'s text,
+                   twins/dose.py ``own_text``). checkpoints.parquet at the injection step holds every own text's CE
+                   at s (the twin's and the arm's weights are bitwise equal there): the ordinary rows' included,
+                   what the dose–response divides each drop by (twins/dose.py).
 
 ``passages.parquet`` is the cross-passage matrix: at every saved step, every condition's and its
 twin's CE on every passage (both fluent passages, the random characters, each ordinary row), so
@@ -62,6 +65,7 @@ from seedlab.measures.cka import linear_cka
 from seedlab.measures.text import text_ce
 from seedlab.measures.weights import aligned_distance, barrier_curve, identical, loss_path, weight_distance
 from seedlab.twins.config import TwinsConfig
+from seedlab.twins.dose import own_text
 from seedlab.twins.heldout import evaluation_rows
 from seedlab.twins.rundir import PASSAGE_COLUMNS, Run, open_run
 
@@ -247,7 +251,8 @@ class Comparisons:
         ce, texts = self.ev.heldout_ce(), self.texts_ce()
         self.passages += [{"seed": k, "condition": c, "step": t, "text": name, "ce": v, "twin_ce": twin.passage_ce[name],
                            "diff": v - twin.passage_ce[name]} for name, v in texts.items()]
-        own = texts.get(c, np.nan)  # a null of the gradient or weights channel has no passage of its own
+        text = own_text(c, texts)  # a row-weight arm <arm>@w<w> injects <arm>'s text
+        own = texts[text] if text is not None else np.nan  # a null of the gradient or weights channel has no passage of its own
         if t == self.final:
             row = self.compare(state, twin.state, ce, twin.heldout_ce, twin.residuals,
                                kind="injected", seed=k, condition=c, seed_b=k, condition_b="twin", step=t)
@@ -258,7 +263,8 @@ class Comparisons:
             dist = weight_distance(state, twin.state)["all"]
         self.checkpoints.append({
             "seed": k, "condition": c, "step": t, "distance": dist, "heldout_ce": ce, "twin_heldout_ce": twin.heldout_ce,
-            "passage_ce": own, "twin_passage_ce": twin.passage_ce.get(c, np.nan), "barrier": barrier, "rise_mid": rise,
+            "passage_ce": own, "twin_passage_ce": twin.passage_ce[text] if text is not None else np.nan, "barrier": barrier,
+            "rise_mid": rise,
         })
 
     def seed_pairs(self, pairs: list[tuple[int, int]], twin_final_ce: dict[int, float]) -> None:

@@ -3,7 +3,8 @@ computed once from a measured run's files (``twins.rundir.Measured``) with the s
 
 - ``summarize``  -> :class:`Summary`: the tables of twins/stats.py, the headline's numbers beside the paper's
                  (:class:`Headline`, twins/paper.py), the nulls' answer (:class:`NullVerdict`), the
-                 cross-passage matrix, the gradmatch rows; twins/report.py only words and tabulates it.
+                 cross-passage matrix, the gradmatch rows, the dose–response (twins/dose.py, where the arms
+                 recorded their dose); twins/report.py only words and tabulates it.
 - the figures' data (twins/figures.py draws them): the loss-difference curves (:func:`loss_diff_course`), each
   seed's distance and barrier against the inter-seed ones (:func:`seed_scaled`), CKA per layer
   (:func:`cka_means`), the courses over the checkpoints (:func:`mean_sd_course`,
@@ -18,6 +19,8 @@ import numpy as np
 import pandas as pd
 
 from seedlab.stats import sign_flip_floor
+from seedlab.twins import dose
+from seedlab.twins.dose import DoseResponse
 from seedlab.twins.config import MeasureConfig
 from seedlab.twins.rundir import Measured
 from seedlab.twins.stats import (ALPHA, NullFamily, abs_diff_curves, checkpoint_course, comparisons, exposure_effect,
@@ -205,6 +208,7 @@ class Summary:
     gradmatch: pd.DataFrame | None  # gradmatch_rows; None: gradmatch.parquet absent
     null_sizes: pd.DataFrame = field(default_factory=pd.DataFrame)  # null_sizes: each gradient null's size per channel
     findings: list[PassageFinding] = field(default_factory=list)  # passage_findings: the answer's tests
+    dose: DoseResponse | None = None  # twins/dose.py summarize: the dose–response; None: no arm has a dose.json
 
 
 def summarize(d: Measured) -> Summary:
@@ -238,6 +242,7 @@ def summarize(d: Measured) -> Summary:
         specificity=spec, exposure=exposure_effect(x, att, steps["s50"]) if has_passages else pd.DataFrame(),
         gradmatch=None if d.gradmatch is None else gradmatch_rows(d.gradmatch),
         null_sizes=null_sizes(d.perturbations), findings=passage_findings(comp, spec, steps["s50"]),
+        dose=dose.summarize(d),
     )
 
 

@@ -14,6 +14,7 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/seed-<k>/<condition>/losses.parquet        (step, loss): the training loss of every update
     DIR/seed-<k>/<condition>/state.safetensors     the complete state at the last checkpoint (resume)
     DIR/seed-<k>/<condition>/final.safetensors     the complete state at the end (only with keep: [final])
+    DIR/seed-<k>/<condition>/dose.json             the arm's state − the twin's after the update of s (the fork loop)
     DIR/seed-<k>/<condition>/done.json             written last: this seed x condition finished
     DIR/seed-<k>/replica/{manifest,done}.json      the replica control: the twin trained again, hashes only
     DIR/integrity.json                             how the runs were shown identical before s, deterministic after
@@ -94,6 +95,13 @@ class RunDir(DesignFolder):
     def condition(self, seed: int, cond: str) -> RunFolder:
         """One condition's run of one seed (an arm of the fork design)."""
         return self.run(seed, cond)
+
+    def dose(self, seed: int, cond: str) -> Path:
+        """One arm's dose.json (written by the fork loop): its state minus the twin's after the update that consumed
+        the batch of s, ``{"step", "theta": {"l2", "per_tensor", "abs_quantiles", "changed_fraction"}, "exp_avg": {"l2",
+        "per_tensor"}, "exp_avg_sq": {"l2", "per_tensor"}}``, float64 norms (forks/dose.py; the moments null without
+        any, the twin's own file zeros)."""
+        return self.condition(seed, cond).dose
 
     def measure_table(self, name: str) -> Path:
         """One of :data:`MEASURE_TABLES`."""
@@ -363,6 +371,28 @@ class Measured:
             rows.append({"seed": int(path.parent.parent.name.split("-", 1)[1]), "condition": path.parent.name,
                          **{k: v for k, v in rec.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}})
         return pd.DataFrame(rows)
+
+    @property
+    def doses(self) -> pd.DataFrame:
+        """Every arm's dose at s (:meth:`RunDir.dose`), one row per seed x condition with a dose.json: seed, condition,
+        step and the numbers the dose–response reads (twins/dose.py): ``theta_l2`` (‖Δθ_{s+1}‖, the dose), ``theta_q50``,
+        ``theta_q90``, ``theta_q99``, ``theta_max`` (quantiles of |Δθ_{s+1}| over coordinates), ``changed_fraction``,
+        ``exp_avg_l2`` (‖Δm‖), ``exp_avg_sq_l2`` (‖Δv‖; both NaN for an optimizer without moments); the per-tensor
+        norms stay in the files. Empty when no arm has one (a run trained before the fork loop recorded it)."""
+        rows = []
+        found = ((p.parent.parent.name.split("-", 1)[1], p.parent.name) for p in self.dir.root.glob("seed-*/*/dose.json"))
+        for seed, arm in sorted((int(k), a) for k, a in found if k.isdigit()):
+            rec = json.loads(self.dir.dose(seed, arm).read_text())
+            theta = rec.get("theta") or {}
+            q = theta.get("abs_quantiles") or {}
+            rows.append({"seed": seed, "condition": arm, "step": rec.get("step"), "theta_l2": theta.get("l2"),
+                         "theta_q50": q.get("0.5"), "theta_q90": q.get("0.9"), "theta_q99": q.get("0.99"),
+                         "theta_max": q.get("1.0"), "changed_fraction": theta.get("changed_fraction"),
+                         "exp_avg_l2": (rec.get("exp_avg") or {}).get("l2"),
+                         "exp_avg_sq_l2": (rec.get("exp_avg_sq") or {}).get("l2")})
+        cols = ["seed", "condition", "step", "theta_l2", "theta_q50", "theta_q90", "theta_q99", "theta_max",
+                "changed_fraction", "exp_avg_l2", "exp_avg_sq_l2"]
+        return pd.DataFrame(rows, columns=cols).astype({c: float for c in cols[3:]})
 
     def record(self, name: str) -> dict | None:
         """One of the run's records, ``integrity``, ``inputs`` or ``preregistration`` (json), None when absent."""
