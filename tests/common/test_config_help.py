@@ -29,8 +29,9 @@ ROOT = SRC.parent.parent
 #: pre-registration); then the null sign-gradient in the twins' conditions (default, mini, mini-long, gpt2-124m);
 #: since issue 33, the bank's loo and groups sections (null: off, in every attribution preset)
 #: then the twins' scale-axis presets (twins/scale-b16, -b64, -b256, -b16-long, -wide-b64) and the GPT mini-wide, with
-#: sign-gradient among their nulls
-PINNED = "cd7bf00b739061def0afc7521040b9bde82ae07db83b26f2488ee4938551fbd9"
+#: sign-gradient among their nulls; then the fork design's decay_steps (null: the decay ends with the run) in every
+#: twins and attribution config
+PINNED = "21fde897f8fe5368726971dcc4e8bbc7c84d3feab1b5ee443f7d447257475228"
 
 
 def _fingerprint() -> str:

@@ -208,7 +208,8 @@ class RunDir(DesignFolder):
 # --------------------------------------------------------------------------- a match folder (seedlab twins match)
 
 #: the fields of the fork design (forks/design.py) that steps 0 .. s-1 do not depend on; every other
-#: one (corpus, model, schedule, batches, device, precision, threads...) is in a match folder's config.json
+#: one (corpus, model, schedule, batches, device, precision, threads...) is in a match folder's config.json (the
+#: schedule's fields depend on s only through the rates before it: MatchDir.holds)
 NOT_PREFIX = frozenset({"seeds", "replicas", "midpoint", "injection_row", "arm_batch", "stack_memory"})
 KIND = "twins match"
 
@@ -228,6 +229,24 @@ class MatchDir(DesignFolder):
         """A config.json written by an older seedlab: the prefix fields TwinsConfig has gained since, at their defaults."""
         full = with_new_defaults(TwinsConfig, {k: v for k, v in old.items() if k != "kind"})
         return {"kind": old.get("kind"), **{k: full.get(k) for k in _prefix_fields()}}
+
+    def holds(self, old: dict, record) -> bool:
+        """The folder policy's comparison (forks/folders.py ``DesignFolder.claim``) with one allowance: a design whose
+        record differs from config.json's in the learning-rate schedule alone, where that leaves the rate of every
+        update before s bitwise the same (forks/prefix.py ``check_prefix_reuse``: a longer or shorter decay, run or
+        floor after s), holds the kept prefixes (config.json then records it); a schedule change that alters a rate
+        before s is refused in one line naming the field, nothing written. Any other difference: another design."""
+        from seedlab.forks.prefix import SCHEDULE_FIELDS, check_prefix_reuse  # (torch: not at import, for readers)
+
+        kept, record = self.upgrade(old), dict(record)
+        differ = [k for k in record if kept.get(k) != record[k]]
+        if set(kept) != set(record) or not differ or not all(k in SCHEDULE_FIELDS for k in differ):
+            return kept == record
+        try:
+            check_prefix_reuse(kept, record, record["injection_step"], differ, what=f"the prefixes kept in {self.root}")
+        except SeedlabError as e:
+            raise SeedlabError(f"{e}; use another folder, or --force to start over") from None
+        return True
 
 
 def prefix_record(cfg: TwinsConfig) -> dict:

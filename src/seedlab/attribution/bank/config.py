@@ -147,7 +147,7 @@ class AttributionConfig(ForkDesign):
 
     seeds: list[int] = Field([0, 1, 2, 3], description="training seeds; the across-seed reliability needs at least 2 "
                                                        "(not stated)")
-    steps: Pos = Field(250, description="optimizer updates of the schedule (its cosine ends here)")
+    steps: Pos = Field(250, description="optimizer updates of the schedule (its cosine ends here unless decay_steps is set)")
     stop: Pos | None = Field(None, description='the last update trained (the "end" horizon); null: steps. Cuts a long '
                                                "schedule short")
     optimizer: Literal["adamw", "sgd"] = Field("adamw", description="sgd: plain SGD (no momentum), for the first-order check")
