@@ -64,8 +64,7 @@ class PlainGPTLoop:
     def step(self) -> torch.Tensor:
         """One update; returns the last micro-batch's mean loss (not read: no host sync)."""
         cfg = self.cfg
-        lr = lr_at(self.it, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr,
-                   decay=cfg.decay_steps)
+        lr = lr_at(self.it, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
         for g in self.opt.param_groups:
             g["lr"] = lr
         for _ in range(self.accum):

@@ -1,14 +1,14 @@
 """attribution/bank/kinds.py: every kind of bank arm registered once, and read back from the names the bank gives."""
 
 from seedlab.attribution.bank.kinds import KINDS, RESERVED, kind_of
-from seedlab.attribution.bank.removals import group_name, loo_name
+from seedlab.attribution.bank.removals import group_name, loo_name, retest_name, trak_name
 from seedlab.attribution.bank.texts import nudged, pair, replicate, weighted
 
 
 def test_every_arm_name_the_bank_makes_reads_back_as_its_kind():
     made = {"candidate": "heldout-3", "replicate": replicate("heldout-3"), "pair": pair("heldout-3", "passage-1"),
             "weighted": weighted(0.25, "heldout-3"), "nudge": nudged("wte.weight"), "loo": loo_name(50, 2),
-            "group": group_name(0.05, 7)}
+            "group": group_name(0.05, 7), "retest": retest_name(loo_name(50, 2)), "trak": trak_name(0.5, 3, 1)}
     assert set(made) == set(KINDS)
     assert {k: kind_of(name).name for k, name in made.items()} == {k: k for k in made}
 

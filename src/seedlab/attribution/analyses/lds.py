@@ -20,6 +20,31 @@ Per estimator × α × horizon (and query kind, and ``all``):
   without a value for some rows — ekfac beyond the end — is summed over the rows it has; < 1 says so).
 
 A subset whose measured effect is missing (its run unfinished) is left out of its seed.
+
+**Two LDS kinds, each named for what it is** (:func:`both`, :data:`SINGLE`, :data:`TRAK`):
+
+- :data:`SINGLE`, "single-model LDS (MAGIC)": the above — small α-fractions removed from one deterministic run after
+  the shared prefix, each subset's effect measured once (MAGIC's LDS, Ilyas & Engstrom 2025);
+- :data:`TRAK`, "TRAK LDS (retrained subsets, seed-averaged)": subsets that each *keep* a fraction α_keep (0.5 in
+  TRAK, Park et al. 2023) of the rows of steps s .. end − 1, each retrained from the shared prefix ``trak.retrains``
+  times and its measured effect averaged over the retrainings (:func:`trak_groups`; trak.parquet). The retrainings are
+  the seeds TRAK averages over: after the prefix the bank's training is deterministic, and a bank seed fixes every
+  batch's rows as well as the init, so the first retraining is plain and each later one is nudged by one ulp at s
+  (attribution/bank/removals.py). A subset's prediction sums its *removed* rows (``alpha`` = 1 − α_keep here), which
+  ranks the subsets as TRAK's Σ over the kept rows of τ = −value does (the two differ by the sum over every row, one
+  constant per seed, query and horizon). The LDS then is this module's, on the averaged effects. Each subset run keeps
+  the schedule and its steps, the removed rows' loss weight 0: not TRAK's shorter run on a smaller data set.
+
+**The ceilings** beside both (columns ``retest``, ``reliability``, ``bound``, each with its interval). The single-model
+LDS: a bank with ``ceiling`` removes the first subsets again from the nudged twin (retest.parquet); ``retest`` is the
+LDS of that second measurement as a predictor (:func:`single_ceiling`: Spearman over the retested subsets between
+the effects on the twin and on the nudged twin, the mean over queries, then seeds, the same resamples),
+``reliability`` = ``retest`` (the LDS correlates against one measurement) and ``bound`` = √reliability. The TRAK LDS
+(:func:`trak_ceiling`): ``retest`` the Spearman over subsets between two retrainings' effects (the mean over pairs of
+retrainings, then queries, then seeds), ``reliability`` its Spearman–Brown step-up to the mean of the R retrainings
+(R·r / (1 + (R − 1)·r)), ``bound`` = √reliability: the attenuation bound of a predictor of what every retraining
+shares (attribution/analyses/loo.py ``ceiling`` says when it binds). Interval ends map through √ as they are (an end
+≤ 0 to 0).
 """
 
 from __future__ import annotations
@@ -30,8 +55,9 @@ import warnings
 import numpy as np
 import pandas as pd
 
+from seedlab.attribution.analyses.loo import RETEST
 from seedlab.attribution.analyses.stats import ALPHA, RESAMPLES, SEED, joint_gathers
-from seedlab.stats import bootstrap_interval, jackknife_se, spearman_along
+from seedlab.stats import bootstrap_interval, jackknife_se, spearman_along, spearman_brown
 
 ALL = "all"
 COLUMNS = ["estimator", "unit", "alpha", "query_kind", "horizon", "label", "seeds", "subsets", "queries", "lds", "low",
@@ -117,6 +143,16 @@ def _drawn(measured: pd.DataFrame, predicted: pd.DataFrame, resamples: int, seed
     """Per cell of :func:`_cells`: (keys, M, per-seed LDS, resampled LDS) — each estimator's bootstrap done once,
     for :func:`lds` and :func:`differences` alike."""
     return [(keys, M, *_draws(M, P, resamples, seed)) for keys, M, P in _cells(measured, predicted)]
+
+
+def resampled(measured: pd.DataFrame, predicted: pd.DataFrame, *, resamples: int = RESAMPLES,
+              seed: int = SEED) -> list[tuple[dict, np.ndarray, np.ndarray]]:
+    """Per cell of :func:`lds`'s table (its keys as a dict): (keys, the per-seed LDS [S], the LDS of each joint
+    resample [resamples]) — the draws :func:`lds` summarises, for a test on them (the resamples depend on the
+    design's shape and ``seed`` only: two estimators of one cell are paired)."""
+    if not len(measured) or not len(predicted):
+        return []
+    return [(keys, per_seed, draws) for keys, _, per_seed, draws in _drawn(measured, predicted, resamples, seed)]
 
 
 def _lds_table(drawn: list[tuple], alpha: float) -> pd.DataFrame:
@@ -212,3 +248,155 @@ def contrast(table: pd.DataFrame, single: pd.DataFrame, kind: str | None = None)
                      "single_predicts": None if one is None else bool(one.rho_low > 0),
                      "lds": r.lds, "low": r.low, "high": r.high, "group_predicts": bool(r.low > 0)})
     return pd.DataFrame(rows, columns=CONTRAST)
+
+
+# ---------------------------------------------------------------- both LDS kinds, and their ceilings
+
+SINGLE = "single-model LDS (MAGIC)"
+TRAK = "TRAK LDS (retrained subsets, seed-averaged)"
+KINDS = (SINGLE, TRAK)
+CEILING = ["alpha", "query_kind", "horizon", "retest", "retest_low", "retest_high", "retest_subsets", "reliability",
+           "reliability_low", "reliability_high", "bound", "bound_low", "bound_high"]
+TRAK_CEILING = ["keep", *CEILING, "seeds", "queries", "retrains"]
+BOTH = ["lds_kind", "estimator", "unit", "keep", "alpha", "retrains", "query_kind", "horizon", "label", "seeds",
+        "subsets", "queries", "lds", "low", "high", "se_seeds", "coverage", *CEILING[3:]]
+
+
+def _removed_fraction(keep) -> np.ndarray:
+    """α of a TRAK subset: the fraction of the rows it removes, 1 − α_keep (computed one way for every frame)."""
+    return 1.0 - np.asarray(keep, dtype=np.float64)
+
+
+def trak_groups(trak: pd.DataFrame) -> pd.DataFrame:
+    """trak.parquet averaged over the retrainings, in groups.parquet's shape (``alpha`` = 1 − α_keep, the fraction
+    removed): per seed × α_keep × subset × query × horizon the mean ``measured``, with ``keep`` and ``retrains`` (how
+    many retrainings the mean holds: one unfinished is left out of it)."""
+    keys = ["seed", "keep", "subset", "query", "query_kind", "horizon", "label"]
+    g = trak.groupby(keys, sort=True).agg(measured=("measured", "mean"), retrains=("retrain", "nunique")).reset_index()
+    return g.assign(alpha=_removed_fraction(g.keep))
+
+
+def trak_members(trak_rows: pd.DataFrame) -> pd.DataFrame:
+    """trak_rows.parquet (the rows each TRAK subset removed) in group_rows.parquet's shape (``alpha`` = 1 − α_keep)."""
+    return trak_rows.assign(alpha=_removed_fraction(trak_rows.keep))[["seed", "alpha", "subset", "step", "row"]]
+
+
+def trak_analyse(trak: pd.DataFrame | None, trak_rows: pd.DataFrame | None, scores: pd.DataFrame | None,
+                 reference: str = "metagrad", **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The TRAK LDS (module doc): (:func:`lds`, :func:`differences` against ``reference``) of the retrainings' mean
+    effects against the row scores, each table with ``keep`` (α_keep) beside ``alpha`` (1 − α_keep)."""
+    if trak is None or trak_rows is None or not len(trak):
+        return pd.DataFrame(columns=[*COLUMNS, "keep"]), pd.DataFrame(columns=[*DIFFERENCES, "keep"])
+    table, paired = analyse_paired(trak_groups(trak), trak_members(trak_rows), scores, reference, **kw)
+    keep = lambda t: t.assign(keep=1.0 - t.alpha.astype(np.float64)) if len(t) else t.assign(keep=np.nan)
+    return keep(table), keep(paired)
+
+
+def _root(v):
+    v = np.asarray(v, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(v), np.nan, np.sqrt(np.clip(v, 0.0, None)))
+
+
+def single_ceiling(retest: pd.DataFrame | None, *, resamples: int = RESAMPLES, seed: int = SEED,
+                   alpha: float = ALPHA) -> pd.DataFrame:
+    """The single-model LDS's ceiling (module doc; :data:`CEILING`) per α × query kind × horizon, from retest.parquet's
+    group rows: the LDS of the retest on the nudged twin as a predictor of the effect on the twin."""
+    g = pd.DataFrame() if retest is None or not len(retest) else retest[retest.removal == "group"]
+    if not len(g):
+        return pd.DataFrame(columns=CEILING)
+    measured = g[["seed", "alpha", "subset", "query", "query_kind", "horizon", "label", "measured"]]
+    predicted = pd.DataFrame({"estimator": RETEST, "unit": "nats/token", "seed": g.seed, "alpha": g.alpha,
+                              "subset": g.subset, "query": g["query"], "horizon": g.horizon, "predicted": g.retest,
+                              "coverage": 1.0})
+    t = lds(measured, predicted, resamples=resamples, seed=seed, alpha=alpha)
+    out = pd.DataFrame({"alpha": t.alpha, "query_kind": t.query_kind, "horizon": t.horizon, "retest": t.lds,
+                        "retest_low": t.low, "retest_high": t.high, "retest_subsets": t.subsets})
+    for end, src in (("", "retest"), ("_low", "retest_low"), ("_high", "retest_high")):
+        out["reliability" + end] = out[src]
+        out["bound" + end] = _root(out[src])
+    return out[CEILING]
+
+
+def _pairwise(X: np.ndarray) -> np.ndarray:
+    """[..., R, K] -> [...]: the mean over pairs of retrainings of the Spearman over the K subsets (NaN: R < 2)."""
+    R = X.shape[-2]
+    pairs = [spearman_along(X[..., a, :], X[..., b, :]) for a in range(R) for b in range(a + 1, R)]
+    if not pairs:
+        return np.full(X.shape[:-2], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(np.stack(pairs), axis=0)
+
+
+def trak_ceiling(trak: pd.DataFrame | None, *, resamples: int = RESAMPLES, seed: int = SEED,
+                 alpha: float = ALPHA) -> pd.DataFrame:
+    """The TRAK LDS's ceiling (module doc; :data:`TRAK_CEILING`) per α_keep × query kind (each, and :data:`ALL`) ×
+    horizon, from trak.parquet: the retrainings' test–retest, its Spearman–Brown reliability for their mean, and
+    √ of that; the resamples of :func:`lds` (seeds, then subsets within each drawn seed: paired with it)."""
+    if trak is None or not len(trak):
+        return pd.DataFrame(columns=TRAK_CEILING)
+    kinds = list(dict.fromkeys(trak.query_kind))
+    kinds = [*kinds, ALL] if len(kinds) > 1 else kinds
+    out = []
+    for (keep, h), g in trak.groupby(["keep", "horizon"], sort=True):
+        for kind in kinds:
+            gk = g if kind == ALL else g[g.query_kind == kind]
+            if not len(gk):
+                continue
+            axes = [sorted(gk[c].unique()) for c in ("seed", "query", "retrain", "subset")]
+            X = np.full(tuple(len(a) for a in axes), np.nan)  # [S, Q, R, K]
+            at = tuple(gk[c].map({v: n for n, v in enumerate(vals)}).to_numpy()
+                       for c, vals in zip(("seed", "query", "retrain", "subset"), axes))
+            X[at] = gk.measured.to_numpy(np.float64)
+            R = X.shape[2]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                point = float(np.nanmean(np.nanmean(_pairwise(X), axis=1))) if R > 1 else math.nan
+                draws = (np.concatenate([np.nanmean(np.nanmean(_pairwise(X[i]), axis=2), axis=1)
+                                         for i in joint_gathers(X.shape, 3, resamples, seed)])
+                         if R > 1 else np.full(resamples, np.nan))
+            lo, hi = bootstrap_interval(draws, alpha)
+            rel = [spearman_brown(v, R) if np.isfinite(v) else math.nan for v in (point, float(lo), float(hi))]
+            bound = _root(rel)
+            out.append({"keep": float(keep), "alpha": float(_removed_fraction(keep)), "query_kind": kind,
+                        "horizon": int(h), "retest": point, "retest_low": float(lo), "retest_high": float(hi),
+                        "retest_subsets": X.shape[3], "reliability": rel[0], "reliability_low": rel[1],
+                        "reliability_high": rel[2], "bound": float(bound[0]), "bound_low": float(bound[1]),
+                        "bound_high": float(bound[2]), "seeds": X.shape[0], "queries": X.shape[1], "retrains": R})
+    return pd.DataFrame(out, columns=TRAK_CEILING)
+
+
+def both(groups: pd.DataFrame | None, group_rows: pd.DataFrame | None, trak: pd.DataFrame | None,
+         trak_rows: pd.DataFrame | None, scores: pd.DataFrame | None, retest: pd.DataFrame | None = None, *,
+         resamples: int = RESAMPLES, seed: int = SEED, alpha: float = ALPHA) -> pd.DataFrame:
+    """Both LDS kinds of a bank (module doc; :data:`BOTH`), each row named by ``lds_kind`` (:data:`SINGLE` or
+    :data:`TRAK`), per estimator × fraction × query kind × horizon, with its ceiling beside it (NaN where the bank has
+    none: no ``ceiling`` for the single-model LDS, one retraining for TRAK's). ``groups``/``group_rows``:
+    groups.parquet, group_rows.parquet; ``trak``/``trak_rows``: trak.parquet, trak_rows.parquet; ``scores``:
+    rowscores.py ``read_scores``; ``retest``: retest.parquet."""
+    kw = {"resamples": resamples, "seed": seed, "alpha": alpha}
+    keys = ["alpha", "query_kind", "horizon"]
+    frames = []
+    if groups is not None and group_rows is not None and len(groups):
+        t = analyse(groups, group_rows, scores, **kw)
+        if len(t):
+            t = t.assign(lds_kind=SINGLE, keep=1.0 - t.alpha.astype(np.float64), retrains=1)
+            frames.append(_beside(t, single_ceiling(retest, **kw), keys))
+    if trak is not None and trak_rows is not None and len(trak):
+        t = trak_analyse(trak, trak_rows, scores, **kw)[0]
+        if len(t):
+            n = trak_groups(trak).groupby(["alpha", "horizon"]).retrains.min()
+            t = t.assign(lds_kind=TRAK, retrains=[int(n.get((a, h), 0)) for a, h in zip(t.alpha, t.horizon)])
+            frames.append(_beside(t, trak_ceiling(trak, **kw)[CEILING], keys))
+    if not frames:
+        return pd.DataFrame(columns=BOTH)
+    return pd.concat(frames, ignore_index=True)[BOTH]
+
+
+def _beside(table: pd.DataFrame, ceiling: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """``table`` with ``ceiling``'s columns beside each row of the same α (to 1e-9), query kind and horizon."""
+    if not len(ceiling):
+        return table.assign(**{c: np.nan for c in CEILING if c not in keys})
+    key = lambda f: f.assign(alpha=np.round(f.alpha.astype(np.float64), 9), horizon=f.horizon.astype(np.int64))
+    return key(table).merge(key(ceiling), on=keys, how="left")

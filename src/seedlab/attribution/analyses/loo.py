@@ -38,6 +38,19 @@ percentile interval over :data:`~seedlab.attribution.analyses.stats.RESAMPLES` r
 per-seed ratio (the seed's removals' median / its nudges' median; ``worst_seed``: that seed) — chaos differs between
 seeds, and a pooled median hides a seed whose nudges grew as large as its removals. One ulp is far smaller than a
 removal's kick to the weights: a floor, not a size-matched null.
+
+**The retest ceiling** (:func:`retest_pairs`, :func:`ceiling`, :func:`beside_ceiling`). A bank with ``ceiling`` removes
+every leave-one-out row again from the nudged twin (one ulp at s, removals.py), measured against that nudged twin
+(retest.parquet): each removal measured twice, on the twin and on a trajectory that differs from it by the smallest
+possible difference, which chaos grows. The retest is scored as an estimator (:data:`RETEST`) in :func:`by_age`'s and
+:func:`pooled`'s cells, the same resamples: ``retest`` (pooled ρ) and ``retest_within`` (ρ within queries) say how far
+a removal's measured effect belongs to the row rather than to the one trajectory it was measured on, and
+:func:`beside_ceiling` sets them beside every estimator's cell. ``bound`` = √retest (an interval's end ≤ 0 maps to 0):
+read as two parallel measurements of a trajectory-free effect T (Δ_twin = T + e, Δ_nudged = T + e′, e and e′
+uncorrelated with T and with each other), no predictor of T correlates with Δ_twin beyond √retest (the attenuation
+bound, as stats.py reads the row invariance). It binds the predictors that do not see the twin's trajectory past s
+(every estimator at θ_s); metagrad replays the twin's own run, where e is no noise (the bank is deterministic), and may
+pass it. Spearman's ρ is not Pearson's r, so the bound is read approximately.
 """
 
 from __future__ import annotations
@@ -254,3 +267,57 @@ def nudge_floor(table: pd.DataFrame, *, resamples: int = RESAMPLES, seed: int = 
                         "worst_seed": int(per_seed.idxmin()) if len(per_seed) else -1,
                         "worst_seed_ratio": float(per_seed.min()) if len(per_seed) else math.nan})
     return pd.DataFrame(out, columns=FLOOR)
+
+
+# ---------------------------------------------------------------- the retest ceiling
+
+RETEST = "retest (nudged twin)"  # the removal measured again on the nudged twin, scored as an estimator
+CEILING = ["query_kind", "step", "horizon", "retest_seeds", "retest_rows", "retest", "retest_low", "retest_high",
+           "retest_within", "retest_within_low", "retest_within_high", "bound", "bound_low", "bound_high",
+           "bound_within", "bound_within_low", "bound_within_high"]
+
+
+def retest_pairs(retest: pd.DataFrame) -> pd.DataFrame:
+    """retest.parquet's leave-one-out rows as :func:`joined`'s frame: ``measured`` on the twin, ``predicted`` the
+    retest on the nudged twin, estimator :data:`RETEST`."""
+    r = retest[retest.removal == "loo"]
+    return pd.DataFrame({
+        "seed": r.seed.to_numpy(), "step": r.step.to_numpy(np.int64), "row": r.row.to_numpy(np.int64),
+        "query": r["query"].to_numpy(), "query_kind": r.query_kind.to_numpy(), "horizon": r.horizon.to_numpy(),
+        "label": r.label.to_numpy(), "age": (r.horizon - r.step).to_numpy(), "measured": r.measured.to_numpy(),
+        "estimator": RETEST, "unit": "nats/token", "predicted": r.retest.to_numpy()})
+
+
+def _root(v: float) -> float:
+    """√v, 0 for v ≤ 0 (no common part shown), NaN kept."""
+    return v if math.isnan(v) else math.sqrt(v) if v > 0 else 0.0
+
+
+def _ceiling_of(t: pd.DataFrame) -> pd.DataFrame:
+    out = pd.DataFrame({"query_kind": t.query_kind, "step": t.step, "horizon": t.horizon, "retest_seeds": t.seeds,
+                        "retest_rows": t.rows})
+    for src, dst in (("rho", "retest"), ("rho_within", "retest_within")):
+        for end in ("", "_low", "_high"):
+            out[dst + end] = t[src + end].to_numpy(np.float64)
+            out[dst.replace("retest", "bound") + end] = [_root(v) for v in t[src + end].to_numpy(np.float64)]
+    return out[CEILING].reset_index(drop=True)
+
+
+def ceiling(retest: pd.DataFrame | None, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per (step, horizon) cell, every step of a horizon pooled) :data:`CEILING` tables of a bank's retest.parquet
+    (module doc); the cells and resamples of :func:`by_age` and :func:`pooled` (None or no leave-one-out retest:
+    empty frames)."""
+    j = pd.DataFrame() if retest is None or not len(retest) else retest_pairs(retest)
+    if not len(j):
+        return pd.DataFrame(columns=CEILING), pd.DataFrame(columns=CEILING)
+    return _ceiling_of(by_age(j, **kw)), _ceiling_of(pooled(j, **kw))
+
+
+def beside_ceiling(table: pd.DataFrame, ceiling_table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`by_age`'s (or :func:`pooled`'s) table with the matching :func:`ceiling` table's columns beside every
+    estimator's cell (same query kind, step and horizon; NaN where the retest has none)."""
+    keys = ["query_kind", "step", "horizon"]
+    if not len(table) or not len(ceiling_table):
+        return table.assign(**{c: np.nan for c in CEILING if c not in keys})
+    ints = {"step": np.int64, "horizon": np.int64}
+    return table.astype(ints).merge(ceiling_table.astype(ints), on=keys, how="left")

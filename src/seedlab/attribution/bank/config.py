@@ -117,6 +117,41 @@ class GroupsConfig(Strict):
     seed: int = Field(0, description="which subsets are drawn (with the training seed, α and the subset's index) (not stated)")
 
 
+class CeilingConfig(Strict):
+    """The removals again on a nudged twin (attribution/bank/removals.py): every leave-one-out row and the first group
+    subsets left out of the run nudged by one ulp at s (arm ``retest.<removal>``), each measured against that nudged
+    twin, so every removal's measured effect has a test–retest partner (retest.parquet; attribution/analyses/ceiling.py)."""
+
+    nudge: str | None = Field(None, description=(
+        "the tensor of chaos.nudges whose nudged twin (arm nudge.<tensor>) the removals are repeated on; null: the "
+        "first of chaos.nudges (not stated)"))
+    subsets: NonNeg | None = Field(None, description=(
+        "the first this many group subsets per α repeated (0: the leave-one-out rows only); null: every subset; "
+        "each one more run of end - s updates (not stated)"))
+
+
+class TrakConfig(Strict):
+    """TRAK's LDS (Park et al. 2023; attribution/bank/removals.py): random subsets that each *keep* a fraction of the
+    rows of steps s .. end - 1 (the other rows left out of the loss), each retrained from the shared prefix at s
+    ``retrains`` times, the queries' losses averaged over the retrainings (trak.parquet; attribution/analyses/lds.py)."""
+
+    keep: list[Annotated[float, Field(gt=0, lt=1)]] = Field([0.5], description=(
+        "α_keep: the fraction of the R = (end - s)·B rows of steps s .. end - 1 each subset keeps (round(α_keep·R) "
+        "rows kept, the rest removed at once; TRAK's LDS: 0.5)"))
+    subsets: Pos = Field(20, description=(
+        "subsets per α_keep and seed, each retrained `retrains` times, one arm of end - s updates each (TRAK: 50 and "
+        "more; not stated)"))
+    retrains: Pos = Field(2, description=(
+        "retrainings of every subset, its outputs averaged (TRAK's average over training seeds): the first plain, the "
+        "r-th after it nudged by one ulp at s at element chaos.index + r - 1 of `nudge` (after the shared prefix the "
+        "bank's training is deterministic, and a training seed also fixes the rows, so a nudge is the retraining's "
+        "seed) (not stated)"))
+    nudge: str | None = Field(None, description=(
+        "the tensor the retrainings past the first nudge; null: the first of chaos.nudges (not stated)"))
+    seed: int = Field(0, description=(
+        "which subsets are drawn (with the training seed, α_keep and the subset's index) (not stated)"))
+
+
 class AttributeConfig(Strict):
     """How ``seedlab attribution attribute`` runs the estimators on the bank (none of it stated)."""
 
@@ -161,6 +196,12 @@ class AttributionConfig(ForkDesign):
     groups: GroupsConfig | None = Field(None, description=(
         "group arms: random α-fractions of the rows after s removed (groups.parquet, the LDS); null: none "
         "(e.g. --set groups.subsets=50)"))
+    ceiling: CeilingConfig | None = Field(None, description=(
+        "the removals repeated on a nudged twin, their test-retest (retest.parquet); null: none (e.g. --set "
+        "ceiling.subsets=10 with loo or groups)"))
+    trak: TrakConfig | None = Field(None, description=(
+        "TRAK's LDS: retained subsets of the rows after s, each retrained and averaged (trak.parquet); null: none "
+        "(e.g. --set trak.subsets=20)"))
 
     @model_validator(mode="after")
     def _check(self) -> AttributionConfig:
@@ -181,7 +222,7 @@ class AttributionConfig(ForkDesign):
                              f"(0 .. {self.batch_size - 1}), got {r2}")
         if not (self.queries.own or self.queries.heldout or self.queries.probes):
             raise ValueError("queries: at least one kind (own, heldout or probes)")
-        if self.loo is not None or self.groups is not None:
+        if self.loo is not None or self.groups is not None or self.ceiling is not None or self.trak is not None:
             check(self)
         return self
 

@@ -17,6 +17,8 @@ WEIGHTED = "weight."  # a candidate at loss weight w < 1: "weight.<w>.<candidate
 NUDGE = "nudge."  # one ulp of one weight at s: "nudge.<tensor>"
 LOO = "loo."  # a leave-one-out arm: "loo.<step>.<row>"
 GROUP = "group."  # a group arm: "group.<alpha>.<subset>"
+RETEST = "retest."  # a removal arm again on the nudged twin: "retest.<the removal arm's name>"
+TRAK = "trak."  # a TRAK subset's retraining: "trak.<keep>.<subset>.<retraining>"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,10 @@ KINDS: dict[str, ArmKind] = {k.name: k for k in (
             "#d62728"),
     ArmKind("group", GROUP, "loss weight", "a random fraction of the rows of steps s .. end - 1 left out at once", False,
             "#ff7f0e"),
+    ArmKind("retest", RETEST, "loss weight", "a leave-one-out or group arm's rows left out of the nudged twin instead "
+            "(one ulp at s; measured against the nudged twin: the removal's test-retest)", False, "#8c564b"),
+    ArmKind("trak", TRAK, "loss weight", "a random fraction keep of the rows of steps s .. end - 1 kept, the rest left "
+            "out (TRAK's retained subset); each retraining past the first also nudged by one ulp at s", False, "#e377c2"),
 )}
 
 #: the prefixes a candidate's name may not start with (its own arm would read as another kind)

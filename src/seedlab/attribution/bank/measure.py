@@ -31,6 +31,17 @@ measured = L_q(run without the row) − L_q(twin), ``age`` = horizon − step), 
 (:data:`GROUP_COLUMNS`: per seed × α × subset × query × horizon, the subset's measured Δ L_q; ``removed_before``:
 how many of its rows lie before the horizon) and ``group_rows.parquet`` (:data:`GROUP_ROW_COLUMNS`: the rows of
 every subset): :func:`write_removals`. A removal run has no text of its own: it is measured on the queries only.
+
+With ``ceiling`` (every leave-one-out row and the first group subsets again on the nudged twin, removals.py) the bank
+also gets ``retest.parquet`` (:data:`RETEST_COLUMNS`: per seed × repeated removal × query × horizon, ``measured`` =
+L_q(removal run) − L_q(twin) as loo.parquet and groups.parquet have it, beside ``retest`` = L_q(retest run) −
+L_q(nudged twin), both runs forked alike and differing from their references by the same rows; ``removal`` loo or
+group, its step and row or its α and subset, the other pair −1/NaN; leave-one-out rows at the horizons after their
+step only). With ``trak`` (TRAK's retained subsets, removals.py) it gets ``trak.parquet`` (:data:`TRAK_COLUMNS`: per
+seed × α_keep × subset × retraining × query × horizon, measured = L_q(retraining) − L_q(twin); every retraining is
+set against the plain twin, so the mean over retrainings differs from TRAK's mean output by one constant per query and
+horizon, which no rank over subsets sees) and ``trak_rows.parquet`` (:data:`TRAK_ROW_COLUMNS`: the rows each subset
+*removed*, the rows of steps s .. end − 1 it does not keep: what an estimator's prediction sums, attribution/analyses/lds.py).
 """
 
 from __future__ import annotations
@@ -199,6 +210,11 @@ LOO_COLUMNS = ["seed", "step", "row", "query", "query_kind", "horizon", "label",
 GROUP_COLUMNS = ["seed", "alpha", "subset", "rows", "query", "query_kind", "horizon", "label", "removed_before",
                  "measured", "loss", "twin_loss"]
 GROUP_ROW_COLUMNS = ["seed", "alpha", "subset", "step", "row"]
+RETEST_COLUMNS = ["seed", "removal", "arm", "nudge", "step", "row", "alpha", "subset", "query", "query_kind", "horizon",
+                  "label", "measured", "retest"]
+TRAK_COLUMNS = ["seed", "keep", "subset", "retrain", "rows", "query", "query_kind", "horizon", "label", "removed_before",
+                "measured", "loss", "twin_loss"]
+TRAK_ROW_COLUMNS = ["seed", "keep", "subset", "step", "row"]
 
 
 def collect_weighted(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
@@ -333,9 +349,88 @@ def collect_groups(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.D
     return effects, members
 
 
+def collect_retest(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
+    """retest.parquet's frame (:data:`RETEST_COLUMNS`; module doc): every repeated removal whose run and retest finished,
+    beside a finished twin and nudged twin of its seed; the rest left out with a warning."""
+    from seedlab.attribution.bank.kinds import LOO
+    from seedlab.attribution.bank.removals import ceiling_nudge, parse_group, parse_loo, retest_name, retested
+    from seedlab.attribution.bank.texts import nudged
+
+    cfg, labels = bank.cfg, bank.cfg.horizon_steps()
+    tensor = ceiling_nudge(cfg)
+    kinds = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, missing = [], []
+    for seed, twin in finished_twins(bank, missing, "removals' retests"):
+        where = bank.dir.run(seed, nudged(tensor))
+        if not where.finished:
+            missing.append(f"seed {seed} {nudged(tensor)} (the retests' nudged twin)")
+            continue
+        nudged_twin = pd.read_parquet(where.queries).rename(columns={"loss": "twin_loss"})
+        for name, _, _ in retested(cfg, seed):
+            runs = {"measured": (name, twin), "retest": (retest_name(name), nudged_twin)}
+            late = [arm for arm, _ in runs.values() if not bank.dir.run(seed, arm).finished]
+            if late:
+                missing.extend(f"seed {seed} {arm}" for arm in late)
+                continue
+            d = {k: _queries_beside_twin(bank, bank.dir.run(seed, arm), ref, seed).set_index(["step", "text"])
+                 for k, (arm, ref) in runs.items()}
+            j = (d["measured"].loss - d["measured"].twin_loss).rename("measured").to_frame().join(
+                (d["retest"].loss - d["retest"].twin_loss).rename("retest"), how="inner").reset_index()
+            if name.startswith(LOO):
+                (t, i), (alpha, k) = parse_loo(name), (np.nan, -1)
+                j = j[j.step > t]
+            else:
+                (t, i), (alpha, k) = (-1, -1), parse_group(name)
+            frames.append(pd.DataFrame({
+                "seed": seed, "removal": "loo" if name.startswith(LOO) else "group", "arm": name, "nudge": tensor,
+                "step": t, "row": i, "alpha": float(alpha), "subset": k, "query": j.text, "query_kind": j.text.map(kinds),
+                "horizon": j.step, "label": j.step.map(labels), "measured": j.measured, "retest": j.retest}))
+    if warn:
+        warn_missing(missing, "measuring the rest")
+    if not frames:
+        return pd.DataFrame(columns=RETEST_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[RETEST_COLUMNS]
+
+
+def collect_trak(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """trak.parquet's and trak_rows.parquet's frames (:data:`TRAK_COLUMNS`, :data:`TRAK_ROW_COLUMNS`; module doc):
+    every finished TRAK retraining's Δ L_q against its seed's twin at every horizon, and the rows every subset of the
+    design removed (finished or not). Unfinished runs are left out with a warning."""
+    from seedlab.attribution.bank.removals import trak_name, trak_removed
+
+    cfg, labels = bank.cfg, bank.cfg.horizon_steps()
+    kinds = {n: t.kind for n, t in bank.inputs.queries.items()}
+    frames, rows, missing = [], [], []
+    removed = {seed: trak_removed(cfg, seed) for seed in cfg.seeds}
+    for seed in cfg.seeds:
+        for (keep, k), chosen in removed[seed].items():
+            rows.append(pd.DataFrame({"seed": seed, "keep": float(keep), "subset": k,
+                                      "step": [t for t, _ in chosen], "row": [i for _, i in chosen]}))
+    for seed, twin in finished_twins(bank, missing, "TRAK runs"):
+        for (keep, k), chosen in removed[seed].items():
+            steps = np.array([t for t, _ in chosen])
+            for r in range(cfg.trak.retrains):
+                where = bank.dir.run(seed, trak_name(keep, k, r))
+                if not where.finished:
+                    missing.append(f"seed {seed} {trak_name(keep, k, r)}")
+                    continue
+                d = _queries_beside_twin(bank, where, twin, seed)
+                frames.append(pd.DataFrame({
+                    "seed": seed, "keep": float(keep), "subset": k, "retrain": r, "rows": len(chosen), "query": d.text,
+                    "query_kind": d.text.map(kinds), "horizon": d.step, "label": d.step.map(labels),
+                    "removed_before": [int((steps < h).sum()) for h in d.step], "measured": d.loss - d.twin_loss,
+                    "loss": d.loss, "twin_loss": d.twin_loss}))
+    if warn:
+        warn_missing(missing, "measuring the rest")
+    effects = pd.concat(frames, ignore_index=True)[TRAK_COLUMNS] if frames else pd.DataFrame(columns=TRAK_COLUMNS)
+    members = pd.concat(rows, ignore_index=True)[TRAK_ROW_COLUMNS] if rows else pd.DataFrame(columns=TRAK_ROW_COLUMNS)
+    return effects, members
+
+
 def write_removals(root: str | Path) -> dict[str, pd.DataFrame]:
-    """loo.parquet (with ``loo``), groups.parquet and group_rows.parquet (with ``groups``) of a bank folder; returns
-    the frames written by name ({} for a bank without removals)."""
+    """loo.parquet (with ``loo``), groups.parquet and group_rows.parquet (with ``groups``), retest.parquet (with
+    ``ceiling``), trak.parquet and trak_rows.parquet (with ``trak``) of a bank folder; returns the frames written by
+    name ({} for a bank without removals)."""
     bank = open_bank(root)
     out: dict[str, pd.DataFrame] = {}
     if bank.cfg.loo is not None:
@@ -345,4 +440,11 @@ def write_removals(root: str | Path) -> dict[str, pd.DataFrame]:
         out["groups"], out["group_rows"] = collect_groups(bank)
         write_parquet(bank.dir.groups, out["groups"])
         write_parquet(bank.dir.group_rows, out["group_rows"])
+    if bank.cfg.ceiling is not None:
+        out["retest"] = collect_retest(bank)
+        write_parquet(bank.dir.retest, out["retest"])
+    if bank.cfg.trak is not None:
+        out["trak"], out["trak_rows"] = collect_trak(bank)
+        write_parquet(bank.dir.trak, out["trak"])
+        write_parquet(bank.dir.trak_rows, out["trak_rows"])
     return out

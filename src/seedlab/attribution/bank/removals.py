@@ -16,17 +16,41 @@ n(α) = round(α·R) of the R = (end − s)·B rows of the steps s .. end − 1,
 ``numpy.random.default_rng([groups.seed, seed, round(α·10⁶), k])`` (:func:`subsets`: the same subsets whenever the
 bank is built again), removed together (arm ``group.<α>.<k>``; folder seed-<k>/groups/<α>-<k>). Each group arm
 trains end − s updates: per seed, len(alphas) × subsets of them. α·R < 1 leaves no row and is refused by the config.
+
+**The retest** (``ceiling:``). Every leave-one-out arm and the first ``ceiling.subsets`` group subsets per α (null:
+every one) again, on the nudged twin: the same rows left out of a run that is also nudged by one ulp at s at the
+nudge arm's element (``ceiling.nudge``, a tensor of ``chaos.nudges``: its arm ``nudge.<tensor>`` is the nudged twin;
+null: the first), arm ``retest.<the removal's name>`` (folder seed-<k>/retest/loo/<t>-<i>, seed-<k>/retest/groups/<α>-<k>).
+Measured against the nudged twin, each removal's effect gets a test–retest partner: the same removal on a trajectory
+that differs from the twin's by the smallest possible difference, which the chaotic dynamics grow
+(attribution/analyses/ceiling.py). A leave-one-out row before s leaves the prefix at its step, as its removal does, and
+is nudged at s. Each retest trains what its removal trains.
+
+**TRAK's subsets** (``trak:``). Per training seed, α_keep ∈ ``trak.keep`` and k < ``trak.subsets``: a subset that keeps
+n = round(α_keep·R) of the R rows of steps s .. end − 1, drawn without replacement from
+``numpy.random.default_rng([trak.seed, seed, round(α_keep·10⁶), k, 1])`` (:func:`trak_kept`; a draw equal to an
+earlier subset of the same α_keep is drawn again from the same generator, so the subsets are distinct), its other
+R − n rows removed together. Each subset is retrained ``trak.retrains`` times from the prefix at s: retraining 0 plain,
+retraining r ≥ 1 also nudged by one ulp at s at element ``chaos.index`` + r − 1 of ``trak.nudge`` (null: the first of
+``chaos.nudges``) — after the shared prefix the bank's training is deterministic, and a training seed fixes every
+batch's rows as well as the init, so the nudge is the retraining's seed (arm ``trak.<α_keep>.<k>.<r>``; folder
+seed-<k>/trak/<α_keep>-<k>-<r>). A run keeps the schedule and its steps, the removed rows' loss weight 0 (the batch
+loss Σ_{kept} ℓ_i / N, N = B·T unchanged, as every removal here): not a shorter run on a smaller data set, as TRAK's
+retraining is. Per seed len(keep) × subsets × retrains arms of end − s updates. A subset that keeps every row or none,
+or more subsets than distinct ones exist, is refused by the config.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from seedlab.attribution.bank.kinds import GROUP, LOO  # the registry of arm kinds
+from seedlab.attribution.bank.kinds import GROUP, LOO, RETEST, TRAK  # the registry of arm kinds
 from seedlab.errors import SeedlabError
 
 if TYPE_CHECKING:  # forks/arms.py loads torch: imported where the arms are made
@@ -41,6 +65,9 @@ class Removing(Protocol):
     batch_size: int
     loo: Any  # LooConfig | None
     groups: Any  # GroupsConfig | None
+    chaos: Any  # ChaosConfig (its nudges: the retest's nudged twin, TRAK's retrainings)
+    ceiling: Any  # CeilingConfig | None
+    trak: Any  # TrakConfig | None
 
     @property
     def end(self) -> int: ...
@@ -77,9 +104,26 @@ def parse_group(arm: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
+def retest_name(removal: str) -> str:
+    """The retest arm of the removal arm named ``removal`` (module doc)."""
+    return f"{RETEST}{removal}"
+
+
+def trak_name(keep: float, k: int, r: int) -> str:
+    return f"{TRAK}{alpha_label(keep)}.{int(k)}.{int(r)}"
+
+
+def parse_trak(arm: str) -> tuple[str, int, int]:
+    """A TRAK arm's (α_keep as :func:`alpha_label` writes it, subset index, retraining)."""
+    m = re.match(r"^trak\.(\d+(?:\.\d+)?(?:e-\d+)?)\.(\d+)\.(\d+)$", arm)
+    if m is None:
+        raise SeedlabError(f"TRAK arm: expected trak.<keep>.<subset>.<retraining>, got {arm!r}")
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
 def is_removal(arm: str) -> bool:
-    """A leave-one-out or group arm (it carries no text: it is measured on the queries only)."""
-    return arm.startswith((LOO, GROUP))
+    """A leave-one-out, group, retest or TRAK arm (it carries no text: it is measured on the queries only)."""
+    return arm.startswith((LOO, GROUP, RETEST, TRAK))
 
 
 def resolve_step(spec: int | str, s: int, end: int) -> int:
@@ -139,21 +183,108 @@ def subsets(cfg: Removing, seed: int) -> dict[tuple[float, int], list[Row]]:
     return out
 
 
+def ceiling_nudge(cfg: Removing) -> str | None:
+    """The tensor whose nudged twin the retest runs on: ``ceiling.nudge``, else the first of ``chaos.nudges`` (None:
+    no ceiling, or no nudge to take)."""
+    if cfg.ceiling is None:
+        return None
+    return cfg.ceiling.nudge or next(iter(cfg.chaos.nudges), None)
+
+
+def trak_nudge(cfg: Removing) -> str | None:
+    """The tensor TRAK's retrainings past the first nudge: ``trak.nudge``, else the first of ``chaos.nudges``."""
+    if cfg.trak is None:
+        return None
+    return cfg.trak.nudge or next(iter(cfg.chaos.nudges), None)
+
+
+def retested(cfg: Removing, seed: int) -> list[tuple[str, list[Row], int | None]]:
+    """The removals the retest repeats, as (the removal arm's name, its rows, where it leaves the prefix): every
+    leave-one-out row, then the first ``ceiling.subsets`` subsets of each α (every one when null); [] without a ceiling."""
+    if cfg.ceiling is None:
+        return []
+    s = cfg.injection_step
+    out = [(loo_name(t, i), [(t, i)], t if t < s else None) for t, i in loo_rows(cfg)]
+    first = cfg.ceiling.subsets
+    out += [(group_name(alpha, k), rows, None) for (alpha, k), rows in subsets(cfg, seed).items()
+            if first is None or k < first]
+    return out
+
+
+def trak_size(cfg: Removing, keep: float) -> int:
+    """n = round(α_keep·R): the rows a TRAK subset keeps (0 and R are refused by the config)."""
+    return int(round(keep * group_rows(cfg)))
+
+
+def trak_kept(cfg: Removing, seed: int) -> dict[tuple[float, int], list[Row]]:
+    """``{(α_keep, k): [(step, row), ...]}``: the rows each of the seed's TRAK subsets keeps (module doc), sorted."""
+    if cfg.trak is None:
+        return {}
+    s, B, R = cfg.injection_step, cfg.batch_size, group_rows(cfg)
+    out = {}
+    for keep in cfg.trak.keep:
+        n, seen = trak_size(cfg, keep), set()
+        for k in range(cfg.trak.subsets):
+            rng = np.random.default_rng([cfg.trak.seed, seed, int(round(keep * 1e6)), k, 1])
+            flat = tuple(np.sort(rng.choice(R, size=n, replace=False)).tolist())
+            while flat in seen:  # a subset drawn before: drawn again (the config refuses more subsets than exist)
+                flat = tuple(np.sort(rng.choice(R, size=n, replace=False)).tolist())
+            seen.add(flat)
+            out[keep, k] = [(s + j // B, j % B) for j in flat]
+    return out
+
+
+def trak_removed(cfg: Removing, seed: int) -> dict[tuple[float, int], list[Row]]:
+    """``{(α_keep, k): [(step, row), ...]}``: the rows each TRAK subset's runs leave out (the rows of steps s .. end − 1
+    it does not keep), sorted."""
+    every = [(t, i) for t in range(cfg.injection_step, cfg.end) for i in range(cfg.batch_size)]
+    out = {}
+    for key, kept in trak_kept(cfg, seed).items():
+        keep = set(kept)
+        out[key] = [r for r in every if r not in keep]
+    return out
+
+
 def arms(cfg: Removing, seed: int) -> list[Arm]:
-    """The seed's removal arms: every leave-one-out row (by step, then row), then every group (by α, then k)."""
-    from seedlab.forks.arms import removal
+    """The seed's removal arms: every leave-one-out row (by step, then row), then every group (by α, then k), then
+    (``ceiling``) every retest in :func:`retested`'s order, then (``trak``) every TRAK subset's retrainings (by α_keep,
+    then k, then r). With neither ``ceiling`` nor ``trak`` the list is what it was before either existed."""
+    from seedlab.forks.arms import nudge, removal
 
     s = cfg.injection_step
     out = [removal(loo_name(t, i), [(t, i)], start=t if t < s else None) for t, i in loo_rows(cfg)]
     out += [removal(group_name(alpha, k), rows) for (alpha, k), rows in subsets(cfg, seed).items()]
+    tensor = ceiling_nudge(cfg)
+    for name, rows, start in retested(cfg, seed):
+        bare = removal(retest_name(name), rows, start=start)
+        out.append(replace(bare, perturbation=nudge(bare.name, s, tensor, cfg.chaos.index).perturbation))
+    if cfg.trak is not None:
+        tensor = trak_nudge(cfg)
+        for (keep, k), rows in trak_removed(cfg, seed).items():
+            for r in range(cfg.trak.retrains):
+                bare = removal(trak_name(keep, k, r), rows)
+                out.append(bare if r == 0 else
+                           replace(bare, perturbation=nudge(bare.name, s, tensor, cfg.chaos.index + r - 1).perturbation))
     return out
 
 
 def updates_per_seed(cfg: Removing) -> dict[str, int]:
-    """What the removal arms train per seed (updates): the leave-one-out arms (Σ over rows of end − t) and the groups."""
+    """What the removal arms train per seed (updates): the leave-one-out arms (Σ over rows of end − t), the groups, and
+    (with ``ceiling``, ``trak``) the retests (each what its removal trains) and TRAK's retrainings."""
+    after = cfg.end - cfg.injection_step
     loo = sum(cfg.end - t for t, _ in loo_rows(cfg))
-    groups = 0 if cfg.groups is None else len(cfg.groups.alphas) * cfg.groups.subsets * (cfg.end - cfg.injection_step)
-    return {"loo": loo, "groups": groups}
+    groups = 0 if cfg.groups is None else len(cfg.groups.alphas) * cfg.groups.subsets * after
+    retest = 0
+    if cfg.ceiling is not None:
+        per_alpha = 0 if cfg.groups is None else min(cfg.groups.subsets, cfg.ceiling.subsets if cfg.ceiling.subsets
+                                                     is not None else cfg.groups.subsets)
+        retest = loo + (0 if cfg.groups is None else len(cfg.groups.alphas) * per_alpha * after)
+    out = {"loo": loo, "groups": groups}
+    if cfg.ceiling is not None:
+        out["retest"] = retest
+    if cfg.trak is not None:
+        out["trak"] = len(cfg.trak.keep) * cfg.trak.subsets * cfg.trak.retrains * after
+    return out
 
 
 def check(cfg: Removing) -> None:
@@ -181,16 +312,68 @@ def check(cfg: Removing) -> None:
                                  f"{R} rows of steps {s} .. {end - 1}); at least {1 / R:.3g}")
         if len(set(cfg.groups.alphas)) != len(cfg.groups.alphas):
             raise ValueError(f"groups.alphas: each α once, got {cfg.groups.alphas}")
+    if cfg.ceiling is not None:
+        _check_ceiling(cfg)
+    if cfg.trak is not None:
+        _check_trak(cfg)
+
+
+def _check_ceiling(cfg: Removing) -> None:
+    """The retest needs removals to repeat and a nudged twin to repeat them on."""
+    nudges = list(cfg.chaos.nudges)
+    if cfg.loo is None and cfg.groups is None:
+        raise ValueError("ceiling: nothing to repeat on the nudged twin: the design removes no rows (add a loo or "
+                         "groups section)")
+    if not nudges:
+        raise ValueError("ceiling: needs a nudged twin, and chaos.nudges names none (e.g. --set "
+                         "'chaos.nudges=[blocks.0.mlp.c_fc.weight]')")
+    if cfg.ceiling.nudge is not None and cfg.ceiling.nudge not in nudges:
+        raise ValueError(f"ceiling.nudge: must be one of chaos.nudges ({', '.join(nudges)}): its nudged twin is the "
+                         f"retest's reference; got {cfg.ceiling.nudge!r}")
+    want = cfg.ceiling.subsets
+    if want:
+        if cfg.groups is None:
+            raise ValueError(f"ceiling.subsets: {want} group subsets to repeat, but the design has no groups section")
+        if want > cfg.groups.subsets:
+            raise ValueError(f"ceiling.subsets: at most the groups.subsets = {cfg.groups.subsets} subsets each α has, "
+                             f"got {want}")
+
+
+def _check_trak(cfg: Removing) -> None:
+    """Every α_keep keeps some rows and removes some, the subsets exist, and retrainings past the first have a tensor to nudge."""
+    s, end, R = cfg.injection_step, cfg.end, group_rows(cfg)
+    keeps = list(cfg.trak.keep)
+    if not keeps:
+        raise ValueError("trak.keep: name at least one α_keep")
+    if len(set(keeps)) != len(keeps):
+        raise ValueError(f"trak.keep: each α_keep once, got {keeps}")
+    for keep in keeps:
+        n = trak_size(cfg, keep)
+        if n < 1:
+            raise ValueError(f"trak.keep: α_keep = {keep:g} keeps no row (round(α_keep·R) = 0 of the R = {R} rows of "
+                             f"steps {s} .. {end - 1}); at least {1 / R:.3g}")
+        if n >= R:
+            raise ValueError(f"trak.keep: α_keep = {keep:g} keeps all R = {R} rows of steps {s} .. {end - 1} "
+                             f"(round(α_keep·R) = {n}): it removes none; at most {(R - 1) / R:.4g}")
+        if math.comb(R, n) < cfg.trak.subsets:
+            raise ValueError(f"trak.subsets: {cfg.trak.subsets} distinct subsets of {n} of the R = {R} rows do not "
+                             f"exist (at most {math.comb(R, n)}); fewer subsets, or a longer run or a larger batch")
+    nudges = list(cfg.chaos.nudges)
+    if cfg.trak.retrains > 1 and cfg.trak.nudge is None and not nudges:
+        raise ValueError(f"trak.retrains: {cfg.trak.retrains} retrainings, each past the first nudged at s, but neither "
+                         "trak.nudge nor chaos.nudges names a tensor to nudge (or --set trak.retrains=1)")
 
 
 def rows_of(cfg: Removing) -> list[Row]:
-    """Every training row a removal arm of the bank touches: the leave-one-out rows, and (with groups) every row of
-    the steps s .. end − 1 (what an estimator must score for the LDS: attribution/estimators/rowscores.py)."""
+    """Every training row a removal arm of the bank touches: the leave-one-out rows, and (with groups or trak) every row
+    of the steps s .. end − 1 (what an estimator must score for either LDS: attribution/estimators/rowscores.py). The
+    retests remove the same rows as their removals."""
     rows = set(loo_rows(cfg))
-    if cfg.groups is not None:
+    if cfg.groups is not None or cfg.trak is not None:
         rows |= {(t, i) for t in range(cfg.injection_step, cfg.end) for i in range(cfg.batch_size)}
     return sorted(rows)
 
 
-__all__: Sequence[str] = ("GROUP", "LOO", "arms", "check", "group_name", "loo_name", "loo_rows", "loo_steps",
-                          "parse_group", "parse_loo", "rows_of", "subsets")
+__all__: Sequence[str] = ("GROUP", "LOO", "RETEST", "TRAK", "arms", "check", "group_name", "loo_name", "loo_rows",
+                          "loo_steps", "parse_group", "parse_loo", "parse_trak", "retest_name", "retested", "rows_of",
+                          "subsets", "trak_kept", "trak_name", "trak_removed")

@@ -34,7 +34,11 @@ Per seed k (the batch of step t is a pure function of (k, t), lm/batches.py):
    loss (their loss weight 0, no text: forks/arms.py) — one row at a time at a few steps t, a leave-one-out of the
    row at its age (a step before s forks from the prefix's own state at t, kept as ``prefix-<t>.safetensors``), and
    random α-fractions of the rows of steps s .. end − 1 at once, the LDS's subsets. Hashes and the queries' losses
-   at every horizon (loo.parquet, groups.parquet: attribution/bank/measure.py).
+   at every horizon (loo.parquet, groups.parquet: attribution/bank/measure.py);
+9. the **retests** (``ceiling``): the leave-one-out rows and the first group subsets removed again from a run nudged by
+   one ulp at s, each measured against the nudged twin (retest.parquet), and **TRAK's subsets** (``trak``): random
+   fractions of the rows of steps s .. end − 1 kept, the rest removed, each retrained a few times (the first plain,
+   the others nudged at s) (trak.parquet): removals.py says which rows; their runs are recorded as the removals'.
 
 The twin records every text's loss (all candidates' and the queries) at every horizon.
 ``integrity.json`` records what was shown. **Resume**: a finished run (its done marker) is skipped;
@@ -225,7 +229,7 @@ def recording(inputs: Inputs) -> Recording:
 class QueryLosses(Observer):
     """At every horizon, the loss of every text a run is measured on — the twin: every candidate's
     and every query; a candidate and its replicate: the candidate's own and every query; a pair:
-    both its candidates' and every query; a removal arm (leave-one-out, group): every query — into its
+    both its candidates' and every query; a removal arm (leave-one-out, group, retest, TRAK): every query — into its
     ``queries.parquet``."""
 
     def __init__(self, inputs: Inputs):

@@ -31,6 +31,12 @@ The layout::
                                         attribution/bank/removals.py): hashes, the queries' losses
     DIR/seed-<k>/groups/<α>-<j>/        a group arm (``group.<α>.<j>``: the j-th random α-fraction of the rows of steps
                                         s .. end − 1 removed): hashes, the queries' losses
+    DIR/seed-<k>/retest/loo/<t>-<i>/, DIR/seed-<k>/retest/groups/<α>-<j>/   with ceiling: the removal again on the
+                                        nudged twin (``retest.<removal>``: the same rows removed, one ulp at s as the
+                                        nudge arm of ceiling.nudge): hashes, the queries' losses
+    DIR/seed-<k>/trak/<α_keep>-<j>-<r>/ with trak: the r-th retraining of the j-th TRAK subset (``trak.<α_keep>.<j>.<r>``:
+                                        the rows of steps s .. end − 1 it does not keep removed; r ≥ 1 nudged at s):
+                                        hashes, the queries' losses
     DIR/seed-<k>/nudges/<tensor>/       a nudge arm (chaos.nudges: one ulp of one element of <tensor> at s; its arm is
                                         ``nudge.<tensor>``): hashes, the queries' losses
     DIR/seed-<k>/*/**/distances.parquet (step, distance) of every run but the twin and the replica: ‖θ_run − θ_twin‖₂
@@ -44,6 +50,10 @@ The layout::
                                         × horizon after its step (measure.py)
     DIR/groups.parquet, DIR/group_rows.parquet   with groups: every subset's measured Δ L_query per seed × α × subset ×
                                         query × horizon, and the rows each subset removed (measure.py)
+    DIR/retest.parquet                  with ceiling: every repeated removal's Δ L_query on the twin beside its retest's
+                                        on the nudged twin, per seed × removal × query × horizon (measure.py)
+    DIR/trak.parquet, DIR/trak_rows.parquet   with trak: every TRAK retraining's Δ L_query per seed × α_keep × subset ×
+                                        retraining × query × horizon, and the rows each subset removed (measure.py)
     DIR/rowscores.parquet, DIR/rowscores.json   seedlab attribution rowscores: every removal row's predicted effect by
                                         the estimators that score arbitrary training rows, and the run's settings and
                                         seconds (attribution/estimators/rowscores.py)
@@ -141,9 +151,18 @@ class BankDir(DesignFolder):
     def run(self, seed: int, arm: str) -> ForkFolder:
         """An arm's run: the twin's, a candidate's, a candidate's replicate (``replicate.<name>``) or a
         pair's (``pair.<first>..<second>``)."""
-        from seedlab.attribution.bank.removals import GROUP, LOO, parse_group, parse_loo
+        from seedlab.attribution.bank.removals import GROUP, LOO, RETEST, TRAK, parse_group, parse_loo, parse_trak
         from seedlab.attribution.bank.texts import NUDGE, PAIR, REPLICATE, WEIGHTED, weight_and_candidate
 
+        if arm.startswith(RETEST):  # the removal's own folder, under retest/
+            inner = self.run(seed, arm.removeprefix(RETEST)).path.relative_to(self.seed(seed))
+            if inner.parts[0] not in ("loo", "groups"):
+                raise SeedlabError(f"retest arm: expected retest.loo.<step>.<row> or retest.group.<alpha>.<subset>, "
+                                   f"got {arm!r}")
+            return ForkFolder(self.seed(seed) / "retest" / inner)
+        if arm.startswith(TRAK):
+            keep, k, r = parse_trak(arm)
+            return ForkFolder(self.seed(seed) / "trak" / f"{keep}-{k}-{r}")
         if arm.startswith(LOO):
             t, i = parse_loo(arm)
             return ForkFolder(self.seed(seed) / "loo" / f"{t}-{i}")
@@ -229,6 +248,21 @@ class BankDir(DesignFolder):
     def group_rows(self) -> Path:
         """With groups: the (step, row)s each subset removed (measure.py ``GROUP_ROW_COLUMNS``)."""
         return self.root / "group_rows.parquet"
+
+    @property
+    def retest(self) -> Path:
+        """With ceiling: every repeated removal's effect on the twin and on the nudged twin (measure.py ``RETEST_COLUMNS``)."""
+        return self.root / "retest.parquet"
+
+    @property
+    def trak(self) -> Path:
+        """With trak: every TRAK retraining's measured effect (measure.py ``TRAK_COLUMNS``)."""
+        return self.root / "trak.parquet"
+
+    @property
+    def trak_rows(self) -> Path:
+        """With trak: the (step, row)s each TRAK subset removed (measure.py ``TRAK_ROW_COLUMNS``)."""
+        return self.root / "trak_rows.parquet"
 
     @property
     def rowscores(self) -> Path:
@@ -353,6 +387,9 @@ class Attributed:
     groups: pd.DataFrame | None = None  # groups.parquet; None for a bank without group arms
     group_rows: pd.DataFrame | None = None  # group_rows.parquet (with groups)
     nudges: pd.DataFrame | None = None  # the nudge runs' query losses beside the twin's (:func:`read_nudge_losses`)
+    retest: pd.DataFrame | None = None  # retest.parquet; None for a bank without a ceiling
+    trak: pd.DataFrame | None = None  # trak.parquet; None for a bank without TRAK subsets
+    trak_rows: pd.DataFrame | None = None  # trak_rows.parquet (with trak)
 
 
 NUDGE_LOSS_COLUMNS = ["seed", "nudge", "step", "text", "loss", "twin_loss"]
@@ -390,7 +427,8 @@ def read_attributed(root: str | Path) -> Attributed:
     read = lambda path: pd.read_parquet(path) if path.is_file() else None
     return Attributed(rd, pd.read_parquet(rd.attribution), config, integrity, meta, read(rd.additivity),
                       read(rd.weighted_measured), read(rd.distances), read(rd.loo), read(rd.groups),
-                      read(rd.group_rows), read_nudge_losses(rd, config))
+                      read(rd.group_rows), read_nudge_losses(rd, config), read(rd.retest), read(rd.trak),
+                      read(rd.trak_rows))
 
 
 #: a kept grid-cell summary folder (module doc): where its record and its frames live (seedlab/cells.py)

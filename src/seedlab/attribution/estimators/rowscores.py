@@ -126,8 +126,8 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
 
     bank = open_bank(root)
     cfg = bank.cfg
-    if cfg.loo is None and cfg.groups is None:
-        raise SeedlabError(f"{bank.root}: the bank removes no rows (no loo or groups section): nothing to score")
+    if cfg.loo is None and cfg.groups is None and cfg.trak is None:
+        raise SeedlabError(f"{bank.root}: the bank removes no rows (no loo, groups or trak section): nothing to score")
     names = choose(estimators)
     seeds = [seed for seed in cfg.seeds if bank.dir.twin(seed).finished]
     if not seeds:

@@ -104,10 +104,12 @@ def size_and_chaos(a: Attributed) -> list[str]:
 
 
 def removal_section(a: Attributed) -> str | None:
-    """The run's own rows (a bank with ``loo`` or ``groups``): leave-one-out by age (attribution/analyses/loo.py; with nudge
-    runs, beside the nudges' own query effects: loo.py ``nudge_floor``) and the LDS beside the single rows
-    (attribution/analyses/lds.py), worded by report_lds.py; None for a bank without them."""
-    if a.loo is None and a.groups is None:
+    """The run's own rows (a bank with ``loo``, ``groups`` or ``trak``): leave-one-out by age (attribution/analyses/loo.py;
+    with nudge runs, beside the nudges' own query effects: loo.py ``nudge_floor``) and the LDS beside the single rows
+    (attribution/analyses/lds.py), each with the removals' retest on the nudged twin beside it (``ceiling``: loo.py
+    ``ceiling``, lds.py ``single_ceiling``), and TRAK's LDS with its ceiling (``trak``: lds.py ``trak_analyse``,
+    ``trak_ceiling``), worded by report_lds.py; None for a bank without them."""
+    if a.loo is None and a.groups is None and a.trak is None:
         return None
     from seedlab.attribution.analyses import lds, loo
     from seedlab.attribution.report.lds import removals_section
@@ -125,7 +127,13 @@ def removal_section(a: Attributed) -> str | None:
     if a.groups is not None and a.group_rows is not None:
         table, paired = lds.analyse_paired(a.groups, a.group_rows, scores)
         contrast = lds.contrast(table, single)
-    return removals_section(age, oldest, contrast, table, missing, paired, within, floor)
+    loo_ceiling = loo.ceiling(a.retest)[0] if a.retest is not None else None
+    lds_ceiling = lds.single_ceiling(a.retest) if a.retest is not None else None
+    trak = trak_ceiling = None
+    if a.trak is not None and a.trak_rows is not None:
+        trak, trak_ceiling = lds.trak_analyse(a.trak, a.trak_rows, scores)[0], lds.trak_ceiling(a.trak)
+    return removals_section(age, oldest, contrast, table, missing, paired, within, floor, loo_ceiling, lds_ceiling,
+                            trak, trak_ceiling)
 
 
 def _of(corr: pd.DataFrame, track: str, kind: str) -> pd.DataFrame:

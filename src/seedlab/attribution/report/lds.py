@@ -62,21 +62,33 @@ WITHIN_HELP = (
     "rewards knowing only how much a query moves under any removal; this one only knowing which rows matter.")
 
 
-def loo_table(table: pd.DataFrame, column: str = "rho") -> str:
-    """``column`` (``rho`` or ``rho_within``) by (t, h): rows the ages, columns the estimators."""
+RETEST_NAME = "ceiling: retest (nudged twin)"
+
+
+def loo_table(table: pd.DataFrame, column: str = "rho", ceiling: pd.DataFrame | None = None) -> str:
+    """``column`` (``rho`` or ``rho_within``) by (t, h): rows the ages, columns the estimators; with ``ceiling``
+    (loo.py ``ceiling``'s per-cell table) its retest of the same cell in a last column."""
     kind = _kind(table)
     g = table[table.query_kind == kind]
     cells = g.drop_duplicates(["step", "horizon"]).sort_values(["age", "step"])
     names = list(dict.fromkeys(g.estimator))
+    c_of = None
+    if ceiling is not None and len(ceiling):
+        c_of = ceiling[ceiling.query_kind == kind].set_index(["step", "horizon"])
     rows = []
     for c in cells.itertuples():
         here = g[(g.step == c.step) & (g.horizon == c.horizon)].set_index("estimator")
-        rows.append([str(c.age), str(c.step), f"{c.label} ({c.horizon})", fmt_num(c.mean_abs),
-                     *(_ci(here.loc[e], column) if e in here.index else "" for e in names)])
+        row = [str(c.age), str(c.step), f"{c.label} ({c.horizon})", fmt_num(c.mean_abs),
+               *(_ci(here.loc[e], column) if e in here.index else "" for e in names)]
+        if c_of is not None:
+            key = (int(c.step), int(c.horizon))
+            row.append(_ci(c_of.loc[key], column.replace("rho", "retest")) if key in c_of.index else "")
+        rows.append(row)
     n = g.iloc[0]
     return (f"{kind} queries; {n.seeds} seed(s), {n.rows} row(s) a step, {n.queries} quer"
             f"{'y' if n.queries == 1 else 'ies'}.\n\n"
-            + md_table(["age h − t", "step t", "horizon h", "mean abs Δ L", *names], rows))
+            + md_table(["age h − t", "step t", "horizon h", "mean abs Δ L", *names,
+                        *([RETEST_NAME] if c_of is not None else [])], rows))
 
 
 def calibration_table(table: pd.DataFrame) -> str:
@@ -137,7 +149,9 @@ def floor_table(f: pd.DataFrame) -> str:
                         "ratio removal / nudge", "removals ≤ nudges' max", "smallest seed's ratio"], rows))
 
 
-def lds_table(c: pd.DataFrame) -> str:
+def lds_table(c: pd.DataFrame, ceiling: pd.DataFrame | None = None) -> str:
+    """The single-model LDS per estimator and α beside its single-row ρ; with ``ceiling`` (lds.py ``single_ceiling``
+    at the end and the table's query kind) a last row: the retest of the same subsets on the nudged twin."""
     alphas = sorted(c.alpha.unique())
     rows = []
     for e, g in c.groupby("estimator", sort=True):
@@ -146,7 +160,74 @@ def lds_table(c: pd.DataFrame) -> str:
         single = "n/a" if math.isnan(one.single_rho) else fmt_ci(one.single_rho, one.single_low, one.single_high)
         rows.append([e, single, *(fmt_ci(g.loc[a].lds, g.loc[a].low, g.loc[a].high) if a in g.index else ""
                                   for a in alphas)])
+    if ceiling is not None and len(ceiling):
+        at = ceiling.set_index(ceiling.alpha.round(9))
+        rows.append([RETEST_NAME, "", *(_retest_cell(at.loc[round(a, 9)]) if round(a, 9) in at.index else "n/a"
+                                        for a in alphas)])
     return md_table(["estimator", "single-row ρ (end)", *(f"LDS α = {a:g}" for a in alphas)], rows)
+
+
+def ceiling_table(c: pd.DataFrame) -> str:
+    """loo.py ``ceiling``'s per-cell table alone (a bank not scored yet): the retest, pooled and within queries."""
+    kind = _kind(c)
+    g = c[c.query_kind == kind].assign(age=lambda f: f.horizon - f.step).sort_values(["age", "step"])
+    rows = [[str(int(r.age)), str(int(r.step)), str(int(r.horizon)), _ci(r._asdict(), "retest"),
+             _ci(r._asdict(), "retest_within")] for r in g.itertuples()]
+    return (f"{kind} queries.\n\n" + md_table(["age h − t", "step t", "horizon h", "retest ρ pooled",
+                                                   "retest ρ within queries"], rows))
+
+
+def _retest_cell(r) -> str:
+    """A ceiling's retest [interval] and its bound √ (lds.py ``CEILING``'s columns)."""
+    return f"{fmt_ci(r.retest, r.retest_low, r.retest_high)}; bound {fmt_num(r.bound)} ({int(r.retest_subsets)} subsets)"
+
+
+CEILING_HELP = (
+    "**The ceiling.** Every leave-one-out row and the first group subsets were removed again from the *nudged twin* "
+    "(the run nudged by one ulp at s, the bank's nudge arm) and measured against it, so each removal has a "
+    "test–retest partner on a trajectory that differs from the twin's by the smallest possible difference, which "
+    "chaos grows. The column and row named ceiling score that second measurement as an estimator of the first (the "
+    "same cells and resamples): how far a removal's measured effect is the row's rather than its one trajectory's. "
+    "Its bound, √retest, is the attenuation bound for a predictor of what both measurements share; it binds the "
+    "estimators at θ_s, while metagrad replays the twin's own run and may pass it. Exploratory.")
+TRAK_TITLE = "### TRAK LDS (retrained subsets, seed-averaged)"
+TRAK_HELP = (
+    "Random subsets that each **keep** a fraction α_keep of the rows of steps s .. end − 1 (the others removed), each "
+    "retrained from the shared prefix at s several times — the first plain, each later one nudged by one ulp at s (the "
+    "bank is deterministic after its prefix and a bank seed fixes the rows, so a nudge is the retraining's seed) — "
+    "and the measured effect averaged over the retrainings (TRAK's LDS, Park et al. 2023). An estimator's prediction "
+    "sums the values of the removed rows (it ranks the subsets as TRAK's sum over the kept rows does). Per seed and "
+    "query the Spearman over subsets, the mean over queries, then seeds [95% bootstrap interval: seeds, then subsets]. "
+    "Each run keeps the schedule and its steps (the removed rows' loss weight 0), not a shorter run on a smaller set. "
+    "The last row is its ceiling: the retrainings' test–retest (Spearman over subsets between two retrainings), the "
+    "Spearman–Brown reliability of their mean, and √ of it. Beside the single-model LDS above, not the same number. "
+    "Exploratory.")
+
+
+def trak_table(table: pd.DataFrame, ceiling: pd.DataFrame | None) -> str:
+    """lds.py ``trak_analyse``'s table at the end and main kind (rows the estimators, a column per α_keep), with
+    ``ceiling`` (lds.py ``trak_ceiling``) as the last row."""
+    kind = _kind(table) if len(table) else (_kind(ceiling) if ceiling is not None and len(ceiling) else None)
+    t = table[(table.query_kind == kind) & (table.horizon == table.horizon.max())] if len(table) else table
+    keeps = sorted(set(t.keep) if len(t) else set(ceiling.keep) if ceiling is not None else set())
+    rows = []
+    for e, g in (t.groupby("estimator", sort=True) if len(t) else []):
+        g = g.set_index(g.keep.round(9))
+        rows.append([e, *(fmt_ci(g.loc[round(k, 9)].lds, g.loc[round(k, 9)].low, g.loc[round(k, 9)].high)
+                          if round(k, 9) in g.index else "" for k in keeps)])
+    if ceiling is not None and len(ceiling):
+        c = ceiling[(ceiling.query_kind == kind) & (ceiling.horizon == ceiling.horizon.max())]
+        c = c.set_index(c.keep.round(9))
+        cells = []
+        for k in keeps:
+            if round(k, 9) not in c.index:
+                cells.append("n/a")
+                continue
+            r = c.loc[round(k, 9)]
+            cells.append(f"retest {fmt_ci(r.retest, r.retest_low, r.retest_high)}; reliability of the mean of "
+                         f"{int(r.retrains)} {fmt_num(r.reliability)}; bound {fmt_num(r.bound)}")
+        rows.append(["ceiling: the retrainings", *cells])
+    return md_table(["estimator", *(f"TRAK LDS α_keep = {k:g}" for k in keeps)], rows)
 
 
 def contrast_sentence(c: pd.DataFrame) -> str:
@@ -185,24 +266,36 @@ def differences_table(d: pd.DataFrame) -> str:
 def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd.DataFrame | None,
                      lds: pd.DataFrame | None, missing: list[int] | None = None,
                      paired: pd.DataFrame | None = None, within: dict | None = None,
-                     floor: pd.DataFrame | None = None) -> str:
+                     floor: pd.DataFrame | None = None, loo_ceiling: pd.DataFrame | None = None,
+                     lds_ceiling: pd.DataFrame | None = None, trak: pd.DataFrame | None = None,
+                     trak_ceiling: pd.DataFrame | None = None) -> str:
     """The section: the LOO tables (with ``age``, loo.py ``by_age``; ``oldest`` for metagrad; ``missing``, the
     leave-one-out steps metagrad scored no row of: loo.py ``unscored``) and the LDS table (with ``contrast``, lds.py
     ``contrast``; ``lds``, lds.py's full table, for the subset count; ``paired``, lds.py ``differences``; ``within``,
-    loo.py ``oldest`` on ``rho_within``; ``floor``, loo.py ``nudge_floor``: the removals beside the nudges)."""
+    loo.py ``oldest`` on ``rho_within``; ``floor``, loo.py ``nudge_floor``: the removals beside the nudges). With a
+    ceiling: ``loo_ceiling`` (loo.py ``ceiling``'s per-cell table) a column beside the LOO tables, ``lds_ceiling``
+    (lds.py ``single_ceiling`` at the end) a row of the LDS table; with TRAK's subsets: ``trak`` (lds.py
+    ``trak_analyse``) and ``trak_ceiling`` (lds.py ``trak_ceiling``) their own table."""
+    loo_ceiling = loo_ceiling if loo_ceiling is not None and len(loo_ceiling) else None
+    if lds_ceiling is not None and len(lds_ceiling) and lds is not None and len(lds):
+        lds_ceiling = lds_ceiling[(lds_ceiling.horizon == lds.horizon.max()) & (lds_ceiling.query_kind == _kind(lds))]
+    lds_ceiling = lds_ceiling if lds_ceiling is not None and len(lds_ceiling) else None
     out = [TITLE]
     if age is not None:
         out.append("### Leave-one-out by age")
         if not len(age):
             out.append("The bank has leave-one-out runs but no row scores yet (run `seedlab attribution metagrad BANK "
                        "--t0 <the earliest step>` and `seedlab attribution rowscores BANK`).")
+            if loo_ceiling is not None:
+                out += [CEILING_HELP, ceiling_table(loo_ceiling)]
         else:
             gap = ([f"metagrad.parquet holds no row of step {', '.join(map(str, missing))}: run `seedlab attribution "
                     f"metagrad BANK --t0 {min(missing)}` (or earlier) for those rows."] if missing else [])
-            out += [LOO_HELP, *([age_sentence(oldest)] if oldest is not None else []), *gap, loo_table(age)]
+            out += [LOO_HELP, *([age_sentence(oldest)] if oldest is not None else []), *gap,
+                    *([CEILING_HELP] if loo_ceiling is not None else []), loo_table(age, ceiling=loo_ceiling)]
             if "rho_within" in age and age.rho_within.notna().any():
                 out += [WITHIN_HELP, *([age_sentence(within, within=True)] if within is not None else []),
-                        loo_table(age, "rho_within")]
+                        loo_table(age, "rho_within", ceiling=loo_ceiling)]
             out += [CAL_HELP, calibration_table(age)]
     if floor is not None and len(floor):
         out += [FLOOR_TITLE, FLOOR_HELP, floor_table(floor)]
@@ -215,8 +308,18 @@ def removals_section(age: pd.DataFrame | None, oldest: dict | None, contrast: pd
             end = lds[(lds.horizon == lds.horizon.max()) & (lds.query_kind == _kind(lds))] if lds is not None else None
             n = end.iloc[0] if end is not None and len(end) else None
             size = "" if n is None else f"{n.seeds} seed(s), {n.subsets} subsets per α, {n.queries} queries. "
-            out += [LDS_HELP, size + contrast_sentence(contrast), lds_table(contrast)]
+            out += [LDS_HELP, size + contrast_sentence(contrast),
+                    *([CEILING_HELP] if lds_ceiling is not None and loo_ceiling is None else []),
+                    lds_table(contrast, lds_ceiling)]
             if paired is not None and len(paired):
                 out += [DIFF_HELP.format(ref=paired.reference.iloc[0]), differences_table(paired)]
             out.append(PUBLISHED)
+    has_trak = trak is not None and len(trak)
+    if has_trak or (trak_ceiling is not None and len(trak_ceiling)):
+        out += [TRAK_TITLE, TRAK_HELP]
+        if not has_trak:
+            out.append("No row scores yet (run `seedlab attribution metagrad BANK` and `seedlab attribution "
+                       "rowscores BANK`): the ceiling alone.")
+        out.append(trak_table(trak if has_trak else pd.DataFrame(columns=["query_kind", "horizon", "keep"]),
+                              trak_ceiling))
     return "\n\n".join(out)
