@@ -64,7 +64,8 @@ class PlainGPTLoop:
     def step(self) -> torch.Tensor:
         """One update; returns the last micro-batch's mean loss (not read: no host sync)."""
         cfg = self.cfg
-        lr = lr_at(self.it, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr)
+        lr = lr_at(self.it, peak_lr=cfg.peak_lr, warmup=self.warmup, total=cfg.steps, min_lr=cfg.min_lr,
+                   decay=cfg.decay_steps)
         for g in self.opt.param_groups:
             g["lr"] = lr
         for _ in range(self.accum):

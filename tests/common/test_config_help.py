@@ -29,8 +29,11 @@ ROOT = SRC.parent.parent
 #: pre-registration); then the null sign-gradient in the twins' conditions (default, mini, mini-long, gpt2-124m);
 #: since issue 33, the bank's loo and groups sections (null: off, in every attribution preset)
 #: then the twins' scale-axis presets (twins/scale-b16, -b64, -b256, -b16-long, -wide-b64) and the GPT mini-wide, with
-#: sign-gradient among their nulls; then the bank's ceiling and trak sections (null: off, in every attribution preset)
-PINNED = "0970176dbea44f5a8df1d7ac5be60d5842e9de28b92382d16c71767d5d59ab3d"
+#: sign-gradient among their nulls; then the fork design's decay_steps (null: the decay ends with the run) in every
+#: twins and attribution config; then the twins' dose axis: nulls.ordinary_rows_per_seed (false) and row_weights ([])
+#: in every twins config, and the preset twins/dose-b16; then the bank's ceiling and trak sections (null: off, in every
+#: attribution preset)
+PINNED = "378bfcda50ee64b9af81632ff78b9f48b7e811d920c0d3ee2dc704747ab19e8e"
 
 
 def _fingerprint() -> str:
@@ -59,7 +62,7 @@ def _fingerprint() -> str:
         record[cls.__name__] = cls().model_dump(mode="json")
     record["gpt"] = {k: v.model_dump(mode="json") for k, v in PRESETS.items()}
     record["jobs-default"] = [j.key for j in plan(SweepConfig())]
-    assert len(record) == 26, sorted(record)  # every preset was read (17) and every default config
+    assert len(record) == 27, sorted(record)  # every preset was read (18) and every default config
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from seedlab.config import parse
+from seedlab.errors import SeedlabError
 from seedlab.store import read_verified, tensor_hashes
 from seedlab.twins.config import TwinsConfig
 from seedlab.twins.gradmatch import PAIR_COLUMNS, match
@@ -190,8 +191,42 @@ def test_bad_input_is_one_line_and_writes_nothing(design, tmp_path, seedlab_main
 def test_another_design_in_the_folder_is_refused(design, matched, seedlab_main):
     out, _ = matched
     before = sorted(p.name for p in out.rglob("*"))
-    rc, _, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out), "--set", "peak_lr=0.001",
-                             "--no-progress", *_args(design))
+    rc, _, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out), "--set",
+                              "weight_decay=0.05", "--no-progress", *_args(design))
     assert rc == 2 and _errors(err)[0].startswith(f"error: --out: {out} holds another twins design (config.json differs); use another "
                                       "folder, or --force")
     assert sorted(p.name for p in out.rglob("*")) == before
+    # a schedule that changes a rate before s: the field named, in one line, nothing written
+    rc, _, err = seedlab_main("twins", "match", str(design / "design.yaml"), "--out", str(out), "--set", "peak_lr=0.001",
+                              "--no-progress", *_args(design))
+    assert rc == 2 and len(_errors(err)) == 1, err
+    assert _errors(err)[0] == (f"error: peak_lr: 0.0006 -> 0.001 changes the rate of update t = 1 (7.5e-05 -> 0.000125), "
+                               f"before the fork step s = 8: not the schedule of the prefixes kept in {out} (only the "
+                               "schedule after s may differ); use another folder, or --force to start over")
+    assert sorted(p.name for p in out.rglob("*")) == before
+
+
+def test_a_schedule_changed_only_after_s_reuses_the_kept_prefixes(design, matched, monkeypatch, tmp_path):
+    """The decay's length, the run's and the floor leave every rate before s as it was: the same prefixes, read back
+    (not trained again, their bytes untouched), and the folder's config.json records the design that used them."""
+    import json
+    import shutil
+
+    from seedlab.lm.trainer import Trainer
+
+    out = tmp_path / "m"
+    shutil.copytree(matched[0], out)
+    prefixes = {p: p.read_bytes() for p in sorted(out.glob("seed-*/prefix.safetensors"))}
+    monkeypatch.setattr(Trainer, "advance", lambda *a, **k: pytest.fail("a kept prefix was trained again"))
+    for change in ({"decay_steps": 12}, {"steps": 40, "decay_steps": 30, "min_lr": 0.0}):
+        res = match_passages(_cfg(design).model_copy(update=change), out, _cands(design, fab=("fab-a",)), base=design,
+                             tolerance=0.9, progress=False)
+        assert res.met and {k: json.loads((out / "config.json").read_text())[k] for k in change} == change
+    assert {p: p.read_bytes() for p in prefixes} == prefixes
+    monkeypatch.undo()
+    other = _cfg(design).model_copy(update={"peak_lr": 1e-3})  # a rate before s: refused, unless --force starts over
+    with pytest.raises(SeedlabError, match=r"^peak_lr: 0.0006 -> 0.001 changes the rate of update t = 1 "):
+        match_passages(other, out, _cands(design, fab=("fab-a",)), base=design, tolerance=0.9, progress=False)
+    match_passages(other, out, _cands(design, fab=("fab-a",)), base=design, tolerance=0.9, force=True, progress=False)
+    assert json.loads((out / "config.json").read_text())["peak_lr"] == 1e-3
+    assert {p: p.read_bytes() for p in prefixes} != prefixes  # trained again on the new rates

@@ -48,8 +48,9 @@ import torch
 
 from seedlab.errors import SeedlabError
 
-#: an arm's name is a folder name: letters, digits, '.', '_', '-'
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: an arm's name is a folder name: letters, digits, '.', '_', '-' and (not first) '@' (a twins row-weight arm:
+#: ``<arm>@w<w>``)
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 
 
 #: where a perturbation acts (module doc): the weights before the step's update, or the step's raw gradient
@@ -322,7 +323,7 @@ def check_arms(arms: Sequence[Arm], *, fork: int, end: int, batch_size: int, blo
     seen: set[str] = set()
     for arm in arms:
         if not NAME.match(arm.name):
-            raise SeedlabError(f"arm name: letters, digits, '.', '_' and '-' only (a folder name), got {arm.name!r}")
+            raise SeedlabError(f"arm name: letters, digits, '.', '_', '-' and '@' only (a folder name), got {arm.name!r}")
         if arm.name in seen:
             raise SeedlabError(f"arms: two arms are named {arm.name!r} (each arm is one run folder)")
         seen.add(arm.name)

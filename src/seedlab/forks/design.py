@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from seedlab.config import Strict
 from seedlab.lm.gptconfig import PRESETS, GPTConfig
-from seedlab.lm.schedule import default_warmup, midpoint
+from seedlab.lm.schedule import decay_end, default_warmup, midpoint
 
 Pos = Annotated[int, Field(gt=0)]
 
@@ -38,6 +38,10 @@ class ForkDesign(Strict):
     peak_lr: float = Field(6e-4, description="learning rate at the end of the warm-up (paper: 6e-4)")
     min_lr: float = Field(6e-5, description="end of the cosine decay (not stated)")
     warmup: Pos | None = Field(None, description="warm-up updates; null: ends at the injection step, so it happens at peak LR (not stated)")
+    decay_steps: Pos | None = Field(None, description=(
+        "the update count at which the cosine decay reaches min_lr, the rate staying there after it; null: steps, the "
+        "decay ending with the run (not stated). Must end after the warm-up and the injection step; may exceed steps "
+        "(the run then ends part-way down that decay)"))
     weight_decay: float = Field(0.1, description="AdamW's decoupled weight decay, on matrices and embeddings only (not stated; nanoGPT)")
     beta1: float = Field(0.9, description="AdamW's first-moment decay (not stated; nanoGPT)")
     beta2: float = Field(0.95, description="AdamW's second-moment decay (not stated; nanoGPT)")
@@ -60,6 +64,10 @@ class ForkDesign(Strict):
             raise ValueError(f"model: must be one of {', '.join(PRESETS)}, got {self.model!r}")
         if not 0 < self.injection_step < self.steps:
             raise ValueError(f"injection_step: must be inside the run (1 .. {self.steps - 1}), got {self.injection_step}")
+        if self.decay_steps is not None and self.decay_steps <= max(self.warmup_steps, self.injection_step):
+            raise ValueError(f"decay_steps: the decay must end after the warm-up ({self.warmup_steps}) and the injection "
+                             f"step ({self.injection_step}): at least {max(self.warmup_steps, self.injection_step) + 1}, "
+                             f"got {self.decay_steps}")
         if not 0 <= self.injection_row < self.batch_size:
             raise ValueError(f"injection_row: must be in 0 .. {self.batch_size - 1}, got {self.injection_row}")
         if self.midpoint is not None and not self.injection_step < self.midpoint < self.end:
@@ -83,6 +91,11 @@ class ForkDesign(Strict):
     def warmup_steps(self) -> int:
         """The warm-up's length: ``warmup``, else up to the injection step (so it runs at peak LR)."""
         return self.warmup or default_warmup(self.injection_step)
+
+    @property
+    def decay_end(self) -> int:
+        """Where the cosine reaches ``min_lr``: ``decay_steps``, else ``steps`` (lm/schedule.py ``decay_end``)."""
+        return decay_end(self)
 
     @property
     def end(self) -> int:

@@ -208,9 +208,15 @@ class DesignFolder:
         in the fields its config gained since); compared by :meth:`claim`."""
         return old
 
+    def holds(self, old: dict, record: Mapping[str, Any]) -> bool:
+        """Whether a folder whose config.json is ``old`` holds the design ``record`` (:meth:`claim`): its
+        :meth:`upgrade` equal to it. A folder whose files serve more than one design (a match folder's kept
+        prefixes) widens it, or refuses in one line of its own."""
+        return self.upgrade(old) == dict(record)
+
     def claim(self, record: Mapping[str, Any], *, force: bool, world: World | None = None) -> None:
         """The folder policy, before anything is written: a folder holding another design (its
-        config.json, as :meth:`upgrade` reads it, differs from ``record``) is refused in one line unless
+        config.json, as :meth:`upgrade` reads it, differs from ``record``: :meth:`holds`) is refused in one line unless
         ``force``, which removes it whatever it holds; the same design, interrupted, resumes. A folder
         holding nothing but the lock file (store.py ``folder_lock``) is empty."""
         from seedlab.lm.distributed import World
@@ -219,7 +225,7 @@ class DesignFolder:
         if not (out.exists() and any(p.name != LOCK for p in out.iterdir())):
             return
         old = json.loads(self.config.read_text()) if self.config.is_file() else None
-        if (old is None or self.upgrade(old) != dict(record)) and not force:
+        if not force and (old is None or not self.holds(old, record)):
             what = (f"another {self.study} design (config.json differs)" if old is not None
                     else f"something else than a {self.study} design")
             raise SeedlabError(f"--out: {out} holds {what}; use another folder, or --force to overwrite it")

@@ -10,6 +10,11 @@
 - :func:`replica_control` — a run trained again from the same start must be bitwise equal to
   the first at every step whose hashes were recorded, or a one-line error stops everything.
 - :func:`first_difference` / :func:`check_identical` — compare ``{tensor: SHA-256}`` records.
+- :func:`check_prefix_reuse` — whether a prefix kept for one design is the prefix of another: every field it
+  depends on the same, except the learning-rate schedule (:data:`SCHEDULE_FIELDS`), which may differ wherever it
+  leaves the rate of every update the prefix trains (t = 0 .. s-1: lm/schedule.py's step convention) bitwise the
+  same — a longer or shorter decay, run or floor with the warm-up ending at s — and is refused in one line naming
+  the field where it changes one (:func:`schedule_change`).
 
 Nothing here knows a study's folder layout: the prefix's file comes from the caller, and what
 happens at a recorded step is the caller's callback. Under torchrun (``world``: the twins) every
@@ -19,12 +24,14 @@ and the replica control checks that every rank holds the same weights (``World.c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 
 from seedlab.errors import SeedlabError
 from seedlab.forks.arms import TWIN, Arm
 from seedlab.lm.distributed import World
+from seedlab.lm.schedule import default_warmup, lr_of
 from seedlab.lm.trainer import Trainer
 from seedlab.store import tensor_hashes
 
@@ -188,3 +195,67 @@ def replica_control(trainer: Trainer, reference: Mapping[str, Hashes], end: int,
 
     advance_to(trainer, end, stops={int(t) for t in reference}, visit=compare, on_step=on_step)
     return compared
+
+
+# --------------------------------------------------------------------------- reusing a kept prefix
+
+#: a fork design's learning-rate schedule (forks/design.py; lm/schedule.py): a prefix depends on these only through
+#: the rates of the updates it trains, so they may differ between two designs that share one where those rates do not
+SCHEDULE_FIELDS = ("peak_lr", "warmup", "min_lr", "steps", "decay_steps")
+
+
+def prefix_rates(record: Mapping, step: int) -> list[float]:
+    """The learning rates of the updates a prefix to ``step`` trains (t = 0 .. ``step`` - 1) under the schedule of a
+    fork design's config record (its ``config.json``; lm/schedule.py ``lr_of``; a record without ``decay_steps``
+    decays to its ``steps``, as every design did before the field existed)."""
+    cfg = SimpleNamespace(steps=record["steps"], peak_lr=record["peak_lr"], min_lr=record["min_lr"],
+                          decay_steps=record.get("decay_steps"),
+                          warmup_steps=record.get("warmup") or default_warmup(record["injection_step"]))
+    return [lr_of(cfg, t) for t in range(step)]
+
+
+def _bits(rates: list[float]) -> list[str]:
+    return [r.hex() for r in rates]
+
+
+def schedule_change(kept: Mapping, new: Mapping, step: int) -> str | None:
+    """None when the schedule of config record ``new`` gives every update of a prefix to ``step`` bitwise the rate
+    ``kept``'s gave it (:func:`prefix_rates`); else the one-line reason, naming the field whose change alone alters
+    a rate (every field that differs when none does alone), the first update it alters and the two rates."""
+    before = _bits(prefix_rates(kept, step))
+    after = _bits(prefix_rates(new, step))
+    if before == after:
+        return None
+    changed = [f for f in SCHEDULE_FIELDS if kept.get(f) != new.get(f)]
+
+    def alters(field: str) -> bool:
+        try:
+            return _bits(prefix_rates({**kept, field: new.get(field)}, step)) != before
+        except SeedlabError:  # that field alone makes no valid schedule with the others: not the same rates
+            return True
+
+    alone = [f for f in changed if alters(f)]
+    named = alone[:1] or changed
+    t = next(i for i, (a, b) in enumerate(zip(before, after)) if a != b)
+    if len(named) == 1:
+        head = f"{named[0]}: {kept.get(named[0])!r} -> {new.get(named[0])!r}"
+    else:  # none alone (or no schedule field at all: the warm-up follows injection_step)
+        head = " and ".join(named) + ": " + ", ".join(f"{f} {kept.get(f)!r} -> {new.get(f)!r}" for f in named) \
+            if named else "schedule: the warm-up"
+    return (f"{head} changes the rate of update t = {t} ({float.fromhex(before[t])!r} -> "
+            f"{float.fromhex(after[t])!r}), before the fork step s = {step}")
+
+
+def check_prefix_reuse(kept: Mapping, new: Mapping, step: int, fields: Iterable[str], *,
+                       what: str = "the kept prefix") -> None:
+    """Refuse, in one line naming the field, to reuse a prefix to ``step`` trained under config record ``kept``
+    for a design with config record ``new``: every one of ``fields`` (what the prefix depends on) but the schedule's
+    must be equal, and the schedule must give the prefix's updates bitwise the same rates (:func:`schedule_change`);
+    a schedule that differs only after s passes. ``what`` names the prefix in the message."""
+    for f in fields:
+        if f not in SCHEDULE_FIELDS and kept.get(f) != new.get(f):
+            raise SeedlabError(f"{f}: this design has {new.get(f)!r}, against {kept.get(f)!r} for {what} "
+                               "(only the schedule after s may differ)")
+    why = schedule_change(kept, new, step)
+    if why is not None:
+        raise SeedlabError(f"{why}: not the schedule of {what} (only the schedule after s may differ)")

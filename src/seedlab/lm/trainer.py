@@ -58,7 +58,7 @@ def attention_kernels(device: torch.device):
 class Settings(Protocol):
     """The training hyperparameters a :class:`Trainer` reads (units in the twins config)."""
 
-    steps: int  # optimizer updates of the whole run (the schedule's end)
+    steps: int  # optimizer updates of the whole run (the schedule's end unless decay_steps is set)
     batch_size: int  # rows per batch, over all ranks
     micro_batch: int | None  # rows per forward/backward on one rank; None: all of them
     peak_lr: float
@@ -70,6 +70,7 @@ class Settings(Protocol):
     device: str  # "auto", "cpu", "cuda", "cuda:N"
     precision: Literal["fp32", "bf16"]
     # optional: ``optimizer`` ("adamw", the default when absent, or "sgd": plain SGD, no momentum)
+    # optional: ``decay_steps`` (the update count where the cosine reaches min_lr; absent or None: ``steps``)
 
     @property
     def warmup_steps(self) -> int: ...  # linear warm-up length (updates)

@@ -7,7 +7,7 @@ paper does not state are fields with a default and a ``(not stated)`` there; doc
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -86,6 +86,12 @@ class NullsConfig(Strict):
         "as the fabricated passage in the injected row, drawn from the held-out split's reserved slice (twins.heldout), "
         "which no evaluation or probe row touches; the report compares each passage with their distribution"))
     ordinary_row_seed: int = Field(0, description="which stretches of the reserved slice the ordinary rows are (random.Random(this))")
+    ordinary_rows_per_seed: bool = Field(False, description=(
+        "true: every training seed draws its own ordinary rows, ordinary_rows of them from the same reserved slice "
+        "(random.Random(\"ordinary-row <ordinary_row_seed> seed <seed>\"), twins.heldout.ordinary_draw), so the "
+        "ordinary-row distribution spans texts as well as seeds (inputs.json records each seed's); the arms keep their "
+        "names ordinary-row.<i>. false (the default): every seed injects the same rows, as every run and kept scale "
+        "cell measured so far did, so those re-render unchanged (not stated)"))
     nudge_tensor: str = Field("blocks.0.ln_1.weight", description=(
         "the one weight element that moves by one unit in the last place, at s (a gain: every row of every batch passes "
         "through it)"))
@@ -111,6 +117,11 @@ class TwinsConfig(ForkDesign):
     checkpoint_every: Pos | None = Field(None, description="a weights checkpoint every this many updates, plus injection, "
                                                             "injection + 50, mid-point and final")
     nulls: NullsConfig = Field(NullsConfig(), description="the null arms: how each is drawn")
+    row_weights: list[Annotated[float, Field(gt=0, lt=1)]] = Field([], description=(
+        "loss weights w of the injected row: each passage condition and ordinary-row.0 is trained once more per w, its "
+        "text in the injected row at loss weight w (the batch loss (Σ_{i≠r} ℓ_i + (1 − w)·ℓ_r + w·ℓ_text)/N, "
+        "forks/arms.py; w = 1 is the plain arm), as the arm <arm>@w<w> (fluent-fabricated@w0.25, ordinary-row.0@w0.5): "
+        "a dose axis at a fixed text; [] none (not stated)"))
     keep: list[Literal["prefix", "final"]] = Field(["prefix"], description=(
         "complete training states (weights + AdamW) kept after a run: the shared prefix at s (gradmatch's update "
         "difference, forks), each condition's end"))
@@ -135,6 +146,12 @@ class TwinsConfig(ForkDesign):
         if noise and self.nulls.noise_like not in self.conditions:
             raise ValueError(f"nulls.noise_like: {noise[0]} takes its size from {self.nulls.noise_like!r}, "
                              "which must be one of the conditions")
+        if len(set(self.row_weights)) != len(self.row_weights):
+            raise ValueError(f"row_weights: each weight once, got {self.row_weights}")
+        if self.row_weights and not any(VARIANTS[c].row_weighted for c in self.conditions):
+            weighed = ", ".join(v.name for v in VARIANTS.values() if v.row_weighted)
+            raise ValueError(f"row_weights: the design has no condition whose row is weighed ({weighed}); add one to "
+                             "conditions, or leave row_weights empty")
         unknown = [k for k in self.outcomes if k not in OUTCOMES]
         if unknown:
             raise ValueError(f"outcomes: measures are {', '.join(OUTCOMES)}, got {unknown[0]!r}")
@@ -143,8 +160,10 @@ class TwinsConfig(ForkDesign):
     @property
     def arm_names(self) -> list[str]:
         """Every run of a seed, as its folder is named: the conditions in order, each as its variant's arms
-        (``ordinary-row`` as its ``nulls.ordinary_rows`` arms, :func:`ordinary_names`)."""
-        return [a for c in self.conditions for a in VARIANTS[c].arm_names(self)]
+        (``ordinary-row`` as its ``nulls.ordinary_rows`` arms, :func:`ordinary_names`), then the row-weight arms
+        (``row_weights``: twins/variants.py ``weighted_name``), condition by condition."""
+        plain = [a for c in self.conditions for a in VARIANTS[c].arm_names(self)]
+        return plain + [a for c in self.conditions for a in VARIANTS[c].weighted_names(self)]
 
     def checkpoint_steps(self) -> list[int]:
         """Updates completed at each saved checkpoint: s, s + 50, mid-point, final, and the cadence."""

@@ -9,7 +9,9 @@ reserved slice the ordinary-row nulls are drawn from, which no evaluation or pro
     [n − R, n)    reserved                       R = RESERVED_ROWS × (block_size + 1) tokens: the ordinary rows,
                                                  nulls.ordinary_rows stretches as long as the fabricated passage,
                                                  on a grid of that length (disjoint), chosen by
-                                                 random.Random(nulls.ordinary_row_seed)
+                                                 random.Random(nulls.ordinary_row_seed); with
+                                                 nulls.ordinary_rows_per_seed each training seed draws its
+                                                 own from the same slice (:func:`ordinary_draw`)
 
 So an ordinary row's own text is never among the targets it is judged on. The twins study reads the held-out split nowhere else (its
 passages are its own texts; it has no query rows: those are the attribution study's, drawn in its own
@@ -61,19 +63,31 @@ def evaluation_ranges(n_tokens: int, seed: int, rows: int, block_size: int) -> l
     return [range(part.start + int(o), part.start + int(o) + block_size + 1) for o in offsets]
 
 
-def ordinary_ranges(n_tokens: int, block_size: int, length: int, k: int, seed: int) -> list[range]:
+def ordinary_draw(row_seed: int, seed: int | None = None) -> int | str:
+    """What ``random.Random`` draws the ordinary rows from: ``nulls.ordinary_row_seed`` (every seed the same rows), or
+    with a training seed (``nulls.ordinary_rows_per_seed``) the text ``"ordinary-row <row_seed> seed <seed>"``: Python
+    hashes a text seed with SHA-512, so every (row seed, training seed) pair draws its own rows, the same on every
+    machine and Python."""
+    return row_seed if seed is None else f"ordinary-row {row_seed} seed {seed}"
+
+
+def ordinary_ranges(n_tokens: int, block_size: int, length: int, k: int, seed: int | str, *,
+                    per_seed: bool = False) -> list[range]:
     """The token positions of the ``k`` ordinary rows, each ``length`` tokens: ``k`` distinct slots of a grid
     of that length over the reserved slice, chosen by ``random.Random(seed)`` (so they never overlap); more
-    rows than the slice holds is a one-line error."""
+    rows than the slice holds is a one-line error (``per_seed``: the rows one training seed draws)."""
     res = reserved(n_tokens, block_size)
     slots = len(res) // length
     if k > slots:
-        raise SeedlabError(f"nulls.ordinary_rows: {k} ordinary rows of {length} tokens do not fit the held-out split's "
-                           f"reserved slice ({len(res)} tokens: at most {slots}; twins.heldout.RESERVED_ROWS)")
+        each = " a seed (nulls.ordinary_rows_per_seed)" if per_seed else ""
+        raise SeedlabError(f"nulls.ordinary_rows: {k} ordinary rows{each} of {length} tokens do not fit the held-out "
+                           f"split's reserved slice ({len(res)} tokens: at most {slots}; twins.heldout.RESERVED_ROWS)")
     chosen = random.Random(seed).sample(range(slots), k)
     return [range(res.start + c * length, res.start + (c + 1) * length) for c in chosen]
 
 
-def ordinary_rows(heldout: np.ndarray, block_size: int, length: int, k: int, seed: int) -> list[list[int]]:
+def ordinary_rows(heldout: np.ndarray, block_size: int, length: int, k: int, seed: int | str, *,
+                  per_seed: bool = False) -> list[list[int]]:
     """The token ids of the ``k`` ordinary rows (:func:`ordinary_ranges`)."""
-    return [[int(t) for t in heldout[r.start:r.stop]] for r in ordinary_ranges(len(heldout), block_size, length, k, seed)]
+    ranges = ordinary_ranges(len(heldout), block_size, length, k, seed, per_seed=per_seed)
+    return [[int(t) for t in heldout[r.start:r.stop]] for r in ranges]

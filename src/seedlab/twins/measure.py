@@ -237,18 +237,19 @@ class Comparisons:
         state = self.run.weights(k, "twin", t)
         self.ev.load(state, f"seed {k} twin step {t}")
         ce = self.ev.heldout_ce()
-        return Twin(state, ce, self.texts_ce(), self.ev.residuals() if t == self.final and conds else None)
+        return Twin(state, ce, self.texts_ce(k), self.ev.residuals() if t == self.final and conds else None)
 
-    def texts_ce(self) -> dict[str, float]:
-        """The CE of every passage (the run's passage conditions' texts and the ordinary rows) under the loaded model."""
-        return {name: self.ev.passage_ce(ids) for name, ids in self.run.passages.items()}
+    def texts_ce(self, k: int) -> dict[str, float]:
+        """The CE of every passage seed ``k`` injects (the run's passage conditions' texts and the ordinary rows: its
+        own, when each seed draws its own, twins/rundir.py ``Run.texts``) under the loaded model."""
+        return {name: self.ev.passage_ce(ids) for name, ids in self.run.texts(k).items()}
 
     def condition(self, k: int, c: str, t: int, twin: Twin) -> None:
         """Condition ``c`` of seed ``k`` against its twin at step ``t``: its checkpoints row and, at the end,
         its measures row, whose path gives the checkpoint's barrier too."""
         state = self.run.weights(k, c, t)
         self.ev.load(state, f"seed {k} {c} step {t}")
-        ce, texts = self.ev.heldout_ce(), self.texts_ce()
+        ce, texts = self.ev.heldout_ce(), self.texts_ce(k)
         self.passages += [{"seed": k, "condition": c, "step": t, "text": name, "ce": v, "twin_ce": twin.passage_ce[name],
                            "diff": v - twin.passage_ce[name]} for name, v in texts.items()]
         text = own_text(c, texts)  # a row-weight arm <arm>@w<w> injects <arm>'s text

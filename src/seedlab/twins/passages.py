@@ -9,7 +9,8 @@ order, so a later text can take its length from an earlier one:
   it has ``random_chars_tokens`` tokens (default: as many as the fabricated, else the attested, passage).
 - ``ordinary-row`` (a null) is ``nulls.ordinary_rows`` arms, ``ordinary-row.0`` .. ``ordinary-row.<K-1>``: each a
   different stretch of the held-out split's reserved slice (twins/heldout.py, which no evaluation or probe row
-  touches) as long as the fabricated passage.
+  touches) as long as the fabricated passage; with ``nulls.ordinary_rows_per_seed`` each training seed draws its
+  own (:func:`seed_passages`).
 - Each fluent passage must mention its subject (``subjects``), as a whole word. A fabricated
   subject must not occur in the training split; an attested one should (whole-word token spans,
   corpus.occurrences). ``attestation`` reports, per subject, its occurrences and each seed's
@@ -31,14 +32,25 @@ from seedlab.twins.config import TwinsConfig
 from seedlab.twins.variants import ATT, FAB, VARIANTS, TextInputs
 
 
-def load_passages(cfg: TwinsConfig, base: Path, corpus) -> dict[str, list[int]]:
+def load_passages(cfg: TwinsConfig, base: Path, corpus, seed: int | None = None) -> dict[str, list[int]]:
     """Token ids of every text the design injects, ``{arm name: ids}``: each data condition's variant's ``text``
-    (twins/variants.py), in the registry's order."""
+    (twins/variants.py), in the registry's order; ``seed``: as training seed ``seed`` injects them (None: the texts
+    every seed shares, which leave out those drawn per seed)."""
     out: dict[str, list[int]] = {}
     for v in VARIANTS.values():
         if v.text is not None and v.name in cfg.conditions:
-            out |= v.text(TextInputs(cfg, base, corpus, dict(out)), v)
+            out |= v.text(TextInputs(cfg, base, corpus, dict(out), seed), v)
     return out
+
+
+def seed_passages(cfg: TwinsConfig, base: Path, corpus, shared: dict[str, list[int]]) -> dict[int, dict[str, list[int]]]:
+    """``{seed: {arm name: ids}}``: the texts each training seed draws for itself (the ordinary rows with
+    ``nulls.ordinary_rows_per_seed``), beside ``shared`` (:func:`load_passages`); empty when every seed injects the
+    same texts. A draw that cannot be made (more rows than the reserved slice holds) is a one-line error."""
+    if not cfg.nulls.ordinary_rows_per_seed:
+        return {}
+    out = {k: {n: ids for n, ids in load_passages(cfg, base, corpus, seed=k).items() if n not in shared} for k in cfg.seeds}
+    return {k: texts for k, texts in out.items() if texts}
 
 
 def attestation(cfg: TwinsConfig, corpus, block_size: int, warn: bool = True) -> dict[str, dict]:

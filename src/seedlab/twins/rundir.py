@@ -6,7 +6,8 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/config.json               the resolved config (+ independent, world_size, injection_rank)
     DIR/preregistration.json      outcomes and measurement settings, hashed, before any training
     DIR/preregistration.md        --preregistration FILE: its text (SHA-256 in preregistration.json), before any training
-    DIR/inputs.json               the corpus (absolute path, hashes) and every passage's text and token ids
+    DIR/inputs.json               the corpus (absolute path, hashes) and every passage's text and token ids (and
+                                  ``seed_passages``: each seed's own ordinary rows, nulls.ordinary_rows_per_seed)
     DIR/environment.json          torch, CUDA, device, precision, threads, deterministic settings (checked on resume)
     DIR/seed-<k>/prefix.safetensors                the shared prefix's complete state at step s
     DIR/seed-<k>/<condition>/step-<t>.safetensors  weights after t updates (state_dict keys)
@@ -169,6 +170,9 @@ class RunDir(DesignFolder):
         old = self.started_inputs(inputs)  # the corpus checked
         if old is None:
             return
+        if old.get("seed_passages", {}) != inputs.get("seed_passages", {}):
+            raise SeedlabError(f"nulls.ordinary_rows_per_seed: the texts each seed draws differ from those {self.root} was "
+                               "started with (inputs.json seed_passages); restore them, or --force to start over")
         for cond in sorted(set(old.get("passages", {})) | set(inputs["passages"])):
             a, b = old.get("passages", {}).get(cond), inputs["passages"].get(cond)
             if a != b:
@@ -208,7 +212,8 @@ class RunDir(DesignFolder):
 # --------------------------------------------------------------------------- a match folder (seedlab twins match)
 
 #: the fields of the fork design (forks/design.py) that steps 0 .. s-1 do not depend on; every other
-#: one (corpus, model, schedule, batches, device, precision, threads...) is in a match folder's config.json
+#: one (corpus, model, schedule, batches, device, precision, threads...) is in a match folder's config.json (the
+#: schedule's fields depend on s only through the rates before it: MatchDir.holds)
 NOT_PREFIX = frozenset({"seeds", "replicas", "midpoint", "injection_row", "arm_batch", "stack_memory"})
 KIND = "twins match"
 
@@ -228,6 +233,24 @@ class MatchDir(DesignFolder):
         """A config.json written by an older seedlab: the prefix fields TwinsConfig has gained since, at their defaults."""
         full = with_new_defaults(TwinsConfig, {k: v for k, v in old.items() if k != "kind"})
         return {"kind": old.get("kind"), **{k: full.get(k) for k in _prefix_fields()}}
+
+    def holds(self, old: dict, record) -> bool:
+        """The folder policy's comparison (forks/folders.py ``DesignFolder.claim``) with one allowance: a design whose
+        record differs from config.json's in the learning-rate schedule alone, where that leaves the rate of every
+        update before s bitwise the same (forks/prefix.py ``check_prefix_reuse``: a longer or shorter decay, run or
+        floor after s), holds the kept prefixes (config.json then records it); a schedule change that alters a rate
+        before s is refused in one line naming the field, nothing written. Any other difference: another design."""
+        from seedlab.forks.prefix import SCHEDULE_FIELDS, check_prefix_reuse  # (torch: not at import, for readers)
+
+        kept, record = self.upgrade(old), dict(record)
+        differ = [k for k in record if kept.get(k) != record[k]]
+        if set(kept) != set(record) or not differ or not all(k in SCHEDULE_FIELDS for k in differ):
+            return kept == record
+        try:
+            check_prefix_reuse(kept, record, record["injection_step"], differ, what=f"the prefixes kept in {self.root}")
+        except SeedlabError as e:
+            raise SeedlabError(f"{e}; use another folder, or --force to start over") from None
+        return True
 
 
 def prefix_record(cfg: TwinsConfig) -> dict:
@@ -264,14 +287,18 @@ def config_record(cfg: TwinsConfig, *, independent: bool, world: World) -> dict:
         "injection_rank": world.rank_of_row(cfg.injection_row, cfg.batch_size)}
 
 
-def inputs_record(corpus, passages: dict[str, list[int]], attestation: dict | None = None) -> dict:
+def inputs_record(corpus, passages: dict[str, list[int]], attestation: dict | None = None,
+                  seed_passages: dict[int, dict[str, list[int]]] | None = None) -> dict:
     """What ``inputs.json`` holds: what later tools (measure, gradmatch, report) need without the
-    config's folder; ``attestation``: each subject's occurrences and per-seed exposure (twins/passages.py)."""
+    config's folder; ``attestation``: each subject's occurrences and per-seed exposure (twins/passages.py);
+    ``seed_passages``: the texts each seed draws for itself (twins/passages.py ``seed_passages``), under
+    ``seed_passages`` {seed: {arm: text and tokens}}, absent when every seed injects the same texts."""
+    record = lambda texts: {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in texts.items()}
     return {
         **corpus_record(corpus),
-        "passages": {c: {"text": corpus.decode(ids), "tokens": ids} for c, ids in passages.items()},
+        "passages": record(passages),
         "attestation": attestation or {},
-    }
+    } | ({"seed_passages": {str(k): record(v) for k, v in seed_passages.items()}} if seed_passages else {})
 
 
 # --------------------------------------------------------------------------- reading a run back
@@ -285,13 +312,19 @@ class Run:
     cfg: TwinsConfig
     gcfg: GPTConfig
     corpus: object
-    passages: dict[str, list[int]]
+    passages: dict[str, list[int]]  # the texts every seed injects
     finished: list[tuple[int, str]] = field(default_factory=list)  # (seed, condition) of every finished run
     missing: list[str] = field(default_factory=list)  # "seed <k> <condition>" of every unfinished one
+    seed_passages: dict[int, dict[str, list[int]]] = field(default_factory=dict)  # the texts a seed draws for itself
 
     @property
     def root(self) -> Path:
         return self.dir.root
+
+    def texts(self, seed: int) -> dict[str, list[int]]:
+        """Every text seed ``seed``'s runs inject, ``{arm name: token ids}``: the shared passages and its own (its
+        ordinary rows, when each seed draws its own)."""
+        return self.passages | self.seed_passages.get(seed, {})
 
     def weights(self, seed: int, cond: str, step: int) -> dict[str, torch.Tensor]:
         """Weights after ``step`` updates, every tensor's SHA-256 checked against manifest.json
@@ -307,7 +340,8 @@ def open_run(root: str | Path, corpus: str | Path | None = None) -> Run:
                        corpus)
     cfg = disk.cfg
     passages = {k: v["tokens"] for k, v in disk.inputs["passages"].items()}
-    run = Run(rd, cfg, cfg.gpt_config(disk.corpus.vocab_size), disk.corpus, passages)
+    own = {int(k): {n: v["tokens"] for n, v in texts.items()} for k, texts in disk.inputs.get("seed_passages", {}).items()}
+    run = Run(rd, cfg, cfg.gpt_config(disk.corpus.vocab_size), disk.corpus, passages, seed_passages=own)
     for seed in cfg.seeds:
         for cond in cfg.arm_names:
             if rd.condition(seed, cond).finished:

@@ -41,9 +41,9 @@ from seedlab.lm.batches import check_passage
 from seedlab.lm.distributed import World, check_divisible
 from seedlab.progress import Bar
 from seedlab.twins.config import TwinsConfig
-from seedlab.twins.passages import attestation, load_passages
+from seedlab.twins.passages import attestation, load_passages, seed_passages
 from seedlab.twins.rundir import RunDir, config_record, inputs_record, run_record
-from seedlab.twins.variants import VARIANTS, ArmInputs
+from seedlab.twins.variants import VARIANTS, ArmInputs, weighted_arms
 
 
 def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), independent: bool = False,
@@ -63,9 +63,13 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
     the folder before the first step (the report quotes it)."""
     world = world or World()
     corpus, gcfg, passages, attested = load_inputs(cfg, base, world)  # everything checked before the folder is touched
+    per_seed = seed_passages(cfg, base, corpus, passages)  # the texts each seed draws for itself (its ordinary rows)
+    for k, texts in per_seed.items():
+        for name, ids in texts.items():
+            check_passage(len(ids), gcfg.block_size, f"seed {k} {name}")
     text = _read_preregistration(preregistration)
-    rd, inputs = RunDir(Path(out)), inputs_record(corpus, passages, attested)
-    arms = conditions(cfg, passages, corpus.eot_id)
+    rd, inputs = RunDir(Path(out)), inputs_record(corpus, passages, attested, per_seed)
+    arms = {k: conditions(cfg, passages | per_seed.get(k, {}), corpus.eot_id) for k in cfg.seeds}
 
     def check_disk() -> None:  # refused when it cannot fit
         line = rd.check_disk(rd.disk_plan(cfg, gcfg, independent=independent))
@@ -79,7 +83,8 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
                world=world, checks=(lambda: rd.check_preregistration(text), check_disk), first_files=first_files) as started, \
             Bar("twins", 0, "steps", enabled=progress and world.main) as bar:
         _, losses = run_design(Design(cfg=cfg, gcfg=gcfg, tokens=corpus.train, pad_id=corpus.eot_id, folder=rd,
-                                      arms=lambda seed: arms, recording=recording(cfg, arms), observer=ProgressBar(bar),
+                                      arms=lambda seed: arms[seed], recording=recording(cfg, arms[cfg.seeds[0]]),
+                                      observer=ProgressBar(bar),
                                       world=world, independent=independent, start=started.first_files))
     return losses.rename(columns={"arm": "condition"})
 
@@ -87,9 +92,11 @@ def run_twins(cfg: TwinsConfig, out: str | Path, *, base: Path = Path("."), inde
 def conditions(cfg: TwinsConfig, passages: dict[str, list[int]], pad_id: int) -> list[Arm]:
     """Every condition as its arms, each built by its variant (twins/variants.py ``build``: what it injects or
     perturbs at s, and through which channel): the twin first (the replica control's reference), then in the
-    config's order (``cfg.arm_names``)."""
+    config's order, then the row-weight arms (``row_weights``: twins/variants.py ``weighted_arms``), as
+    ``cfg.arm_names`` lists them. ``passages``: the texts of one seed (its own ordinary rows, if drawn per seed)."""
     inputs = ArmInputs(cfg, passages, pad_id)
-    return [TWIN, *(a for c in cfg.conditions if c != "twin" for a in VARIANTS[c].build(inputs, VARIANTS[c]))]
+    plain = [a for c in cfg.conditions if c != "twin" for a in VARIANTS[c].build(inputs, VARIANTS[c])]
+    return [TWIN, *plain, *(a for c in cfg.conditions for a in weighted_arms(inputs, VARIANTS[c]))]
 
 
 def recording(cfg: TwinsConfig, arms: list[Arm]) -> Recording:

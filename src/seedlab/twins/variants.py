@@ -21,6 +21,13 @@ a new null is one entry here and the function that builds its arm, e.g.
 
 (:func:`register` does the same at run time, refusing a name taken). Nothing here imports torch: the
 functions that build arms and texts import what they need when called, so the reports stay torch-free.
+
+**Row-weight arms.** A data variant marked ``row_weighted`` (the passages and the ordinary rows) is also trained,
+for every loss weight w of the design's ``row_weights``, with its first arm's text in the injected row at loss
+weight w (forks/arms.py ``injection(weight=w)``): the arm ``<arm>@w<w>`` (:func:`weighted_name`:
+``fluent-fabricated@w0.25``, ``ordinary-row.0@w0.5``), built by :func:`weighted_arms`, read back by
+:func:`split_weight`. Such an arm belongs to its variant (:func:`variant_of`, drawn in a lighter shade of its colour)
+but is none of its plain arms: a pooled variant's distribution (``ordinary-row.<i>``) does not hold it.
 """
 
 from __future__ import annotations
@@ -49,6 +56,25 @@ FAB, ATT = "fluent-fabricated", "fluent-attested"
 FLUENT = (FAB, ATT)
 #: the null whose arms are ordinary held-out rows in the passage's place (``ordinary-row.<i>``)
 ORDINARY = "ordinary-row"
+#: how a row-weight arm is named: ``<arm>@w<w>`` (module doc)
+WEIGHT_MARK = "@w"
+
+
+def weighted_name(arm: str, w: float) -> str:
+    """The arm that injects ``arm``'s text at loss weight ``w``: ``<arm>@w<w>``, w as Python writes it back exactly."""
+    return f"{arm}{WEIGHT_MARK}{float(w)!r}"
+
+
+def split_weight(arm: str) -> tuple[str, float]:
+    """(the arm it weights, the row's loss weight) of a run's condition: ``fluent-fabricated@w0.25`` ->
+    (``fluent-fabricated``, 0.25); an arm without a weight -> (itself, 1.0)."""
+    head, mark, w = arm.rpartition(WEIGHT_MARK)
+    if not mark or not head:
+        return arm, 1.0
+    try:
+        return head, float(w)
+    except ValueError:
+        return arm, 1.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +108,7 @@ class TextInputs:
     base: Path
     corpus: Any
     texts: Mapping[str, list[int]]
+    seed: int | None = None  # the training seed whose texts are drawn (a text drawn per seed); None: the shared texts
 
 
 @dataclass(frozen=True)
@@ -89,7 +116,8 @@ class Variant:
     """One condition of the design (module doc). ``label``: how the report names it in running text (default its
     name); ``sized``: it takes its size from ``nulls.noise_like``'s passage at s, which the design must then
     train; ``count``: several arms ``<name>.<i>``, i < count(cfg), compared as one distribution under the name
-    ``pooled`` (the ordinary rows); ``formerly``: names it was measured under before (read as this one)."""
+    ``pooled`` (the ordinary rows); ``formerly``: names it was measured under before (read as this one);
+    ``row_weighted``: its first arm is also trained at each of the design's ``row_weights`` (module doc)."""
 
     name: str
     role: Role
@@ -103,6 +131,7 @@ class Variant:
     count: Callable[[Any], int] | None = None
     pooled: str = ""
     formerly: tuple[str, ...] = ()
+    row_weighted: bool = False
 
     @property
     def said(self) -> str:
@@ -117,6 +146,14 @@ class Variant:
     def arm_names(self, cfg) -> list[str]:
         """Its runs' folder names in the design ``cfg``: ``<name>.0`` .. for a pooled variant, else its name."""
         return [f"{self.name}.{i}" for i in range(self.count(cfg))] if self.count else [self.name]
+
+    def weighted_names(self, cfg) -> list[str]:
+        """Its row-weight arms in the design ``cfg``: its first arm at each of ``row_weights``, in that order (none
+        unless ``row_weighted``)."""
+        if not self.row_weighted:
+            return []
+        first = self.arm_names(cfg)[0]
+        return [weighted_name(first, w) for w in getattr(cfg, "row_weights", [])]
 
     def owns(self, arm: str) -> bool:
         """Whether ``arm`` (a run's condition, as measured) is one of this variant's: its name, a former name, or
@@ -143,6 +180,17 @@ def inject_texts(inputs: ArmInputs, v: Variant) -> list:
 
     cfg = inputs.cfg
     return [injection(a, inputs.texts[a], cfg.injection_step, cfg.injection_row) for a in v.arm_names(cfg)]
+
+
+def weighted_arms(inputs: ArmInputs, v: Variant) -> list:
+    """A row-weighted variant's arms at the design's ``row_weights``: its first arm's text in row ``injection_row``
+    of the batch of s at loss weight w (forks/arms.py ``injection``), named by :func:`weighted_name`."""
+    from seedlab.forks.arms import injection
+
+    cfg = inputs.cfg
+    first = v.arm_names(cfg)[0]
+    return [injection(weighted_name(first, w), inputs.texts[first], cfg.injection_step, cfg.injection_row, weight=w)
+            for w in getattr(cfg, "row_weights", [])] if v.row_weighted else []
 
 
 def nudge_arm(inputs: ArmInputs, v: Variant) -> list:
@@ -224,15 +272,21 @@ def ordinary_texts(t: TextInputs, v: Variant) -> dict[str, list[int]]:
     """The ordinary rows, ``{<name>.<i>: token ids}``: ``nulls.ordinary_rows`` different stretches of the held-out
     split's reserved slice (never trained on, never evaluated on: twins/heldout.py ``ordinary_rows``), each as long
     as the fabricated (else attested, else random-chars) passage, chosen by ``random.Random(nulls.ordinary_row_seed)``:
-    ordinary rows of the corpus's own text in place of the passage."""
-    from seedlab.twins.heldout import ordinary_rows
+    ordinary rows of the corpus's own text in place of the passage. With ``nulls.ordinary_rows_per_seed`` each
+    training seed draws its own (twins/heldout.py ``ordinary_draw``: the row seed and the training seed mixed), and
+    the shared texts (``t.seed`` None) hold none."""
+    from seedlab.twins.heldout import ordinary_draw, ordinary_rows
 
+    per_seed = t.cfg.nulls.ordinary_rows_per_seed
+    if per_seed and t.seed is None:
+        return {}  # drawn for each training seed (twins/passages.py seed_passages)
     like = next((t.texts[c] for c in (FAB, ATT, "random-chars") if c in t.texts), None)
     n = len(like) if like else t.cfg.random_chars_tokens
     if n is None:
         raise SeedlabError(f"random_chars_tokens: set the passage length when the design has no passage ({v.name})")
     block = t.cfg.gpt_config(t.corpus.vocab_size).block_size
-    rows = ordinary_rows(t.corpus.heldout, block, n, t.cfg.nulls.ordinary_rows, t.cfg.nulls.ordinary_row_seed)
+    draw = ordinary_draw(t.cfg.nulls.ordinary_row_seed, t.seed if per_seed else None)
+    rows = ordinary_rows(t.corpus.heldout, block, n, t.cfg.nulls.ordinary_rows, draw, per_seed=per_seed)
     return dict(zip(v.arm_names(t.cfg), rows))
 
 
@@ -246,13 +300,14 @@ def _ordinary_count(cfg) -> int:
 VARIANTS: dict[str, Variant] = {
     "twin": Variant("twin", "twin", "none", "k", "the ordinary run, every condition's baseline", twin_arm),
     FAB: Variant(FAB, "passage", "data", "tab:red", "a fluent passage about a subject the training split never "
-                 "mentions", inject_texts, text=fluent_text),
+                 "mentions", inject_texts, text=fluent_text, row_weighted=True),
     ATT: Variant(ATT, "passage", "data", "tab:blue", "a fluent passage about a subject the training split mentions",
-                 inject_texts, text=fluent_text),
+                 inject_texts, text=fluent_text, row_weighted=True),
     "random-chars": Variant("random-chars", "passage", "data", "tab:green", "random keyboard characters, as many "
-                            "tokens as the fluent passage", inject_texts, text=random_chars_text),
+                            "tokens as the fluent passage", inject_texts, text=random_chars_text, row_weighted=True),
     ORDINARY: Variant(ORDINARY, "null", "data", "tab:orange", "the ordinary rows (any row's effect)", inject_texts,
-                      text=ordinary_texts, label="the ordinary rows", count=_ordinary_count, pooled="ordinary-rows"),
+                      text=ordinary_texts, label="the ordinary rows", count=_ordinary_count, pooled="ordinary-rows",
+                      row_weighted=True),
     "nudge": Variant("nudge", "null", "weights", "tab:purple", "a one-ulp nudge (chaos alone)", nudge_arm),
     "matched-gradient": Variant("matched-gradient", "null", "gradient", "tab:brown", "gradient noise of the passage's "
                                 "size (a perturbation of that size, through the clip and AdamW's moments as a row)",
@@ -272,6 +327,8 @@ def register(v: Variant) -> Variant:
     role or channel not known, is a one-line error."""
     if v.name in VARIANTS or any(v.name in w.formerly for w in VARIANTS.values()):
         raise SeedlabError(f"variant {v.name!r}: that name is registered already")
+    if WEIGHT_MARK in v.name:
+        raise SeedlabError(f"variant {v.name!r}: {WEIGHT_MARK!r} marks a row-weight arm and is not part of a name")
     if v.role not in ("twin", "passage", "null") or v.channel not in CHANNELS:
         raise SeedlabError(f"variant {v.name!r}: role {v.role!r} / channel {v.channel!r} (roles: twin, passage, null; "
                            f"channels: {', '.join(CHANNELS)})")
@@ -280,9 +337,14 @@ def register(v: Variant) -> Variant:
 
 
 def variant_of(arm: str) -> Variant | None:
-    """The variant a run's condition belongs to (its name, a former name, or a pooled variant's ``<name>.<i>``)."""
+    """The variant a run's condition belongs to (its name, a former name, a pooled variant's ``<name>.<i>``, or a
+    row-weight arm ``<arm>@w<w>`` of one of those: :func:`split_weight`)."""
     if arm in VARIANTS:
         return VARIANTS[arm]
+    base, w = split_weight(arm)
+    if base != arm:
+        v = variant_of(base)
+        return v if v is not None and v.row_weighted else None
     return next((v for v in VARIANTS.values() if v.owns(arm)), None)
 
 
@@ -329,9 +391,15 @@ def _shade(color: str, i: int) -> tuple[float, float, float]:
 
 def color(arm: str):
     """The one colour of a run's condition (or ``"seed"``: twins of different seeds) in every figure: its variant's;
-    a pooled variant's arm ``<name>.<i>`` a shade of it of its own (:func:`_shade`), its group name the variant's."""
+    a pooled variant's arm ``<name>.<i>`` a shade of it of its own (:func:`_shade`), its group name the variant's; a
+    row-weight arm ``<arm>@w<w>`` its arm's, mixed with white by 0.6·(1 − w)."""
     if arm == "seed":
         return SEED_COLOR
+    base, w = split_weight(arm)
+    if base != arm and variant_of(arm) is not None:  # a row-weight arm: its arm's colour, lighter as w is smaller
+        from matplotlib.colors import to_rgb
+
+        return tuple(c + (1 - c) * 0.6 * (1 - w) for c in to_rgb(color(base)))
     v = variant_of(arm) or next((w for w in VARIANTS.values() if w.pooled == arm), None)
     if v is None:
         raise KeyError(f"no registered variant for {arm!r}")
