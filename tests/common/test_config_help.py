@@ -33,7 +33,8 @@ ROOT = SRC.parent.parent
 #: twins and attribution config; then the twins' dose axis: nulls.ordinary_rows_per_seed (false) and row_weights ([])
 #: in every twins config, and the preset twins/dose-b16; then the bank's ceiling and trak sections (null: off, in every
 #: attribution preset)
-PINNED = "378bfcda50ee64b9af81632ff78b9f48b7e811d920c0d3ee2dc704747ab19e8e"
+#: and the presets attribution/loo-b32 and loo-b128 (the ceiling and TRAK's subsets on)
+PINNED = "4acb760b8b8a11249c1a0b43388813add220708ef85b346854adbe629b530659"
 
 
 def _fingerprint() -> str:
@@ -62,7 +63,7 @@ def _fingerprint() -> str:
         record[cls.__name__] = cls().model_dump(mode="json")
     record["gpt"] = {k: v.model_dump(mode="json") for k, v in PRESETS.items()}
     record["jobs-default"] = [j.key for j in plan(SweepConfig())]
-    assert len(record) == 27, sorted(record)  # every preset was read (18) and every default config
+    assert len(record) == 29, sorted(record)  # every preset was read (20) and every default config
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
