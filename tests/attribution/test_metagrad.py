@@ -148,11 +148,11 @@ def test_checkpoint_and_recompute_changes_no_bit(bank):
     check = replay_check(b, 0, hs)
     one = adjoints(_trainer(b), queries, hs, first=0, every=1, check=check)
     four = adjoints(_trainer(b), queries, hs, first=0, every=4, check=check)
-    default = adjoints(_trainer(b), queries, hs, first=0)  # ⌈√14⌉ = 4
+    default = adjoints(_trainer(b), queries, hs, first=0)  # all 14 states fit metagrad.STATE_BUDGET: k = 1
     for h in hs:
         assert np.array_equal(one.rows[h], four.rows[h]) and np.array_equal(one.rows[h], default.rows[h])
         assert one.rows[h].shape == (len(queries), h, b.cfg.batch_size)
-    assert default.every == 4
+    assert default.every == 1 and default.replayed == 14 and four.every == 4
     assert one.replayed == 14 and four.replayed == 14 + 10  # k = 4: every segment's 3 states recomputed (2 in the last)
     assert one.held == 14 and four.held <= -(-14 // 4) + 4 - 1  # O(T/k + k) states
     # from the kept prefix (t₀ = s): the same rows at every step from s, bit for bit
@@ -222,7 +222,7 @@ def test_bank_metagrad_writes_every_row_and_a_corrupted_prefix_is_one_line(bank,
     ({"horizons": ["s+2"]}, r"^--horizon: must be one of the bank's horizons s\+1 \(5\), s\+3 \(7\), end \(14\), got 's\+2'"),
     ({"horizons": ["9"]}, r"^--horizon: must be one of the bank's horizons"),
     ({"every": 0}, r"^--every: at least 1"),
-    ({"chunk": 0}, r"^--chunk: at least 1"),
+    ({"query_chunk": 0}, r"^--query-chunk: at least 1"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(bank, tmp_path, kwargs, match):
     root = _copy(bank, tmp_path)
@@ -258,3 +258,75 @@ def test_the_comparison_script_finds_the_two_modes_equal(bank):
     assert (df.max_abs_unroll > 1e-3).all() and (df.max_rel < 1e-5).all()
     assert (df.unroll_s > 0).all() and (df.metagrad_s > 0).all()
     assert mod.main([str(bank), "--seeds", "x"]) == 2
+
+
+@pytest.mark.parametrize("over", [{}, {"grad_clip": 0.05}, {"optimizer": "sgd", "grad_clip": 0.05}],
+                         ids=["adamw", "adamw-clipped", "sgd-clipped"])
+def test_the_hand_written_adjoint_is_torch_funcs_vjp(design, over):
+    # Update.pull writes the adjoint of the clip and AdamW by hand and leaves only the gradient to autograd; the
+    # reference is torch.func's VJP of the whole step (WeightedStep.pull). float64 weights: the parts that are
+    # elementwise (m, v) agree to float64 round-off; the θ part and the rows' weights go through the float32 CE
+    # (masked_ce_sum's .float(), in both), differently ordered: measured ≤ 3e-8 relative, tolerance 1e-6
+    from seedlab.attribution.bank.texts import load_inputs
+    from seedlab.attribution.estimators.metagrad import Update, WeightedStep, _Saved
+
+    cfg, base = design(seeds=[0], **over)
+    inputs = load_inputs(cfg, base)
+    tr = Trainer(cfg.model_copy(update={"device": "cpu"}), inputs.gcfg, 0, inputs.corpus.train)
+    tr.model.double()
+    for _ in range(3):
+        tr.advance()
+    up, ref = Update(tr), WeightedStep(tr)
+    g = torch.Generator().manual_seed(0)
+    lam = tuple(tuple(torch.randn(3, *p.shape, generator=g, dtype=torch.float64) for p in part) for part in ref.state)
+    flat = [torch.cat([x.reshape(3, -1) for x in part], 1) for part in lam]
+    dw, new = up.pull(tr, _Saved.of(tr), tuple(flat))
+    dw_ref, lam_ref = ref.pull(lam)
+    rel = lambda a, b: float((a - b).abs().max() / b.abs().max())
+    assert len(new) == (1 if over.get("optimizer") == "sgd" else 3) == len(lam_ref)
+    assert rel(dw, dw_ref) < 1e-6
+    for k, (a, b) in enumerate(zip(new, lam_ref)):
+        b = torch.cat([x.reshape(3, -1) for x in b], 1)
+        assert rel(a, b) < (1e-6 if k == 0 else 1e-12), k
+
+
+def test_query_chunks_change_no_bit(bank):
+    # each cotangent's VJP is its own backward in a fresh buffer, the query gradients and the hand-written adjoint
+    # elementwise: a query's rows and adjoints are bitwise the same in chunks of 1, 2 or all 3, with every state kept
+    # or recomputed in segments of 4 (the kept states then serve every chunk)
+    b = open_bank(bank)
+    queries, hs = _queries(b), [5, 7, 14]
+    runs = [adjoints(_trainer(b), queries, hs, first=0, keep={5, 10}, **kw)
+            for kw in ({}, {"query_chunk": 1}, {"query_chunk": 2, "every": 4})]
+    assert [r.query_chunk for r in runs] == [3, 1, 2] and runs[2].every == 4
+    assert runs[1].vjps == 3 * 14 and runs[2].replayed == 14 + 2 * 10  # each chunk its own pass and recomputation
+    for r in runs[1:]:
+        for h in hs:
+            assert np.array_equal(r.rows[h], runs[0].rows[h])
+        assert r.at.keys() == runs[0].at.keys() == {5, 10}
+        for t in r.at:
+            assert r.at[t].keys() == runs[0].at[t].keys()
+            for h in r.at[t]:
+                assert all(torch.equal(x, y) for x, y in zip(r.at[t][h], runs[0].at[t][h]))
+                assert r.at[t][h][0].shape[0] == len(queries)
+
+
+def test_the_memory_budget_sets_the_spacing_and_the_chunks():
+    from seedlab.attribution.estimators import metagrad as mg
+
+    p = mg.plan(0, 11, [50, 100, 200], state_bytes=mg.STATE_BUDGET // 200, adjoint_bytes=mg.ADJOINT_BUDGET // 100)
+    assert p.every == 1 and p.needed == 200 and p.held == 200 and p.recompute == 0  # all 200 states fit
+    assert p.query_chunk == 11 and p.chunks == 1  # 11 × 3 adjoints of 1/100 of the budget
+    p = mg.plan(0, 11, [200], state_bytes=mg.STATE_BUDGET // 40, adjoint_bytes=mg.ADJOINT_BUDGET // 2)
+    assert p.every == 6 and p.held == 34 + 5 and p.recompute == 200 - 34  # ⌈200/6⌉ + 5 = 39 ≤ 40; k = 5: 40 + 4
+    assert p.query_chunk == 2 and p.chunks == 6
+    p = mg.plan(0, 3, [200], state_bytes=mg.STATE_BUDGET, adjoint_bytes=2 * mg.ADJOINT_BUDGET)
+    assert p.every == 15 and p.query_chunk == 1  # nothing fits: the fewest states (⌈√200⌉), one query at a time
+    p = mg.plan(0, 2, [20, 60], first=10, window=10)  # the rows of steps 10 .. 19 and 50 .. 59: every state kept
+    assert p.firsts == {20: 10, 60: 50} and p.segments == [(t, t + 1) for t in [*range(10, 20), *range(50, 60)]]
+    assert p.needed == 20 and p.replay == 60
+    p = mg.plan(0, 2, [20, 60], first=10, window=10, every=4)
+    assert p.segments == [(10, 14), (14, 18), (18, 20), (50, 54), (54, 58), (58, 60)]
+    for kw, match in (({"every": 0}, "every"), ({"query_chunk": 0}, "query_chunk"), ({"window": 0}, "window")):
+        with pytest.raises(SeedlabError, match=f"^metagrad: {match} must be at least 1"):
+            mg.plan(0, 1, [5], **kw)

@@ -79,11 +79,14 @@ def attribution_metagrad(
                                                 "from its seed's initialisation) .. the first horizon; from s on the "
                                                 "replay starts at the kept prefix")] = 0,
     every: Annotated[int | None, typer.Option(help="keep the complete state every K steps and recompute between "
-                                                   "(memory: T/K + K states); default: the square root of the steps")] = None,
+                                                   "(memory: T/K + K states); default: the smallest K whose states "
+                                                   "fit in 1 GiB (1: every state, nothing recomputed)")] = None,
     horizon: Annotated[list[str], typer.Option("--horizon", help="a horizon of the bank (s+1, mid, end, or updates "
                                                                  "completed), repeatable; default: all")] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    chunk: Annotated[int | None, typer.Option(help="adjoints per vmapped VJP (memory); default: all at once")] = None,
+    query_chunk: Annotated[int | None, typer.Option("--query-chunk", help=(
+        "queries per backward pass (the adjoints' memory: chunk x horizons x 3P numbers); default: as many as fit "
+        "in 1 GiB"))] = None,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Every training row's metagradient dL_q(theta_h)/dw_{t,i}: the adjoint of each query's loss at each horizon
@@ -91,7 +94,7 @@ def attribution_metagrad(
     from seedlab.attribution.estimators.metagrad import bank_metagrad
     from seedlab.attribution.bank.rundir import BankDir
 
-    df = bank_metagrad(bank, first=t0, every=every, horizons=horizon or None, device=device, chunk=chunk,
+    df = bank_metagrad(bank, first=t0, every=every, horizons=horizon or None, device=device, query_chunk=query_chunk,
                        progress=progress)
     typer.echo(f"{len(df)} row metagradients ({df.seed.nunique()} seed(s) x {df['query'].nunique()} queries x "
                f"{df.horizon.nunique()} horizons) -> {BankDir(bank).metagrad}")

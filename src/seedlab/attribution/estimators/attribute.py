@@ -237,8 +237,7 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
                                        outputs=[n for n in names if n in TRAJECTORY]))
             by_h = replayed[name]
         elif name == METAGRAD:
-            by_h = metagrad(grads, trainer, horizons, chunk=cfg.attribute.unroll_chunk,
-                            check=replay_check(bank, seed, horizons))
+            by_h = metagrad(grads, trainer, horizons, check=replay_check(bank, seed, horizons))
         elif get_estimator(name).per_horizon:  # a horizon-aware plug-in: its Context at each horizon (plugins.py)
             by_h = {h: run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
                            grad_clip=cfg.grad_clip, seed=seed, step=s, horizon=h, twin=twin.weights)
