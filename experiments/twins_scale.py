@@ -2,8 +2,11 @@
 and a figure per measure.
 
 The cells are the presets twins/scale-* (:data:`CELLS`): rows per batch B ∈ {16, 64, 256} (scale-b16, scale-b64,
-scale-b256), 1,000 updates after the injection at B = 16 (scale-b16-long) and the wider model at B = 64
-(scale-wide-b64); a cell may also be a YAML config file (its name: the file's stem). Per cell:
+scale-b256), 1,000 updates after the injection at B = 16 (scale-b16-long), the schedule apart from the steps
+(scale-b16-floor: 1,000 updates after s on scale-b16's decay, then the floor; scale-b16-longdecay: 200 updates on
+scale-b16-long's decay), the peak rate (scale-b16-lr3e-3, scale-b16-lr1e-3: min_lr = peak / 10) and the wider model
+at B = 64 (scale-wide-b64: d 128 with 4 heads of 32 at mini's rate; scale-wide-heads-b64: d 128 with mini's 2 heads,
+64 wide, at 5e-3, lr ∝ 1/width); a cell may also be a YAML config file (its name: the file's stem). Per cell:
 
     seedlab twins run <preset> --out OUT/<cell> --set threads=T [--set seeds=[...]] [--set ...]
     seedlab twins measure OUT/<cell>          (OMP_NUM_THREADS=T)
@@ -44,9 +47,10 @@ import sys
 from pathlib import Path
 
 #: the shipped cells, in the table's order
-CELLS = ("scale-b16", "scale-b64", "scale-b256", "scale-b16-long", "scale-wide-b64")
+CELLS = ("scale-b16", "scale-b64", "scale-b256", "scale-b16-long", "scale-b16-floor", "scale-b16-longdecay",
+         "scale-b16-lr3e-3", "scale-b16-lr1e-3", "scale-wide-b64", "scale-wide-heads-b64")
 CONFIRM = "confirm-"
-_AXIS_TAG = {"batch_size": "b", "after": "after"}
+_AXIS_TAG = {"batch_size": "b", "after": "after", "schedule": "decay", "rate": "lr"}
 
 
 def cell_name(spec: str) -> str:
@@ -54,8 +58,8 @@ def cell_name(spec: str) -> str:
     return Path(spec).stem if spec.endswith((".yaml", ".yml")) else spec
 
 
-def confirm_name(axis: str, at: int) -> str:
-    return f"{CONFIRM}{_AXIS_TAG.get(axis, axis)}{at}"
+def confirm_name(axis: str, at: int | float) -> str:
+    return f"{CONFIRM}{_AXIS_TAG.get(axis, axis)}{at:g}"
 
 
 def commands(spec: str, folder: Path, threads: int, sets: list[str], progress: bool,
@@ -154,9 +158,10 @@ def predict(args) -> Path:
         raise SeedlabError(f"--predict: {where.prediction} is written already (a pre-registration is not rewritten)")
     axis, _, level = args.predict.partition("=")
     try:
-        at = int(level)
+        at = float(level) if axis == "rate" else int(level)
     except ValueError:
-        raise SeedlabError(f"--predict: AXIS=LEVEL with an integer level, e.g. batch_size=128, got {args.predict!r}") from None
+        raise SeedlabError(f"--predict: AXIS=LEVEL with an integer level (a number for rate), e.g. batch_size=128, "
+                           f"got {args.predict!r}") from None
     cells = [c for c in available(args.out, args.keep) if not c.name.startswith(CONFIRM)]
     p = trends.predict(scale.draws(cells), axis, at, args.predict_seeds or [], measure=args.predict_measure)
     where.root.mkdir(parents=True, exist_ok=True)
@@ -181,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--render", action="store_true", help="only render from the kept cells")
-    p.add_argument("--predict", help="AXIS=LEVEL: pre-register the confirmatory prediction (batch_size or after)")
+    p.add_argument("--predict", help="AXIS=LEVEL: pre-register the confirmatory prediction (batch_size, after, schedule "
+                                     "or rate)")
     p.add_argument("--predict-seeds", type=parse_seeds, help="its fresh seeds, e.g. 8,9,10,11,12,13")
     p.add_argument("--predict-measure", help="the measure to predict (default: the one the trend says moves most)")
     p.add_argument("--confirm", action="store_true", help="run the pre-registered confirmatory cell and render its verdict")
@@ -199,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.confirm:
             from seedlab.twins.rundir import ScaleDir
-            from seedlab.twins.scale import Prediction
+            from seedlab.twins.trends import Prediction
 
             where = ScaleDir(report_dir(args))
             pr = Prediction.from_json(where.prediction)

@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
@@ -148,14 +148,21 @@ class Summary:
 
     @classmethod
     def from_dir(cls: type[S], path: str | Path) -> S:
-        """What :meth:`to_dir` wrote, exactly; a folder without ``cell.json`` is a one-line error."""
+        """What :meth:`to_dir` wrote, exactly; a folder without ``cell.json`` is a one-line error. A scalar the
+        record lacks (a summary written before the study recorded it) takes the dataclass field's default, where it
+        has one; one without a default is a one-line error."""
         d = CellDir(Path(path))
         if not d.is_kept():
             raise SeedlabError(f"{d.root}: no {d.record.name} (not a {cls.NOUN})")
         record = json.loads(d.record.read_text())
+        fields = getattr(cls, "__dataclass_fields__", {})
+        missing = [k for k in cls.SCALARS if k not in record and
+                   (k not in fields or (fields[k].default is MISSING and fields[k].default_factory is MISSING))]
+        if missing:
+            raise SeedlabError(f"{d.record}: no {', '.join(missing)} (not a {cls.NOUN} of this seedlab)")
         frames = {n: cls.COLUMNS.typed(pd.read_csv(d.frame(n), dtype=str, keep_default_na=False), cols)
                   for n, cols in cls.FRAMES.items()}
-        return cls(**{k: record[k] for k in cls.SCALARS}, **frames)
+        return cls(**{k: record[k] for k in cls.SCALARS if k in record}, **frames)
 
     def equals(self, other: Summary) -> bool:
         """The same scalars and the same frames (NaN equal to NaN)."""

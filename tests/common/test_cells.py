@@ -59,6 +59,20 @@ def test_a_summary_round_trips_through_its_folder_exactly_and_writes_the_same_by
         Toy.from_dir(tmp_path / "nothing")
 
 
+def test_a_summary_older_than_a_scalar_reads_it_at_its_default_and_one_without_a_required_one_is_refused(tmp_path):
+    """A scalar the record lacks (written before the study recorded it) takes the field's default; a required one
+    (no default) missing is one line naming it."""
+    import json
+
+    where = toy().to_dir(tmp_path / "a")
+    record = json.loads((where / "cell.json").read_text())
+    (where / "cell.json").write_text(json.dumps({k: v for k, v in record.items() if k != "stages"}))
+    assert Toy.from_dir(where).stages == {}
+    (where / "cell.json").write_text(json.dumps({k: v for k, v in record.items() if k != "rate"}))
+    with pytest.raises(SeedlabError, match=r"cell.json: no rate \(not a kept toy summary of this seedlab\)$"):
+        Toy.from_dir(where)
+
+
 def test_the_folders_name_their_files(tmp_path):
     assert CellDir(tmp_path).record == tmp_path / "cell.json" and CellDir(tmp_path).frame("x") == tmp_path / "x.csv"
 

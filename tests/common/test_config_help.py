@@ -34,7 +34,9 @@ ROOT = SRC.parent.parent
 #: in every twins config, and the preset twins/dose-b16; then the bank's ceiling and trak sections (null: off, in every
 #: attribution preset)
 #: and the presets attribution/loo-b32 and loo-b128 (the ceiling and TRAK's subsets on)
-PINNED = "4acb760b8b8a11249c1a0b43388813add220708ef85b346854adbe629b530659"
+#: then the scale axis's schedule, rate and width cells (twins/scale-b16-floor, -b16-longdecay, -b16-lr3e-3,
+#: -b16-lr1e-3, -wide-heads-b64) and the GPT mini-wide-heads
+PINNED = "590f65f2a5d3c9dbb90a1a16d2bdcae26f8b7033f5313e744219bf9d1f4a109f"
 
 
 def _fingerprint() -> str:
@@ -63,7 +65,7 @@ def _fingerprint() -> str:
         record[cls.__name__] = cls().model_dump(mode="json")
     record["gpt"] = {k: v.model_dump(mode="json") for k, v in PRESETS.items()}
     record["jobs-default"] = [j.key for j in plan(SweepConfig())]
-    assert len(record) == 29, sorted(record)  # every preset was read (20) and every default config
+    assert len(record) == 34, sorted(record)  # every preset was read (25) and every default config
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 

@@ -76,6 +76,110 @@ def test_the_b_cells_differ_in_b_alone_and_the_others_in_one_axis():
     assert diff("scale-b64", "scale-wide-b64") <= {"model", "seeds"}
 
 
+#: the schedule, rate and width cells (issue 48 §1, §3): (steps, decay_steps, peak_lr, min_lr, model, B)
+NEW_PRESETS = {"scale-b16-floor": (1100, 300, 1e-2, 1e-3, "mini", 16),
+               "scale-b16-longdecay": (300, 1100, 1e-2, 1e-3, "mini", 16),
+               "scale-b16-lr3e-3": (300, None, 3e-3, 3e-4, "mini", 16),
+               "scale-b16-lr1e-3": (300, None, 1e-3, 1e-4, "mini", 16),
+               "scale-wide-heads-b64": (300, None, 5e-3, 5e-4, "mini-wide-heads", 64)}
+
+
+@pytest.mark.parametrize("name", NEW_PRESETS)
+def test_the_schedule_rate_and_width_cells_load_with_their_rules_and_estimated_costs(name):
+    cfg, base = load_config(TwinsConfig, "twins", name)
+    assert (cfg.steps, cfg.decay_steps, cfg.peak_lr, cfg.min_lr, cfg.model, cfg.batch_size) == NEW_PRESETS[name]
+    assert cfg.seeds == [0, 1, 2, 3] and (cfg.block_size, cfg.injection_step, cfg.warmup) == (128, 100, None)
+    assert cfg.min_lr == pytest.approx(cfg.peak_lr / 10, rel=1e-12)  # the stated rule: min_lr = peak / 10, as in mini
+    assert cfg.conditions == load_config(TwinsConfig, "twins", "scale-b16")[0].conditions
+    assert (base / cfg.passages[FOCAL]).is_file()
+    header = (base / f"{name}.yaml").read_text().split("\ncorpus:")[0]
+    assert "Cost, estimated, not yet measured (docs/benchmarks.md)" in header and "run-updates" in header
+    assert f"--cells {name} " in header
+    assert not (ROOT / "docs" / "results" / "twins-scale" / name).exists()  # not run: nothing kept
+
+
+def test_the_new_cells_differ_from_their_neighbours_in_what_they_separate():
+    """floor: scale-b16-long with scale-b16's decay; longdecay: scale-b16 with scale-b16-long's decay; the rate
+    cells: scale-b16's peak (and its floor, peak / 10); wide-heads: scale-b64 at d 128 with mini's heads, the rate
+    ∝ 1/width (5e-3 · 128 = 1e-2 · 64), beside scale-wide-b64 at the same width (4 heads, mini's rate)."""
+    names = [*SCALE_PRESETS, *NEW_PRESETS]
+    dump = {n: load_config(TwinsConfig, "twins", n)[0].model_dump() for n in names}
+
+    def diff(a, b):
+        return {k for k in dump[a] if dump[a][k] != dump[b][k]} - {"seeds"}
+
+    assert diff("scale-b16-long", "scale-b16-floor") == {"decay_steps"}
+    assert diff("scale-b16", "scale-b16-longdecay") == {"decay_steps"}
+    assert diff("scale-b16", "scale-b16-floor") == {"steps", "decay_steps", "checkpoint_every"}
+    for lr in ("scale-b16-lr3e-3", "scale-b16-lr1e-3"):
+        assert diff("scale-b16", lr) == {"peak_lr", "min_lr"}
+    assert diff("scale-b64", "scale-wide-heads-b64") == {"model", "peak_lr", "min_lr"}
+    assert diff("scale-wide-b64", "scale-wide-heads-b64") == {"model", "peak_lr", "min_lr"}
+    assert dump["scale-wide-heads-b64"]["peak_lr"] * 128 == pytest.approx(dump["scale-b64"]["peak_lr"] * 64)
+
+
+def test_the_heads_model_is_mini_at_twice_the_width_with_minis_head_count():
+    from seedlab.lm.gptconfig import PRESETS, param_count
+
+    mini, wide, heads = PRESETS["mini"], PRESETS["mini-wide"], PRESETS["mini-wide-heads"]
+    assert (heads.n_embd, heads.n_head, heads.n_embd // heads.n_head) == (128, 2, 64)
+    assert (heads.n_layer, heads.n_head, heads.block_size) == (mini.n_layer, mini.n_head, mini.block_size)
+    assert param_count(heads) == param_count(wide)  # heads split the width; they add no parameters
+
+
+def _preset_cell(name: str, base: Cell) -> Cell:
+    """A synthetic cell labelled as the preset ``name`` would summarise it (its numbers ``base``'s)."""
+    from seedlab.lm.gptconfig import PRESETS
+
+    cfg, _ = load_config(TwinsConfig, "twins", name)
+    g = PRESETS[cfg.model]
+    s = cfg.injection_step
+    return dataclasses.replace(base, name=name, batch_size=cfg.batch_size, steps=cfg.steps, after=cfg.steps - s,
+                               decay_after=cfg.decay_end - s, peak_lr=cfg.peak_lr, min_lr=cfg.min_lr, model=cfg.model,
+                               n_embd=g.n_embd, n_head=g.n_head, preset=name)
+
+
+def test_the_presets_make_the_schedule_rate_and_width_families():
+    """Every shipped cell labelled as summarised: steps at scale-b16's fixed decay (b16 -> floor), the schedule at
+    200 updates after s (b16 -> longdecay), the rate at three levels (no fit: fewer than four), the width with the
+    heads fixed and the rate ∝ 1/width (b64 -> wide-heads); scale-b16-long and scale-wide-b64 are in no family
+    of their axis (each moves two things), and the long cell is the floor cell's schedule partner."""
+    base = synthetic_cell("x", 16, seeds=(0, 1, 2, 3))
+    cs = [_preset_cell(n, base) for n in (*SCALE_PRESETS, *NEW_PRESETS)]
+    fams = {a: [c.name for c in f] for a, f in trends.families(cs).items()}
+    assert fams == {"batch_size": ["scale-b16", "scale-b64", "scale-b256"],
+                    "after": ["scale-b16", "scale-b16-floor"],
+                    "schedule": ["scale-b16", "scale-b16-longdecay"],
+                    "rate": ["scale-b16-lr1e-3", "scale-b16-lr3e-3", "scale-b16"],
+                    "n_embd": ["scale-b64", "scale-wide-heads-b64"]}
+    by = {c.name: c for c in cs}
+    long_pair, _ = trends.family_of([by["scale-b16-floor"], by["scale-b16-long"]], "schedule")
+    assert [c.name for c in long_pair] == ["scale-b16-floor", "scale-b16-long"]
+    assert trends.family_of([by["scale-b64"], by["scale-wide-b64"], by["scale-wide-heads-b64"]], "n_embd")[1] == 0
+    assert "4 heads of 32" in by["scale-wide-b64"].description() and "2 heads of 64" in by["scale-wide-heads-b64"].description()
+    assert "decay to s + 200" in by["scale-b16-floor"].description() and "lr 0.005" in by["scale-wide-heads-b64"].description()
+    tr = trends.trends(scale.draws(cs))
+    rate = tr[tr.axis == "rate"]
+    assert len(rate) and (rate.points == 3).all() and not rate.fitted.any() and rate.slope.isna().all()
+    assert (rate.note == "3 levels (0.001, 0.003, 0.01): no fit through fewer than 4").all()
+    assert (tr[tr.axis == "after"].held == "the schedule: the decay ends at the same step").all()
+    assert tr[tr.axis == "n_embd"].held.str.startswith("the head count").all()
+
+
+def test_without_the_new_cells_the_confounded_families_stand_in_and_say_so():
+    """The kept table's cells alone: the steps family is scale-b16 -> scale-b16-long with the decay stretched, the
+    width family scale-b64 -> scale-wide-b64 with the head size kept, each naming what moves with it."""
+    base = synthetic_cell("x", 16, seeds=(0, 1, 2, 3))
+    cs = [_preset_cell(n, base) for n in SCALE_PRESETS]
+    assert {a: [c.name for c in f] for a, f in trends.families(cs).items()} == {
+        "batch_size": ["scale-b16", "scale-b64", "scale-b256"], "after": ["scale-b16", "scale-b16-long"],
+        "n_embd": ["scale-b64", "scale-wide-b64"]}
+    tr = trends.trends(scale.draws(cs)).set_index("axis")
+    assert set(tr.loc["after"].held) == {"the decay stretched with the run: steps and the summed rate move together"}
+    assert set(tr.loc["n_embd"].held) == {"the head size: the head count grows with the width, the rate fixed (heads "
+                                          "and rate confounded)"}
+
+
 # ---------------------------------------------------------------- bad input: B over the launched ranks
 
 
@@ -110,10 +214,11 @@ def test_run_twins_refuses_the_split_before_touching_the_folder(twins_inputs, tm
 
 def synthetic_cell(name: str, batch: int, after: int = 200, width: int = 64, seeds=(0, 1, 2, 3, 4, 5), *,
                    distance=lambda b, k: 1.0, barrier=lambda b, k: 0.01, own=lambda b, k: 0.03,
-                   noise: float = 0.05, seed: int = 0) -> Cell:
+                   noise: float = 0.05, seed: int = 0, heads: int = 2, **labels) -> Cell:
     """A cell whose fabricated passage has the given per-seed distance, barrier and own drop (× 1 + noise); the
     nulls at fixed fractions of it; seed pairs at distance 10 and barrier 1 (aligned distance 8); curves that rise
-    from 1e-3 to a peak 0.05 at step s + 40 and decay."""
+    from 1e-3 to a peak 0.05 at step s + 40 and decay. ``heads``: mini's 2 at every width (the width axis holds
+    them); ``labels``: decay_after, peak_lr, min_lr (not recorded when absent)."""
     rng = np.random.default_rng([seed, batch, after, width])
     s = 100
     rows, curves = [], []
@@ -132,12 +237,12 @@ def synthetic_cell(name: str, batch: int, after: int = 200, width: int = 64, see
                        for t, v in zip(steps, f * shape * (1 + noise * rng.standard_normal(len(steps))).clip(0.1))]
     pairs = [{"seed": a, "seed_b": b, "distance": 10.0, "distance_aligned": 8.0, "barrier": 1.0}
              for a, b in itertools.combinations(seeds, 2)]
-    model = "mini" if width == 64 else "mini-wide"
+    model = "mini" if width == 64 else "mini-wide-heads"
     return Cell(name=name, preset=name, batch_size=batch, steps=s + after, injection_step=s, after=after, model=model,
-                n_embd=width, n_layer=2, block_size=128, seeds=list(seeds), arms=list(arms), smooth_steps=25,
-                s50=s + 50, final=s + after, per_seed=scale.COLUMNS.typed(pd.DataFrame(rows), PER_SEED),
+                n_embd=width, n_head=heads, n_layer=2, block_size=128, seeds=list(seeds), arms=list(arms),
+                smooth_steps=25, s50=s + 50, final=s + after, per_seed=scale.COLUMNS.typed(pd.DataFrame(rows), PER_SEED),
                 pairs=scale.COLUMNS.typed(pd.DataFrame(pairs), PAIRS),
-                curves=scale.COLUMNS.typed(pd.DataFrame(curves), CURVES))
+                curves=scale.COLUMNS.typed(pd.DataFrame(curves), CURVES), **labels)
 
 
 def _dist(exponent: float):
@@ -331,6 +436,71 @@ def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit():
     assert p.low < p.predicted < p.high and p.label == "exploratory" and p.paper == pytest.approx(44.1)
 
 
+def every_axis_and_schedule_cells(noise: float = 0.02) -> list[Cell]:
+    """Four levels on every axis, each family holding what :data:`trends.FAMILIES` holds: B 16, 32, 64, 256; steps
+    after s 200, 400, 600, 1000 at scale-b16's decay (200); the decay 200, 400, 600, 1000 at 200 updates after s;
+    the peak rate 1e-2, 3e-3, 1e-3, 3e-4 (min_lr a tenth); the width 64, 96, 128, 192 at B 64 with 2 heads and the
+    rate 1e-2 · 64 / d. distance ∝ B^0.5 · after^0.8 · decay^0.3 · lr^0.6 · d^1.5 (so the width family, whose rate
+    falls as 1/d, moves as d^0.9)."""
+    def cell(name, b=16, after=200, decay=200, lr=1e-2, width=64):
+        law = _dist(0.5)
+        f = (after / 200) ** 0.8 * (decay / 200) ** 0.3 * (lr / 1e-2) ** 0.6 * (width / 64) ** 1.5
+        return synthetic_cell(name, b, after=after, width=width, noise=noise, distance=lambda b_, k: law(b_, k) * f,
+                              decay_after=decay, peak_lr=lr, min_lr=lr / 10)
+
+    return ([cell(f"b{b}", b) for b in (16, 32, 64, 256)] + [cell(f"a{a}", after=a) for a in (400, 600, 1000)]
+            + [cell(f"d{d}", decay=d) for d in (400, 600, 1000)] + [cell(f"lr{lr:g}", lr=lr) for lr in (3e-3, 1e-3, 3e-4)]
+            + [cell(f"w{w}", 64, width=w, lr=1e-2 * 64 / w) for w in (96, 128, 192)])
+
+
+def test_the_paper_extrapolation_moves_along_the_schedule_and_the_rate_from_where_the_width_left_it():
+    """With the steps at a fixed decay, the schedule is moved too (the paper's decay spans its 9,336 updates); the
+    width family's rate follows 1/d, so its move to d 768 brings the rate to 1e-2 · 64 / 768 and the rate axis moves
+    it on from there to 6e-4: the product of the true laws at the paper's settings."""
+    cs = every_axis_and_schedule_cells()
+    fams = {a: [c.name for c in f] for a, f in trends.families(cs).items()}
+    assert fams["after"] == ["b16", "a400", "a600", "a1000"] and fams["schedule"] == ["b16", "d400", "d600", "d1000"]
+    assert fams["rate"] == ["lr0.0003", "lr0.001", "lr0.003", "b16"] and fams["n_embd"] == ["b64", "w96", "w128", "w192"]
+    d = scale.draws(cs)
+    p = trends.paper_extrapolation(d).set_index(["group", "measure"]).loc[(FOCAL, "distance_pct")]
+    assert p["axes"] == "batch_size,after,schedule,rate,n_embd"
+    by = {t.axis: t for t in trends.trend_objects(d) if t.group == FOCAL and t.measure == "distance_pct"}
+    assert by["n_embd"].slope == pytest.approx(0.9, abs=0.05) and by["rate"].slope == pytest.approx(0.6, abs=0.05)
+    truth = 100 * 0.5 * 16 ** 0.5 * (9336 / 200) ** (0.8 + 0.3) * (6e-4 / 1e-2) ** 0.6 * (768 / 64) ** 1.5 / 10
+    assert p.predicted == pytest.approx(truth, rel=0.15) and p.low < p.predicted < p.high
+    y = (by["batch_size"].at(256)[0] + (by["after"].slope + by["schedule"].slope) * math.log10(9336 / 200)
+         + by["rate"].slope * math.log10(6e-4 / (1e-2 * 64 / 768)) + by["n_embd"].slope * math.log10(768 / 64))
+    assert p.predicted == pytest.approx(10 ** y, rel=1e-9)
+
+
+def test_a_stretched_steps_family_moves_the_schedule_with_it_not_again():
+    """every_axis_cells' steps family stretches the decay with the run (the kept long cell's kind); a schedule family
+    beside it (the decay at 1,000 updates after s) is left out of the extrapolation: the steps move has moved it."""
+    before = trends.paper_extrapolation(scale.draws(every_axis_cells())).set_index(["group", "measure"])
+    extra = [synthetic_cell(f"b16-a1000-d{d}", 16, after=1000, decay_after=d,
+                            distance=lambda b_, k: _dist(0.5)(b_, k) * 5 ** 0.8) for d in (2000, 3000, 5000)]
+    d = scale.draws(every_axis_cells() + extra)
+    assert [c.name for c in trends.families(every_axis_cells() + extra)["schedule"]] == [
+        "b16-a1000", "b16-a1000-d2000", "b16-a1000-d3000", "b16-a1000-d5000"]
+    after = trends.paper_extrapolation(d).set_index(["group", "measure"])
+    assert after.loc[(FOCAL, "distance_pct"), "axes"] == "batch_size,after,n_embd"
+    assert after.loc[(FOCAL, "distance_pct"), "predicted"] == before.loc[(FOCAL, "distance_pct"), "predicted"]
+
+
+def test_predict_keeps_what_the_family_holds():
+    """Its --set overrides: along the steps at a fixed decay, that decay's step; along the schedule, the new
+    decay; along the rate, min_lr the family's tenth."""
+    d = scale.draws(every_axis_and_schedule_cells())
+    seeds = [8, 9]
+    at = {"after": 800, "schedule": 800, "rate": 2e-3}
+    sets = {a: trends.predict(d, a, v, seeds, measure="distance_pct").sets for a, v in at.items()}
+    assert sets == {"after": ["steps=900", "decay_steps=300", "seeds=[8,9]"],
+                    "schedule": ["decay_steps=900", "seeds=[8,9]"],
+                    "rate": ["peak_lr=0.002", "min_lr=0.0002", "seeds=[8,9]"]}
+    p = trends.predict(d, "rate", 2e-3, seeds, measure="distance_pct")
+    assert p.at == 2e-3 and "distance_pct ∝ lr^b" in trends.preregistration_text(p)
+
+
 def test_no_paper_extrapolation_without_a_fit_on_every_axis(dr):
     """B has four levels, steps and width two: nothing is moved along an axis without a fit."""
     p = trends.paper_extrapolation(dr)
@@ -360,7 +530,7 @@ def test_predict_refuses_bad_requests(dr):
         (dict(axis="batch_size", at=128, seeds=[3, 8]), r"^seeds: a confirmatory run needs fresh seeds"),
         (dict(axis="batch_size", at=128, seeds=[]), r"^seeds: a confirmatory run needs fresh seeds"),
         (dict(axis="n_embd", at=96, seeds=[8]), r"^axis: n_embd cannot be predicted"),
-        (dict(axis="lr", at=1, seeds=[8]), r"^axis: must be one of batch_size, after, n_embd"),
+        (dict(axis="lr", at=1, seeds=[8]), r"^axis: must be one of batch_size, after, schedule, rate, n_embd, got .lr.$"),
         (dict(axis="batch_size", at=128, seeds=[8], measure="x"), r"^measure: must be one of"),
         (dict(axis="after", at=500, seeds=[8]),
          r"^axis: no fit along after to predict from: 2 levels \(200, 1000\): no fit through fewer than 4$"),
@@ -437,6 +607,8 @@ def test_the_report_words_and_draws_the_frames(cells, dr, tmp_path):
     assert "## The table" in text and "## Trends (exploratory)" in text and "## At the paper's scale (exploratory)" in text
     assert "### distance_pct: distance to the twin, % of the inter-seed distance (%; paper: 44.1)" in text
     assert "## The confirmatory prediction" in text
+    assert "decay: s to min_lr" in text and "heads × size" in text and "| holds |" in text  # each cell's scale named
+    assert "B 64, 200 after s (decay to the end), lr n/a, d 128 (2 heads of 64)" in text  # wide-b64's description
     for k in scale.MEASURES:
         assert where.figure(k).is_file() and f"scale-{k}.png" in text
 
@@ -471,6 +643,8 @@ def test_summarise_reads_the_measured_folder(design):
     d = Measured.read(design / "run")
     c = scale.summarise(d, "tiny", preset="design.yaml")
     assert (c.batch_size, c.after, c.n_embd, c.seeds) == (4, 10, 64, [0, 1])
+    cfg = d.config
+    assert (c.decay_after, c.peak_lr, c.min_lr, c.n_head) == (c.after, cfg["peak_lr"], cfg["min_lr"], 2)
     assert set(c.per_seed.group) == {FOCAL, "fluent-attested", ORDINARY_ROWS, "nudge", "matched-gradient", "weight-kick"}
     m = with_derived(d.measures[d.measures.kind == "injected"]).set_index(["seed", "condition"])
     ps = c.per_seed.set_index(["seed", "arm"])
@@ -498,7 +672,7 @@ def _driver(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_driver_dry_run_prints_every_cells_commands(tmp_path):
     p = _driver("--dry-run", "--out", "o", "--threads", "2", "--seeds", "0,1", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    for name in SCALE_PRESETS:
+    for name in [*SCALE_PRESETS, *NEW_PRESETS]:
         assert f"# {name}" in p.stdout
         assert f"twins run {name} --out o/{name} --set threads=2 --set 'seeds=[0,1]'" in p.stdout
         assert f"twins measure o/{name}" in p.stdout
@@ -544,7 +718,8 @@ def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(t
         path.write_text(yaml.safe_dump(base | {"batch_size": b}))
         specs.append(str(path))
     keep = tmp_path / "keep"
-    dataclasses.replace(synthetic_cell("tiny-b8", 8, after=6, seeds=(0, 1)), block_size=96).to_dir(keep / "tiny-b8")
+    dataclasses.replace(synthetic_cell("tiny-b8", 8, after=6, seeds=(0, 1), peak_lr=3e-3, min_lr=6e-5, decay_after=6),
+                        block_size=96).to_dir(keep / "tiny-b8")  # the tiny design's rate and ForkDesign's min_lr
     t0 = time.time()
     driver = _driver_module()  # in this process (its stages are subprocesses, as in a real run)
     args = ["--out", str(tmp_path / "runs"), "--cells", ",".join(specs), "--keep", str(keep), "--no-progress"]

@@ -36,6 +36,9 @@ PRESETS: dict[str, GPTConfig] = {
     # mini at twice the width (d 128), the head width kept (32 features: 4 heads): the twins' scale axis
     # (preset twins/scale-wide-b64)
     "mini-wide": GPTConfig(n_layer=2, n_head=4, n_embd=128, block_size=64, vocab_size=257),
+    # mini at twice the width (d 128) with mini's head count kept (2 heads, each 64 features wide): the width
+    # alone, the heads fixed (preset twins/scale-wide-heads-b64)
+    "mini-wide-heads": GPTConfig(n_layer=2, n_head=2, n_embd=128, block_size=64, vocab_size=257),
 }
 
 

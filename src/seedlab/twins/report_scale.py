@@ -33,7 +33,16 @@ def _ci(r) -> str:
 
 
 def _cell_label(c: Cell) -> str:
-    return f"B {c.batch_size}, {c.after} after s, d {c.n_embd}"
+    return c.description()
+
+
+def _level(v) -> str:
+    return f"{v:g}"
+
+
+def _held(r) -> str:
+    held = r.get("held", "")
+    return held if isinstance(held, str) and held else "—"
 
 
 def _paper(m) -> str:
@@ -57,15 +66,18 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
         return "\n".join([*out, "No cell is summarised yet.", ""])
     out += [f"{len(cells)} cell(s), each a measured twins design (presets twins/scale-*): the fabricated passage in "
             "row 0 of the batch of s beside its nulls, the ordinary-row distribution (per seed the mean of its "
-            "ordinary rows), matched-gradient and the nudge. The paper: B = 256, 9,336 updates after s, GPT-2 small "
-            f"(d 768, 12 layers). Every interval is a {lv} t interval over the cell's seeds: the value ± t(n − 1) × "
+            "ordinary rows), matched-gradient and the nudge. The paper: B = 256, 9,336 updates after s on a decay "
+            f"to its end, peak lr 6e-4, GPT-2 small (d 768, 12 heads of 64, 12 layers). Every interval is a {lv} t interval over the cell's seeds: the value ± t(n − 1) × "
             "its jackknife standard error (leave one seed out; for a mean over seeds, sd/√n).", ""]
     rows = []
     for c in cells:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in c.stages.items()) or "—"
-        rows.append([c.name, str(c.batch_size), str(c.after), f"{c.n_embd} × {c.n_layer}", c.model,
+        lr = "n/a" if c.peak_lr is None else f"{c.peak_lr:g}" + ("" if c.min_lr is None else f" → {c.min_lr:g}")
+        rows.append([c.name, str(c.batch_size), str(c.after), str(c.label("decay_after")), lr,
+                     f"{c.n_embd} × {c.n_layer}", f"{c.label('n_head')} × {c.label('head_size')}", c.model,
                      f"{len(c.seeds)} ({', '.join(map(str, c.seeds))})", str(len(c.arms)), stages])
-    out += md_lines(["cell", "B", "updates after s", "d × layers", "model", "seeds", "arms", "wall time"], rows)
+    out += md_lines(["cell", "B", "updates after s", "decay: s to min_lr", "peak lr → min", "d × layers",
+                     "heads × size", "model", "seeds", "arms", "wall time"], rows)
     out += ["## The table", ""]
     groups = _groups(table)
     for k, m in MEASURES.items():
@@ -92,7 +104,9 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
             "log10(value) on log10(level) where every cell's value is positive (a power law: the slope is its "
             "exponent), else of the value on log10(level) (slope per decade), its slope's interval the OLS t "
             "interval on the residuals. *At the paper*: the fit at the paper's level of that axis (B 256, 9,336 "
-            "updates after s, d 768), an extrapolation where that lies outside the levels.", ""]
+            "updates after s and as many to the decay's end, peak lr 6e-4, d 768), an extrapolation where that lies "
+            "outside the levels. *Holds*: what every cell of the family shares besides the other labels; a family "
+            "that lets a confound move with its level says so.", ""]
     if len(trends) and not len(fitted):
         most = int(trends.points.max())
         out += [f"No trend is fitted: every axis has at most {most} levels (fewer than {MIN_LEVELS}); the table "
@@ -101,18 +115,20 @@ def scale_report(cells: Sequence[Cell], table: pd.DataFrame, trends: pd.DataFram
         t = trends[trends.group == g]
         if not len(t):
             continue
-        rows = [[r.measure, AXES[r.axis], str(r.points), r.levels, r["values"],
+        rows = [[r.measure, AXES[r.axis], str(r.points), r.levels, r["values"], _held(r),
                  (f"{r.kind}: " + fmt_num(r.slope) + f" [{fmt_num(r.low)}, {fmt_num(r.high)}], df {r.df:.0f}")
                  if r.fitted else f"none: {r.note}",
                  fmt_num(r.at_paper) + f" [{fmt_num(r.at_paper_low)}, {fmt_num(r.at_paper_high)}]" if r.fitted else "—"]
                 for _, r in t.iterrows()]
         out += [f"### {g}", ""]
-        out += md_lines(["measure", "axis", "n levels", "levels", "values", "fit (slope)", "at the paper"], rows)
+        out += md_lines(["measure", "axis", "n levels", "levels", "values", "holds", "fit (slope)", "at the paper"],
+                        rows)
     if len(paper):
         out += ["## At the paper's scale (exploratory)", "",
-                "The B fit at B = 256, moved along the steps and width fits (where the cells have an axis) to 9,336 "
-                "updates after s and d 768, assuming the axes do not interact; the paper's 12 layers are not on "
-                "any axis. Only where every axis used has a fit; an extrapolation even then: a direction, not a "
+                "The B fit at B = 256, moved along the steps, schedule, rate and width fits (where the cells have an "
+                "axis) to 9,336 updates after s, a decay over all of them, peak lr 6e-4 and d 768 (a steps family "
+                "whose decay is stretched with the run moves the schedule with it), assuming the axes do not "
+                "interact; the paper's 12 layers are not on any axis. Only where every axis used has a fit; an extrapolation even then: a direction, not a "
                 "number to test against.", ""]
         focal = paper[paper.group == FOCAL]
         if not np.isfinite(focal.predicted.astype(float)).any():
@@ -185,7 +201,7 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
         r = ta[ta.group == FOCAL]
         if len(r) and bool(r.iloc[0].fitted):
             r = r.iloc[0]
-            lv = [int(v) for v in r.levels.split(",")]
+            lv = [float(v) for v in r.levels.split(",")]
             x = np.geomspace(min(lv), max(lv), 50)
             y = r.intercept + r.slope * np.log10(x)
             ax.plot(x, 10 ** y if r.kind == "power" else y, ls="--", lw=1, color=group_color(FOCAL),
@@ -203,7 +219,7 @@ def measure_figure(measure: str, cells: Sequence[Cell], table: pd.DataFrame, tre
             ax.plot([PAPER_SCALE[axis]], [m.paper], "*", ms=11, color="k", label="paper")
         ax.set_xscale("log")
         ticks = sorted({by[n].label(axis) for n in names} | {PAPER_SCALE[axis]} | ({prediction.at} if shown else set()))
-        ax.set_xticks(ticks, [str(v) for v in ticks])
+        ax.set_xticks(ticks, [_level(v) for v in ticks])
         ax.xaxis.set_minor_formatter(NullFormatter())
         if power:
             ax.set_yscale("log")

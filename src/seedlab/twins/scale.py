@@ -4,8 +4,12 @@ confirmatory run tests: twins/trends.py).
 
 A **cell** is a measured twins run folder (``seedlab twins run`` + ``seedlab twins measure``; the presets
 ``twins/scale-*``) labelled by its scale: rows per batch B (``batch_size``; one row is 1/B of its update),
-updates after the injection (``after`` = steps − s) and the model's residual width d (``n_embd``; its layers
-``n_layer``). The paper: B = 256, 9,336 updates after s, GPT-2 small (d 768, 12 layers): :data:`PAPER_SCALE`.
+updates after the injection (``after`` = steps − s), the schedule apart from them (``decay_after``: updates from s
+to where the cosine reaches min_lr, the config's ``decay_steps`` − s, or ``after`` when it decays to the run's end),
+the peak learning rate (``peak_lr``, and its floor ``min_lr``) and the model's residual width d (``n_embd``; its
+heads ``n_head``, each ``n_embd / n_head`` wide; its layers ``n_layer``). The paper: B = 256, 9,336 updates after s
+on a decay to its end, peak lr 6e-4, GPT-2 small (d 768, 12 heads of 64, 12 layers): twins/trends.py
+``PAPER_SCALE``.
 
 **Per cell** (:func:`summarise`, one measured folder; :class:`Cell`, kept as a small folder by
 :meth:`Cell.to_dir` and read back exactly by :meth:`Cell.from_dir`: seedlab/cells.py ``Summary``, the mechanism the
@@ -95,8 +99,9 @@ NULLS = (ORDINARY_ROWS, "matched-gradient", "sign-gradient", "nudge")
 #: arms with no text of their own (the registry's nulls without one): their "own" drop is on the focal passage's text
 TEXTLESS = tuple(v.name for v in VARIANTS.values() if v.role == "null" and v.text is None)
 ALPHA = 0.05
-#: the cells' labels that define a family along an axis (the other labels must agree)
-LABELS = ("batch_size", "after", "n_embd", "n_layer", "block_size")
+#: the cells' labels that define a family along an axis (the other labels must agree; twins/trends.py ``FAMILIES``
+#: says, per axis, which of them and of the quantities :meth:`Cell.label` derives from them are held)
+LABELS = ("batch_size", "after", "decay_after", "peak_lr", "min_lr", "n_embd", "n_head", "n_layer", "block_size")
 
 
 @dataclass(frozen=True)
@@ -129,10 +134,11 @@ CURVES = ["seed", "group", "step", "absdiff"]
 FRAMES = {"per_seed": PER_SEED, "pairs": PAIRS, "curves": CURVES}
 #: the frames' column types (the rest are float): what makes a CSV read back exactly
 COLUMNS = Columns(strings=frozenset({"arm", "group"}), ints=frozenset({"seed", "seed_b", "step"}))
-SCALARS = ["name", "preset", "batch_size", "steps", "injection_step", "after", "model", "n_embd", "n_layer",
-           "block_size", "seeds", "arms", "smooth_steps", "s50", "final", "source", "stages"]
-TABLE = ["cell", "batch_size", "after", "n_embd", "n_layer", "n", "group", "measure", "value", "low", "high", "se",
-         "valid", "arm_min", "arm_max"]
+SCALARS = ["name", "preset", "batch_size", "steps", "injection_step", "after", "decay_after", "peak_lr", "min_lr",
+           "model", "n_embd", "n_head", "n_layer", "block_size", "seeds", "arms", "smooth_steps", "s50", "final",
+           "source", "stages"]
+TABLE = ["cell", "batch_size", "after", "decay_after", "peak_lr", "n_embd", "n_head", "n_layer", "n", "group", "measure",
+         "value", "low", "high", "se", "valid", "arm_min", "arm_max"]
 
 
 def group_of(arm: str) -> str:
@@ -169,9 +175,39 @@ class Cell(Summary, scalars=SCALARS, frames=FRAMES, columns=COLUMNS, noun="kept 
     curves: pd.DataFrame
     source: str = ""  # the run folder summarised
     stages: dict[str, float] = field(default_factory=dict)  # wall seconds per stage (the driver's)
+    # labels a summary written before they were recorded lacks (seedlab/cells.py: the defaults):
+    decay_after: int | None = None  # updates from s to the decay's end; None: ``after`` (then every run decayed to its end)
+    peak_lr: float | None = None  # None: not recorded
+    min_lr: float | None = None  # None: not recorded
+    n_head: int | None = None  # None: the model preset's
 
-    def label(self, axis: str) -> int:
-        return int(getattr(self, axis))
+    def label(self, name: str) -> int | float | None:
+        """A label of :data:`LABELS`, an axis of twins/trends.py (``schedule``: ``decay_after``; ``rate``:
+        ``peak_lr``), or a quantity derived from them that a family may hold instead: ``tail`` (updates after the
+        decay's end: after − decay_after, negative when the run ends on the way down), ``head_size`` (n_embd /
+        n_head), ``lr_x_width`` (peak_lr × n_embd) and ``min_ratio`` (min_lr / peak_lr), the last two to 9
+        significant digits; None where a learning rate was not recorded."""
+        name = {"schedule": "decay_after", "rate": "peak_lr"}.get(name, name)
+        heads = self.n_head if self.n_head is not None else PRESETS[self.model].n_head
+        decay = self.decay_after if self.decay_after is not None else self.after
+        lr = None if self.peak_lr is None else float(self.peak_lr)
+        derived = {
+            "decay_after": decay, "n_head": heads, "tail": self.after - decay, "head_size": self.n_embd // heads,
+            "lr_x_width": None if lr is None else float(f"{lr * self.n_embd:.9g}"),
+            "min_ratio": None if lr is None or self.min_lr is None else float(f"{self.min_lr / lr:.9g}"),
+            "peak_lr": lr, "min_lr": None if self.min_lr is None else float(self.min_lr)}
+        if name in derived:
+            return derived[name]
+        return int(getattr(self, name))
+
+    def description(self) -> str:
+        """The cell's scale in words: B, updates after s, where the decay ends, the peak rate, and the width with its
+        head count and head size."""
+        decay = self.label("decay_after")
+        sched = "decay to the end" if decay == self.after else f"decay to s + {decay}"
+        rate = "lr n/a" if self.peak_lr is None else f"lr {self.peak_lr:g}"
+        return (f"B {self.batch_size}, {self.after} after s ({sched}), {rate}, d {self.n_embd} "
+                f"({self.label('n_head')} heads of {self.label('head_size')})")
 
 
 def _r9(x) -> np.ndarray:
@@ -216,8 +252,11 @@ def summarise(d: Measured, name: str, *, preset: str = "") -> Cell:
     model = str(c["model"])
     gpt = PRESETS[model]
     seeds = sorted({int(v) for v in inj.seed} | {int(v) for v in seed_rows.seed} | {int(v) for v in seed_rows.seed_b})
+    decay = c.get("decay_steps")
     return Cell(name=name, preset=preset, batch_size=int(c["batch_size"]), steps=int(c["steps"]), injection_step=s,
-                after=int(c["steps"]) - s, model=model, n_embd=gpt.n_embd, n_layer=gpt.n_layer,
+                after=int(c["steps"]) - s, decay_after=int(decay if decay is not None else c["steps"]) - s,
+                peak_lr=float(c["peak_lr"]), min_lr=float(c["min_lr"]), model=model, n_embd=gpt.n_embd,
+                n_head=gpt.n_head, n_layer=gpt.n_layer,
                 block_size=int(c.get("block_size") or gpt.block_size), seeds=seeds,
                 arms=sorted(set(inj.condition), key=lambda a: (group_of(a) != FOCAL, a)),
                 smooth_steps=int(d.settings.smooth_steps), s50=s50, final=final, per_seed=per_seed, pairs=pairs,
@@ -389,7 +428,9 @@ def table(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
         point, lo, hi, se, valid = interval(v, alpha)
         amin, amax = dr.arms.get((name, g, k), (math.nan, math.nan))
         n = int(c.per_seed[c.per_seed.group == g].seed.nunique())
-        rows.append([name, c.batch_size, c.after, c.n_embd, c.n_layer, n, g, k, point, lo, hi, se, valid, amin, amax])
+        lr = math.nan if c.peak_lr is None else c.peak_lr
+        rows.append([name, c.batch_size, c.after, c.label("decay_after"), lr, c.n_embd, c.label("n_head"), c.n_layer, n,
+                     g, k, point, lo, hi, se, valid, amin, amax])
     return pd.DataFrame(rows, columns=TABLE)
 
 

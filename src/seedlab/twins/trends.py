@@ -3,8 +3,8 @@ paper's scale (exploratory), and the one prediction a confirmatory run tests (th
 twins/scale.py).
 
 - :func:`trends` (:data:`TRENDS`): per group × measure × axis, along the **family** of cells that differ in that
-  axis only (:func:`families`: the most levels; the cells must agree on the other labels), the levels it rests on
-  (``points``) and, with at least :data:`MIN_LEVELS` distinct levels, an OLS fit of log10(value) on log10(level) —
+  axis only (:func:`families`: the most levels; the cells must agree on what :data:`FAMILIES` holds fixed for the
+  axis, named in ``held``), the levels it rests on (``points``) and, with at least :data:`MIN_LEVELS` distinct levels, an OLS fit of log10(value) on log10(level) —
   a power law, ``kind = "power"``, slope = the exponent — when every cell's value of that group and measure is
   positive, else of the value on log10(level) (``kind = "log-linear"``, slope per decade). With fewer levels there
   is **no fit** (``fitted`` False, no slope, ``note`` says why): a line through two points is the
@@ -12,11 +12,13 @@ twins/scale.py).
   The slope's interval is the OLS t interval on its residuals (``df`` = levels − 2), so a curve that bends widens
   it. ``at_paper``: the fit at the paper's level of that axis with its t interval (outside the measured levels:
   an extrapolation, never a claim);
-- :func:`paper_extrapolation` (:data:`PAPER_TABLE`): the B fit at B = 256, moved along the steps and width fits
-  by their slopes to 9,336 updates after s and d 768 (log10 v* = y_B(256) + b_T Δlog10 T + b_d Δlog10 d for a
-  power law; the same sums on the value for log-linear), assuming the axes do not interact (each slope was
-  measured at one level of the others) and leaving the paper's 12 layers out (the width axis is d alone); none
-  (``note`` says why) unless every axis with a family has a fit. **Exploratory**, an extrapolation;
+- :func:`paper_extrapolation` (:data:`PAPER_TABLE`): the B fit at B = 256, moved along the other axes' fits by their
+  slopes to the paper's level (log10 v* = y_B(256) + Σ b_a Δlog10 a for a power law; the same sums on the value
+  for log-linear): 9,336 updates after s, a decay over all of them (the schedule axis; with the steps family a
+  stretched decay, the schedule moves with it and is not added again), peak lr 6e-4 (from the rate the width move
+  left: along a width family whose rate follows 1/width, d 768's) and d 768, assuming the axes do not interact
+  (each slope was measured at one level of the others) and leaving the paper's 12 layers out (the width axis is d
+  alone); none (``note`` says why) unless every axis with a family has a fit. **Exploratory**, an extrapolation;
 - :func:`predict` + :func:`preregistration_text`: the confirmatory step. The measure the fit says moves most
   (of the focal passage, along one axis: among the fitted power laws whose slope interval excludes 0, the largest
   fitted change across the measured range, |slope| × Δlog10 level; a log-linear measure has no scale-free
@@ -46,33 +48,69 @@ from seedlab.twins.scale import ALPHA, FOCAL, LABELS, MEASURES, Cell, Draws, int
 
 #: the fewest distinct levels a trend is fitted through (no power law through fewer than four)
 MIN_LEVELS = 4
-#: the scale axes, as a cell labels them, and what each is
-AXES = {"batch_size": "rows per batch B", "after": "updates after the injection", "n_embd": "residual width d"}
-#: the paper's scale on each axis: B = 256, 9,536 − 200 updates after s, GPT-2 small's d
-PAPER_SCALE = {"batch_size": 256, "after": 9336, "n_embd": 768}
+#: the scale axes (twins/scale.py ``Cell.label`` reads each off a cell) and what each is
+AXES = {"batch_size": "rows per batch B", "after": "updates after the injection",
+        "schedule": "updates from s to the decay's end", "rate": "peak learning rate", "n_embd": "residual width d"}
+#: the paper's scale on each axis: B = 256, 9,536 − 200 updates after s on a cosine that ends with the run (not
+#: stated; nanoGPT's lr_decay_iters = max_iters), peak lr 6e-4, GPT-2 small's d
+PAPER_SCALE = {"batch_size": 256, "after": 9336, "schedule": 9336, "rate": 6e-4, "n_embd": 768}
+#: each axis in a formula (the pre-registration's power law)
+SYMBOL = {"batch_size": "B", "after": "T", "schedule": "D", "rate": "lr", "n_embd": "d"}
+
+
+def _but(*moved: str, held: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Every label of twins/scale.py's :data:`LABELS` but ``moved``, and ``held``."""
+    return tuple(k for k in LABELS if k not in moved) + held
+
+
+#: per axis, what a family along it holds fixed (twins/scale.py ``Cell.label``'s names), and that in words: the
+#: first entry with a family of two levels or more is the axis's; a later one is the fallback a table without such
+#: cells falls back on, with the confound it lets move named (``held``)
+FAMILIES: dict[str, list[tuple[tuple[str, ...], str]]] = {
+    "batch_size": [(_but("batch_size"), "everything else")],
+    "after": [(_but("after"), "the schedule: the decay ends at the same step"),
+              (_but("after", "decay_after", held=("tail",)),
+               "the decay stretched with the run: steps and the summed rate move together")],
+    "schedule": [(_but("decay_after"), "the run's length")],
+    "rate": [(_but("peak_lr", "min_lr", held=("min_ratio",)), "min_lr / peak_lr and everything else")],
+    "n_embd": [(_but("n_embd", "peak_lr", "min_lr", held=("lr_x_width", "min_ratio")),
+                "the head count; the rate ∝ 1/width (peak_lr × d)"),
+               (_but("n_embd", "n_head", held=("head_size",)),
+                "the head size: the head count grows with the width, the rate fixed (heads and rate confounded)")],
+}
 TRENDS = ["group", "measure", "axis", "kind", "cells", "levels", "values", "points", "fitted", "slope", "low", "high",
-          "intercept", "df", "paper_level", "at_paper", "at_paper_low", "at_paper_high", "note", "label"]
+          "intercept", "df", "paper_level", "at_paper", "at_paper_low", "at_paper_high", "note", "held", "label"]
 PAPER_TABLE = ["group", "measure", "kind", "axes", "predicted", "low", "high", "df", "paper", "paper_note", "note",
                "label"]
 
 
 
 
-def families(cells: Sequence[Cell]) -> dict[str, list[Cell]]:
-    """Per axis of :data:`AXES`, the cells that differ in that axis alone, ordered by their level: of the groups
-    of cells agreeing on every other label (:data:`LABELS`), the one with the most distinct levels (at least two;
-    ties: the group with the smallest other labels); an axis without one is left out. Two cells at one level: the
-    first by name."""
-    out = {}
-    for axis in AXES:
-        others = [lab for lab in LABELS if lab != axis]
-        by: dict[tuple, dict[int, Cell]] = {}
+def family_of(cells: Sequence[Cell], axis: str) -> tuple[list[Cell], int] | None:
+    """The family along ``axis`` and which of :data:`FAMILIES`' entries holds it (0: the axis's own; more: a
+    fallback), or None: for the first entry with one, of the groups of cells agreeing on what it holds, the one with
+    the most distinct levels (at least two; ties: the group with the smallest held values), ordered by level. A
+    cell whose level was not recorded (None: a summary older than the label) is in none; a held value not recorded
+    agrees with another not recorded. Two cells at one level: the first by name."""
+    def order(key: tuple) -> tuple:
+        return tuple((v is not None, 0 if v is None else v) for v in key)
+
+    for i, (held, _) in enumerate(FAMILIES[axis]):
+        by: dict[tuple, dict] = {}
         for c in sorted(cells, key=lambda c: c.name):
-            by.setdefault(tuple(c.label(o) for o in others), {}).setdefault(c.label(axis), c)
-        best = sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            key, level = tuple(c.label(h) for h in held), c.label(axis)
+            if level is not None:
+                by.setdefault(key, {}).setdefault(level, c)
+        best = sorted(by.items(), key=lambda kv: (-len(kv[1]), order(kv[0])))
         if best and len(best[0][1]) >= 2:
-            out[axis] = [best[0][1][lv] for lv in sorted(best[0][1])]
-    return out
+            return [best[0][1][lv] for lv in sorted(best[0][1])], i
+    return None
+
+
+def families(cells: Sequence[Cell]) -> dict[str, list[Cell]]:
+    """Per axis of :data:`AXES`, the cells that differ in that axis alone (:func:`family_of`), ordered by their
+    level; an axis without one is left out."""
+    return {axis: f[0] for axis in AXES if (f := family_of(cells, axis)) is not None}
 
 
 def kind_of(dr: Draws, group: str, measure: str) -> str:
@@ -121,6 +159,8 @@ class Trend:
     levels: list[int]
     values: np.ndarray  # [levels] the point values
     se_cells: np.ndarray  # [levels] each cell's jackknife standard error on the fit's scale (NaN: none)
+    held: str = ""  # what the family holds fixed (:data:`FAMILIES`)
+    variant: int = 0  # which of the axis's FAMILIES entries: 0 its own, more a fallback with a confound
     slope: float = math.nan
     intercept: float = math.nan
     slope_se: float = math.nan
@@ -155,19 +195,20 @@ class Trend:
 def trend_objects(dr: Draws) -> list[Trend]:
     """Every group × measure × axis with a family (:func:`families`) whose cells all have that group; fitted where
     the family has at least :data:`MIN_LEVELS` distinct levels and every value is finite on the fit's scale."""
-    fams = families(list(dr.cells.values()))
+    fams = {axis: f for axis in AXES if (f := family_of(list(dr.cells.values()), axis)) is not None}
     out = []
     groups = list(dict.fromkeys(g for (_, g, _) in dr.values))
     for g in groups:
         for k in MEASURES:
             kind = kind_of(dr, g, k)
-            for axis, fam in fams.items():
+            for axis, (fam, variant) in fams.items():
                 vs = [dr.get(c.name, g, k) for c in fam]
                 if any(v is None for v in vs):
                     continue
                 levels = [c.label(axis) for c in fam]
                 se = np.array([interval(_fit_scale(v, kind))[3] for v in vs])
-                t = Trend(g, k, axis, kind, [c.name for c in fam], levels, np.array([v[0] for v in vs]), se)
+                t = Trend(g, k, axis, kind, [c.name for c in fam], levels, np.array([v[0] for v in vs]), se,
+                          held=FAMILIES[axis][variant][1], variant=variant)
                 y = _fit_scale(t.values, kind)
                 if t.points < MIN_LEVELS:
                     t.note = (f"{t.points} levels ({', '.join(map(str, levels))}): no fit through fewer than "
@@ -192,22 +233,26 @@ def trends(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
         rows.append([t.group, t.measure, t.axis, t.kind, ",".join(t.cells), ",".join(map(str, t.levels)),
                      ",".join(f"{v:.6g}" for v in t.values), t.points, t.fitted, t.slope, t.slope - q * t.slope_se,
                      t.slope + q * t.slope_se, t.intercept, t.df, PAPER_SCALE[t.axis], float(_back(y0, t.kind)),
-                     float(_back(y0 - q * se0, t.kind)), float(_back(y0 + q * se0, t.kind)), t.note, "exploratory"])
+                     float(_back(y0 - q * se0, t.kind)), float(_back(y0 + q * se0, t.kind)), t.note, t.held,
+                     "exploratory"])
     return pd.DataFrame(rows, columns=TRENDS)
 
 
 def paper_extrapolation(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
-    """:data:`PAPER_TABLE`: per group × measure the B fit at the paper's B, moved along the steps and width fits to
-    the paper's steps after s and width (module doc), with its t interval (the fits' variances added, on the
-    fewest residual degrees of freedom among them). Needs the B family; the axes used are named (``axes``); none,
-    with a note, unless every one of them has a fit. Exploratory."""
+    """:data:`PAPER_TABLE`: per group × measure the B fit at the paper's B, moved along the other axes' fits to the
+    paper's level of each (module doc), with its t interval (the fits' variances added, on the fewest residual
+    degrees of freedom among them). Needs the B family; the axes used are named (``axes``); none, with a note,
+    unless every one of them has a fit. Exploratory."""
     by = {(t.group, t.measure, t.axis): t for t in trend_objects(dr)}
     rows = []
     for (g, k, axis), tb in by.items():
         if axis != "batch_size":
             continue
         base = dr.cells[tb.cells[0]]
-        used = [tb] + [by[(g, k, o)] for o in ("after", "n_embd") if (g, k, o) in by]
+        used = [tb] + [by[(g, k, o)] for o in ("after", "schedule", "rate", "n_embd") if (g, k, o) in by]
+        after = by.get((g, k, "after"))
+        if after is not None and after.variant:  # the decay stretched with the steps: the schedule moved with them
+            used = [t for t in used if t.axis != "schedule"]
         m = MEASURES[k]
         head = [g, k, tb.kind, ",".join(t.axis for t in used)]
         refused = [t for t in used if not t.fitted]
@@ -217,8 +262,17 @@ def paper_extrapolation(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
             continue
         y, se = tb.at(PAPER_SCALE["batch_size"])
         var = se * se
+        width = next((t for t in used if t.axis == "n_embd"), None)
+        unknown = [t for t in used[1:] if base.label(t.axis) is None]
+        if unknown:
+            rows.append([*head, math.nan, math.nan, math.nan, math.nan, m.paper, m.paper_note,
+                         f"{base.name} has no {unknown[0].axis} recorded", "exploratory"])
+            continue
         for t in used[1:]:
-            step = math.log10(PAPER_SCALE[t.axis]) - math.log10(base.label(t.axis))
+            start = base.label(t.axis)
+            if t.axis == "rate" and width is not None and width.variant == 0:  # the width move rescaled the rate
+                start = start * base.n_embd / PAPER_SCALE["n_embd"]
+            step = math.log10(PAPER_SCALE[t.axis]) - math.log10(start)
             y += t.slope * step
             var += (t.slope_se * step) ** 2
         df = min(t.df for t in used)
@@ -238,10 +292,10 @@ class Prediction:
     measure: str
     group: str
     axis: str
-    at: int
+    at: int | float  # a float on the rate axis
     kind: str
     cells: list[str]
-    levels: list[int]
+    levels: list[int | float]
     values: list[float]  # the family's point values
     slope: float
     slope_low: float
@@ -276,7 +330,8 @@ def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str
     of ``measure`` (None: the one the fit says moves most). Bad input — an axis without a family, a level
     already run, seeds already used by a family cell, a family of fewer than :data:`MIN_LEVELS` levels (no fit to
     predict from), no fitted power law to choose from, a width axis (a new width is a new model preset) — is a
-    one-line error."""
+    one-line error. The cell's ``--set`` overrides keep what the family holds: along the steps with the decay
+    fixed, its ``decay_steps``; along the rate, min_lr the family's fraction of the peak."""
     if axis not in AXES:
         raise SeedlabError(f"axis: must be one of {', '.join(AXES)}, got {axis!r}")
     if axis == "n_embd":
@@ -327,12 +382,21 @@ def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str
     flo, fhi = pred - q * se_fit, pred + q * se_fit
     half = q * math.sqrt(se_fit ** 2 + (se_cell if np.isfinite(se_cell) else 0.0) ** 2)
     near = min(fam, key=lambda c: (abs(math.log10(c.label(axis)) - math.log10(at)), c.label(axis)))
+    s = near.injection_step
     if axis == "batch_size":
         sets = [f"batch_size={at}"]
-    else:
-        sets = [f"steps={near.injection_step + at}"]
+    elif axis == "schedule":
+        sets = [f"decay_steps={s + at}"]
+    elif axis == "rate":
+        sets = [f"peak_lr={at:g}", f"min_lr={at * near.label('min_ratio'):.6g}"]
+    else:  # the steps: the decay where the family holds it (fixed; or stretched, ``tail`` updates before the end)
+        sets = [f"steps={s + at}"]
+        if t.variant == 0:
+            sets.append(f"decay_steps={s + near.label('decay_after')}")
+        elif near.label("tail"):
+            sets.append(f"decay_steps={s + at - near.label('tail')}")
     sets.append(f"seeds=[{','.join(map(str, seeds))}]")
-    return Prediction(measure=t.measure, group=group, axis=axis, at=int(at), kind=t.kind, cells=list(t.cells),
+    return Prediction(measure=t.measure, group=group, axis=axis, at=float(at) if axis == "rate" else int(at), kind=t.kind, cells=list(t.cells),
                       levels=list(t.levels), values=[float(v) for v in t.values],
                       slope=t.slope, slope_low=slo, slope_high=shi, trend_shown=shown(t), moved=moved(t),
                       predicted=float(_back(pred, t.kind)), fit_low=float(_back(flo, t.kind)),
@@ -345,7 +409,7 @@ def preregistration_text(p: Prediction) -> str:
     """The prediction as the text ``seedlab twins run --preregistration`` keeps before the first step."""
     m = MEASURES[p.measure]
     level = int((1 - p.alpha) * 100)
-    law = (f"a power law, {p.measure} ∝ {AXES[p.axis].split()[-1]}^b, b = {p.slope:.3g} [{p.slope_low:.3g}, "
+    law = (f"a power law, {p.measure} ∝ {SYMBOL[p.axis]}^b, b = {p.slope:.3g} [{p.slope_low:.3g}, "
            f"{p.slope_high:.3g}]" if p.kind == "power" else
            f"linear in log10 {p.axis}, {p.slope:.3g} [{p.slope_low:.3g}, {p.slope_high:.3g}] per decade")
     fam = ", ".join(f"{c} ({p.axis} {lv}: {v:.4g})" for c, lv, v in zip(p.cells, p.levels, p.values))
