@@ -17,6 +17,7 @@ import pytest
 
 import figcheck
 from seedlab.attribution.analyses import lds, leaderboard, loo, stats
+from seedlab.attribution.bank.measure import RETEST_COLUMNS, TRAK_COLUMNS, TRAK_ROW_COLUMNS
 from seedlab.attribution.bank.rundir import BankDir, ExportDir, LeaderboardDir
 from seedlab.attribution.benchmark import FORMAT, verify
 from seedlab.attribution.report import leaderboard as report
@@ -36,10 +37,13 @@ LOO_STEPS = (2, 4, 13)  # ages at the end: 12, 10, 1
 R = 200  # bootstrap resamples (the command's 2,000: the same code)
 
 
-def write_bank(folder, *, B=4, lr=1e-2, rng=0, queries=QUERIES, replicate=True, removals=True, training=2.0):
+def write_bank(folder, *, B=4, lr=1e-2, rng=0, queries=QUERIES, replicate=True, removals=True, training=2.0,
+               retests=False):
     """A bank's top as the leaderboard reads it: config, inputs, attribution.parquet and .json, loo, groups and
-    their rows, the row scores with their seconds, training.json. Effects and estimates are seeded noise around a
-    shared truth, so the estimators differ in how well they rank."""
+    their rows, the row scores with their seconds, training.json; with ``retests`` retest.parquet (every
+    leave-one-out row and the first 3 subsets again, noisier) and trak.parquet with its rows (TRAK subsets keeping
+    half the rows after s, 2 retrainings). Effects and estimates are seeded noise around a shared truth, so the
+    estimators differ in how well they rank."""
     g = np.random.default_rng(rng)
     folder.mkdir(parents=True)
     cfg = {"model": "mini", "block_size": 32, "batch_size": B, "peak_lr": lr, "min_lr": lr / 10, "steps": END,
@@ -109,6 +113,31 @@ def write_bank(folder, *, B=4, lr=1e-2, rng=0, queries=QUERIES, replicate=True, 
                                        "measured": effect, "loss": 1.0, "twin_loss": 1.0})
     pd.DataFrame(groups).to_parquet(folder / "groups.parquet")
     pd.DataFrame(members).to_parquet(folder / "group_rows.parquet")
+    if not retests:
+        return folder
+    again = [{"seed": r["seed"], "removal": "loo", "arm": f"loo.{r['step']}.{r['row']}", "nudge": "w", "step": r["step"],
+              "row": r["row"], "alpha": np.nan, "subset": -1, "query": r["query"], "query_kind": r["query_kind"],
+              "horizon": r["horizon"], "label": r["label"], "measured": r["measured"],
+              "retest": r["measured"] + 0.7 * g.normal()} for r in L]
+    again += [{"seed": r["seed"], "removal": "group", "arm": f"group.{r['alpha']}.{r['subset']}", "nudge": "w",
+               "step": -1, "row": -1, "alpha": r["alpha"], "subset": r["subset"], "query": r["query"],
+               "query_kind": r["query_kind"], "horizon": r["horizon"], "label": r["label"], "measured": r["measured"],
+               "retest": r["measured"] + 0.7 * g.normal()} for r in groups if r["subset"] < 3]
+    pd.DataFrame(again, columns=RETEST_COLUMNS).to_parquet(folder / "retest.parquet")
+    kept, trak = [], []
+    for seed in SEEDS:
+        for k in range(8):
+            gone = [rows_after[j] for j in g.choice(len(rows_after), size=len(rows_after) // 2, replace=False)]
+            kept += [{"seed": seed, "keep": 0.5, "subset": k, "step": t, "row": i} for t, i in gone]
+            for retrain in range(2):
+                for q, qk in queries:
+                    for h in (9, 14):
+                        trak.append({"seed": seed, "keep": 0.5, "subset": k, "retrain": retrain, "rows": len(gone),
+                                     "query": q, "query_kind": qk, "horizon": h, "label": HORIZONS[h],
+                                     "removed_before": 0, "loss": 1.0, "twin_loss": 1.0, "measured": sum(
+                                         truth[seed, t, i, q, h] for t, i in gone if t < h) + g.normal()})
+    pd.DataFrame(trak, columns=TRAK_COLUMNS).to_parquet(folder / "trak.parquet")
+    pd.DataFrame(kept, columns=TRAK_ROW_COLUMNS).to_parquet(folder / "trak_rows.parquet")
     return folder
 
 
@@ -126,7 +155,7 @@ def as_export(bank, dst):
 @pytest.fixture(scope="module")
 def banks(tmp_path_factory):
     base = tmp_path_factory.mktemp("leaderboard")
-    return {"b4": write_bank(base / "b4"), "b16": write_bank(base / "b16", B=16, lr=1e-3, rng=1),
+    return {"b4": write_bank(base / "b4", retests=True), "b16": write_bank(base / "b16", B=16, lr=1e-3, rng=1),
             "bare": write_bank(base / "bare", B=8, rng=2, replicate=False, removals=False, training=None)}
 
 
@@ -194,8 +223,42 @@ def test_the_leave_one_out_and_lds_cells_are_loo_and_lds_at_the_end(banks, board
         np.testing.assert_array_equal(
             got.loc[(r.estimator, r.query_kind, f"α {100 * r.alpha:g} %"), ["value", "low", "high"]].tolist(),
             [r.lds, r.low, r.high])
-    ceilings = pd.concat([_cells(board, column, m).query("role == 'ceiling'") for m in (leaderboard.LOO, leaderboard.LDS)])
-    assert len(ceilings) and (ceilings.note == leaderboard.NOT_MEASURED).all()  # no retest of the removals here
+    plain = pd.concat([_cells(board, board.columns[1], m).query("role == 'ceiling'")
+                       for m in (leaderboard.LOO, leaderboard.LDS)])
+    assert len(plain) and (plain.note == leaderboard.NOT_MEASURED).all()  # no retest of the removals there
+    assert not len(_cells(board, board.columns[1], leaderboard.TRAK_LDS))  # nor TRAK subsets
+
+
+def test_the_removals_ceilings_and_the_trak_lds_are_loo_and_lds_own(banks, board):
+    column = board.columns[0]
+    R_ = pd.read_parquet(banks["b4"] / "retest.parquet")
+    ages = loo.ceiling(R_, resamples=R)[0]
+    got = _cells(board, column, leaderboard.LOO).query("role == 'ceiling'").set_index(["query_kind", "setting"])
+    for step, band in ((13, "age 1"), (4, "age 2–10"), (2, "age 11–50")):
+        for r in ages[(ages.step == step) & (ages.horizon == END)].itertuples():
+            c = got.loc[(r.query_kind, band)]
+            np.testing.assert_array_equal([c.retest, c.retest_low, c.retest_high, c.value, c.low, c.high],
+                                          [r.retest_within, r.retest_within_low, r.retest_within_high, r.bound_within,
+                                           r.bound_within_low, r.bound_within_high])
+    single = lds.single_ceiling(R_, resamples=R)
+    got = _cells(board, column, leaderboard.LDS).query("role == 'ceiling'").set_index(["query_kind", "setting"])
+    for r in single[single.horizon == END].itertuples():
+        c = got.loc[(r.query_kind, f"α {100 * r.alpha:g} %")]
+        np.testing.assert_array_equal([c.retest, c.value, c.low, c.high], [r.retest, r.bound, r.bound_low, r.bound_high])
+    trak, rows = pd.read_parquet(banks["b4"] / "trak.parquet"), pd.read_parquet(banks["b4"] / "trak_rows.parquet")
+    scores = pd.read_parquet(banks["b4"] / "rowscores.parquet")
+    want = lds.trak_analyse(trak, rows, scores, resamples=R)[0]
+    got = _cells(board, column, leaderboard.TRAK_LDS)
+    est = got.query("role != 'ceiling'").set_index(["estimator", "query_kind"])
+    assert set(got.setting) == {"keep 50 %"} and len(est) == len(want[want.horizon == END]) == 3 * 3
+    for r in want[want.horizon == END].itertuples():
+        np.testing.assert_array_equal(est.loc[(r.estimator, r.query_kind), ["value", "low", "high"]].tolist(),
+                                      [r.lds, r.low, r.high])
+    ceiling = lds.trak_ceiling(trak, resamples=R)
+    got = got.query("role == 'ceiling'").set_index("query_kind")
+    for r in ceiling[ceiling.horizon == END].itertuples():
+        np.testing.assert_array_equal([got.loc[r.query_kind, "value"], got.loc[r.query_kind, "retest"]],
+                                      [r.bound, r.reliability])
 
 
 def test_the_cost_is_the_recorded_seconds_per_seed_over_the_banks_training_run(banks, board):
@@ -239,24 +302,45 @@ def test_the_report_renders_the_table_csv_and_figure(board, tmp_path, monkeypatc
              & (t.query_kind == "heldout") & (t.setting == "end")].iloc[0]
     assert f"{adam.value:.2f} [{adam.low:.2f}, {adam.high:.2f}]" in text
     assert leaderboard.NOT_MEASURED in text and "| *random* |" in text and "| **unroll** |" in text
-    assert "(ρ_rep " in text and "LOO age 1" in text and "LDS α 5 %" in text and "## Single rows on the candidates' own text" in text
+    assert "(ρ_rep " in text and "LOO age 1" in text and "LDS α 5 %" in text and "TRAK LDS keep 50 %" in text
+    assert "(reliability " in text and "(retest " in text and "## Single rows on the candidates' own text" in text
     assert not re.search(r"\b(best|wins?)\b", text, re.I)  # leaders are "first" only where intervals separate
     csv = pd.read_csv(where.table("table"))
     assert len(csv) == len(t) and {"B", "lr", "steps"} <= set(csv.columns)
 
 
 def test_an_export_and_a_bank_render_together(banks, tmp_path, seedlab_main):
-    ex = as_export(banks["b4"], tmp_path / "bench")
-    rc, out, err = seedlab_main("attribution", "leaderboard", str(banks["b4"]), str(ex), str(banks["b16"]), "--out",
-                                "lb")
+    """From the command line (the analyses' 2,000 resamples: the bank without removals keeps it seconds)."""
+    ex = as_export(banks["bare"], tmp_path / "bench")
+    rc, out, err = seedlab_main("attribution", "leaderboard", str(banks["bare"]), str(ex), "--out", "lb")
     assert rc == 0, err
     text = (tmp_path / "lb" / "leaderboard.md").read_text()
-    assert "| B 4, lr 0.01, 14 steps · b4 |" in text and "| B 4, lr 0.01, 14 steps · bench |" in text
-    assert "| export |" in text and "leaderboard.md" in out
+    assert "| B 8, lr 0.01, 14 steps · bare |" in text and "| B 8, lr 0.01, 14 steps · bench |" in text
+    assert "| export |" in text and "leaderboard.md" in out and (tmp_path / "lb" / "leaderboard-grid.png").is_file()
     csv = pd.read_csv(tmp_path / "lb" / "leaderboard-table.csv")
-    a, b = (csv[csv.column == f"B 4, lr 0.01, 14 steps · {n}"].drop(columns=["column", "source", "kind"])
-            .reset_index(drop=True) for n in ("b4", "bench"))
+    a, b = (csv[csv.column == f"B 8, lr 0.01, 14 steps · {n}"].drop(columns=["column", "source", "kind"])
+            .reset_index(drop=True) for n in ("bare", "bench"))
+    assert len(a) and a.metric.isin([leaderboard.SINGLE, leaderboard.COST_SWAPS]).all()
     pd.testing.assert_frame_equal(a, b)  # the export's numbers are its bank's
+
+
+def test_a_score_folder_reads_the_records_it_does_not_copy_from_the_export_it_scored(banks, tmp_path):
+    """A score folder (seedlab attribution score) holds config, integrity and the tables; inputs.json (the
+    comparability check), training.json and the row estimators' seconds are its export's."""
+    ex = as_export(banks["b4"], tmp_path / "bench")
+    score = ex / "scores" / "mine"
+    score.mkdir(parents=True)
+    for name in ("config.json", "attribution.parquet", "loo.parquet", "groups.parquet", "group_rows.parquet",
+                 "rowscores.parquet"):
+        shutil.copyfile(ex / name, score / name)
+    meta = json.loads((ex / "attribution.json").read_text())
+    (score / "attribution.json").write_text(json.dumps({**meta, "source": {"kind": "export", "path": str(ex)}}))
+    verify(ex)  # scores/ is not the manifest's
+    src = leaderboard.read_source(score, verify)
+    bank = leaderboard.read_source(banks["b4"])
+    assert src.kind == "score" and src.inputs == bank.inputs and src.training == bank.training
+    assert src.row_seconds == bank.row_seconds and "metagrad" in src.row_seconds["0"]
+    leaderboard.check_comparable([bank, src])
 
 
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(banks, tmp_path, seedlab_main):
@@ -308,3 +392,25 @@ def test_the_bank_records_its_training_clock(tmp_path):
     assert json.loads(rd.training.read_text()) == record
     write_training(BankDir(tmp_path / "none"), SimpleNamespace(end=20), Clock(), {}, 1)
     assert not (tmp_path / "none").exists()
+
+
+def test_a_trained_bank_records_its_clock_and_renders_beside_its_export(tiny_bank, tmp_path):
+    """The tiny bank of conftest.py (trained once for the suite): its training.json from the bank's own clock, and
+    the leaderboard of the bank beside its export (checked against the manifest) gives the same cells for both."""
+    from seedlab.attribution.benchmark import export
+
+    bank = tiny_bank / "bank"
+    record = json.loads(BankDir(bank).training.read_text())
+    assert record["run_updates"] > 2 * END and record["seconds"] > 0 and record["processes"] == 1
+    assert record["seconds_per_run"] == pytest.approx(record["seconds"] / record["run_updates"] * END)
+    ex = export(bank, tmp_path / "bench", rows="injection").path
+    b = leaderboard.board([bank, ex], verify=verify, resamples=R)
+    assert list(b.designs.kind) == ["bank", "export"] and b.columns[0].endswith("· bank")
+    t = b.table
+    cells = [t[t.column == c].drop(columns=["column", "source", "kind"]).reset_index(drop=True) for c in b.columns]
+    pd.testing.assert_frame_equal(*cells)
+    cost = t[(t.column == b.columns[1]) & (t.metric == leaderboard.COST_SWAPS)]
+    assert len(cost) and cost.per_run.notna().all()  # the export carries training.json
+    single = t[(t.column == b.columns[0]) & (t.metric == leaderboard.SINGLE) & (t.role != "ceiling")]
+    corr = stats.analyse(pd.read_parquet(BankDir(bank).attribution), resamples=R).correlations
+    assert len(single) == int((corr.track == "within").sum()) - int((corr.estimator == stats.ROW_INVARIANCE).sum())

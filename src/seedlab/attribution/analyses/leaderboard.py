@@ -30,10 +30,15 @@ and the fields that differ.
 - :data:`LDS` per α at the end: lds.py's LDS (MAGIC's single-model LDS: random α-subsets of the rows after s removed
   from one deterministic run; per seed and query the Spearman over subsets, the mean over queries, then over
   seeds; joint bootstrap over seeds, then subsets);
-- :data:`TRAK_LDS`: TRAK's LDS (retained subsets retrained from the prefix, averaged over retrainings), where the
-  bank has it and lds.py computes it;
-- the ceiling of LOO and LDS, the removals re-measured on a nudged twin (test–retest), where the bank has it;
-  ``note`` = :data:`NOT_MEASURED` where it has none;
+- :data:`TRAK_LDS` per α_keep at the end: lds.py's TRAK LDS (subsets that keep α_keep of the rows after s, each
+  retrained from the prefix and its effects averaged over the retrainings; the same Spearman and resamples), where
+  the bank has trak.parquet (lds.py ``both`` computes both kinds);
+- the ceilings of LOO and of both LDS kinds (a row with ``estimator`` :data:`CEILING`): ``value`` the √ of a
+  test–retest ρ with its interval's ends through √, the ρ itself in ``retest`` — LOO: the removals measured again on
+  the nudged twin (retest.parquet) scored as an estimator in the same cells and resamples (loo.py ``retest_pairs``);
+  the single-model LDS: the LDS of the subsets' retest on the nudged twin (lds.py ``single_ceiling``); TRAK's LDS:
+  the Spearman–Brown reliability of the mean of its retrainings (lds.py ``trak_ceiling``); ``note`` =
+  :data:`NOT_MEASURED` where the bank has no such retest (and for single rows without replicate rows);
 - :data:`COST_SWAPS`, :data:`COST_ROWS`: each estimator's wall seconds per seed as its command recorded them
   (attribution.json: the estimators of single-row swaps, the first estimator at θ_s paying for the gradients they
   share; rowscores.json and metagrad.json: the estimators of training rows), and ``per_run``: those seconds over
@@ -156,9 +161,8 @@ def read_source(path: str | Path, verify: Callable[[Path], dict] | None = None) 
     row_seconds: dict = {str(k): dict(v) for k, v in (record("rowscores_json") or {}).get("seconds", {}).items()}
     for seed, r in (record("metagrad_json") or {}).get("seeds", {}).items():
         row_seconds.setdefault(str(seed), {})["metagrad"] = r["seconds"]
-    extra = {name: frame for name in ("retest", "trak", "trak_rows")
-             if isinstance(getattr(type(rd), name, None), property)
-             for frame in [_parquet(getattr(rd, name))] if frame is not None}
+    extra = {name: frame for name in ("retest", "trak", "trak_rows") for frame in [_parquet(getattr(rd, name))]
+             if frame is not None}
     src = Source(root, kind, rd.read_config(), record("inputs"), _parquet(rd.attribution), meta, _parquet(rd.loo),
                  _parquet(rd.groups), _parquet(rd.group_rows), read_scores(root), row_seconds, record("training"),
                  extra)
@@ -272,9 +276,23 @@ def band_of(age: float, bands: Sequence[int] = BANDS) -> tuple[int, str]:
     return len(bands), f"> {bands[-1]}"
 
 
+def _ceiling_row(column: str, src: Source, metric: str, kind: str, setting: str, order: float, retest: float,
+                 low: float, high: float, detail: str) -> dict:
+    """A ceiling cell: √ of a test–retest ρ (its interval's ends through √, an end ≤ 0 to 0), the ρ beside it;
+    :data:`NOT_MEASURED` where there is none."""
+    if math.isnan(retest):
+        return _row(column, src, estimator=CEILING, role="ceiling", metric=metric, query_kind=kind, setting=setting,
+                    order=order, note=NOT_MEASURED)
+    return _row(column, src, estimator=CEILING, role="ceiling", metric=metric, query_kind=kind, setting=setting,
+                order=order, value=_root(retest), low=_root(low), high=_root(high), retest=retest, retest_low=low,
+                retest_high=high, detail=detail)
+
+
 def loo_rows(src: Source, column: str, *, bands: Sequence[int], resamples: int, seed: int,
              alpha: float) -> list[dict]:
-    """:data:`LOO` per age band at the end (module doc), from loo.parquet and the row scores."""
+    """:data:`LOO` per age band at the end (module doc), from loo.parquet and the row scores; the ceiling from
+    retest.parquet's leave-one-out rows (loo.py ``retest_pairs``: the removal measured again on the nudged twin,
+    scored as an estimator in the same cells and resamples), else :data:`NOT_MEASURED`."""
     if src.loo is None or src.scores is None or not len(src.loo):
         return []
     j = loo.joined(src.loo, src.scores)
@@ -282,21 +300,32 @@ def loo_rows(src: Source, column: str, *, bands: Sequence[int], resamples: int, 
     if not len(j):
         return []
     end = int(j.horizon.iloc[0])
+    retest = src.extra.get("retest")
+    r = loo.retest_pairs(retest) if retest is not None and len(retest) else pd.DataFrame(columns=["step", "horizon"])
+    r = r[r.horizon == end]
     steps: dict[tuple[int, str], list[int]] = {}
     for t in sorted(j.step.unique()):
         steps.setdefault(band_of(end - t, bands), []).append(int(t))
     out = []
+    kw = {"resamples": resamples, "seed": seed, "alpha": alpha}
     for (i, band), ts in sorted(steps.items()):
-        cells = loo.pooled(j[j.step.isin(ts)], resamples=resamples, seed=seed, alpha=alpha)
+        cells = loo.pooled(j[j.step.isin(ts)], **kw)
         ages = ", ".join(f"{end - t} (t = {t})" for t in ts)
-        for r in cells.itertuples():
-            out.append(_row(column, src, estimator=r.estimator, role=_role(r.estimator, rows=True), metric=LOO,
-                            query_kind=r.query_kind, setting=f"age {band}", order=float(i), value=r.rho_within,
-                            low=r.rho_within_low, high=r.rho_within_high, detail=f"ages {ages} at {r.label}",
-                            seeds=int(r.seeds), n=int(r.rows)))
+        for c in cells.itertuples():
+            out.append(_row(column, src, estimator=c.estimator, role=_role(c.estimator, rows=True), metric=LOO,
+                            query_kind=c.query_kind, setting=f"age {band}", order=float(i), value=c.rho_within,
+                            low=c.rho_within_low, high=c.rho_within_high, detail=f"ages {ages} at {c.label}",
+                            seeds=int(c.seeds), n=int(c.rows)))
+        rb = r[r.step.isin(ts)]
+        ceil = (loo.pooled(rb, **kw).set_index("query_kind") if len(rb) and set(rb.step) == set(ts)
+                else pd.DataFrame())
         for kind in dict.fromkeys(cells.query_kind):
-            out.append(_row(column, src, estimator=CEILING, role="ceiling", metric=LOO, query_kind=kind,
-                            setting=f"age {band}", order=float(i), note=NOT_MEASURED))
+            c = ceil.loc[kind] if kind in ceil.index else None
+            out.append(_ceiling_row(column, src, LOO, kind, f"age {band}", float(i),
+                                    math.nan if c is None else float(c.rho_within),
+                                    math.nan if c is None else float(c.rho_within_low),
+                                    math.nan if c is None else float(c.rho_within_high),
+                                    "" if c is None else f"retest on the nudged twin, {int(c.rows)} rows"))
     return out
 
 
@@ -305,23 +334,39 @@ def _alpha(a: float) -> str:
 
 
 def lds_rows(src: Source, column: str, *, resamples: int, seed: int, alpha: float) -> list[dict]:
-    """:data:`LDS` per α at the end (module doc), from groups.parquet, group_rows.parquet and the row scores."""
-    if src.groups is None or src.group_rows is None or src.scores is None:
+    """:data:`LDS` per α and :data:`TRAK_LDS` per α_keep at the end (module doc): lds.py ``both`` of groups.parquet,
+    trak.parquet and their rows against the row scores, each beside its ceiling (the single-model LDS: the subsets
+    removed again from the nudged twin, retest.parquet; TRAK's: its retrainings' test–retest stepped up to their
+    mean), else :data:`NOT_MEASURED`."""
+    if src.scores is None:
         return []
-    table = lds.analyse(src.groups, src.group_rows, src.scores, resamples=resamples, seed=seed, alpha=alpha)
-    if not len(table):
-        return []
-    table = table[table.horizon == table.horizon.max()]
+    x = src.extra
+    table = lds.both(src.groups, src.group_rows, x.get("trak"), x.get("trak_rows"), src.scores, x.get("retest"),
+                     resamples=resamples, seed=seed, alpha=alpha)
     out = []
-    for r in table.itertuples():
-        out.append(_row(column, src, estimator=r.estimator, role=_role(r.estimator, rows=True), metric=LDS,
-                        query_kind=r.query_kind, setting=_alpha(r.alpha), order=float(r.alpha), value=r.lds, low=r.low,
-                        high=r.high, detail=f"{r.subsets} subsets at {r.label}; coverage {r.coverage:.2f}",
-                        seeds=int(r.seeds), n=int(r.subsets)))
-    for (kind, a), _g in table.groupby(["query_kind", "alpha"], sort=False):
-        out.append(_row(column, src, estimator=CEILING, role="ceiling", metric=LDS, query_kind=kind, setting=_alpha(a),
-                        order=float(a), note=NOT_MEASURED))
+    for kind_of_lds, t in table.groupby("lds_kind", sort=False):
+        t = t[t.horizon == t.horizon.max()]
+        trak = kind_of_lds == lds.TRAK
+        metric = TRAK_LDS if trak else LDS
+        setting = (lambda r: f"keep {100 * r.keep:g} %") if trak else (lambda r: _alpha(r.alpha))
+        for r in t.itertuples():
+            kept = f", the mean of {r.retrains} retrainings" if trak else ""
+            out.append(_row(column, src, estimator=r.estimator, role=_role(r.estimator, rows=True), metric=metric,
+                            query_kind=r.query_kind, setting=setting(r), order=float(r.keep if trak else r.alpha),
+                            value=r.lds, low=r.low, high=r.high,
+                            detail=f"{r.subsets} subsets at {r.label}{kept}; coverage {r.coverage:.2f}",
+                            seeds=int(r.seeds), n=int(r.subsets)))
+        for _, g in t.groupby(["query_kind", "alpha"], sort=False):
+            r = next(g.itertuples())
+            what = (f"two retrainings' test–retest {_num(r.retest)}, stepped up to the mean of {r.retrains}"
+                    if trak else f"retest on the nudged twin, {_num(r.retest_subsets)} subsets")
+            out.append(_ceiling_row(column, src, metric, r.query_kind, setting(r), float(r.keep if trak else r.alpha),
+                                    float(r.reliability), float(r.reliability_low), float(r.reliability_high), what))
     return out
+
+
+def _num(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
 
 
 def cost_rows(src: Source, column: str) -> list[dict]:

@@ -22,6 +22,8 @@ DASH = "—"  # the bank has no such number (not run, or not scored)
 HEAD = {SINGLE: "ρ {}", LOO: "LOO {}", LDS: "LDS {}", TRAK_LDS: "TRAK LDS {}"}
 KIND_TEXT = {"self": "the candidates' own text", "heldout": "held-out rows", "probe": "probes",
              "all": "every query kind pooled"}
+#: what the ceiling is the √ of, per metric (in parentheses beside it)
+RETEST_NAME = {SINGLE: "ρ_rep", LOO: "retest", LDS: "retest", TRAK_LDS: "reliability"}
 ROLE_ORDER = {"ceiling": 0, "estimator": 1, "variant": 1, "plug-in": 1, "reference": 2, "baseline": 3}
 
 
@@ -37,13 +39,17 @@ def _help(b: Board) -> str:
         "queries, then over seeds (loo.py's ρ within queries; bootstrap over seeds, then rows). **LDS α** (the "
         "single-model LDS, MAGIC's): random subsets of α of the rows after s removed from one deterministic run, "
         "a subset's prediction the sum of its rows'; per seed and query the Spearman over subsets, the mean over "
-        "queries, then over seeds (lds.py; bootstrap over seeds, then subsets). **TRAK LDS** (retained subsets "
-        "retrained from the prefix, averaged over retrainings): where the bank has it. **ceiling** (test–retest of "
+        "queries, then over seeds (lds.py; bootstrap over seeds, then subsets). **TRAK LDS keep k** (TRAK's: "
+        "random subsets keeping k of the rows after s, each retrained from the prefix a few times — the later "
+        "retrainings nudged at s, the training seed here — and its effects averaged; a subset's prediction the sum "
+        "of its removed rows'; the same Spearman and bootstrap): where the bank has it. **ceiling** (test–retest of "
         "the target): for single rows √ρ_rep [its interval] (ρ_rep, the row invariance: the same candidate's effect "
         "from another row of the batch) — no predictor that ranks a candidate the same whichever row it replaces "
-        f"correlates beyond it; for removals the same rows removed from a nudged twin; *{NOT_MEASURED}* where the "
-        "bank has no such retest. **Cost**: each estimator's wall seconds per seed as its command recorded them "
-        "(the estimators at θ_s share one set of gradients, which the first of them pays for) and, in parentheses, "
+        "correlates beyond it; for leave-one-out and the single-model LDS √ of the retest (the same rows removed "
+        "again from the twin nudged by one ulp at s, its effects correlated with the twin's as the metric "
+        "correlates an estimator's), for the TRAK LDS √ of its retrainings' reliability (their test–retest stepped "
+        f"up to their mean); *{NOT_MEASURED}* where the bank has no such retest. **Cost**: each estimator's wall "
+        "seconds per seed as its command recorded them (the estimators at θ_s share one set of gradients, which the first of them pays for) and, in parentheses, "
         "that many training runs of the bank (its own training clock, training.json; none where not recorded). "
         "Estimators in italics are baselines, in bold references (never a column's leader). Exploratory unless a "
         "pre-registration names the number.")
@@ -64,7 +70,9 @@ def _cell(r) -> str:
         run = "" if math.isnan(r.per_run) else f" ({fmt_num(r.per_run)}×)"
         return f"{fmt_num(r.seconds)} s{run}"
     text = fmt_ci(r.value, r.low, r.high)
-    return f"{text} (ρ_rep {fmt_ci(r.retest)})" if r.role == "ceiling" and not math.isnan(r.retest) else text
+    if r.role != "ceiling" or math.isnan(r.retest):
+        return text
+    return f"{text} ({RETEST_NAME.get(r.metric, 'retest')} {fmt_ci(r.retest)})"
 
 
 def _columns(t: pd.DataFrame, kinds: dict[str, str | None]) -> list[tuple[str, str, str]]:
