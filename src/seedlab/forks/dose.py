@@ -38,7 +38,8 @@ stacked designs write the same bytes.
 
 Memory: one copy of the twin's weights and both AdamW moments per seed (3 × the model, on its device: mini at a
 2,048-token vocabulary ~3 MB, gpt2-124m ~1.5 GB), held from the twin's s + 1 until its seed's last run is done;
-and, per run once, the float64 |Δθ| of every coordinate, sorted for the quantiles (8 bytes a parameter).
+and, per run once, the float64 |Δθ| of every coordinate, sorted for the quantiles (at most 24 bytes a parameter
+for a moment, on the model's device: gpt2-124m ~3 GB).
 """
 
 from __future__ import annotations
@@ -92,9 +93,10 @@ def _channel(a: Tensors, b: Tensors, *, profile: bool = False) -> dict:
     out = {"l2": math.sqrt(math.fsum(sums.values())), "per_tensor": {n: math.sqrt(v) for n, v in sums.items()}}
     if profile:
         flat = torch.cat([d.abs().reshape(-1) for d in diffs.values()])
+        del diffs  # the per-tensor differences are summed: only |Δθ| stays for the profile
+        out["changed_fraction"] = int(torch.count_nonzero(flat)) / flat.numel()
         ordered = torch.sort(flat).values
         out["abs_quantiles"] = {str(q): _quantile(ordered, q) for q in QUANTILES}
-        out["changed_fraction"] = int(torch.count_nonzero(flat)) / flat.numel()
     return out
 
 
