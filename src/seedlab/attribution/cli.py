@@ -173,8 +173,9 @@ def attribution_score(
 
 @app.command("leaderboard")
 def attribution_leaderboard(
-    sources: Annotated[list[Path], typer.Argument(help="banks, exports or score folders (seedlab attribution bank, "
-                                                       "export, score) of one design; B, lr and steps may differ")],
+    sources: Annotated[list[Path], typer.Argument(metavar="bank_or_export", help=(
+        "banks, exports or score folders (seedlab attribution bank, export, score) of one design; B, lr and steps may "
+        "differ"))],
     out: Annotated[Path, typer.Option(help="the folder: leaderboard.md, leaderboard-table.csv, leaderboard-grid.png")],
     age_bands: Annotated[str, typer.Option(help="the leave-one-out age bands' upper ends, comma-separated (the last "
                                                 "band is open)")] = "1,10,50,100",
