@@ -212,9 +212,9 @@ def test_errors(fork, monkeypatch):
     with pytest.raises(SeedlabError, match="row"):
         Case.of(fork.x, fork.y, B, fork.candidates, fork.queries, 0)
     assert set(ESTIMATORS) == {"sgd", "adam", "adam-linear", "tracin", "tracin-cp", "cosine", "adam-cosine", "ekfac",
-                               "kfac", "trak", "unroll", "unroll-readout", "unroll-tangent", "metagrad", "random", "loss",
-                               "gradnorm", "length"}
+                               "kfac", "trak", "unroll", "unroll-readout", "unroll-tangent", "metagrad", "metagrad-trunc",
+                               "random", "loss", "gradnorm", "length"}
     assert {n for n, e in ESTIMATORS.items() if e.label == "baseline"} == {"random", "loss", "gradnorm", "length"}
     assert {n for n, e in ESTIMATORS.items() if e.label == "reference"} == {"unroll", "unroll-readout", "unroll-tangent",
                                                                          "metagrad"}
-    assert {n for n, e in ESTIMATORS.items() if e.label == "variant"} == {"adam-linear", "tracin-cp"}
+    assert {n for n, e in ESTIMATORS.items() if e.label == "variant"} == {"adam-linear", "tracin-cp", "metagrad-trunc"}

@@ -330,3 +330,42 @@ def test_the_memory_budget_sets_the_spacing_and_the_chunks():
     for kw, match in (({"every": 0}, "every"), ({"query_chunk": 0}, "query_chunk"), ({"window": 0}, "window")):
         with pytest.raises(SeedlabError, match=f"^metagrad: {match} must be at least 1"):
             mg.plan(0, 1, [5], **kw)
+
+
+def test_truncated_metagrad_is_metagrad_inside_its_window_and_costs_less(bank, tmp_path):
+    # the window W carries each horizon's adjoint back W steps: rows younger than W at h get metagrad's values bit for
+    # bit (each cotangent's VJP its own), older rows none (0 as a row score); fewer VJPs (here 8 steps of 12)
+    from seedlab.attribution.estimators.metagrad import TRUNCATED, truncated_rows
+
+    b = open_bank(bank)
+    queries, hs, W = _queries(b), [5, 7, 14], 3
+    full = adjoints(_trainer(b), queries, hs, first=2)
+    trunc = adjoints(_trainer(b), queries, hs, first=2, window=W)
+    assert trunc.firsts == {5: 2, 7: 4, 14: 11} and full.firsts == {5: 2, 7: 2, 14: 2}
+    for h in hs:
+        assert np.array_equal(trunc.rows[h], full.rows[h][:, trunc.firsts[h] - 2 :])
+    assert (full.vjps, trunc.vjps) == (12, 8) and trunc.replayed == full.replayed == 14
+    df = rows_frame(0, trunc)
+    assert (df.horizon - df.step).between(1, W).all() and len(df) == len(queries) * 4 * (3 + 3 + 3)
+    # as a row estimator (rowscores.py's frame): every row before the horizon, −metagrad inside W, 0 outside
+    rows = [(t, i) for t in (2, 4, 6, 12) for i in range(4)]
+    f = truncated_rows(b, 0, rows, hs, torch.device("cpu"), window=W)
+    assert set(f.estimator) == {TRUNCATED} and set(f.unit) == {"nats/token"}
+    mg = rows_frame(0, full).set_index(["query", "horizon", "step", "row"]).value
+    got = f.set_index(["query", "horizon", "step", "row"]).value
+    assert len(got) == len(queries) * 4 * (2 + 3 + 4)  # the rows before 5, 7 and 14
+    age = got.index.get_level_values("horizon") - got.index.get_level_values("step")
+    inside = got[age <= W]
+    assert np.array_equal(inside.to_numpy(), -mg.reindex(inside.index).to_numpy()) and (inside != 0).any()
+    assert (got[age > W] == 0).all()
+    # the estimator on the swapped row (attribute): metagrad at s + 1 and s + 3 (within W = 3 of s = 4), 0 at the end
+    root = _copy(bank, tmp_path)
+    attribute(root, estimators=[TRUNCATED], progress=False, add=True, settings=["attribute.metagrad_window=3"])
+    df = pd.read_parquet(BankDir(root).attribution)
+    keys = ["seed", "candidate", "query", "horizon"]
+    m = df[df.estimator == "metagrad"].set_index(keys).estimate
+    t = df[df.estimator == TRUNCATED].set_index(keys).estimate.reindex(m.index)
+    h = m.index.get_level_values("horizon")
+    assert np.array_equal(t[h <= 7].to_numpy(), m[h <= 7].to_numpy()) and (m[h <= 7] != 0).any()
+    assert (t[h == 14] == 0).all() and (m[h == 14] != 0).any()
+    assert set(df[df.estimator == TRUNCATED].estimator_label) == {"variant"}

@@ -36,7 +36,8 @@ ROOT = SRC.parent.parent
 #: and the presets attribution/loo-b32 and loo-b128 (the ceiling and TRAK's subsets on)
 #: then the scale axis's schedule, rate and width cells (twins/scale-b16-floor, -b16-longdecay, -b16-lr3e-3,
 #: -b16-lr1e-3, -wide-heads-b64) and the GPT mini-wide-heads
-PINNED = "590f65f2a5d3c9dbb90a1a16d2bdcae26f8b7033f5313e744219bf9d1f4a109f"
+#: then the bank's attribute.metagrad_window (10: metagrad-trunc's window) in every attribution config
+PINNED = "8af8e8465514d00dfeb004652de9f2385aa7159c8ab82606b33e98b3afe00742"
 
 
 def _fingerprint() -> str:

@@ -52,7 +52,7 @@ def attribution_attribute(
     bank: Annotated[Path, typer.Argument(help="a bank folder (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimators", "--estimator", help=(
         "estimator(s) to run, repeatable or comma-separated: sgd, adam, adam-linear, tracin, tracin-cp, cosine, "
-        "adam-cosine, ekfac, kfac, unroll (the exact linear response, the reference), metagrad (unroll in reverse mode), the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
+        "adam-cosine, ekfac, kfac, unroll (the exact linear response, the reference), metagrad (unroll in reverse mode), metagrad-trunc (metagrad within attribute.metagrad_window updates of s, 0 later), the baselines random, loss, gradnorm, length, or a plug-in package.module:function "
         "(function(model, case, grads) -> array of candidates x queries: seedlab.attribution.estimators.registry); default: "
         "the config's, else the installed defaults"))] = [],  # noqa: B006
     set_: Annotated[list[str], typer.Option("--set", help="override an attribute setting for this run, e.g. "

@@ -174,6 +174,10 @@ class AttributeConfig(Strict):
     h_star_rho: Annotated[float, Field(gt=0, lt=1)] = Field(0.5, description=(
         "a descriptive threshold: the first horizon whose within-seed Spearman(measured, unroll) falls below it (the "
         "pre-registration's H1 uses it); h* itself is the verdict's rule, attribution/analyses/horizon.py (not stated)"))
+    metagrad_window: Pos = Field(10, description=(
+        "W of the estimator metagrad-trunc: a row (the swapped one at s, or one of the run's own) gets metagrad's value "
+        "at a horizon at most W updates after its step, 0 later; 10: the linear horizon measured at B 8, lr 1e-2 "
+        "(unroll's within-seed rho on held-out rows first below 0.5 at s+10: docs/results/attribution.md) (not stated)"))
 
 
 class AttributionConfig(ForkDesign):

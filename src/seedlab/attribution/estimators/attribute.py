@@ -21,6 +21,8 @@ attribution/estimators/builtin.py, attribution/estimators/registry.py):
   reverse mode, attribution/estimators/metagrad.py) — the twin replayed from the kept prefix and checked against its
   hashes; unroll pushes every candidate's exact change at s forward, metagrad pulls every query's adjoint back
   to s + 1 (one backward pass from the last horizon) and takes its inner product with the same change.
+  ``metagrad-trunc`` (a variant) is metagrad at the horizons at most ``attribute.metagrad_window`` updates after s
+  (bit for bit) and 0 at the later ones, whose adjoints it does not take.
 - ``ekfac``, ``kfac`` — influence functions with kronfluence's curvature, and ``trak`` (TRAK through
   traker); ``attribute.influence_at: horizon`` evaluates them at the twin's weights at each horizon
   h (the model whose loss is predicted), ``injection`` once at θ_s (h = s). The curvature (trak:
@@ -63,7 +65,7 @@ import torch
 from seedlab.attribution.bank.config import AttributeConfig, AttributionConfig
 from seedlab.attribution.estimators.builtin import Case, Gradients
 from seedlab.attribution.bank.measure import collect
-from seedlab.attribution.estimators.metagrad import metagrad, replay_check
+from seedlab.attribution.estimators.metagrad import TRUNCATED, metagrad, replay_check
 from seedlab.attribution.estimators.plugins import check_horizons
 from seedlab.attribution.estimators.registry import ESTIMATORS, HINTS, available, get_estimator, run
 from seedlab.attribution.bank.rundir import Bank, open_bank
@@ -170,6 +172,7 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
         "estimators": names, "labels": {n: get_estimator(n).label for n in names}, "seeds": seeds, "seconds": seconds,
         "device": str(dev), "jobs": jobs, "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules,
         "train_rows": a.train_rows, "fit_rows": a.fit_rows, "tracin_steps": tracin_steps(bank.cfg),
+        "metagrad_window": a.metagrad_window,
     })
     return df
 
@@ -238,6 +241,9 @@ def estimates_of_seed(bank: Bank, seed: int, names: list[str], device, seconds: 
             by_h = replayed[name]
         elif name == METAGRAD:
             by_h = metagrad(grads, trainer, horizons, check=replay_check(bank, seed, horizons))
+        elif name == TRUNCATED:  # metagrad up to s + W, 0 later (no adjoint taken there)
+            by_h = metagrad(grads, trainer, horizons, window=cfg.attribute.metagrad_window,
+                            check=replay_check(bank, seed, horizons))
         elif get_estimator(name).per_horizon:  # a horizon-aware plug-in: its Context at each horizon (plugins.py)
             by_h = {h: run(name, trainer.model, case, grads=grads, lr=trainer.lr, optimizer=trainer.opt,
                            grad_clip=cfg.grad_clip, seed=seed, step=s, horizon=h, twin=twin.weights)

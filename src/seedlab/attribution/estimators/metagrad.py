@@ -37,10 +37,12 @@ function for ``torch.func.vjp`` (the reference the hand-written adjoint is teste
   with Δz_{s+1}(c) the *exact* change of the step at s, the very Δz unroll starts from
   (:func:`~seedlab.attribution.estimators.unroll.first_step`): forward and reverse mode of one linearisation, so
   it equals unroll's estimate at h up to float round-off (tests/attribution/test_metagrad.py).
-- **Truncated** (``window`` W; the estimator ``metagrad-trunc``, attribute.metagrad_window): horizon h's adjoint
-  is carried back W steps only, so rows (t, i) with h − t ≤ W (younger than W updates at h) get their
-  metagradient, bitwise the full pass's, and older rows none (their predicted effect is 0). It costs at most W
-  VJPs per horizon instead of h − t₀.
+- **Truncated** (``window`` W; the estimator ``metagrad-trunc``, ``attribute.metagrad_window``, default 10: the
+  linear horizon measured at B 8, lr 1e-2, docs/assumptions.md): horizon h's adjoint is carried back W steps only,
+  so a row (t, i) with h − t ≤ W (at most W updates older than the horizon) gets its metagradient, bitwise the full
+  pass's, and an older row none: its predicted effect is 0 (so a group's prediction sums its young rows only). It
+  costs at most W VJPs per horizon instead of h − t₀, and no replay past the last horizon it needs:
+  :func:`metagrad` ``window`` for the swapped row at s, :func:`truncated_rows` for the run's own rows.
 
 **Replay.** The adjoint is taken along the twin's trajectory bit for bit: the run is replayed by the bank's
 own trainer, from the seed's initialisation (step 0: GPT ``init_from_seed`` and the (seed, t) batches of
@@ -112,6 +114,8 @@ Check = Callable[[int, Trainer], None]
 STATE_BUDGET = 1 << 30
 #: the bytes the open adjoints may take when ``query_chunk`` is not given (:func:`plan`)
 ADJOINT_BUDGET = 1 << 30
+#: the truncated estimator (``window``; attribution/estimators/registry.py, rowscores.py)
+TRUNCATED = "metagrad-trunc"
 
 
 class WeightedStep(Step):
@@ -514,6 +518,40 @@ def metagrad(grads: Gradients, trainer: Trainer, horizons: Sequence[int], *, eve
                        query_chunk=query_chunk, micro_batch=grads.micro_batch, tick=tick)
         out.update(candidate_effects(grads, trainer, adj))
     return out
+
+
+def truncated_rows(bank: Bank, seed: int, rows: Sequence[tuple[int, int]], horizons: Sequence[int], device,
+                   check: Check | None = None, window: int | None = None) -> pd.DataFrame:
+    """``metagrad-trunc`` on the run's own rows (attribution/estimators/rowscores.py's long frame: seed, estimator,
+    query, horizon, step, row, value, unit): for every row (t, i) of ``rows`` and every horizon h > t of ``horizons``,
+    value = −∂L_q(θ_h)/∂w_{t,i} (a removal's first order, as rowscores.py reads metagrad.parquet) where h − t ≤ W, and
+    0 for the older rows. W: ``window``, else the bank's ``attribute.metagrad_window``. One truncated backward pass
+    (:func:`adjoints` with ``window``: at most W VJPs per horizon; the values bitwise those of metagrad.parquet) over
+    the twin replayed from step 0 when a row is older than s, else from the kept prefix, ``check``-ed at every step
+    (:func:`replay_check`)."""
+    cfg, s = bank.cfg, bank.cfg.injection_step
+    W = int(window or cfg.attribute.metagrad_window)
+    queries = {n: t.tokens for n, t in bank.inputs.queries.items()}
+    names = list(queries)
+    t0 = min(t for t, _ in rows)
+    hs = sorted(h for h in set(horizons) if h > t0)
+    tr = Trainer(cfg.model_copy(update={"device": str(device)}), bank.inputs.gcfg, seed, bank.inputs.corpus.train)
+    if t0 >= s:
+        read_prefix(tr, bank.dir.prefix(seed), s)
+    adj = adjoints(tr, queries, hs, first=t0, window=W, check=check, micro_batch=cfg.micro_batch)
+    frames = []
+    for h in hs:
+        before = [(t, i) for t, i in rows if t < h]
+        lo = adj.firsts[h]
+        values = np.zeros((len(before), len(names)))
+        for k, (t, i) in enumerate(before):
+            if t >= lo:  # h − t ≤ W
+                values[k] = -adj.rows[h][:, t - lo, i]
+        frames.append(pd.DataFrame({
+            "seed": seed, "estimator": TRUNCATED, "query": np.tile(np.asarray(names, dtype=object), len(before)),
+            "horizon": h, "step": np.repeat([t for t, _ in before], len(names)),
+            "row": np.repeat([i for _, i in before], len(names)), "value": values.reshape(-1), "unit": "nats/token"}))
+    return pd.concat(frames, ignore_index=True)
 
 
 # --------------------------------------------------------------------------- a bank's rows: metagrad.parquet

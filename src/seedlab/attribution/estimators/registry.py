@@ -14,6 +14,8 @@ Options (keyword arguments of :func:`run` / :func:`estimate`; each estimator rea
 - ``checkpoints`` — tracin-cp: [(state_dict, lr), ...];
 - ``trainer``, ``horizon`` — unroll (and metagrad, its reverse mode): the twin's :class:`~seedlab.lm.trainer.Trainer` at the fork point
   (``step == s``, the model's weights; it is not changed) and the horizon h (updates completed, > s);
+- ``window`` — metagrad-trunc: W, the most updates from s to a horizon that still gets metagrad's value (default
+  ``attribute.metagrad_window``'s, 10);
 - ``influence`` — ekfac, kfac, trak: :class:`~seedlab.attribution.estimators.influence.InfluenceOptions`;
 - ``seed`` — random: its generator's seed (default 0);
 - ``micro_batch`` — rows per forward/backward for the full-batch gradient (memory only);
@@ -142,6 +144,14 @@ def _metagrad(grads: Gradients, *, trainer: Any, horizon: int) -> np.ndarray:
     return metagrad(grads, trainer, [horizon])[horizon]
 
 
+def _metagrad_trunc(grads: Gradients, *, trainer: Any, horizon: int, window: int | None = None) -> np.ndarray:
+    from seedlab.attribution.bank.config import AttributeConfig
+    from seedlab.attribution.estimators.metagrad import metagrad
+
+    W = AttributeConfig.model_fields["metagrad_window"].default if window is None else window
+    return metagrad(grads, trainer, [horizon], window=W)[horizon]
+
+
 def _trak(grads: Gradients, *, influence: Any = None) -> np.ndarray:
     from seedlab.attribution.estimators.influence import trak
 
@@ -185,6 +195,10 @@ ESTIMATORS: dict[str, Estimator] = {
                   "through the twin's replayed steps, Δz unroll's exact change at s (equal to unroll to float round-off)",
                   "every horizon", "nats/token", _metagrad, ("trainer", "horizon"), ("trainer", "horizon"),
                   label="reference"),
+        Estimator("metagrad-trunc", "truncated metagrad: metagrad's value where the horizon is at most W updates after s "
+                  "(attribute.metagrad_window, 10: the measured linear horizon), 0 later; on the run's own rows "
+                  "(rowscores) the same for a row of step t and h − t", "every horizon up to s + W", "nats/token",
+                  _metagrad_trunc, ("trainer", "horizon"), ("trainer", "horizon", "window"), label="variant"),
         Estimator("random", "a seeded random number per text: −(u(c) − u(r))", "none", "score", _lazy("random_baseline"),
                   (), ("seed",), label="baseline"),
         Estimator("loss", "the text's mean CE at θ_s: −(L(c) − L(r))", "none", "score", _lazy("loss_baseline"),
@@ -196,7 +210,7 @@ ESTIMATORS: dict[str, Estimator] = {
     )
 }
 OPTIONS = {"lr", "grad_clip", "optimizer", "include_v", "checkpoints", "influence", "seed", "micro_batch", "trainer",
-           "horizon", "step", "twin"}
+           "horizon", "step", "twin", "window"}
 #: what a horizon-aware plug-in needs and reads (its Context: attribution/estimators/plugins.py)
 PLUGIN_NEEDS, PLUGIN_ACCEPTS = ("step", "horizon"), ("step", "horizon", "seed", "lr", "grad_clip", "optimizer", "twin")
 

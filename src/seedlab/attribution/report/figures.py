@@ -20,7 +20,8 @@ from seedlab.reporting import Fig, new_figure, save_figure
 COLORS = {"sgd": "tab:blue", "adam": "tab:orange", "tracin": "tab:green", "cosine": "tab:purple", "ekfac": "tab:red",
           "kfac": "tab:brown", "random": "0.75", "loss": "tab:olive", "gradnorm": "tab:cyan", "length": "tab:pink",
           KIND: "tab:gray", "adam-linear": "moccasin", "tracin-cp": "palegreen", "adam-cosine": "orchid",
-          "trak": "darkred", UNROLL: "goldenrod", READOUT: "saddlebrown", TANGENT: "gold", "metagrad": "darkgoldenrod"}
+          "trak": "darkred", UNROLL: "goldenrod", READOUT: "saddlebrown", TANGENT: "gold", "metagrad": "darkgoldenrod",
+          "metagrad-trunc": "peru"}
 REFERENCE_COLOR = "k"  # the row invariance, the reliability R, their ceilings, and τ and h* (fixed marks)
 #: colours for names not in COLORS (plug-ins), none of them in COLORS
 SPARE = ("teal", "navy", "maroon", "darkkhaki", "slateblue", "sienna", "deeppink", "olivedrab")
