@@ -8,6 +8,19 @@ import torch
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(autouse=True)
+def _cuda_workspace_setting_restored():
+    """A run records CUBLAS_WORKSPACE_CONFIG in its environment and refuses to resume under another value; code
+    that settles a CUDA device sets it for the process (lm/determinism.py). Each test leaves it as it found it,
+    so a test never sees another's setting (make test's workers run many files in one process)."""
+    before = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    yield
+    if before is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+    else:
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = before
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Row-sized models: one thread is as fast, and far faster on a shared, busy CPU.

@@ -11,7 +11,6 @@ import math
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -720,7 +719,6 @@ def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(t
     keep = tmp_path / "keep"
     dataclasses.replace(synthetic_cell("tiny-b8", 8, after=6, seeds=(0, 1), peak_lr=3e-3, min_lr=6e-5, decay_after=6),
                         block_size=96).to_dir(keep / "tiny-b8")  # the tiny design's rate and ForkDesign's min_lr
-    t0 = time.time()
     driver = _driver_module()  # in this process (its stages are subprocesses, as in a real run)
     args = ["--out", str(tmp_path / "runs"), "--cells", ",".join(specs), "--keep", str(keep), "--no-progress"]
     assert driver.main(args) == 0
@@ -736,7 +734,6 @@ def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(t
     assert "# The twins' scale axis" in (keep / "scale.md").read_text()
     assert driver.main(args) == 0
     assert capsys.readouterr().out.count("skipped") == 2  # kept: neither trained nor measured again
-    assert time.time() - t0 < 120
 
 
 def test_the_predicted_measures_figure_shows_the_interval_and_the_confirmatory_cell(cells, dr, confirmed, tmp_path):
