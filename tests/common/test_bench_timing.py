@@ -125,3 +125,9 @@ def test_ab_env_times_both_sides_interleaved_and_checks_the_bits(tmp_path, capsy
     assert "DIFFER" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         ab.main(["--threads", "1"])  # no command
+
+
+def test_query_share_is_the_texts_part_of_a_forks_and_the_twins_time():
+    share = _load("query_share").shares(0.02, 0.01, 0.04, horizons=4, after=100, end=200)
+    assert share["fork"] == pytest.approx(0.04 / (2.0 + 0.04))  # 4 horizons x 10 ms beside 100 updates x 20 ms
+    assert share["twin"] == pytest.approx(0.16 / (4.0 + 0.16))
