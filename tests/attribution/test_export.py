@@ -102,7 +102,7 @@ def _copy(src, dst):
 def test_the_export_holds_the_banks_tables_checkpoints_and_a_manifest_of_every_file(bank, exported):
     rd, ex = BankDir(bank), ExportDir(exported)
     m = verify(exported)
-    assert m["format"] == "seedlab-attribution-benchmark/1" and m["rows"] == "trained" and m["seeds"] == [0, 1]
+    assert m["format"] == "seedlab-attribution-benchmark/2" and m["rows"] == "trained" and m["seeds"] == [0, 1]
     assert set(m["files"]) == {ex.relative(p) for p in ex.files()}  # every file but the manifest itself
     for src in [*rd.tables(), *rd.records()]:  # every table (loo.parquet too) and record, byte for byte
         assert (exported / src.name).read_bytes() == src.read_bytes(), src.name

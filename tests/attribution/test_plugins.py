@@ -261,8 +261,8 @@ def test_the_adam_state_is_a_copy_by_parameter_name(fork, plugins):
 
 
 @pytest.mark.parametrize("name, match", [
-    ("one", r"^estimator 'my_plugins:one': horizon-aware plug-ins take \(ctx\), the others must take "
-            r"\(model, case, grads\), its signature is one\(x\)$"),
+    ("one", r"^estimator 'my_plugins:one': horizon-aware plug-ins take \(ctx\), training-rows plug-ins \(rows\), "
+            r"the others must take \(model, case, grads\), its signature is one\(x\)$"),
     ("ctx_and_more", r"its signature is ctx_and_more\(ctx, other\)$"),
     ("bad_unit", r"^estimator 'my_plugins:bad_unit': unit must be nats/token or score, got 'nats'$"),
     ("bad_horizons", r"horizons must be a list of updates after s \(≥ 1\), 'mid' or 'end', got 'end'$"),

@@ -14,6 +14,19 @@ the spans of the training split that the twins' batches take (``rows.safetensors
 - ``--rows injection``: the batch of step s only — what a plug-in (either form: attribution/estimators/plugins.py) and the
   estimators at θ_s read; an estimator that needs more is refused in one line naming the missing rows.
 
+**The run's own rows** (format 2). A bank with removal arms (``loo``, ``groups``: attribution/bank/removals.py
+``rows_of``) also gets, per seed, ``seed-<k>/removed/rows.safetensors``: every row those arms removed — its step, its
+index in the batch, its T + 1 token ids and the rate of its update — so an outside estimator scores the
+leave-one-out and group effects (loo.parquet, groups.parquet, group_rows.parquet, exported as every table is) whatever
+``--rows`` keeps; and with ``--checkpoints rows`` (the default) the twin's weights after every removed row's step t
+that the twin did not save itself (``seed-<k>/removed/step-<t>.safetensors`` and ``manifest.json``: the weights the
+row was trained at, what TracIn's one-visit term reads), replayed from the prefix (from step 0 for a row before s)
+and checked against the twin's hashes at every step it recorded (metagrad.py ``replay_check``; a replay that
+differs is a one-line error). ``--checkpoints saved`` keeps the twin's own steps only (s, the horizons, TracIn's
+cadence): the estimators at a horizon still run, one that asks for a row's own step is refused in one line. An
+export of format 1 (before the removed rows) still reads and scores as before; a row estimator asked of it is
+refused in one line.
+
 No candidate run's files are exported (measured.parquet holds their effects) and no token file: the slice
 keeps the training split's length, so lm/batches.py draws the same offsets from it. Every checkpoint is read
 back against its recorded hashes before it is copied. Last, ``manifest.json``: the format, the source bank, the
@@ -33,6 +46,16 @@ has one: the leaderboard a plug-in joins), and written to a score folder (rundir
 ``report.md`` with the bank report's tables and figures, and ``correlations.parquet`` (stats.analyse's
 correlations, the headline numbers as a table). Scoring an export gives the numbers scoring its bank gives
 (tests/attribution/test_export.py). No training, and no corpus: an export needs nothing outside itself.
+
+**Row estimators** (``--row-estimator``, ``rows=``): the estimators of the run's own rows — the built-ins of
+attribution/estimators/rowscores.py (tracin, grad-dot, grad-cosine, ekfac, trak) and training-rows plug-ins
+(``package.module:function``, ``function(rows)``: the dattri adapter's attributors are such plug-ins) — run through
+rowscores.py's own loop (``seed_rowscores``) on every removed row, their values written beside the bank's own row
+scores (rowscores.parquet, rowscores.json) and scored through the very tables the bank report reads:
+attribution/analyses/loo.py ``analyse`` (leave-one-out by age and pooled: loo_by_age.parquet, loo_pooled.parquet)
+and attribution/analyses/lds.py ``analyse`` (the LDS over the groups: lds.parquet). A bank or export without
+removed rows is refused in one line before any work, and so is an estimator that asks for rows or checkpoints the
+export does not carry (before anything is written).
 """
 
 from __future__ import annotations
@@ -57,8 +80,12 @@ from seedlab.errors import SeedlabError, field_error
 from seedlab.store import DONE, atomic_write, digest, file_sha256, read_verified, write_json, write_parquet, \
     write_safetensors
 
-FORMAT = "seedlab-attribution-benchmark/1"
+FORMAT = "seedlab-attribution-benchmark/2"
+#: the formats this seedlab reads: format 1 exports (before the removed rows) still open and score
+READS = ("seedlab-attribution-benchmark/1", FORMAT)
 ROWS = ("trained", "injection")
+#: --checkpoints: the twin's weights at every removed row's step too ("rows"), or its own saved steps only
+CHECKPOINTS = ("rows", "saved")
 #: scored beside every plug-in unless told otherwise: the report's "beyond every baseline" needs them
 BASELINES = ("random", "loss", "gradnorm", "length")
 
@@ -133,10 +160,15 @@ class Exported:
     rows: str
 
 
-def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Exported:
-    """Write the benchmark folder ``out`` from the bank ``root`` (module doc); bad input writes nothing."""
+def export(root: str | Path, out: str | Path, *, rows: str = "trained", row_checkpoints: str = "rows",
+           device: str = "auto") -> Exported:
+    """Write the benchmark folder ``out`` from the bank ``root`` (module doc); bad input writes nothing.
+    ``row_checkpoints`` (``--checkpoints``): "rows" or "saved" (module doc); ``device``: where the twin is replayed
+    for the removed rows' checkpoints (the bank's own, for its hashes)."""
     t0 = time.perf_counter()
     out = Path(out)
+    if row_checkpoints not in CHECKPOINTS:
+        raise field_error("--checkpoints", " or ".join(CHECKPOINTS), row_checkpoints)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise SeedlabError(f"--out: {out} is not empty (an export is never written over an existing folder: "
                            "choose a new or empty one)")
@@ -159,6 +191,7 @@ def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Expor
                               for seed in seeds for t in steps])
     starts, lengths = spans(offsets, T + 1)
     tokens = np.concatenate([np.asarray(train[a : a + n], dtype=np.int32) for a, n in zip(starts, lengths)])
+    removed = removed_of(bank, seeds, row_checkpoints, twin_steps, device)  # replayed and checked before anything is written
 
     staging = _staging(out, "export")
     try:
@@ -176,6 +209,8 @@ def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Expor
                     _copy(a, b)
             if src.finished:
                 _copy(src.path.joinpath(DONE), dst.path.joinpath(DONE))
+            if seed in removed:
+                _write_removed(ex.removed(seed), removed[seed])
         # one metadata key only (the hashes): safetensors writes its metadata map in no fixed order, and an
         # export of the same bank must be the same bytes
         write_safetensors(ex.rows, {"starts": torch.from_numpy(starts), "lengths": torch.from_numpy(lengths),
@@ -192,7 +227,7 @@ def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Expor
         write_json(ex.manifest, {
             "format": FORMAT, "seedlab": version("seedlab"), "bank": str(rd.root.resolve()), "rows": rows,
             "row_steps": [steps[0], steps[-1]], "train_tokens": len(train), "token_dtype": str(train.dtype),
-            "seeds": seeds, "files": files, "digest": digest(files),
+            "seeds": seeds, "removed": _removed_record(removed, row_checkpoints), "files": files, "digest": digest(files),
         })
         size = sum(p.stat().st_size for p in staging.rglob("*") if p.is_file())
         if out.exists():
@@ -202,6 +237,78 @@ def export(root: str | Path, out: str | Path, *, rows: str = "trained") -> Expor
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return Exported(out, len(files) + 1, size, digest(files), time.perf_counter() - t0, rows)
+
+
+@dataclass(frozen=True)
+class Removed:
+    """One seed's removed rows as an export carries them (module doc)."""
+
+    steps: np.ndarray  # [R] int64: each row's step
+    rows: np.ndarray  # [R] int64: its index in the batch of its step
+    tokens: np.ndarray  # [R, T + 1] int32
+    lrs: np.ndarray  # [R] float64: the rate of the update that consumed it
+    weights: dict[int, dict]  # {t: the twin's state dict after t updates} for the steps the twin did not save
+
+
+def removed_of(bank: Bank, seeds: list[int], checkpoints: str, saved: dict[int, list[int]], device: str
+               ) -> dict[int, Removed]:
+    """Every seed's :class:`Removed` (none for a bank without removal arms): the rows from the bank's corpus, and
+    with ``checkpoints == "rows"`` the twin replayed to every removed row's step it did not save (``saved``) and
+    checked at every step it recorded."""
+    from seedlab.attribution.bank.removals import rows_of
+    from seedlab.lm.schedule import lr_of
+
+    cfg = bank.cfg
+    names = rows_of(cfg)
+    if not names:
+        return {}
+    import torch
+
+    from seedlab.attribution.estimators.metagrad import replay_check
+    from seedlab.attribution.estimators.rowscores import _row_tensors, replayed_weights
+    from seedlab.lm.determinism import nondeterminism_is_an_error, settle
+    from seedlab.lm.distributed import World
+
+    dev = None
+    out = {}
+    for seed in seeds:
+        x, y = _row_tensors(bank, seed, names)
+        tokens = torch.cat([x, y[:, -1:]], dim=1).to(torch.int32).numpy()
+        want = sorted({t for t, _ in names} - set(saved[seed])) if checkpoints == "rows" else []
+        weights = {}
+        if want:
+            if dev is None:
+                dev = World().device(device)
+                settle(dev, cfg.threads)
+            with nondeterminism_is_an_error():
+                weights = replayed_weights(bank, seed, want, dev, replay_check(bank, seed, sorted(cfg.horizon_steps())))
+        out[seed] = Removed(np.array([t for t, _ in names], dtype=np.int64), np.array([i for _, i in names], dtype=np.int64),
+                            tokens, np.array([lr_of(cfg, t) for t, _ in names], dtype=np.float64), weights)
+    return out
+
+
+def _write_removed(folder, r: Removed) -> None:
+    """``seed-<k>/removed/``: rows.safetensors (hashed), and each replayed step's weights beside a manifest of their
+    hashes (rundir.py ``RemovedFolder``, a run folder: its ``weights(t)`` checks them)."""
+    import torch
+
+    from seedlab.store import tensor_hashes
+
+    write_safetensors(folder.rows, {"step": torch.from_numpy(r.steps), "row": torch.from_numpy(r.rows),
+                                    "tokens": torch.from_numpy(r.tokens), "lr": torch.from_numpy(r.lrs)}, hashed=True)
+    if r.weights:
+        for t, state in r.weights.items():
+            write_safetensors(folder.checkpoint(t), state)
+        write_json(folder.manifest, {str(t): tensor_hashes(state) for t, state in sorted(r.weights.items())})
+
+
+def _removed_record(removed: dict[int, Removed], checkpoints: str) -> dict | None:
+    """manifest.json's ``removed``: how many rows, which checkpoint policy, the steps replayed per seed."""
+    if not removed:
+        return None
+    first = next(iter(removed.values()))
+    return {"rows": len(first.steps), "checkpoints": checkpoints,
+            "replayed": {str(seed): sorted(int(t) for t in r.weights) for seed, r in removed.items()}}
 
 
 def _staging(final: Path, what: str) -> Path:
@@ -259,8 +366,8 @@ def verify(root: str | Path) -> dict:
         files, fmt = dict(m["files"]), m["format"]
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
         raise SeedlabError(f"{ex.manifest}: not a benchmark manifest (unreadable or incomplete)") from None
-    if fmt != FORMAT:
-        raise SeedlabError(f"{ex.manifest}: format {fmt!r}; this seedlab reads {FORMAT!r}")
+    if fmt not in READS:
+        raise SeedlabError(f"{ex.manifest}: format {fmt!r}; this seedlab reads {' and '.join(map(repr, READS))}")
     on_disk = {ex.relative(p): p for p in ex.files()}
     again = "the folder was changed after export; restore it or export the bank again"
     for rel in sorted(set(files) | set(on_disk)):
@@ -282,10 +389,32 @@ class ExportedBank(Bank):
 
     measured: pd.DataFrame = field(default_factory=pd.DataFrame)
     manifest: dict = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict, repr=False)
 
     def finished_candidates(self, seed: int):
         have = set(self.measured.loc[self.measured.seed == seed, "candidate"])
         return {n: t for n, t in self.inputs.candidates_of(seed).items() if n in have}
+
+    def removed_rows(self, seed: int):
+        """The seed's removed rows (module doc) as ([(t, i), ...], x [R, T], y [R, T]) int64, read once and checked
+        against the file's hashes; None for an export without them (format 1, or a bank without removal arms).
+        rowscores.py reads an export's rows through it."""
+        if ("rows", seed) not in self._memo:
+            f = self.dir.removed(seed).rows
+            got = None
+            if f.is_file():
+                t, _ = read_verified(f)
+                tok = t["tokens"].long()
+                got = (list(zip(t["step"].tolist(), t["row"].tolist())), tok[:, :-1].contiguous(),
+                       tok[:, 1:].contiguous())
+            self._memo["rows", seed] = got
+        return self._memo["rows", seed]
+
+    def removed_weights(self, seed: int):
+        """The run folder of the twin's weights at the removed rows' steps (rundir.py ``RemovedFolder``; its
+        ``weights(t)`` hash-checked), or None where the export has none (``--checkpoints saved``, format 1)."""
+        folder = self.dir.removed(seed)
+        return folder if folder.manifest.is_file() else None
 
 
 def open_export(root: str | Path) -> ExportedBank:
@@ -356,6 +485,8 @@ class Scored:
     rows: int
     seconds: float
     source: dict
+    row_estimators: list[str] = field(default_factory=list)  # the estimators of the run's own rows computed here
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)  # loo_by_age, loo_pooled, lds
 
 
 def slug(names: Sequence[str]) -> str:
@@ -363,16 +494,39 @@ def slug(names: Sequence[str]) -> str:
     return "-".join(re.sub(r"[^A-Za-z0-9._-]+", ".", n) for n in names)[:100]
 
 
-def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None = None, force: bool = False,
-          baselines: bool = True, device: str = "auto", progress: bool = True, report: bool = True) -> Scored:
-    """Score ``estimators`` on an export or a bank (module doc) into a score folder; returns where.
-    ``report=False``: the tables without report.md and its figures (rendering them is most of the time on a
-    small bank)."""
+def check_rows(bank: Bank, row_names: Sequence[str], source: dict) -> list[str]:
+    """The row estimators asked for, checked before any work (module doc): a bank or export without removed rows,
+    an unknown estimator or one whose plug-in does not load is a one-line error."""
+    from seedlab.attribution.bank.removals import rows_of
+    from seedlab.attribution.estimators.rowscores import choose
+
+    if not rows_of(bank.cfg):
+        raise SeedlabError(f"{bank.root}: the bank removes no rows (no loo or groups section): --row-estimator "
+                           f"{row_names[0]} scores the rows its leave-one-out and group arms removed, and it has none")
+    if source["kind"] == "export" and not (bank.manifest.get("removed") or {}).get("rows"):
+        raise SeedlabError(f"{bank.root}: this export carries no removed rows (format "
+                           f"{bank.manifest.get('format', '?').rsplit('/', 1)[-1]}, before they were exported): "
+                           f"--row-estimator {row_names[0]} needs the rows the leave-one-out and group arms removed; "
+                           f"export the bank again with this seedlab")
+    return choose(row_names)
+
+
+def score(root: str | Path, estimators: Sequence[str] = (), *, rows: Sequence[str] = (), out: str | Path | None = None,
+          force: bool = False, baselines: bool = True, device: str = "auto", progress: bool = True,
+          report: bool = True) -> Scored:
+    """Score ``estimators`` (single-row swaps) and ``rows`` (estimators of the run's own rows) on an export or a
+    bank (module doc) into a score folder; returns where. ``baselines``: the four swap baselines beside the swap
+    estimators (none are added when only row estimators are asked for). ``report=False``: the tables without
+    report.md and its figures (rendering them is most of the time on a small bank)."""
     t0 = time.perf_counter()
     given = list(dict.fromkeys(n for n in estimators if n))
-    if not given:
-        raise SeedlabError("--estimator: name one at least (a plug-in package.module:function, or a built-in)")
+    row_names = list(dict.fromkeys(n for n in rows if n))
+    if not given and not row_names:
+        raise SeedlabError("--estimator: name one at least (a plug-in package.module:function, or a built-in; or "
+                           "--row-estimator for the run's own rows)")
     bank, measured, source = open_scorable(root)  # before the imports below: bad input fails fast
+    if row_names:
+        row_names = check_rows(bank, row_names, source)
 
     from seedlab.attribution.estimators.attribute import COLUMNS, choose_estimators, seed_estimates, tracin_steps
     from seedlab.attribution.estimators.registry import get_estimator
@@ -382,8 +536,9 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
     from seedlab.lm.distributed import World
     from seedlab.progress import Bar
 
-    names = choose_estimators(bank.cfg, [*given, *(b for b in BASELINES if baselines and b not in given)])
-    target = Path(out) if out is not None else bank.dir.scores(slug(given))
+    names = choose_estimators(bank.cfg, [*given, *(b for b in BASELINES if baselines and b not in given)]) \
+        if given else []
+    target = Path(out) if out is not None else bank.dir.scores(slug(given + row_names))
     if target.exists() and (not target.is_dir() or any(target.iterdir())) and not force:
         raise SeedlabError(f"--out: {target} already holds scores (use --force to overwrite it)")
     dev = World().device(device)
@@ -391,17 +546,22 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
     if "measured_replicate" not in measured:
         measured = measured.assign(measured_replicate=np.nan)
     seeds = sorted(int(k) for k in measured.seed.unique())
-    with Bar("score", len(seeds) * len(names), "estimators", enabled=progress) as bar:
-        done = [seed_estimates(bank, seed, names, dev, bar) for seed in seeds]
-    est = pd.concat([frame for frame, _ in done], ignore_index=True)
-    seconds = {n: {str(seed): t[n] for seed, (_, t) in zip(seeds, done)} for n in names}
-    df = measured.merge(est, on=["seed", "candidate", "query", "horizon"], how="inner", validate="1:m")[COLUMNS]
+    with Bar("score", len(seeds) * (len(names) + len(row_names)), "estimators", enabled=progress) as bar:
+        done = [seed_estimates(bank, seed, names, dev, bar) for seed in seeds] if names else []
+        scored_rows = score_rows(bank, seeds, row_names, dev, bar) if row_names else None
     rd, kept, before = bank.dir, [], {}
+    df = pd.DataFrame(columns=COLUMNS)
+    seconds: dict = {}
+    if done:
+        est = pd.concat([frame for frame, _ in done], ignore_index=True)
+        seconds = {n: {str(seed): t[n] for seed, (_, t) in zip(seeds, done)} for n in names}
+        df = measured.merge(est, on=["seed", "candidate", "query", "horizon"], how="inner", validate="1:m")[COLUMNS]
     if rd.attribution.is_file():  # the bank's own estimators beside the new ones, as the bank attributed them
         old = pd.read_parquet(rd.attribution)
         before = json.loads(rd.attribution_json.read_text()) if rd.attribution_json.is_file() else {}
         kept = [n for n in before.get("estimators", list(dict.fromkeys(old.estimator))) if n not in names]
-        df = pd.concat([old[old.estimator.isin(kept)][COLUMNS], df], ignore_index=True)
+        df = pd.concat([old[old.estimator.isin(kept)][COLUMNS], df], ignore_index=True) if len(df) else \
+            old[old.estimator.isin(kept)][COLUMNS].reset_index(drop=True)
         seconds = {n: before.get("seconds", {}).get(n, {}) for n in kept} | seconds
     a = bank.cfg.attribute
 
@@ -414,16 +574,19 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
         for src in rd.tables():  # every other table the report reads (additivity, weighted, loo, groups, ...)
             if src.name != rd.attribution.name:
                 _copy(src, sd.root.joinpath(src.relative_to(rd.root)))
-        write_parquet(sd.attribution, df)
-        every = kept + names
-        write_json(sd.attribution_json, {
-            "estimators": every, "labels": {n: before.get("labels", {}).get(n) or get_estimator(n).label for n in every},
-            "seeds": seeds, "seconds": seconds, "device": str(dev), "jobs": 1, "scored": names, "from_bank": kept,
-            "source": source, "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules,
-            "train_rows": a.train_rows, "fit_rows": a.fit_rows, "tracin_steps": tracin_steps(bank.cfg),
-        })
-        write_parquet(sd.correlations, analyse(df).correlations)
-        if report:
+        if len(df):
+            write_parquet(sd.attribution, df)
+            every = kept + names
+            write_json(sd.attribution_json, {
+                "estimators": every, "labels": {n: before.get("labels", {}).get(n) or get_estimator(n).label
+                                                for n in every},
+                "seeds": seeds, "seconds": seconds, "device": str(dev), "jobs": 1, "scored": names, "from_bank": kept,
+                "source": source, "influence_at": a.influence_at, "damping": a.damping, "modules": a.modules,
+                "train_rows": a.train_rows, "fit_rows": a.fit_rows, "tracin_steps": tracin_steps(bank.cfg),
+            })
+            write_parquet(sd.correlations, analyse(df).correlations)
+        tables = _write_rows(bank, sd, scored_rows, seeds, source, str(dev)) if scored_rows is not None else {}
+        if report and len(df):
             write_report(staging)
         if target.exists():
             shutil.rmtree(target) if target.is_dir() else target.unlink()
@@ -431,4 +594,67 @@ def score(root: str | Path, estimators: Sequence[str], *, out: str | Path | None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return Scored(target, ScoreDir(target).report, names, kept, len(df), time.perf_counter() - t0, source)
+    return Scored(target, ScoreDir(target).report, names, kept, len(df), time.perf_counter() - t0, source, row_names,
+                  tables)
+
+
+@dataclass(frozen=True)
+class ScoredRows:
+    """The row estimators' values on every seed (rowscores.py ``COLUMNS``) and their seconds per seed."""
+
+    names: list[str]
+    frame: pd.DataFrame
+    seconds: dict[str, dict[str, float]]  # {seed: {estimator: seconds}}, as rowscores.json keeps them
+    rows: int
+    horizons: list[int]
+
+
+def score_rows(bank: Bank, seeds: list[int], names: list[str], dev, bar=None) -> ScoredRows:
+    """``names`` on every removed row of every seed, through rowscores.py's loop (``seed_rowscores``)."""
+    from seedlab.attribution.bank.removals import rows_of
+    from seedlab.attribution.estimators.rowscores import COLUMNS, seed_rowscores
+    from seedlab.lm.determinism import nondeterminism_is_an_error
+
+    removed, hs = rows_of(bank.cfg), sorted(bank.cfg.horizon_steps())
+    frames, seconds = [], {}
+    with nondeterminism_is_an_error():
+        for seed in seeds:
+            f, seconds[str(seed)] = seed_rowscores(bank, seed, names, removed, hs, dev, None, bar)
+            frames.append(f)
+    return ScoredRows(names, pd.concat(frames, ignore_index=True)[COLUMNS], seconds, len(removed), hs)
+
+
+def _write_rows(bank: Bank, sd: ScoreDir, r: ScoredRows, seeds: list[int], source: dict, device: str
+                ) -> dict[str, pd.DataFrame]:
+    """The score folder's row scores — the bank's own (rowscores.parquet, of the estimators not scored again) beside
+    the new ones, and rowscores.json — and the tables attribution/analyses/loo.py and lds.py compute from them
+    (rowscores.py ``read_scores``, metagrad.parquet's too), as the bank report does, of the estimators scored here:
+    loo_by_age, loo_pooled, lds (their resamples depend on the design alone, so each estimator's numbers are those
+    of the bank report's tables; the report of the folder computes every estimator's)."""
+    from seedlab.attribution.analyses import lds, loo
+    from seedlab.attribution.estimators.rowscores import COLUMNS, read_scores
+
+    rd = bank.dir
+    frame, seconds, kept = r.frame, {k: dict(v) for k, v in r.seconds.items()}, []
+    if rd.rowscores.is_file():
+        old = pd.read_parquet(rd.rowscores)
+        before = json.loads(rd.rowscores_json.read_text()) if rd.rowscores_json.is_file() else {}
+        kept = [n for n in before.get("estimators", list(dict.fromkeys(old.estimator))) if n not in r.names]
+        frame = pd.concat([old[old.estimator.isin(kept)][COLUMNS], frame], ignore_index=True)
+        for seed, times in before.get("seconds", {}).items():
+            seconds[seed] = {n: t for n, t in times.items() if n in kept} | seconds.get(seed, {})
+    write_parquet(sd.rowscores, frame)
+    write_json(sd.rowscores_json, {"estimators": kept + r.names, "rows": r.rows, "horizons": r.horizons,
+                                   "device": device, "seconds": seconds, "scored": r.names, "from_bank": kept,
+                                   "source": source})
+    scores = read_scores(sd.root)
+    scores = scores[scores.seed.isin(seeds) & scores.estimator.isin(r.names)]
+    tables: dict[str, pd.DataFrame] = {}
+    if rd.loo.is_file():
+        tables["loo_by_age"], tables["loo_pooled"] = loo.analyse(pd.read_parquet(rd.loo), scores)
+        write_parquet(sd.loo_by_age, tables["loo_by_age"])
+        write_parquet(sd.loo_pooled, tables["loo_pooled"])
+    if rd.groups.is_file() and rd.group_rows.is_file():
+        tables["lds"] = lds.analyse(pd.read_parquet(rd.groups), pd.read_parquet(rd.group_rows), scores)
+        write_parquet(sd.lds, tables["lds"])
+    return tables

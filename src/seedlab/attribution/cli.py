@@ -104,8 +104,9 @@ def attribution_metagrad(
 def attribution_rowscores(
     bank: Annotated[Path, typer.Argument(help="a bank with loo or groups (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
-        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac, trak (metagrad's rows "
-        "come from seedlab attribution metagrad); default: all installed"))] = [],  # noqa: B006
+        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac, trak, or a training-rows "
+        "plug-in package.module:function (e.g. seedlab.attribution.dattri_adapter:rows.if_cg; metagrad's rows come "
+        "from seedlab attribution metagrad); default: all installed built-ins"))] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
     add: Annotated[bool, typer.Option(help="keep the other estimators' rows already in rowscores.parquet (e.g. --estimator trak --add)")] = False,
@@ -136,12 +137,16 @@ def attribution_export(
     rows: Annotated[str, typer.Option(help="the corpus slice: trained (every row of steps 0 .. end: every built-in can "
                                            "be rescored) or injection (the batch of s: plug-ins and the estimators at "
                                            "theta_s)")] = "trained",
+    checkpoints: Annotated[str, typer.Option(help="rows (the twin's weights at every step a removed row was trained "
+                                                  "at too, replayed and checked: TracIn's one-visit term reads them) "
+                                                  "or saved (the twin's own steps only)")] = "rows",
 ) -> None:
     """A bank as a self-contained benchmark: config, texts and token ids, the corpus slice its batches read, the
-    prefix and twin checkpoints, measured.parquet and every other table, and manifest.json with every file's SHA-256."""
+    prefix and twin checkpoints, measured.parquet and every other table, the rows its leave-one-out and group arms
+    removed, and manifest.json with every file's SHA-256."""
     from seedlab.attribution.benchmark import export
 
-    r = export(bank, out, rows=rows)
+    r = export(bank, out, rows=rows, row_checkpoints=checkpoints)
     typer.echo(f"{r.files} files, {r.bytes / 1e6:.1f} MB in {r.seconds:.1f} s (rows: {r.rows}) -> {r.path}; "
                f"digest {r.digest}")
 
@@ -150,8 +155,12 @@ def attribution_export(
 def attribution_score(
     folder: Annotated[Path, typer.Argument(help="an exported benchmark (seedlab attribution export), or a bank folder")],
     estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
-        "estimator(s) to score, repeatable or comma-separated: a plug-in package.module:function "
-        "(seedlab.attribution.estimators.plugins), or a built-in name (seedlab attribution attribute --help)"))],
+        "estimator(s) of single-row swaps to score, repeatable or comma-separated: a plug-in package.module:function "
+        "(seedlab.attribution.estimators.plugins), or a built-in name (seedlab attribution attribute --help)"))] = [],  # noqa: B006
+    row_estimators: Annotated[list[str], typer.Option("--row-estimator", "--row-estimators", help=(
+        "estimator(s) of the run's own rows (the rows the leave-one-out and group arms removed), scored on "
+        "leave-one-out by age and the LDS: tracin, grad-dot, grad-cosine, ekfac, trak, or a training-rows plug-in "
+        "package.module:function, e.g. seedlab.attribution.dattri_adapter:rows.if_cg"))] = [],  # noqa: B006
     out: Annotated[Path | None, typer.Option(help="the score folder; default FOLDER/scores/<estimators>")] = None,
     force: Annotated[bool, typer.Option(help="overwrite a score folder already there")] = False,
     baselines: Annotated[bool, typer.Option(help="score the baselines random, loss, gradnorm and length beside them")] = True,
@@ -165,10 +174,12 @@ def attribution_score(
     from seedlab.attribution.benchmark import score
 
     names = _names(estimators)
-    r = score(folder, names, out=out, force=force, baselines=baselines, device=device, progress=progress, report=report)
+    r = score(folder, names, rows=_names(row_estimators), out=out, force=force, baselines=baselines, device=device,
+              progress=progress, report=report)
     what = f"digest {r.source['digest'][:16]}" if r.source["kind"] == "export" else "a bank"
+    rows = f", {len(r.row_estimators)} row estimator(s) on {', '.join(r.tables)}" if r.row_estimators else ""
     typer.echo(f"{len(r.estimators)} estimator(s) scored ({what}), {len(r.from_bank)} from the bank beside them, "
-               f"{r.rows} rows in {r.seconds:.1f} s -> {r.report if report else r.path}")
+               f"{r.rows} rows{rows} in {r.seconds:.1f} s -> {r.report if report and r.rows else r.path}")
 
 
 @app.command("leaderboard")

@@ -82,6 +82,11 @@ keeps the bank's own paths for what it holds, so the bank's readers read it::
                                         done.json
     DIR/rows.safetensors                the corpus slice: the spans of the training split the twins' batches read
                                         (starts, lengths, tokens, and n_tokens: the split's length)
+    DIR/seed-<k>/removed/rows.safetensors   (format 2, with loo, groups or trak) the run's own rows the removal arms
+                                        removed: step, row (its index in the batch) and tokens [R, T + 1] (x = tokens[:, :-1],
+                                        y = tokens[:, 1:]), the rates of their updates (lr)
+    DIR/seed-<k>/removed/step-<t>.safetensors, manifest.json   (--checkpoints rows) the twin's weights after t updates at
+                                        every removed row's step t the twin did not save itself, replayed and checked
     DIR/corpus/meta.json, DIR/corpus/<tokenizer file>   the corpus's meta.json and its tokenizer (if it has a file)
     DIR/scores/<estimators>/            seedlab attribution score DIR (not in the manifest)
 
@@ -444,6 +449,14 @@ class GridDir(TableDir):
 
 
 @dataclass(frozen=True)
+class LeaderboardDir(TableDir):
+    """Where ``seedlab attribution leaderboard --out DIR`` renders its table across banks and exports:
+    ``leaderboard.md``, ``leaderboard-table.csv``, ``leaderboard-grid.png``."""
+
+    stem = "leaderboard"
+
+
+@dataclass(frozen=True)
 class ExportDir(BankDir):
     """An exported benchmark (module doc): a bank's paths for what it keeps, and the export's own files."""
 
@@ -473,6 +486,10 @@ class ExportDir(BankDir):
         """The corpus's tokenizer file (its meta.json's ``tokenizer.file``)."""
         return self.corpus / Path(name).name
 
+    def removed(self, seed: int) -> RemovedFolder:
+        """The seed's removed rows and the twin's weights at their steps (format 2; :class:`RemovedFolder`)."""
+        return RemovedFolder(self.seed(seed) / "removed")
+
     def relative(self, path: Path) -> str:
         """``path`` as manifest.json names it."""
         return path.relative_to(self.root).as_posix()
@@ -484,12 +501,14 @@ class ExportDir(BankDir):
                       and p.relative_to(self.root).parts[0] != self.SCORES)
 
 
-@dataclass(frozen=True)
-class LeaderboardDir(TableDir):
-    """Where ``seedlab attribution leaderboard --out DIR`` renders its table across banks and exports:
-    ``leaderboard.md``, ``leaderboard-table.csv``, ``leaderboard-grid.png``."""
+class RemovedFolder(ForkFolder):
+    """An export's ``seed-<k>/removed/``: the rows the removal arms removed (:attr:`rows`) and, as a run folder's
+    checkpoints (``step-<t>.safetensors`` with ``manifest.json``), the twin's weights at their steps."""
 
-    stem = "leaderboard"
+    @property
+    def rows(self) -> Path:
+        """step, row, tokens [R, T + 1], lr (hashed in the file's metadata)."""
+        return self.path / "rows.safetensors"
 
 
 @dataclass(frozen=True)
@@ -497,6 +516,21 @@ class ScoreDir(BankDir):
     """A score folder (module doc): an attributed bank's top, and the headline correlations as a table."""
 
     noun = "score"
+
+    @property
+    def loo_by_age(self) -> Path:
+        """With --row-estimator on a bank with loo: attribution/analyses/loo.py ``by_age`` of every row estimator."""
+        return self.root / "loo_by_age.parquet"
+
+    @property
+    def loo_pooled(self) -> Path:
+        """... and loo.py ``pooled`` (every leave-one-out step of a horizon pooled)."""
+        return self.root / "loo_pooled.parquet"
+
+    @property
+    def lds(self) -> Path:
+        """With --row-estimator on a bank with groups: attribution/analyses/lds.py ``lds`` of every row estimator."""
+        return self.root / "lds.parquet"
 
     @property
     def correlations(self) -> Path:

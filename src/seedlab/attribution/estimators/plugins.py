@@ -16,6 +16,15 @@ for every candidate c and query q of one seed's case: an array [len(case.candida
   step s; the twin's weights after any saved step; θ_s; the case; the shared gradients). Its result
   may differ by horizon.
 
+A third form scores the run's own rows instead of swaps (``--row-estimator`` of ``seedlab attribution score``,
+``--estimator`` of ``seedlab attribution rowscores``; registry.py :func:`~seedlab.attribution.estimators.registry.row_plugin`):
+
+- **training rows** (:class:`RowPlugin`): ``function(rows)`` — one parameter, named ``rows`` — evaluated once per
+  seed and horizon h with a :class:`Rows`: the rows the bank's leave-one-out and group arms removed that were trained
+  before h (their token ids, step and position), the queries, each step's rate, and the twin's weights at any step
+  the bank or export holds them. It returns [len(rows), len(queries)]: the predicted Δ L_q(θ_h) of *removing* each
+  row (positive: the query's loss rises), what attribution/analyses/loo.py and lds.py score.
+
 Both forms may declare, as attributes of the function (:func:`declare` sets them):
 
 - ``unit`` — ``"nats/token"`` (a predicted Δ L_q: the report's calibration, the slope of measured on
@@ -51,8 +60,8 @@ if TYPE_CHECKING:
     from seedlab.lm.model import GPT
 
 UNITS = ("nats/token", "score")
-AT_INJECTION, HORIZON_AWARE = "at θ_s", "horizon-aware"
-CONTEXT_ARG = "ctx"
+AT_INJECTION, HORIZON_AWARE, TRAINING_ROWS = "at θ_s", "horizon-aware", "training rows"
+CONTEXT_ARG, ROWS_ARG = "ctx", "rows"
 Unit = Literal["nats/token", "score"]
 Result = Any  # np.ndarray | torch.Tensor, [len(case.candidates), len(case.queries)]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -221,6 +230,78 @@ class Context:
         return m.eval()
 
 
+@dataclass(frozen=True)
+class Rows:
+    """What a training-rows plug-in gets for one (seed, horizon): the run's own rows trained before h.
+
+    ``steps[j]``, ``positions[j]``: row j is row ``positions[j]`` of the batch of step ``steps[j]`` (the rows
+    attribution/bank/removals.py ``rows_of`` names, those with t < h, sorted by (t, i)); ``x[j]``, ``y[j]`` [T] its
+    tokens and next tokens (every target counts: a training row has no padding). The twin trained each on the update
+    of its step at rate :meth:`lr` (t), its loss the row's CE *sum* over its T targets divided by ``n_targets``
+    N = B·T (lm/trainer.py). ``queries``: {name: token ids} in the output's column order (L_q: a query's mean CE,
+    nats/token; ``pad_id`` pads a shorter one). :meth:`weights` (step) reads the twin's weights after that many
+    updates, every tensor's hash checked, at any step of ``checkpoints`` (the twin's saved steps, and in an export
+    the removed rows' own steps where it carries them); another step is a one-line error."""
+
+    seed: int
+    step: int  # s, the injection step
+    horizon: int  # h: updates completed when the effect is read
+    end: int  # the run's last step
+    steps: tuple[int, ...]  # each row's step t (< h)
+    positions: tuple[int, ...]  # each row's index in the batch of its step
+    x: torch.Tensor  # [R, T] int64
+    y: torch.Tensor  # [R, T] int64
+    queries: dict[str, tuple[int, ...]]
+    pad_id: int
+    batch_size: int  # B
+    n_targets: int  # N = B·T
+    checkpoints: tuple[int, ...]  # the steps :meth:`weights` can read, sorted
+    _lr: Callable[[int], float] = field(repr=False)
+    _twin: Callable[[int], Mapping[str, torch.Tensor]] = field(repr=False)
+    _model: Callable[[], GPT] = field(repr=False)
+    where: str = ""  # the bank or export (for messages)
+
+    @property
+    def names(self) -> list[tuple[int, int]]:
+        """(t, i) of every row, in order."""
+        return list(zip(self.steps, self.positions))
+
+    def lr(self, step: int) -> float:
+        """The rate of the update that consumed the batch of ``step`` (lm/schedule.py ``lr_of``)."""
+        return float(self._lr(int(step)))
+
+    def require(self, steps: Sequence[int], who: str) -> None:
+        """A one-line error naming ``who`` and the first of ``steps`` without the twin's weights (module doc)."""
+        missing = sorted(set(int(t) for t in steps) - set(self.checkpoints))
+        if missing:
+            raise SeedlabError(f"{who}: needs the twin's weights at step {missing[0]}, which {self.where or 'this bank'} "
+                               f"does not hold (it has {', '.join(map(str, self.checkpoints)) or 'none'}; "
+                               f"{len(missing)} step(s) missing: export the bank with --checkpoints rows)")
+
+    def weights(self, step: int | None = None) -> dict[str, torch.Tensor]:
+        """The twin's weights after ``step`` updates (default: the horizon), hash-checked."""
+        step = self.horizon if step is None else int(step)
+        self.require([step], "rows.weights()")
+        return dict(self._twin(step))
+
+    def model_at(self, step: int | None = None) -> GPT:
+        """A new GPT holding :meth:`weights` of ``step`` (default: the horizon), in eval mode."""
+        w = self.weights(step)
+        dtype = next(v.dtype for v in w.values() if v.is_floating_point())
+        m = self._model().to(dtype)
+        m.load_state_dict(w)
+        return m.eval()
+
+
+class RowPlugin(Protocol):
+    """``function(rows)``: evaluated once per seed and horizon with that horizon's :class:`Rows`; returns
+    [len(rows.steps), len(rows.queries)], the predicted Δ L_q(θ_h) of removing each row (positive: the loss
+    rises). Optional attributes ``unit`` and ``horizons`` (:func:`declare`; horizons: the ones it is evaluated at,
+    default every horizon of the bank)."""
+
+    def __call__(self, rows: Rows, /) -> Result: ...
+
+
 class PluginAtInjection(Protocol):
     """``function(model, case, grads)``: evaluated once at θ_s; the same number stands at every horizon.
     ``model`` is a copy of θ_s (eval mode is yours to set), ``grads`` the :class:`SharedGradients`."""
@@ -271,8 +352,8 @@ def read(fn: Callable[..., Any], spec: str, attr: str) -> Declared:
         sig = None  # a builtin without a signature: taken as a function of (model, case, grads)
     form = AT_INJECTION if sig is None else _form(sig)
     if form is None:
-        raise SeedlabError(f"estimator {spec!r}: horizon-aware plug-ins take ({CONTEXT_ARG}), the others must take "
-                           f"(model, case, grads), its signature is {attr}{sig}")
+        raise SeedlabError(f"estimator {spec!r}: horizon-aware plug-ins take ({CONTEXT_ARG}), training-rows plug-ins "
+                           f"({ROWS_ARG}), the others must take (model, case, grads), its signature is {attr}{sig}")
     unit = getattr(fn, "unit", "score")
     if unit not in UNITS:
         raise SeedlabError(f"estimator {spec!r}: unit must be {' or '.join(UNITS)}, got {unit!r}")
@@ -287,11 +368,12 @@ def read(fn: Callable[..., Any], spec: str, attr: str) -> Declared:
 
 def _form(sig: inspect.Signature) -> str | None:
     params = list(sig.parameters.values())
-    if params and params[0].name == CONTEXT_ARG and params[0].kind in (params[0].POSITIONAL_ONLY,
-                                                                      params[0].POSITIONAL_OR_KEYWORD):
+    named = {CONTEXT_ARG: HORIZON_AWARE, ROWS_ARG: TRAINING_ROWS}
+    if params and params[0].name in named and params[0].kind in (params[0].POSITIONAL_ONLY,
+                                                                 params[0].POSITIONAL_OR_KEYWORD):
         try:
             sig.bind(None)
-            return HORIZON_AWARE
+            return named[params[0].name]
         except TypeError:
             pass
     try:
@@ -353,5 +435,5 @@ def call_horizon_aware(fn: HorizonAwarePlugin, spec: str, grads: Gradients, *, s
     return _guarded(spec, grads, shared, lambda: fn(ctx))
 
 
-__all__: Sequence[str] = ("AdamState", "Context", "HorizonAwarePlugin", "PluginAtInjection", "SharedGradients",
-                          "UNITS", "declare")
+__all__: Sequence[str] = ("AdamState", "Context", "HorizonAwarePlugin", "PluginAtInjection", "RowPlugin", "Rows",
+                          "SharedGradients", "UNITS", "declare")

@@ -1,5 +1,6 @@
 """The estimators by name: :data:`ESTIMATORS`, :func:`get_estimator`, :func:`run`, :func:`estimate`;
-user plug-ins (:func:`plugin`). What each computes: :mod:`seedlab.attribution.estimators.builtin`.
+user plug-ins (:func:`plugin`); and the estimators of the run's own rows (:data:`ROW_ESTIMATORS`,
+:func:`get_row_estimator`, training-rows plug-ins :func:`row_plugin`; computed by rowscores.py). What each computes: :mod:`seedlab.attribution.estimators.builtin`.
 The table reads without torch (the report needs its names, labels, units and summaries); each
 estimator's implementation, and torch with it, is imported when it first runs.
 
@@ -233,6 +234,92 @@ def get_estimator(name: str) -> Estimator:
 
 def plugin(spec: str) -> Estimator:
     """The user's estimator ``package.module:function`` (the module doc), checked before anything runs."""
+    fn, attr = _load(spec)
+    d = plugins.read(fn, spec, attr)
+    doc = (inspect.getdoc(fn) or "").split("\n")[0]
+    summary = f"plug-in: {doc}" if doc else "plug-in"
+    if d.form == plugins.TRAINING_ROWS:
+        raise SeedlabError(f"estimator {spec!r}: a training-rows plug-in ({attr}(rows)) scores the run's own rows, not "
+                           "swaps: give it to --row-estimator of seedlab attribution score, or to seedlab attribution "
+                           "rowscores")
+    if d.form == plugins.HORIZON_AWARE:
+        def horizon_aware(grads: Gradients, **options: Any) -> Any:
+            return plugins.call_horizon_aware(fn, spec, grads, **options)
+
+        return Estimator(spec, summary, "every horizon", d.unit, horizon_aware, PLUGIN_NEEDS, PLUGIN_ACCEPTS,
+                         label="plug-in", per_horizon=True, wants=d.horizons)
+    return Estimator(spec, summary, "step s (evaluated at θ_s)", d.unit,
+                     lambda grads: plugins.call_at_injection(fn, spec, grads), label="plug-in", wants=d.horizons)
+
+
+# --------------------------------------------------------------------------- estimators of the run's own rows
+
+
+@dataclass(frozen=True)
+class RowEstimator:
+    """An estimator of a *training row's* removal effect (attribution/estimators/rowscores.py: the values the
+    leave-one-out and the LDS are scored on): the built-ins, computed by rowscores.py, and training-rows plug-ins
+    (``fn(rows) -> [rows × queries]``: attribution/estimators/plugins.py :class:`~.plugins.Rows`)."""
+
+    name: str
+    summary: str
+    unit: str  # "nats/token" (a predicted Δ L_q), "cosine" or "score"
+    library: str | None = None  # optional import it needs (a key of HINTS)
+    label: str = "estimator"  # as Estimator.label ("plug-in" for plug-ins)
+    fn: Callable[..., Any] | None = None  # a plug-in's function; None: a built-in of rowscores.py
+    horizons: tuple[int | str, ...] = ()  # where a plug-in is evaluated (config terms); (): every horizon
+
+
+ROW_ESTIMATORS: dict[str, RowEstimator] = {
+    e.name: e
+    for e in (
+        RowEstimator("tracin", "TracIn, the row's one visit: +lr_t·⟨∇L_q(θ_t), ∇ℓ_i(θ_t)⟩/N at the weights it was "
+                     "trained at", "nats/token"),
+        RowEstimator("grad-dot", "⟨∇L_q(θ_h), ∇ℓ_i(θ_h)⟩/N at the twin's weights of the horizon", "score"),
+        RowEstimator("grad-cosine", "cos(∇L_q(θ_h), ∇ℓ_i(θ_h))", "cosine", label="baseline"),
+        RowEstimator("ekfac", "influence function, EK-FAC (kronfluence) at the end: +⟨∇L_q, (F + λ)⁻¹ ∇ℓ_i⟩/D, a group "
+                     "the sum of its rows'", "nats/token", "kronfluence"),
+        RowEstimator("trak", "TRAK (traker) at the end: +τ(q, z), Φ fitted on the fit rows and the rows, a group the "
+                     "sum of its rows'", "score", "trak"),
+    )
+}
+
+
+def get_row_estimator(name: str) -> RowEstimator:
+    """The row estimator called ``name`` (``package.module:function``: a training-rows plug-in, :func:`row_plugin`);
+    a one-line SeedlabError if there is none or its library is missing."""
+    if ":" in name:
+        return row_plugin(name)
+    if name not in ROW_ESTIMATORS:
+        raise SeedlabError(f"row estimator: must be one of {', '.join(ROW_ESTIMATORS)} or a training-rows plug-in "
+                           f"package.module:function, got {name!r}")
+    e = ROW_ESTIMATORS[name]
+    if e.library is not None:
+        try:
+            importlib.import_module(e.library)
+        except ImportError:
+            package = "traker" if e.library == "trak" else e.library
+            raise SeedlabError(f"rowscores: {name} needs {package}, which is not installed: {HINTS[e.library]}") from None
+    return e
+
+
+def row_plugin(spec: str) -> RowEstimator:
+    """The user's training-rows estimator ``package.module:function`` (``function(rows)``), checked before anything
+    runs: one that does not import, is no function, or has another form is a one-line error."""
+    fn, attr = _load(spec)
+    d = plugins.read(fn, spec, attr)
+    if d.form != plugins.TRAINING_ROWS:
+        raise SeedlabError(f"estimator {spec!r}: scores swaps ({d.form}), not training rows: a row estimator takes "
+                           f"({plugins.ROWS_ARG}); give this one to --estimator")
+    doc = (inspect.getdoc(fn) or "").split("\n")[0]
+    return RowEstimator(spec, f"plug-in: {doc}" if doc else "plug-in", d.unit, label="plug-in", fn=fn,
+                        horizons=d.horizons)
+
+
+def _load(spec: str) -> tuple[Callable[..., Any], str]:
+    """A plug-in's function and its attribute path (``package.module:function``), imported with the current folder
+    on ``sys.path``; a name of another shape, a module that does not import, a missing or non-callable attribute is
+    a one-line error."""
     mod, _, attr = spec.partition(":")
     if not mod or not attr or not all(p.isidentifier() for p in [*mod.split("."), *attr.split(".")]):
         raise SeedlabError(f"estimator {spec!r}: a plug-in is named package.module:function")
@@ -248,17 +335,7 @@ def plugin(spec: str) -> Estimator:
         raise SeedlabError(f"estimator {spec!r}: {mod} has no {attr}") from None
     if not callable(fn):
         raise SeedlabError(f"estimator {spec!r}: {attr} is not a function")
-    d = plugins.read(fn, spec, attr)
-    doc = (inspect.getdoc(fn) or "").split("\n")[0]
-    summary = f"plug-in: {doc}" if doc else "plug-in"
-    if d.form == plugins.HORIZON_AWARE:
-        def horizon_aware(grads: Gradients, **options: Any) -> Any:
-            return plugins.call_horizon_aware(fn, spec, grads, **options)
-
-        return Estimator(spec, summary, "every horizon", d.unit, horizon_aware, PLUGIN_NEEDS, PLUGIN_ACCEPTS,
-                         label="plug-in", per_horizon=True, wants=d.horizons)
-    return Estimator(spec, summary, "step s (evaluated at θ_s)", d.unit,
-                     lambda grads: plugins.call_at_injection(fn, spec, grads), label="plug-in", wants=d.horizons)
+    return fn, attr
 
 
 @contextlib.contextmanager
@@ -358,4 +435,5 @@ def available() -> list[str]:
     return out
 
 
-__all__: Sequence[str] = ("ESTIMATORS", "Estimator", "available", "estimate", "get_estimator", "plugin", "run")
+__all__: Sequence[str] = ("ESTIMATORS", "Estimator", "ROW_ESTIMATORS", "RowEstimator", "available", "estimate",
+                          "get_estimator", "get_row_estimator", "plugin", "row_plugin", "run")

@@ -43,6 +43,13 @@ or from the prefix, and takes Q + B one-row gradients at each row step; grad-dot
 per horizon (one pass gives both); ekfac fits the curvature once and scores R rows; trak featurizes M + R rows (M
 the fit rows) and the Q queries once, on the CPU (the p × k projection held: 4·p·k bytes, k = (M + R) // 2 ≤ 2048).
 
+The table above is registered once, as registry.py ``ROW_ESTIMATORS`` (names, units, libraries). Beside it,
+training-rows plug-ins (``--estimator package.module:function``, ``function(rows)``: attribution/estimators/plugins.py
+``Rows``) run at their declared horizons: the dattri adapter's attributors (attribution/dattri_adapter.py
+``rows.<name>``) are such plug-ins. The same loop
+(:func:`seed_rowscores`) scores an export (``seedlab attribution score --row-estimator``), its rows' tokens read from
+the export's removed rows.
+
 ``--add`` (``add=True``) keeps the estimators of a rowscores.parquet already there that were not asked for and
 replaces those that were (rowscores.json's estimators and seconds merged likewise).
 """
@@ -61,6 +68,7 @@ import pandas as pd
 
 from seedlab.attribution.bank import removals
 from seedlab.attribution.bank.rundir import Bank, open_bank
+from seedlab.attribution.estimators.registry import ROW_ESTIMATORS, get_row_estimator
 from seedlab.errors import SeedlabError
 from seedlab.store import write_json, write_parquet
 
@@ -68,21 +76,23 @@ if TYPE_CHECKING:  # torch is imported where the gradients are taken: the report
     import torch
 
 COLUMNS = ["seed", "estimator", "query", "horizon", "step", "row", "value", "unit"]
-#: the estimators computed here (metagrad's values come from metagrad.parquet: :func:`metagrad_scores`)
-ESTIMATORS = ("tracin", "grad-dot", "grad-cosine", "ekfac", "trak")
-UNITS = {"metagrad": "nats/token", "tracin": "nats/token", "grad-dot": "score", "grad-cosine": "cosine",
-         "ekfac": "nats/token", "trak": "score"}
+#: the estimators computed here, as registered once in registry.py ``ROW_ESTIMATORS`` (metagrad's values come from
+#: metagrad.parquet: :func:`metagrad_scores`); training-rows plug-ins (``package.module:function``) run beside them
+ESTIMATORS = tuple(ROW_ESTIMATORS)
+UNITS = {"metagrad": "nats/token", **{n: e.unit for n, e in ROW_ESTIMATORS.items()}}
 #: the optional library an estimator needs: its import name (the key of registry.py's install hints)
-LIBRARIES = {"ekfac": "kronfluence", "trak": "trak"}
+LIBRARIES = {n: e.library for n, e in ROW_ESTIMATORS.items() if e.library is not None}
 
 
 def choose(names: Sequence[str] | None) -> list[str]:
-    """The estimators asked for (None: every one whose library is installed); an unknown name is a one-line error."""
+    """The estimators asked for (None: every one whose library is installed); an unknown name is a one-line error,
+    and so is a plug-in that does not load or is not of the training-rows form (registry.py ``row_plugin``)."""
     if names:
-        bad = [n for n in names if n not in ESTIMATORS]
+        bad = [n for n in names if n not in ESTIMATORS and ":" not in n]
         if bad:
             more = " (metagrad's rows come from `seedlab attribution metagrad`)" if "metagrad" in bad else ""
-            raise SeedlabError(f"--estimator: must be among {', '.join(ESTIMATORS)}, got {bad[0]!r}{more}")
+            raise SeedlabError(f"--estimator: must be among {', '.join(ESTIMATORS)} (or a training-rows plug-in "
+                               f"package.module:function), got {bad[0]!r}{more}")
         for name in names:
             _library(name)
         return list(dict.fromkeys(names))
@@ -97,19 +107,9 @@ def choose(names: Sequence[str] | None) -> list[str]:
 
 
 def _library(name: str) -> None:
-    """A one-line error when ``name`` needs a library (:data:`LIBRARIES`) that is not installed."""
-    import importlib
-
-    lib = LIBRARIES.get(name)
-    if lib is None:
-        return
-    try:
-        importlib.import_module(lib)
-    except ImportError:
-        from seedlab.attribution.estimators.registry import HINTS
-
-        package = "traker" if lib == "trak" else lib
-        raise SeedlabError(f"rowscores: {name} needs {package}, which is not installed: {HINTS[lib]}") from None
+    """A one-line error when ``name`` needs a library (:data:`LIBRARIES`) that is not installed, or is a plug-in
+    that does not load as a training-rows estimator."""
+    get_row_estimator(name)
 
 
 def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None, device: str = "auto",
@@ -142,25 +142,8 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
     frames, seconds = [], {}
     with Bar("rowscores", len(seeds) * len(names), "scores", enabled=progress) as bar, nondeterminism_is_an_error():
         for seed in seeds:
-            seconds[str(seed)] = {}
-            for name in names:
-                bar.update(note=f"seed {seed} {name}")
-                t0 = time.perf_counter()
-                if name == "tracin":
-                    f = tracin_scores(bank, seed, rows, hs, dev, checks[seed])
-                elif name == "ekfac":
-                    f = ekfac_scores(bank, seed, rows, dev)
-                elif name == "trak":
-                    f = trak_scores(bank, seed, rows)
-                else:
-                    f = None
-                    if name == "grad-dot" or "grad-dot" not in names:  # one pass gives both
-                        f = gradient_scores(bank, seed, rows, hs, dev)
-                        f = f[f.estimator.isin(names)]
-                if f is not None:
-                    frames.append(f)
-                seconds[str(seed)][name] = time.perf_counter() - t0
-                bar.advance()
+            f, seconds[str(seed)] = seed_rowscores(bank, seed, names, rows, hs, dev, checks[seed], bar)
+            frames.append(f)
     df = pd.concat(frames, ignore_index=True)[COLUMNS]
     if add and bank.dir.rowscores.is_file() and bank.dir.rowscores_json.is_file():
         df, names, seconds = _merged(bank, df, names, seconds)
@@ -168,6 +151,43 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
     write_json(bank.dir.rowscores_json, {"estimators": names, "rows": len(rows), "horizons": hs,
                                                          "device": str(dev), "seconds": seconds})
     return df
+
+
+def seed_rowscores(bank: Bank, seed: int, names: Sequence[str], rows: list[tuple[int, int]], horizons: list[int],
+                   device, check=None, bar=None) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Every estimator of ``names`` (built-ins and training-rows plug-ins, :func:`choose`d) on the ``rows`` of one
+    seed at the ``horizons``: the long frame (:data:`COLUMNS`) and each estimator's seconds. The one loop behind
+    ``seedlab attribution rowscores`` and ``seedlab attribution score --row-estimator`` (a bank or an export: the
+    rows' tokens come from the export's removed rows where it has them, :func:`_row_tensors`). ``check``: the
+    twin's replay check (metagrad.py ``replay_check``; made here when tracin needs it and none is given)."""
+    frames, seconds = [], {}
+    for name in names:
+        if bar is not None:
+            bar.update(note=f"seed {seed} {name}")
+        t0 = time.perf_counter()
+        if name == "tracin":
+            if check is None:
+                from seedlab.attribution.estimators.metagrad import replay_check
+
+                check = replay_check(bank, seed, horizons)
+            f = tracin_scores(bank, seed, rows, horizons, device, check)
+        elif name == "ekfac":
+            f = ekfac_scores(bank, seed, rows, device)
+        elif name == "trak":
+            f = trak_scores(bank, seed, rows)
+        elif name in ("grad-dot", "grad-cosine"):
+            f = None
+            if name == "grad-dot" or "grad-dot" not in names:  # one pass gives both
+                f = gradient_scores(bank, seed, rows, horizons, device)
+                f = f[f.estimator.isin(names)]
+        else:
+            f = plugin_scores(bank, seed, get_row_estimator(name), rows, horizons)
+        if f is not None:
+            frames.append(f)
+        seconds[name] = time.perf_counter() - t0
+        if bar is not None:
+            bar.advance()
+    return pd.concat(frames, ignore_index=True)[COLUMNS], seconds
 
 
 def _merged(bank: Bank, df: pd.DataFrame, names: list[str], seconds: dict[str, dict[str, float]]
@@ -226,20 +246,111 @@ def _batch(bank: Bank, seed: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _row_tensors(bank: Bank, seed: int, rows: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x, y) [len(rows), T] of the training rows (t, i), in order; each step's batch drawn once."""
+    """(x, y) [len(rows), T] of the training rows (t, i), in order: an export's removed rows where it carries them
+    (its ``removed_rows(seed)``: attribution/benchmark.py), else each step's batch drawn once from the corpus."""
     import torch
 
+    kept = getattr(bank, "removed_rows", None)
+    if kept is not None and (have := kept(seed)) is not None:
+        index = {r: j for j, r in enumerate(have[0])}
+        missing = [r for r in rows if r not in index]
+        if not missing:
+            pick = torch.tensor([index[r] for r in rows], dtype=torch.int64)
+            return have[1][pick], have[2][pick]
     batches = {t: _batch(bank, seed, t) for t in dict.fromkeys(t for t, _ in rows)}
     return (torch.stack([batches[t][0][i] for t, i in rows]), torch.stack([batches[t][1][i] for t, i in rows]))
 
 
-def _long(seed: int, estimator: str, queries: list[str], h: int, rows: list[tuple[int, int]], values: np.ndarray
-          ) -> pd.DataFrame:
+def _long(seed: int, estimator: str, queries: list[str], h: int, rows: list[tuple[int, int]], values: np.ndarray,
+          unit: str | None = None) -> pd.DataFrame:
     """values [rows, queries] as rowscores.parquet's long frame."""
     R, Q = values.shape
     return pd.DataFrame({"seed": seed, "estimator": estimator, "query": np.tile(np.asarray(queries, dtype=object), R),
                          "horizon": h, "step": np.repeat([t for t, _ in rows], Q), "row": np.repeat([i for _, i in rows], Q),
-                         "value": values.reshape(-1), "unit": UNITS[estimator]})
+                         "value": values.reshape(-1), "unit": unit or UNITS[estimator]})
+
+
+def plugin_scores(bank: Bank, seed: int, e, rows: list[tuple[int, int]], horizons: list[int]) -> pd.DataFrame:
+    """A training-rows plug-in (registry.py ``RowEstimator`` with ``fn``) at each of its horizons (its declared
+    ones, else every horizon), on the rows trained before it (plugins.py :class:`~.plugins.Rows`); a result of
+    another shape is a one-line error."""
+    import torch
+
+    from seedlab.attribution.estimators.plugins import Rows
+    from seedlab.lm.model import GPT
+    from seedlab.lm.schedule import lr_of
+
+    cfg = bank.cfg
+    where = [h for h in horizons if not e.horizons or h in _steps_of(cfg, e.horizons)]
+    steps, read = twin_weights(bank, seed)
+    queries = _queries(bank)
+    frames = []
+    for h in where:
+        before = [(t, i) for t, i in rows if t < h]
+        if not before:
+            continue
+        x, y = _row_tensors(bank, seed, before)
+        ctx = Rows(seed, cfg.injection_step, h, cfg.end, tuple(t for t, _ in before), tuple(i for _, i in before),
+                   x, y, dict(queries), bank.inputs.pad_id, cfg.batch_size, cfg.batch_size * bank.inputs.gcfg.block_size,
+                   tuple(steps), lambda t: lr_of(cfg, t), read, lambda: GPT(bank.inputs.gcfg), str(bank.root))
+        out = e.fn(ctx)
+        out = np.asarray(out.detach().cpu().double() if isinstance(out, torch.Tensor) else out, dtype=np.float64)
+        if out.shape != (len(before), len(queries)):
+            raise SeedlabError(f"estimator {e.name!r}: returned shape {out.shape}, not (rows, queries) = "
+                               f"{(len(before), len(queries))}")
+        frames.append(_long(seed, e.name, list(queries), h, before, out, e.unit))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+
+
+def _steps_of(cfg, horizons) -> set[int]:
+    """A plug-in's declared horizons (config terms: updates after s, "mid", "end") as steps."""
+    return {cfg.end if h == "end" else cfg.mid if h == "mid" else cfg.injection_step + int(h) for h in horizons}
+
+
+def twin_weights(bank: Bank, seed: int) -> tuple[list[int], object]:
+    """(steps, read): every step at which the twin's weights of ``seed`` can be read — its saved checkpoints, and an
+    export's weights at the removed rows' steps (its ``removed_weights(seed)``) — and ``read(step)``, the state dict
+    with every tensor's hash checked."""
+    twin = bank.dir.twin(seed)
+    folders = {int(t): twin for t in twin.read_manifest() if twin.checkpoint(int(t)).is_file()}
+    extra = getattr(bank, "removed_weights", None)
+    if extra is not None and (more := extra(seed)) is not None:
+        for t in more.read_manifest():
+            if more.checkpoint(int(t)).is_file():
+                folders.setdefault(int(t), more)
+    return sorted(folders), lambda t: folders[int(t)].weights(int(t))
+
+
+def replayed_weights(bank: Bank, seed: int, steps: Sequence[int], device, check) -> dict[int, dict[str, torch.Tensor]]:
+    """The twin's weights after each of ``steps`` updates, replayed as :func:`tracin_scores` replays it (from step 0
+    when a step is before s, else from the kept prefix) and checked at every step (``check(t, trainer)``: metagrad.py
+    ``replay_check``): ``{t: state dict on the CPU}``."""
+    out: dict[int, dict[str, torch.Tensor]] = {}
+
+    def visit(trainer) -> None:
+        check(trainer.step, trainer)
+        if trainer.step in want:
+            out[trainer.step] = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+
+    want = set(int(t) for t in steps)
+    if want:
+        _replay(bank, seed, want, device, visit)
+    return out
+
+
+def _replay(bank: Bank, seed: int, stops: set[int], device, visit) -> None:
+    """The twin of ``seed`` replayed to max(``stops``) (from step 0 when a stop is before s, else from the prefix),
+    ``visit(trainer)`` at every stop and at every step the twin saved on the way."""
+    from seedlab.forks.prefix import advance_to, read_prefix
+    from seedlab.lm.trainer import Trainer
+
+    cfg, s = bank.cfg, bank.cfg.injection_step
+    tr = Trainer(cfg.model_copy(update={"device": str(device)}), bank.inputs.gcfg, seed, bank.inputs.corpus.train)
+    if min(stops) >= s:
+        read_prefix(tr, bank.dir.prefix(seed), s)
+    manifest_steps = {int(k) for k in bank.dir.twin(seed).read_manifest()}
+    last = max(stops)
+    advance_to(tr, last, stops=set(stops) | {t for t in manifest_steps if t <= last}, visit=visit)
 
 
 def tracin_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], horizons: list[int], device, check
@@ -247,16 +358,10 @@ def tracin_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], horizons: 
     """``tracin`` (module doc): the twin replayed (from step 0 when a row is older than s, else from the kept
     prefix; ``check(t, trainer)`` at every step: metagrad.py ``replay_check``), and at every row step t the value
     +lr_t·⟨∇L_q(θ_t), ∇ℓ_i(θ_t)⟩ / N, repeated at every horizon after t."""
-    from seedlab.forks.prefix import advance_to, read_prefix
-    from seedlab.lm.trainer import Trainer
-
-    cfg, s, queries = bank.cfg, bank.cfg.injection_step, _queries(bank)
+    cfg, queries = bank.cfg, _queries(bank)
     by_step: dict[int, list[int]] = {}
     for t, i in rows:
         by_step.setdefault(t, []).append(i)
-    tr = Trainer(cfg.model_copy(update={"device": str(device)}), bank.inputs.gcfg, seed, bank.inputs.corpus.train)
-    if min(by_step) >= s:
-        read_prefix(tr, bank.dir.prefix(seed), s)
     N = cfg.batch_size * bank.inputs.gcfg.block_size
     frames = []
 
@@ -274,8 +379,7 @@ def tracin_scores(bank: Bank, seed: int, rows: list[tuple[int, int]], horizons: 
             if h > t:
                 frames.append(_long(seed, "tracin", list(queries), h, [(t, i) for i in idx], values))
 
-    manifest_steps = {int(k) for k in bank.dir.twin(seed).read_manifest()}
-    advance_to(tr, max(by_step), stops=set(by_step) | {t for t in manifest_steps if t <= max(by_step)}, visit=visit)
+    _replay(bank, seed, set(by_step), device, visit)
     return pd.concat(frames, ignore_index=True)
 
 
