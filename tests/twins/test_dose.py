@@ -273,6 +273,9 @@ def test_the_report_has_the_section_only_where_arms_recorded_their_dose(design, 
     assert "*Skipped: no measure has an ordinary rows' line" in text and "**Every arm's dose at s**" in text
     assert "| `ordinary-row.1` | ordinary | 2 |" in text and "| `twin` |" not in text  # the twin is no arm of the line
     assert "**The own-text drop against how surprising the text was.**" in text and "On the ordinary rows' dose line" not in text
+    kept = pd.read_csv(run / "dose-arms.csv")  # the section's tables beside the report, for a kept copy and the ledger
+    assert {"seed", "condition"} <= set(kept.columns) and len(kept) == len(cfg["seeds"]) * 7
+    assert all((run / f"dose-{n}.csv").is_file() for n in ("lines", "residuals", "fraction", "ce-slope"))
     d = Measured.read(run)
     injected = d.doses[d.doses.condition != "twin"]
     assert (injected.theta_l2 > 0).all() and (d.doses[d.doses.condition == "twin"].theta_l2 == 0).all()

@@ -46,6 +46,7 @@ def write_report(root: str | Path) -> Path:
     if s.dose is not None:  # no arm recorded its dose (dose.json): no section, the report as before
         rep.add("## Is it the passage? Each arm against the ordinary rows' dose line", dose_section(s.dose),
                 figure_block(figures.dose_figure(d, s.dose)), dose_record_table(s.dose), text_fraction_section(s.dose))
+        write_dose_tables(d, s.dose)
     rep.add("## Learned, then lost? Each passage's own cross-entropy", learned_then_lost(s))
     rep.add("## Learned means *this* passage? The cross-passage matrix", passage_matrix(d, s))
     if s.gradmatch is not None:  # not computed (`seedlab twins gradmatch`): no section
@@ -704,6 +705,15 @@ def window_table(s: Summary, d: Measured) -> str:
 
 
 # ---------------------------------------------------------------- the dose–response (twins/dose.py)
+def write_dose_tables(d: Measured, dr) -> None:
+    """The dose section's tables as twins/dose.py computed them, beside report.md (``dose-<name>.csv``, rundir's
+    DOSE_TABLES): what a kept copy and the claims ledger quote."""
+    frames = {"arms": dr.table, "lines": dr.line_rows, "residuals": dr.residuals, "fraction": dr.fraction,
+              "ce-slope": dr.ce_slope}
+    for name, frame in frames.items():
+        write_text(d.dir.dose_table(name), frame.to_csv(index=False))
+
+
 
 #: dose.MEASURES as the report names them
 DOSE_NAMES = dose.LABELS

@@ -22,6 +22,7 @@ The layout (the files ``measure``, ``gradmatch``, ``report``, ``export`` and oth
     DIR/{measures,checkpoints,timecourse,paths,passages}.parquet, DIR/measures.json   seedlab twins measure
     DIR/gradmatch.parquet                          seedlab twins gradmatch
     DIR/report.md, DIR/*.png                       seedlab twins report
+    DIR/dose-{arms,lines,residuals,fraction,ce-slope}.csv   with dose.json: the report's dose tables (twins/dose.py)
 
 A match folder (``seedlab twins match CONFIG --out DIR``, :class:`MatchDir`): ``config.json`` (what the
 prefixes depend on), ``inputs.json``, ``environment.json``, ``seed-<k>/prefix.safetensors`` and
@@ -81,6 +82,8 @@ if TYPE_CHECKING:
 MEASURE_TABLES = ("measures", "checkpoints", "timecourse", "paths", "passages")
 #: passages.parquet: condition c's and its twin's CE on every passage (text) at every saved step t >= s
 PASSAGE_COLUMNS = ["seed", "condition", "step", "text", "ce", "twin_ce", "diff"]
+#: the dose section's tables the report writes beside report.md (:meth:`RunDir.dose_table`)
+DOSE_TABLES = ("arms", "lines", "residuals", "fraction", "ce-slope")
 
 
 class RunDir(DesignFolder):
@@ -107,6 +110,13 @@ class RunDir(DesignFolder):
     def measure_table(self, name: str) -> Path:
         """One of :data:`MEASURE_TABLES`."""
         return self.root / f"{name}.parquet"
+
+    def dose_table(self, name: str) -> Path:
+        """One of :data:`DOSE_TABLES` as the report writes it (``dose-<name>.csv``): the dose section's numbers, to be
+        kept and quoted (docs/claims) without the run folder."""
+        if name not in DOSE_TABLES:
+            raise ValueError(f"dose table: one of {', '.join(DOSE_TABLES)}, got {name!r}")
+        return self.root / f"dose-{name}.csv"
 
     @property
     def measures_json(self) -> Path:
