@@ -610,3 +610,28 @@ def test_ekfac_scores_every_row_at_the_end_from_the_rows_of_the_twins_batches(ba
     assert len(e) == len(rows) * len(b.inputs.queries) and set(e.horizon) == {b.cfg.end}
     assert set(e.unit) == {"nats/token"} and np.isfinite(e.value).all() and (e.value != 0).any()
     assert not e.duplicated(["step", "row", "query"]).any()
+
+
+def test_metagrad_trunc_scores_the_rows_as_metagrad_inside_its_window(bank, tmp_path):
+    """``rowscores --estimator metagrad-trunc`` (only when named): on every removed row, −metagrad (this bank's
+    metagrad.parquet, from step 2) bit for bit where the row is at most attribute.metagrad_window = 10 updates older
+    than the horizon, 0 for an older one (here the rows of step 2 at the end, age 12); the LOO tables read it."""
+    import shutil
+
+    from seedlab.attribution.estimators import rowscores
+
+    copy = shutil.copytree(bank, tmp_path / "bank")
+    rowscores.bank_rowscores(copy, estimators=["metagrad-trunc"], add=True, progress=False)
+    scores = rowscores.read_scores(copy)
+    keys = ["seed", "query", "horizon", "step", "row"]
+    t = scores[scores.estimator == "metagrad-trunc"].set_index(keys).value
+    m = scores[scores.estimator == "metagrad"].set_index(keys).value
+    assert open_bank(copy).cfg.attribute.metagrad_window == 10 and set(scores.unit[scores.estimator == "metagrad-trunc"]) == {"nats/token"}
+    assert len(t) == len(scores[scores.estimator == "tracin"])  # every removed row at every horizon after it
+    age = t.index.get_level_values("horizon") - t.index.get_level_values("step")
+    inside = t[age <= 10]
+    assert np.array_equal(inside.to_numpy(), m.reindex(inside.index).to_numpy()) and (inside != 0).any()
+    assert (t[age > 10] == 0).all() and (age > 10).sum() == 2 * 2 * len(open_bank(copy).inputs.queries)
+    assert "metagrad-trunc" not in rowscores.choose(None)
+    j = loo.joined(pd.read_parquet(BankDir(copy).loo), scores)
+    assert "metagrad-trunc" in set(j.estimator)

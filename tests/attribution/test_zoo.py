@@ -166,7 +166,7 @@ def test_kronfluence_ekfac_and_traker_trak_score_the_groups_from_the_export(bank
     from seedlab.attribution.estimators import rowscores
     from seedlab.attribution.estimators.registry import ROW_ESTIMATORS, get_row_estimator
 
-    assert rowscores.ESTIMATORS == tuple(ROW_ESTIMATORS) == tuple(BUILT_INS)
+    assert rowscores.ESTIMATORS == tuple(ROW_ESTIMATORS) == (*BUILT_INS, "metagrad-trunc")
     assert (get_row_estimator("ekfac").library, get_row_estimator("trak").library) == ("kronfluence", "trak")
     r = score(exported, rows=["ekfac", "trak"], out=tmp_path / "s", progress=False, report=False)
     for n in ("ekfac", "trak"):

@@ -104,7 +104,8 @@ def attribution_metagrad(
 def attribution_rowscores(
     bank: Annotated[Path, typer.Argument(help="a bank with loo or groups (seedlab attribution bank --out)")],
     estimators: Annotated[list[str], typer.Option("--estimator", "--estimators", help=(
-        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac, trak, or a training-rows "
+        "row estimators, repeatable or comma-separated: tracin, grad-dot, grad-cosine, ekfac, trak, metagrad-trunc "
+        "(metagrad within attribute.metagrad_window updates of the horizon, 0 older; only when named), or a training-rows "
         "plug-in package.module:function (e.g. seedlab.attribution.dattri_adapter:rows.if_cg; metagrad's rows come "
         "from seedlab attribution metagrad); default: all installed built-ins"))] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",

@@ -281,6 +281,9 @@ ROW_ESTIMATORS: dict[str, RowEstimator] = {
                      "the sum of its rows'", "nats/token", "kronfluence"),
         RowEstimator("trak", "TRAK (traker) at the end: +τ(q, z), Φ fitted on the fit rows and the rows, a group the "
                      "sum of its rows'", "score", "trak"),
+        RowEstimator("metagrad-trunc", "truncated metagrad: −∂L_q(θ_h)/∂w_{t,i} where h − t ≤ W (attribute."
+                     "metagrad_window, 10: the measured linear horizon), 0 for an older row; run when named",
+                     "nats/token", label="variant"),
     )
 }
 

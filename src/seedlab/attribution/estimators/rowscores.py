@@ -31,6 +31,10 @@ trak         +τ(q, z) = φ(q)ᵀ (ΦᵀΦ)⁻¹ φ(z) · Q_z (TRAK, Park et al.
              scored row drawn among the fit rows is in Φ twice, as ``trak``'s replaced row is). τ > 0
              says training on z lowers q's loss, so removing it raises it: +τ (``trak``'s swap is
              −(τ(q, c) − τ(q, r)): the candidate added, the row removed); the end horizon only
+metagrad-    metagrad's value where the row is at most W = attribute.metagrad_window updates older than   nats/token
+trunc        the horizon (h − t ≤ W; 10, the linear horizon measured at B 8), 0 for an older row: one
+             truncated backward pass (metagrad.py ``truncated_rows``: each horizon's adjoint carried back W
+             steps; inside W bitwise metagrad.parquet's values). A variant: run when named
 ===========  ==========================================================================================  ==========
 
 ℓ_i is row i's CE sum over its T targets and N = B·T (the trainer's loss, lm/trainer.py); ∇L_q the query's mean CE
@@ -85,8 +89,9 @@ LIBRARIES = {n: e.library for n, e in ROW_ESTIMATORS.items() if e.library is not
 
 
 def choose(names: Sequence[str] | None) -> list[str]:
-    """The estimators asked for (None: every one whose library is installed); an unknown name is a one-line error,
-    and so is a plug-in that does not load or is not of the training-rows form (registry.py ``row_plugin``)."""
+    """The estimators asked for (None: every one whose library is installed, the variants — metagrad-trunc — left to
+    be named); an unknown name is a one-line error, and so is a plug-in that does not load or is not of the
+    training-rows form (registry.py ``row_plugin``)."""
     if names:
         bad = [n for n in names if n not in ESTIMATORS and ":" not in n]
         if bad:
@@ -98,6 +103,8 @@ def choose(names: Sequence[str] | None) -> list[str]:
         return list(dict.fromkeys(names))
     out = []
     for name in ESTIMATORS:
+        if ROW_ESTIMATORS[name].label == "variant":
+            continue
         try:
             _library(name)
         except SeedlabError:
@@ -171,6 +178,12 @@ def seed_rowscores(bank: Bank, seed: int, names: Sequence[str], rows: list[tuple
 
                 check = replay_check(bank, seed, horizons)
             f = tracin_scores(bank, seed, rows, horizons, device, check)
+        elif name == "metagrad-trunc":  # metagrad.py imports torch: here, when it runs
+            from seedlab.attribution.estimators.metagrad import replay_check, truncated_rows
+
+            if check is None:
+                check = replay_check(bank, seed, horizons)
+            f = truncated_rows(bank, seed, rows, horizons, device, check)
         elif name == "ekfac":
             f = ekfac_scores(bank, seed, rows, device)
         elif name == "trak":
