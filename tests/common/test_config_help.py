@@ -37,7 +37,8 @@ ROOT = SRC.parent.parent
 #: then the scale axis's schedule, rate and width cells (twins/scale-b16-floor, -b16-longdecay, -b16-lr3e-3,
 #: -b16-lr1e-3, -wide-heads-b64) and the GPT mini-wide-heads
 #: then the bank's attribute.metagrad_window (10: metagrad-trunc's window) in every attribution config
-PINNED = "8af8e8465514d00dfeb004652de9f2385aa7159c8ab82606b33e98b3afe00742"
+#: then the preset twins/dose-b16-lr5e-3 (dose-b16 at peak 5e-3 on seeds 5000-5007: the pre-registered dose test)
+PINNED = "c9d19db7897cee4e1e58bb72e644fc8ee2910a2ad2012a9e21eb2533804e8781"
 
 
 def _fingerprint() -> str:
@@ -66,7 +67,7 @@ def _fingerprint() -> str:
         record[cls.__name__] = cls().model_dump(mode="json")
     record["gpt"] = {k: v.model_dump(mode="json") for k, v in PRESETS.items()}
     record["jobs-default"] = [j.key for j in plan(SweepConfig())]
-    assert len(record) == 34, sorted(record)  # every preset was read (25) and every default config
+    assert len(record) == 35, sorted(record)  # every preset was read (26) and every default config
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
