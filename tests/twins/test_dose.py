@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from seedlab.twins import dose, figures, report
+from seedlab.twins import dose, figures, report_dose
 from seedlab.twins.rundir import Measured, RunDir
 
 S, END = 10, 40  # the hand-made runs' injection step and end
@@ -96,10 +96,10 @@ def test_a_passage_above_the_line_is_found_and_one_on_it_is_not():
     assert (tested.p_holm >= tested.p).all() and tested.p_holm.notna().all()  # one Holm family over the table
     assert (tested.holm == (tested.p_holm < 0.05)).all() and _row(dr, "distance", "weight-kick").holm is True
     # the numbers the report prints: the residual as a factor of the line on log–log; words from the interval only
-    text = report.dose_section(dr)
+    text = report_dose.dose_section(dr)
     assert "×1.5" in text or "×1.4" in text or "×1.6" in text
     assert "the same" not in text and "equal" not in text.replace("equivalence", "")
-    assert "above the line" in report._dose_in_words(dr) or "above on distance" in report._dose_in_words(dr)
+    assert "above the line" in report_dose.dose_in_words(dr) or "above on distance" in report_dose.dose_in_words(dr)
 
 
 def test_the_residual_is_the_test_the_arrays_give():
@@ -151,7 +151,7 @@ def test_no_fit_with_too_few_ordinary_arms_or_seeds_and_it_is_said():
     r = _row(dose.dose_response(dose.arm_table(m[keep], ck, ds, S)), "distance", FAB)
     assert r.verdict == "no interval" and r.note == "measured on 2 of the line's seeds (needs 3)" and np.isnan(r.p_holm)
     # rendered: the table says why, and no residual table
-    text = report.dose_section(few_seeds)
+    text = report_dose.dose_section(few_seeds)
     assert "no fit: 2 seed(s) with a line" in text and "*No measure has a line: no residual to test.*" in text
 
 
@@ -197,7 +197,7 @@ def test_the_own_text_drop_against_the_texts_ce_at_s():
     two = response(seeds=(0, 1)).ce_slope.set_index("when")
     assert two.loc["the end", "note"] == "no fit: 2 seed(s) with 3 texts or more, the fit needs 3"
     assert np.isnan(two.loc["the end", "slope"])
-    text = report.text_fraction_section(dr)
+    text = report_dose.text_fraction_section(dr)
     assert "`ordinary-rows` @w0.5" in text and "nats of drop per nat of CE at s" in text
 
 
@@ -251,7 +251,7 @@ def test_the_dose_figure_and_section_render(tmp_path, monkeypatch):
     assert figcheck.legend_styles(drawn)[FAB] == {(figcheck.to_hex(figures.color(FAB)), None, None, None)}
     none = figures.dose_figure(D(), response(seeds=(0, 1)))
     assert none.path is None and "no measure has an ordinary rows' line" in none.caption
-    text = report.dose_record_table(dr)
+    text = report_dose.dose_record_table(dr)
     assert "| `fluent-fabricated@w0.25` | passage | 4 |" in text and "‖Δm‖" in text
 
 
