@@ -154,7 +154,7 @@ def test_every_registered_study_and_its_commands_are_reachable():
     assert _commands("shortcut") == ["data", "train", "sweep", "analyze", "report"]
     assert _commands("corpus") == ["prepare", "verify", "count"]
     assert _commands("twins") == ["run", "measure", "gradmatch", "match", "export", "report"]
-    assert _commands("attribution") == ["bank", "attribute", "metagrad", "rowscores", "report", "export", "score"]
+    assert _commands("attribution") == ["bank", "attribute", "metagrad", "rowscores", "report", "export", "score", "leaderboard"]
 
 
 def test_the_registry_and_the_shipped_presets_agree():
