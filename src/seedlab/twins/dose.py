@@ -51,9 +51,8 @@ from seedlab.twins.config import is_ordinary
 from seedlab.twins.rundir import Measured
 from seedlab.twins.stats import ALPHA, holm, with_current_names, with_derived
 from seedlab.twins.variants import VARIANTS, variant_of
+from seedlab.twins.variants import split_weight as split_arm  # (the arm it weights, the row weight): registered once
 
-#: how a row-weight arm is named: ``<arm>@w<weight>`` (``fluent-fabricated@w0.25``, ``ordinary-row.0@w0.5``)
-WEIGHT_MARK = "@w"
 #: the fewest ordinary arms (of distinct dose) a seed's line is fitted through
 MIN_ARMS = 3
 #: the fewest seeds a line (and a residual) rests on
@@ -81,18 +80,6 @@ LINES = ["measure", "scale", "rule", "fitted", "seeds", "points", "slope", "slop
          "intercept_low", "intercept_high", "scatter", "note"]
 RESIDUALS = ["measure", "condition", "group", "role", "weight", "scale", "n", "outside", "dose", "value", "line",
              "resid", "low", "high", "p", "p_holm", "holm", "verdict", "note"]
-
-
-def split_arm(arm: str) -> tuple[str, float]:
-    """(the arm it weights, the row weight) of a run's condition: ``fluent-fabricated@w0.25`` ->
-    (``fluent-fabricated``, 0.25); an arm without a weight -> (itself, 1.0)."""
-    head, mark, w = arm.rpartition(WEIGHT_MARK)
-    if not mark or not head:
-        return arm, 1.0
-    try:
-        return head, float(w)
-    except ValueError:
-        return arm, 1.0
 
 
 def own_text(arm: str, texts) -> str | None:
