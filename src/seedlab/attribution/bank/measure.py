@@ -104,6 +104,11 @@ def finished_twins(bank: Bank, missing: list[str], what: str) -> Iterator[tuple[
         yield seed, pd.read_parquet(twin.queries).rename(columns={"loss": "twin_loss"})
 
 
+def table(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """The frames one under another in ``columns``' order; an empty frame of those columns when there are none."""
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
 def warn_missing(missing: list[str], doing: str) -> None:
     """One warning per unfinished run (in order, once each), saying what is done without them."""
     for what in dict.fromkeys(missing):
@@ -179,9 +184,7 @@ def collect_pairs(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
             }))
     if warn:
         warn_missing(missing, "additivity over the rest")
-    if not frames:
-        return pd.DataFrame(columns=PAIR_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[PAIR_COLUMNS]
+    return table(frames, PAIR_COLUMNS)
 
 
 def write_additivity(root: str | Path) -> pd.DataFrame | None:
@@ -236,9 +239,7 @@ def collect_weighted(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
                 frames.append(candidate_rows(bank, seed, name, text.kind, beside_twin(where, twin, seed)).assign(weight=float(w)))
     if warn:
         warn_missing(missing, "measuring the rest at their weights")
-    if not frames:
-        return pd.DataFrame(columns=WEIGHTED_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[WEIGHTED_COLUMNS]
+    return table(frames, WEIGHTED_COLUMNS)
 
 
 def collect_distances(bank: Bank) -> pd.DataFrame:
@@ -261,9 +262,7 @@ def collect_distances(bank: Bank) -> pd.DataFrame:
             d = pd.read_parquet(where.distances)
             frames.append(d.assign(seed=seed, arm=n, kind=kind, candidate=candidate_of(n) if one else None,
                                    weight=weight, after=d.step - bank.cfg.injection_step))
-    if not frames:
-        return pd.DataFrame(columns=DISTANCE_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[DISTANCE_COLUMNS]
+    return table(frames, DISTANCE_COLUMNS)
 
 
 def write_weighted(root: str | Path) -> pd.DataFrame | None:
@@ -311,9 +310,7 @@ def collect_loo(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
                 "loss": d.loss, "twin_loss": d.twin_loss}))
     if warn:
         warn_missing(missing, "measuring the rest")
-    if not frames:
-        return pd.DataFrame(columns=LOO_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[LOO_COLUMNS]
+    return table(frames, LOO_COLUMNS)
 
 
 def collect_groups(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -344,8 +341,8 @@ def collect_groups(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.D
                 "loss": d.loss, "twin_loss": d.twin_loss}))
     if warn:
         warn_missing(missing, "measuring the rest")
-    effects = pd.concat(frames, ignore_index=True)[GROUP_COLUMNS] if frames else pd.DataFrame(columns=GROUP_COLUMNS)
-    members = pd.concat(rows, ignore_index=True)[GROUP_ROW_COLUMNS] if rows else pd.DataFrame(columns=GROUP_ROW_COLUMNS)
+    effects = table(frames, GROUP_COLUMNS)
+    members = table(rows, GROUP_ROW_COLUMNS)
     return effects, members
 
 
@@ -387,9 +384,7 @@ def collect_retest(bank: Bank, *, warn: bool = True) -> pd.DataFrame:
                 "horizon": j.step, "label": j.step.map(labels), "measured": j.measured, "retest": j.retest}))
     if warn:
         warn_missing(missing, "measuring the rest")
-    if not frames:
-        return pd.DataFrame(columns=RETEST_COLUMNS)
-    return pd.concat(frames, ignore_index=True)[RETEST_COLUMNS]
+    return table(frames, RETEST_COLUMNS)
 
 
 def collect_trak(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -422,8 +417,8 @@ def collect_trak(bank: Bank, *, warn: bool = True) -> tuple[pd.DataFrame, pd.Dat
                     "loss": d.loss, "twin_loss": d.twin_loss}))
     if warn:
         warn_missing(missing, "measuring the rest")
-    effects = pd.concat(frames, ignore_index=True)[TRAK_COLUMNS] if frames else pd.DataFrame(columns=TRAK_COLUMNS)
-    members = pd.concat(rows, ignore_index=True)[TRAK_ROW_COLUMNS] if rows else pd.DataFrame(columns=TRAK_ROW_COLUMNS)
+    effects = table(frames, TRAK_COLUMNS)
+    members = table(rows, TRAK_ROW_COLUMNS)
     return effects, members
 
 
