@@ -35,6 +35,15 @@ and REPORT/scale-preregistration.md from the kept cells (the measure the trend s
 ``predict``; refused once written); ``--confirm`` then runs that cell (confirm-<axis><level>, from the family cell
 nearest the level, its text kept by ``--preregistration`` before the first step), keeps it, and renders the verdict.
 The confirmatory cell is never part of the fit.
+
+A folder trained and measured by another command (a pre-registered design, run with its own ``--preregistration``)
+joins the table as a cell with ``--adopt NAME=FOLDER``: summarised as it is (refused unless measured with nothing
+missing), never trained or measured again, kept under NAME; ``--adopt-stage run=SECONDS`` records the wall time its
+own command took (its clock is not the driver's). E.g. the pre-registered dose run at peak lr 5e-3, the rate axis's
+fourth level (docs/preregistration/twins-dose.md):
+
+    python experiments/twins_scale.py --adopt dose-b16-lr5e-3=runs/dose-confirm --adopt-stage run=2100 \
+        --keep docs/results/twins-scale --out runs/scale
 """
 
 from __future__ import annotations
@@ -100,6 +109,43 @@ def run_cell(spec: str, args, sets: list[str], name: str | None = None, preregis
     return cells.run_cell(name, stages, lambda: summarise(Measured.read(folder), name, preset=spec), out=args.out,
                           keep=args.keep, skip=skip, env=os.environ | {"OMP_NUM_THREADS": str(args.threads)},
                           resumed=resumed)
+
+
+def adopt(spec: str, args) -> Path:
+    """``NAME=FOLDER``: the measured twins folder summarised as the cell NAME into OUT/summaries/NAME (and KEEP/NAME),
+    with ``--adopt-stage`` as its stages; refused (one line) unless FOLDER is measured with nothing missing, or when
+    NAME is kept already."""
+    from seedlab.cells import SUMMARIES
+    from seedlab.errors import SeedlabError
+    from seedlab.twins.rundir import Measured
+    from seedlab.twins.scale import summarise
+
+    name, eq, folder = spec.partition("=")
+    if not eq or not name or not folder:
+        raise SeedlabError(f"--adopt: NAME=FOLDER, e.g. dose-b16-lr5e-3=runs/dose-confirm, got {spec!r}")
+    folder = Path(folder)
+    if not measured(folder):
+        raise SeedlabError(f"--adopt: {folder} is not measured with nothing missing (seedlab twins measure {folder})")
+    if args.keep and (args.keep / name).exists():
+        raise SeedlabError(f"--adopt: {args.keep / name} is kept already (a kept cell is not rewritten)")
+    stages = {}
+    for s in args.adopt_stages:
+        stage, eq, seconds = s.partition("=")
+        try:
+            stages[stage] = round(float(seconds), 1)
+        except ValueError:
+            raise SeedlabError(f"--adopt-stage: STAGE=SECONDS, e.g. run=2100, got {s!r}") from None
+        if not eq or not stage:
+            raise SeedlabError(f"--adopt-stage: STAGE=SECONDS, e.g. run=2100, got {s!r}")
+    cell = summarise(Measured.read(folder), name, preset=name)
+    cell.stages = stages
+    where = cell.to_dir(args.out / SUMMARIES / name)
+    if args.keep:
+        import shutil
+
+        shutil.copytree(where, args.keep / name, dirs_exist_ok=True)
+        where = args.keep / name
+    return where
 
 
 def available(out: Path, keep: Path | None) -> list:
@@ -190,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
                                      "or rate)")
     p.add_argument("--predict-seeds", type=parse_seeds, help="its fresh seeds, e.g. 8,9,10,11,12,13")
     p.add_argument("--predict-measure", help="the measure to predict (default: the one the trend says moves most)")
+    p.add_argument("--adopt", action="append", default=[],
+                   help="NAME=FOLDER: a folder measured by another command joins the table as the cell NAME")
+    p.add_argument("--adopt-stage", dest="adopt_stages", action="append", default=[],
+                   help="STAGE=SECONDS: the adopted folder's wall time for a stage, e.g. run=2100 (its command's clock)")
     p.add_argument("--confirm", action="store_true", help="run the pre-registered confirmatory cell and render its verdict")
     args = p.parse_args(argv)
     if args.threads < 1:
@@ -202,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.predict:
             print(f"pre-registered: {predict(args)}", flush=True)
+            return 0
+        if args.adopt:
+            for spec in args.adopt:
+                print(f"adopted: {adopt(spec, args)}", flush=True)
+            print(f"scale: {render(args)}", flush=True)
             return 0
         if args.confirm:
             from seedlab.twins.rundir import ScaleDir

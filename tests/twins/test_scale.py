@@ -741,6 +741,22 @@ def test_the_driver_runs_a_tiny_cell_keeps_it_and_renders_it_beside_a_kept_one(t
     assert driver.main(args) == 0
     assert capsys.readouterr().out.count("skipped") == 2  # kept: neither trained nor measured again
 
+    # a folder measured by another command joins as a cell: summarised as it is, its stage clock recorded
+    adopted, runs = tmp_path / "adopted", tmp_path / "runs"
+    common = ["--out", str(runs), "--keep", str(adopted), "--no-progress"]
+    assert driver.main([*common, "--adopt", f"again-b4={runs / 'tiny-b4'}", "--adopt-stage", "run=12.5"]) == 0
+    again, first = Cell.from_dir(adopted / "again-b4"), Cell.from_dir(keep / "tiny-b4")
+    assert again.stages == {"run": 12.5} and again.batch_size == 4
+    pd.testing.assert_frame_equal(again.per_seed, first.per_seed)
+    assert set(pd.read_csv(adopted / "scale-table.csv").cell) == {"again-b4", "tiny-b4"}  # KEEP's and OUT's
+    capsys.readouterr()
+    for bad, says in ((f"again-b4={runs / 'tiny-b4'}", "kept already"), (f"x={tmp_path / 'nowhere'}", "not measured"),
+                      ("no-folder", "NAME=FOLDER")):
+        assert driver.main([*common, "--adopt", bad]) == 2
+        assert says in capsys.readouterr().err
+    assert driver.main([*common, "--adopt", f"y={runs / 'tiny-b4'}", "--adopt-stage", "run"]) == 2
+    assert "STAGE=SECONDS" in capsys.readouterr().err and not (adopted / "y").exists()
+
 
 def test_the_predicted_measures_figure_shows_the_interval_and_the_confirmatory_cell(cells, dr, confirmed, tmp_path):
     from seedlab.twins.report_scale import measure_figure
