@@ -56,8 +56,9 @@ import sys
 from pathlib import Path
 
 #: the shipped cells, in the table's order
-CELLS = ("scale-b16", "scale-b64", "scale-b256", "scale-b16-long", "scale-b16-floor", "scale-b16-longdecay",
-         "scale-b16-lr3e-3", "scale-b16-lr1e-3", "scale-wide-b64", "scale-wide-heads-b64")
+CELLS = ("scale-b16", "scale-b64", "scale-b256", "scale-b16-after300", "scale-b16-after500", "scale-b16-long",
+         "scale-b16-floor", "scale-b16-longdecay", "scale-b16-lr3e-3", "scale-b16-lr1e-3", "scale-wide-b64",
+         "scale-wide-heads-b64")
 CONFIRM = "confirm-"
 _AXIS_TAG = {"batch_size": "b", "after": "after", "schedule": "decay", "rate": "lr"}
 

@@ -182,12 +182,12 @@ class Cell(Summary, scalars=SCALARS, frames=FRAMES, columns=COLUMNS, noun="kept 
     n_head: int | None = None  # None: the model preset's
 
     def label(self, name: str) -> int | float | None:
-        """A label of :data:`LABELS`, an axis of twins/trends.py (``schedule``: ``decay_after``; ``rate``:
-        ``peak_lr``), or a quantity derived from them that a family may hold instead: ``tail`` (updates after the
+        """A label of :data:`LABELS`, an axis of twins/trends.py (``schedule``: ``decay_after``; ``run``: ``after``;
+        ``rate``: ``peak_lr``), or a quantity derived from them that a family may hold instead: ``tail`` (updates after the
         decay's end: after − decay_after, negative when the run ends on the way down), ``head_size`` (n_embd /
         n_head), ``lr_x_width`` (peak_lr × n_embd) and ``min_ratio`` (min_lr / peak_lr), the last two to 9
         significant digits; None where a learning rate was not recorded."""
-        name = {"schedule": "decay_after", "rate": "peak_lr"}.get(name, name)
+        name = {"schedule": "decay_after", "rate": "peak_lr", "run": "after"}.get(name, name)
         heads = self.n_head if self.n_head is not None else PRESETS[self.model].n_head
         decay = self.decay_after if self.decay_after is not None else self.after
         lr = None if self.peak_lr is None else float(self.peak_lr)

@@ -14,8 +14,9 @@ twins/scale.py).
   an extrapolation, never a claim);
 - :func:`paper_extrapolation` (:data:`PAPER_TABLE`): the B fit at B = 256, moved along the other axes' fits by their
   slopes to the paper's level (log10 v* = y_B(256) + Σ b_a Δlog10 a for a power law; the same sums on the value
-  for log-linear): 9,336 updates after s, a decay over all of them (the schedule axis; with the steps family a
-  stretched decay, the schedule moves with it and is not added again), peak lr 6e-4 (from the rate the width move
+  for log-linear): 9,336 updates after s, a decay over all of them (the ``run`` axis, steps and decay as one, where
+  it has a fit; else the steps and schedule axes added, and with a steps family of stretched decay the schedule
+  moves with it and is not added again), peak lr 6e-4 (from the rate the width move
   left: along a width family whose rate follows 1/width, d 768's) and d 768, assuming the axes do not interact
   (each slope was measured at one level of the others) and leaving the paper's 12 layers out (the width axis is d
   alone); none (``note`` says why) unless every axis with a family has a fit. **Exploratory**, an extrapolation;
@@ -50,12 +51,13 @@ from seedlab.twins.scale import ALPHA, FOCAL, LABELS, MEASURES, Cell, Draws, int
 MIN_LEVELS = 4
 #: the scale axes (twins/scale.py ``Cell.label`` reads each off a cell) and what each is
 AXES = {"batch_size": "rows per batch B", "after": "updates after the injection",
-        "schedule": "updates from s to the decay's end", "rate": "peak learning rate", "n_embd": "residual width d"}
+        "schedule": "updates from s to the decay's end", "run": "updates after s, the decay over all of them",
+        "rate": "peak learning rate", "n_embd": "residual width d"}
 #: the paper's scale on each axis: B = 256, 9,536 − 200 updates after s on a cosine that ends with the run (not
 #: stated; nanoGPT's lr_decay_iters = max_iters), peak lr 6e-4, GPT-2 small's d
-PAPER_SCALE = {"batch_size": 256, "after": 9336, "schedule": 9336, "rate": 6e-4, "n_embd": 768}
+PAPER_SCALE = {"batch_size": 256, "after": 9336, "schedule": 9336, "run": 9336, "rate": 6e-4, "n_embd": 768}
 #: each axis in a formula (the pre-registration's power law)
-SYMBOL = {"batch_size": "B", "after": "T", "schedule": "D", "rate": "lr", "n_embd": "d"}
+SYMBOL = {"batch_size": "B", "after": "T", "schedule": "D", "run": "T", "rate": "lr", "n_embd": "d"}
 
 
 def _but(*moved: str, held: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -72,6 +74,9 @@ FAMILIES: dict[str, list[tuple[tuple[str, ...], str]]] = {
               (_but("after", "decay_after", held=("tail",)),
                "the decay stretched with the run: steps and the summed rate move together")],
     "schedule": [(_but("decay_after"), "the run's length")],
+    # the paper's shape (its cosine ends with its run): steps and the decay's length move as one, tail = 0
+    "run": [(_but("after", "decay_after", held=("tail",)),
+             "the decay ends with the run: steps and the summed rate move together")],
     "rate": [(_but("peak_lr", "min_lr", held=("min_ratio",)), "min_lr / peak_lr and everything else")],
     "n_embd": [(_but("n_embd", "peak_lr", "min_lr", held=("lr_x_width", "min_ratio")),
                 "the head count; the rate ∝ 1/width (peak_lr × d)"),
@@ -249,10 +254,14 @@ def paper_extrapolation(dr: Draws, alpha: float = ALPHA) -> pd.DataFrame:
         if axis != "batch_size":
             continue
         base = dr.cells[tb.cells[0]]
-        used = [tb] + [by[(g, k, o)] for o in ("after", "schedule", "rate", "n_embd") if (g, k, o) in by]
-        after = by.get((g, k, "after"))
-        if after is not None and after.variant:  # the decay stretched with the steps: the schedule moved with them
-            used = [t for t in used if t.axis != "schedule"]
+        run = by.get((g, k, "run"))
+        if run is not None and run.fitted:  # the paper's shape in one fit: steps with the decay over all of them
+            used = [tb, run] + [by[(g, k, o)] for o in ("rate", "n_embd") if (g, k, o) in by]
+        else:
+            used = [tb] + [by[(g, k, o)] for o in ("after", "schedule", "rate", "n_embd") if (g, k, o) in by]
+            after = by.get((g, k, "after"))
+            if after is not None and after.variant:  # the decay stretched with the steps: the schedule moved too
+                used = [t for t in used if t.axis != "schedule"]
         m = MEASURES[k]
         head = [g, k, tb.kind, ",".join(t.axis for t in used)]
         refused = [t for t in used if not t.fitted]
@@ -389,6 +398,8 @@ def predict(dr: Draws, axis: str, at: int, seeds: Sequence[int], *, measure: str
         sets = [f"decay_steps={s + at}"]
     elif axis == "rate":
         sets = [f"peak_lr={at:g}", f"min_lr={at * near.label('min_ratio'):.6g}"]
+    elif axis == "run":  # the decay over the whole run: decay_steps left unset (null: the run's end)
+        sets = [f"steps={s + at}"]
     else:  # the steps: the decay where the family holds it (fixed; or stretched, ``tail`` updates before the end)
         sets = [f"steps={s + at}"]
         if t.variant == 0:
