@@ -8,6 +8,7 @@ withdrawn claim; each test breaks one thing and expects exactly its message.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -364,6 +365,20 @@ def test_a_number_within_a_stated_tolerance_agrees(repo):
     _break(repo, 1, _set("evidence.numbers.0.key", "cells.0.after"))
     _break(repo, 1, _set("evidence.numbers.0.tolerance", 800))
     render.write(load(repo), repo)
+    assert _violations(repo) == []
+
+
+def test_a_factor_is_read_off_its_log10_with_exp10(repo):
+    """A file holding log10 of the quoted factor (a log10 residual quoted as 0.25x): read as 10 ** value with
+    ``exp10``; without it the log10 value itself is compared, and disagrees."""
+    pd.DataFrame({"seed": [2, 3], "ratio": [0.5, 0.249], "log_ratio": [math.log10(0.5), math.log10(0.249)]}).to_parquet(
+        repo / "docs/results/twins-scale/seeds.parquet")
+    _break(repo, 1, _set("evidence.numbers.2.key.column", "log_ratio"))
+    render.write(load(repo), repo)
+    assert _violations(repo) == ["docs/claims/twins.yaml: twins.distance-steps: evidence.numbers[2]: "
+                                 "docs/results/twins-scale/seeds.parquet holds -0.603801, the wording writes 0.25x "
+                                 "(tolerance 0.005)"]
+    _break(repo, 1, _set("evidence.numbers.2.exp10", True))
     assert _violations(repo) == []
 
 

@@ -120,6 +120,8 @@ def _numbers(claim: Claim, root: Path) -> Iterator[tuple[str, str]]:
     """Each quoted number against the value its file holds."""
     for i, n in enumerate(claim.evidence.numbers):
         value, quote = read_number(root, n.file, n.key), parse_quote(n.quote)
+        if n.exp10:
+            value = 10.0 ** value
         if not agrees(value, quote, n.scale, n.tolerance):
             allowed = quote.rounding if n.tolerance is None else n.tolerance
             scaled = f" x {n.scale:g} = {value * n.scale:.6g}" if n.scale != 1 else ""

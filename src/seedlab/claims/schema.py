@@ -66,13 +66,15 @@ class Scope(_Entry):
 class Number(_Entry):
     """One number the wording quotes, and where it is read: ``file`` (one of the evidence files) at
     ``key``; the file's value times ``scale`` must lie within ``tolerance`` of the quote (by default the
-    quote's own rounding: half a unit in its last digit)."""
+    quote's own rounding: half a unit in its last digit). ``exp10``: the file holds the number's log10 (a factor
+    quoted as x1.02 from a log10 residual), so 10 ** value is compared."""
 
     quote: str = Field(strict=True, description="exactly as the wording writes it, e.g. '0.043', '23.5%'")
     file: str
     key: Any
     scale: float = 1.0
     tolerance: float | None = Field(None, ge=0)
+    exp10: bool = False
 
 
 class Evidence(_Entry):
