@@ -14,6 +14,7 @@ import pytest
 
 from seedlab.twins import dose, figures, report_dose
 from seedlab.twins.rundir import Measured, RunDir
+from seedlab.twins.variants import split_weight
 
 S, END = 10, 40  # the hand-made runs' injection step and end
 FAB, ATT = "fluent-fabricated", "fluent-attested"
@@ -68,9 +69,9 @@ def _row(dr, measure, arm):
 
 
 def test_arm_names_their_weight_and_text():
-    assert dose.split_arm("fluent-fabricated@w0.25") == (FAB, 0.25)
-    assert dose.split_arm("ordinary-row.3@w0.5") == ("ordinary-row.3", 0.5)
-    assert dose.split_arm("ordinary-row.3") == ("ordinary-row.3", 1.0) and dose.split_arm("nudge") == ("nudge", 1.0)
+    assert split_weight("fluent-fabricated@w0.25") == (FAB, 0.25)
+    assert split_weight("ordinary-row.3@w0.5") == ("ordinary-row.3", 0.5)
+    assert split_weight("ordinary-row.3") == ("ordinary-row.3", 1.0) and split_weight("nudge") == ("nudge", 1.0)
     texts = {FAB: [1], "ordinary-row.0": [2]}
     assert dose.own_text("fluent-fabricated@w0.25", texts) == FAB and dose.own_text("ordinary-row.0@w0.5", texts) == "ordinary-row.0"
     assert dose.own_text("nudge", texts) is None and dose.own_text(FAB, texts) == FAB

@@ -7,7 +7,7 @@ changed) and AdamW's moments (‖Δm‖, ‖Δv‖), in float64. The **dose** of
 
 - :func:`arm_table`: per seed × arm (the twin left out) its dose, its end measures (:data:`MEASURES`) and its own
   text's CE at s under the twin (an arm with a text of its own: the passages, random characters, the ordinary rows
-  and their row-weight arms ``<arm>@w<weight>``, :func:`split_arm`).
+  and their row-weight arms ``<arm>@w<weight>``, twins/variants.py ``split_weight``).
 - :func:`fit_lines` + :func:`residuals`: the test. Per measure the **ordinary rows' line**: per seed an OLS line of
   the measure on the dose through that seed's ordinary-row arms (``ordinary-row.<i>`` and their row-weight arms,
   which may be different texts on every seed), on log10–log10 scales when every dose and every value of the
@@ -51,8 +51,11 @@ from seedlab.twins.config import is_ordinary
 from seedlab.twins.rundir import Measured
 from seedlab.twins.stats import ALPHA, holm, with_current_names, with_derived
 from seedlab.twins.variants import VARIANTS, variant_of
-from seedlab.twins.variants import split_weight as split_arm  # (the arm it weights, the row weight): registered once
+from seedlab.twins.variants import split_weight
 
+#: a residual's words (``verdict``), from its 95% interval; one that holds 0 is never "on the line" (no equivalence
+#: is tested here)
+ABOVE, BELOW, SHOWN_NOT = "above the line", "below the line", "not shown to differ from the line"
 #: the fewest ordinary arms (of distinct dose) a seed's line is fitted through
 MIN_ARMS = 3
 #: the fewest seeds a line (and a residual) rests on
@@ -87,14 +90,14 @@ def own_text(arm: str, texts) -> str | None:
     (a row-weight arm injects that arm's text); None for an arm without a text (a null of the gradient or weights)."""
     if arm in texts:
         return arm
-    base = split_arm(arm)[0]
+    base = split_weight(arm)[0]
     return base if base in texts else None
 
 
 def role_of(arm: str) -> tuple[str, str]:
     """(role, group) of a run's condition: ("ordinary", "ordinary-rows") for the ordinary rows and their weight arms;
     else its variant's role (passage, null) and name; ("other", the arm) for an arm no variant owns."""
-    base = split_arm(arm)[0]
+    base = split_weight(arm)[0]
     if is_ordinary(base):
         return "ordinary", VARIANTS["ordinary-row"].group
     v = variant_of(base)
@@ -103,7 +106,7 @@ def role_of(arm: str) -> tuple[str, str]:
 
 def _order(arm: str) -> tuple:
     """Registry order (twins/variants.py), an ordinary row by its index, the weight-1 arm first then by weight."""
-    base, w = split_arm(arm)
+    base, w = split_weight(arm)
     v = variant_of(base)
     at = list(VARIANTS).index(v.name) if v is not None else len(VARIANTS)
     i = base.rpartition(".")[2]
@@ -137,7 +140,7 @@ def arm_table(measures: pd.DataFrame, checkpoints: pd.DataFrame, doses: pd.DataF
             out[c] = np.nan
     out["dose"] = out[DOSE].astype(float)
     out = out[np.isfinite(out.dose)]
-    parts = [split_arm(a) for a in out.condition]
+    parts = [split_weight(a) for a in out.condition]
     roles = [role_of(a) for a in out.condition]
     out = out.assign(base=[p[0] for p in parts], weight=[p[1] for p in parts], role=[r[0] for r in roles],
                      group=[r[1] for r in roles])
@@ -300,10 +303,10 @@ def line_rows(lines: dict[str, DoseLine], alpha: float = ALPHA) -> pd.DataFrame:
 
 def _verdict(low: float, high: float) -> str:
     if low > 0:
-        return "above the line"
+        return ABOVE
     if high < 0:
-        return "below the line"
-    return "not shown to differ from the line"
+        return BELOW
+    return SHOWN_NOT
 
 
 def residuals(table: pd.DataFrame, lines: dict[str, DoseLine], alpha: float = ALPHA) -> pd.DataFrame:

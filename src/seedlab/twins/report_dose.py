@@ -9,6 +9,7 @@ import numpy as np
 from seedlab.reporting import fmt_num, fmt_p, md_table, p_text
 from seedlab.store import write_text
 from seedlab.twins import dose
+from seedlab.twins.dose import ABOVE, BELOW, SHOWN_NOT
 from seedlab.twins.rundir import Measured
 
 
@@ -35,10 +36,6 @@ def _resid(r) -> str:
     return f"{r['resid']:+.3g} [{r['low']:+.3g}, {r['high']:+.3g}]"
 
 
-#: a residual whose interval holds 0 (twins/dose.py): never "on the line", no equivalence is tested
-SHOWN_NOT = "not shown to differ from the line"
-
-
 def _not_holm(r) -> bool:
     """A residual row whose Holm-adjusted p is not below 0.05 (False: it is, or no test)."""
     v = r["holm"]
@@ -51,7 +48,7 @@ def dose_in_words(dr) -> str:
     parts = []
     for cond, g in res[(res.role == "passage") & (res.weight == 1.0)].groupby("condition", sort=False):
         said = []
-        for word in ("above the line", "below the line", SHOWN_NOT):
+        for word in (ABOVE, BELOW, SHOWN_NOT):
             on = [DOSE_NAMES.get(r.measure, r.measure) + (" (not after Holm)" if _not_holm(r) and word != SHOWN_NOT else "")
                   for _, r in g[g.verdict == word].iterrows()]
             if on:
