@@ -434,6 +434,17 @@ def test_families_take_the_cells_that_differ_in_one_axis(cells):
     assert trends.families(cells[:1]) == {}
 
 
+def test_the_run_axis_takes_only_cells_whose_decay_ends_with_the_run():
+    """Four run lengths whose decay ends 100 updates before each run's end agree on every held label (tail 100 too),
+    and are still no ``run`` family: the axis pins the tail at 0. The steps fallback, which only holds it, takes them;
+    with scale-b16's shape beside them (tail 0), ``run`` is that pair."""
+    off = [synthetic_cell(f"t{a}", 16, after=a, decay_after=a - 100) for a in (300, 500, 700, 1100)]
+    fams = trends.families(off)
+    assert "run" not in fams and [c.name for c in fams["after"]] == ["t300", "t500", "t700", "t1100"]
+    on = [synthetic_cell(f"r{a}", 16, after=a) for a in (200, 1000)]
+    assert [c.name for c in trends.families(off + on)["run"]] == ["r200", "r1000"]
+
+
 def test_the_paper_extrapolation_adds_the_steps_and_width_slopes_to_the_b_fit():
     """The steps family stretches the decay with the run (tail 0): it is the ``run`` axis too, the paper's shape in
     one fit, and the extrapolation moves along it (not along ``after`` and ``schedule`` apart)."""

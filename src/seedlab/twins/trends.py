@@ -65,18 +65,22 @@ def _but(*moved: str, held: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(k for k in LABELS if k not in moved) + held
 
 
+#: steps and the decay's end moved together, the updates after the decay's end (``tail``) held
+_STRETCHED = _but("after", "decay_after", held=("tail",))
+#: per axis, held labels a family's cells must have at one value, not only agree on: along ``run`` the decay ends
+#: with the run (a family of cells whose decay ends 800 updates before it would be another axis)
+PINNED: dict[str, dict[str, int]] = {"run": {"tail": 0}}
+
 #: per axis, what a family along it holds fixed (twins/scale.py ``Cell.label``'s names), and that in words: the
 #: first entry with a family of two levels or more is the axis's; a later one is the fallback a table without such
 #: cells falls back on, with the confound it lets move named (``held``)
 FAMILIES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "batch_size": [(_but("batch_size"), "everything else")],
     "after": [(_but("after"), "the schedule: the decay ends at the same step"),
-              (_but("after", "decay_after", held=("tail",)),
-               "the decay stretched with the run: steps and the summed rate move together")],
+              (_STRETCHED, "the decay stretched with the run: steps and the summed rate move together")],
     "schedule": [(_but("decay_after"), "the run's length")],
-    # the paper's shape (its cosine ends with its run): steps and the decay's length move as one, tail = 0
-    "run": [(_but("after", "decay_after", held=("tail",)),
-             "the decay ends with the run: steps and the summed rate move together")],
+    # the paper's shape (its cosine ends with its run): steps and the decay's length move as one, tail pinned at 0
+    "run": [(_STRETCHED, "the decay ends with the run: steps and the summed rate move together")],
     "rate": [(_but("peak_lr", "min_lr", held=("min_ratio",)), "min_lr / peak_lr and everything else")],
     "n_embd": [(_but("n_embd", "peak_lr", "min_lr", held=("lr_x_width", "min_ratio")),
                 "the head count; the rate ∝ 1/width (peak_lr × d)"),
@@ -94,7 +98,8 @@ PAPER_TABLE = ["group", "measure", "kind", "axes", "predicted", "low", "high", "
 def family_of(cells: Sequence[Cell], axis: str) -> tuple[list[Cell], int] | None:
     """The family along ``axis`` and which of :data:`FAMILIES`' entries holds it (0: the axis's own; more: a
     fallback), or None: for the first entry with one, of the groups of cells agreeing on what it holds, the one with
-    the most distinct levels (at least two; ties: the group with the smallest held values), ordered by level. A
+    the most distinct levels (at least two; ties: the group with the smallest held values), ordered by level; a cell
+    off the axis's :data:`PINNED` values is in none. A
     cell whose level was not recorded (None: a summary older than the label) is in none; a held value not recorded
     agrees with another not recorded. Two cells at one level: the first by name."""
     def order(key: tuple) -> tuple:
@@ -103,6 +108,8 @@ def family_of(cells: Sequence[Cell], axis: str) -> tuple[list[Cell], int] | None
     for i, (held, _) in enumerate(FAMILIES[axis]):
         by: dict[tuple, dict] = {}
         for c in sorted(cells, key=lambda c: c.name):
+            if any(c.label(h) != v for h, v in PINNED.get(axis, {}).items()):
+                continue
             key, level = tuple(c.label(h) for h in held), c.label(axis)
             if level is not None:
                 by.setdefault(key, {}).setdefault(level, c)
