@@ -113,10 +113,10 @@ def run_cell(spec: str, args, sets: list[str], name: str | None = None, preregis
 
 
 def adopt(spec: str, args) -> Path:
-    """``NAME=FOLDER``: the measured twins folder summarised as the cell NAME into OUT/summaries/NAME (and KEEP/NAME),
-    with ``--adopt-stage`` as its stages; refused (one line) unless FOLDER is measured with nothing missing, or when
-    NAME is kept already."""
-    from seedlab.cells import SUMMARIES
+    """``NAME=FOLDER``: the measured twins folder summarised as the cell NAME (seedlab/cells.py ``run_cell`` with no
+    stage to run, ``--adopt-stage`` as its recorded stages) into OUT/summaries/NAME and KEEP/NAME; refused (one
+    line) unless FOLDER is measured with nothing missing, or when NAME is kept already. The cell's folder."""
+    from seedlab import cells
     from seedlab.errors import SeedlabError
     from seedlab.twins.rundir import Measured
     from seedlab.twins.scale import summarise
@@ -133,20 +133,14 @@ def adopt(spec: str, args) -> Path:
     for s in args.adopt_stages:
         stage, eq, seconds = s.partition("=")
         try:
+            if not eq or not stage:
+                raise ValueError(s)
             stages[stage] = round(float(seconds), 1)
         except ValueError:
             raise SeedlabError(f"--adopt-stage: STAGE=SECONDS, e.g. run=2100, got {s!r}") from None
-        if not eq or not stage:
-            raise SeedlabError(f"--adopt-stage: STAGE=SECONDS, e.g. run=2100, got {s!r}")
-    cell = summarise(Measured.read(folder), name, preset=name)
-    cell.stages = stages
-    where = cell.to_dir(args.out / SUMMARIES / name)
-    if args.keep:
-        import shutil
-
-        shutil.copytree(where, args.keep / name, dirs_exist_ok=True)
-        where = args.keep / name
-    return where
+    cells.run_cell(name, {}, lambda: summarise(Measured.read(folder), name, preset=name), out=args.out,
+                   keep=args.keep, recorded=stages)
+    return args.keep / name if args.keep else args.out / cells.SUMMARIES / name
 
 
 def available(out: Path, keep: Path | None) -> list:

@@ -195,13 +195,15 @@ def skip_kept(keep: Path | None, cell: str) -> bool:
 
 def run_cell(cell: str, commands: Mapping[str, Sequence[str]], summarise: Callable[[], Summary], *, out: Path,
              keep: Path | None = None, skip: Mapping[str, str] | None = None,
-             env: Mapping[str, str] | None = None, resumed: Collection[str] = ()) -> bool:
+             env: Mapping[str, str] | None = None, resumed: Collection[str] = (),
+             recorded: Mapping[str, float] | None = None) -> bool:
     """A cell's stages, its summary and its copy: each stage's command in turn as a subprocess (a stage in ``skip``
     is not run, its reason said), timed; then ``summarise()`` with every stage's wall time (``stages``) into
     OUT/summaries/<cell>/, copied to KEEP/<cell>/. A stage in ``resumed`` goes on from an earlier, interrupted
-    invocation, so its time is this invocation's alone: it is kept as "<stage> (resumed)". False when a stage failed
-    (its exit code said)."""
-    start, stages, skip = time.time(), {}, skip or {}
+    invocation, so its time is this invocation's alone: it is kept as "<stage> (resumed)". ``recorded``: the wall
+    seconds of stages another command ran (a folder adopted as it is), kept beside this call's. False when a stage
+    failed (its exit code said)."""
+    start, stages, skip = time.time(), dict(recorded or {}), skip or {}
     for stage, cmd in commands.items():
         t0 = time.time()
         if stage in skip:
