@@ -90,7 +90,7 @@ def write_bank(folder, *, B=4, lr=1e-2, rng=0, queries=QUERIES, replicate=True, 
                            "value": v + noise * g.normal(), "unit": "nats/token"})
     pd.DataFrame(scores).to_parquet(folder / "rowscores.parquet")
     (folder / "rowscores.json").write_text(json.dumps({"estimators": ["tracin", "grad-dot"], "seconds": {
-        str(s): {"tracin": 4.0 + s, "grad-dot": 1.0} for s in SEEDS}}))
+        str(s): {"tracin": 4.0 + s, "grad-dot": 1.0, "grad-cosine": 1e-6} for s in SEEDS}}))  # cosine: in dot's pass
     (folder / "metagrad.json").write_text(json.dumps({"seeds": {str(s): {"seconds": 10.0 * (s + 1)} for s in SEEDS}}))
     kinds = dict(queries)
     L = [{"seed": seed, "step": t, "row": i, "query": q, "query_kind": kinds[q], "horizon": h, "label": HORIZONS[h],
@@ -268,6 +268,11 @@ def test_the_cost_is_the_recorded_seconds_per_seed_over_the_banks_training_run(b
     rows = t[(t.column == board.columns[0]) & (t.metric == leaderboard.COST_ROWS)].set_index("estimator")
     assert rows.loc["metagrad", "seconds"] == pytest.approx(15.0) and rows.loc["metagrad", "per_run"] == pytest.approx(7.5)
     assert rows.loc["tracin", "seconds"] == pytest.approx(4.5)
+    # grad-cosine came out of grad-dot's pass: it costs that pass, and says so
+    assert rows.loc["grad-cosine", "seconds"] == pytest.approx(1.0) and "one pass with grad-dot" in rows.loc["grad-cosine", "detail"]
+    # what the seconds bought, counted in the scores: the fixture's 14 steps × 4 rows, 3 queries, 4 horizons
+    assert rows.loc["tracin", "detail"] == "56 rows × 3 queries × 4 horizons"
+    assert rows.loc["metagrad", "detail"].endswith("every query in one reverse pass")
     bare = t[(t.column == board.columns[2]) & (t.metric == leaderboard.COST_SWAPS)]
     assert bare.per_run.isna().all() and bare.seconds.notna().all()  # no training.json: seconds, no multiple
 
@@ -304,6 +309,7 @@ def test_the_report_renders_the_table_csv_and_figure(board, tmp_path, monkeypatc
     assert leaderboard.NOT_MEASURED in text and "| *random* |" in text and "| **unroll** |" in text
     assert "(ρ_rep " in text and "LOO age 1" in text and "LDS α 5 %" in text and "TRAK LDS keep 50 %" in text
     assert "(reliability " in text and "(retest " in text and "## Single rows on the candidates' own text" in text
+    assert f"- tracin — {board.columns[0]}: 56 rows × 3 queries × 4 horizons" in text  # what each cost covers
     assert not re.search(r"\b(best|wins?)\b", text, re.I)  # leaders are "first" only where intervals separate
     csv = pd.read_csv(where.table("table"))
     assert len(csv) == len(t) and {"B", "lr", "steps"} <= set(csv.columns)

@@ -41,9 +41,11 @@ and the fields that differ.
   :data:`NOT_MEASURED` where the bank has no such retest (and for single rows without replicate rows);
 - :data:`COST_SWAPS`, :data:`COST_ROWS`: each estimator's wall seconds per seed as its command recorded them
   (attribution.json: the estimators of single-row swaps, the first estimator at θ_s paying for the gradients they
-  share; rowscores.json and metagrad.json: the estimators of training rows), and ``per_run``: those seconds over
-  one training run's (training.json ``seconds_per_run``: the bank's own training rate; NaN where it is not
-  recorded).
+  share; rowscores.json and metagrad.json: the estimators of training rows, one computed in another's pass costing
+  that pass), ``per_run``: those seconds over one training run's (training.json ``seconds_per_run``: the bank's
+  own training rate; NaN where it is not recorded), and of the training rows ``detail``: the rows × queries ×
+  horizons the seconds bought (:func:`row_cover`; metagrad's one pass serves every query, the others pay per
+  horizon), since those differ between estimators and a cost is only comparable over the same work.
 
 **Standings** (:func:`standings`): per source × metric × query kind × where, the estimator with the highest point
 value (references and the ceiling aside), whether its interval lies above every other estimator's (``separated``)
@@ -369,20 +371,49 @@ def _num(v) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
 
 
+def row_cover(scores: pd.DataFrame | None) -> dict[str, str]:
+    """Per training-rows estimator, what one seed's recorded seconds bought: the rows × queries × horizons it scored
+    (counted in its scores, the first seed's), so that costs over different work are not read as like for like —
+    metagrad's one reverse pass serves every query at once (one query alone: docs/benchmarks.md), a row estimator
+    scored at every horizon pays for each."""
+    if scores is None or not len(scores):
+        return {}
+    one = scores[scores.seed == scores.seed.iloc[0]]
+    out = {}
+    for e, g in one.groupby("estimator", sort=False):
+        rows, q, h = len(g[["step", "row"]].drop_duplicates()), g["query"].nunique(), g["horizon"].nunique()
+        out[str(e)] = (f"{rows:,} rows × {q} queries × {h} horizon{'s' * (h != 1)}"
+                       + (", every query in one reverse pass" if e == "metagrad" else ""))
+    return out
+
+
 def cost_rows(src: Source, column: str) -> list[dict]:
-    """:data:`COST_SWAPS` and :data:`COST_ROWS` per estimator (module doc)."""
+    """:data:`COST_SWAPS` and :data:`COST_ROWS` per estimator (module doc). A row estimator computed in another's
+    pass (registry.py ``RowEstimator.shares``: grad-cosine in grad-dot's) costs that pass, recorded where the pass
+    ran; ``detail`` says what the seconds cover (:func:`row_cover`)."""
+    from seedlab.attribution.estimators.registry import ROW_ESTIMATORS
+
     run = float((src.training or {}).get("seconds_per_run", math.nan))
     swaps = {e: per for e, per in src.meta.get("seconds", {}).items() if per}
     rows: dict[str, dict[str, float]] = {}
+    shared: dict[str, str] = {}
     for seed, times in src.row_seconds.items():
         for e, t in times.items():
+            pass_of = getattr(ROW_ESTIMATORS.get(e), "shares", None)
+            if pass_of in times:
+                t, shared[e] = times[pass_of], pass_of
             rows.setdefault(e, {})[seed] = t
+    cover = row_cover(src.scores)
     out = []
     for metric, timed in ((COST_SWAPS, swaps), (COST_ROWS, rows)):
         for e, per in stats.seconds_per_seed(timed).items():
+            detail = ""
+            if metric == COST_ROWS:
+                detail = "; ".join(filter(None, [cover.get(e, ""),
+                                                 f"one pass with {shared[e]}, its seconds" if e in shared else ""]))
             out.append(_row(column, src, estimator=e, role=_role(e, rows=metric == COST_ROWS), metric=metric,
-                            query_kind="", setting="",
-                            order=0.0, seconds=per, per_run=per / run if run > 0 else math.nan, seeds=len(timed[e])))
+                            query_kind="", setting="", order=0.0, seconds=per,
+                            per_run=per / run if run > 0 else math.nan, seeds=len(timed[e]), detail=detail))
     return out
 
 

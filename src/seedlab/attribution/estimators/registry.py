@@ -268,6 +268,7 @@ class RowEstimator:
     label: str = "estimator"  # as Estimator.label ("plug-in" for plug-ins)
     fn: Callable[..., Any] | None = None  # a plug-in's function; None: a built-in of rowscores.py
     horizons: tuple[int | str, ...] = ()  # where a plug-in is evaluated (config terms); (): every horizon
+    shares: str | None = None  # computed in that estimator's pass when both are named (rowscores.py): its cost
 
 
 ROW_ESTIMATORS: dict[str, RowEstimator] = {
@@ -276,7 +277,7 @@ ROW_ESTIMATORS: dict[str, RowEstimator] = {
         RowEstimator("tracin", "TracIn, the row's one visit: +lr_t·⟨∇L_q(θ_t), ∇ℓ_i(θ_t)⟩/N at the weights it was "
                      "trained at", "nats/token"),
         RowEstimator("grad-dot", "⟨∇L_q(θ_h), ∇ℓ_i(θ_h)⟩/N at the twin's weights of the horizon", "score"),
-        RowEstimator("grad-cosine", "cos(∇L_q(θ_h), ∇ℓ_i(θ_h))", "cosine", label="baseline"),
+        RowEstimator("grad-cosine", "cos(∇L_q(θ_h), ∇ℓ_i(θ_h))", "cosine", label="baseline", shares="grad-dot"),
         RowEstimator("ekfac", "influence function, EK-FAC (kronfluence) at the end: +⟨∇L_q, (F + λ)⁻¹ ∇ℓ_i⟩/D, a group "
                      "the sum of its rows'", "nats/token", "kronfluence"),
         RowEstimator("trak", "TRAK (traker) at the end: +τ(q, z), Φ fitted on the fit rows and the rows, a group the "

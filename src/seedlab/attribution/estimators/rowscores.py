@@ -190,7 +190,8 @@ def seed_rowscores(bank: Bank, seed: int, names: Sequence[str], rows: list[tuple
             f = trak_scores(bank, seed, rows)
         elif name in ("grad-dot", "grad-cosine"):
             f = None
-            if name == "grad-dot" or "grad-dot" not in names:  # one pass gives both
+            shared = ROW_ESTIMATORS["grad-cosine"].shares
+            if name == shared or shared not in names:  # one pass gives both
                 f = gradient_scores(bank, seed, rows, horizons, device)
                 f = f[f.estimator.isin(names)]
         else:

@@ -49,7 +49,9 @@ def _help(b: Board) -> str:
         "again from the twin nudged by one ulp at s, its effects correlated with the twin's as the metric "
         "correlates an estimator's), for the TRAK LDS √ of its retrainings' reliability (their test–retest stepped "
         f"up to their mean); *{NOT_MEASURED}* where the bank has no such retest. **Cost**: each estimator's wall "
-        "seconds per seed as its command recorded them (the estimators at θ_s share one set of gradients, which the first of them pays for) and, in parentheses, "
+        "seconds per seed as its command recorded them (the estimators at θ_s share one set of gradients, which the "
+        "first of them pays for; a training-rows estimator computed in another's pass costs that pass) and, in "
+        "parentheses, "
         "that many training runs of the bank (its own training clock, training.json; none where not recorded). "
         "Estimators in italics are baselines, in bold references (never a column's leader). Exploratory unless a "
         "pre-registration names the number.")
@@ -121,6 +123,21 @@ def board_table(b: Board, kinds: dict[str, str | None], costs: bool) -> str:
     return md_table(header, rows) if rows else "Nothing scored for these query kinds."
 
 
+def cost_notes(b: Board) -> str:
+    """What each training-rows estimator's cost covers, per bank (the analyses' ``detail``): the work differs between
+    estimators, so the cost column compares like for like only where these agree."""
+    t = b.table[(b.table.metric == COST_ROWS) & (b.table.detail.fillna("") != "")]
+    if not len(t):
+        return ""
+    lines = []
+    for e, g in t.groupby("estimator", sort=False):
+        per = "; ".join(f"{r.column}: {r.detail}" for r in g.itertuples())
+        lines.append(f"- {e} — {per}")
+    return ("What a training-rows cost covers (one seed; the rows × queries × horizons scored). metagrad's one "
+            "reverse pass serves every query at once; one query at one horizon beside one training run, like for "
+            "like, is in docs/benchmarks.md.\n\n" + "\n".join(lines))
+
+
 def _what(kinds: dict[str, str | None]) -> str:
     parts = []
     if kinds.get("single"):
@@ -190,6 +207,7 @@ def leaderboard_text(b: Board, figure: Fig) -> str:
            "columns' banks differ in rows per batch B, rate and steps.",
            "## The banks", banks_table(b),
            f"## The table ({_what(b.main)})", _help(b), board_table(b, b.main, costs=True),
+           *filter(None, [cost_notes(b)]),
            "## Who leads each column", standings_text(b),
            "## Figure", figure_block(figure)]
     for k in dict.fromkeys([*kinds["single"], *kinds["rows"]]):
