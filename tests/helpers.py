@@ -153,3 +153,17 @@ def attribution_frame(estimators, *, horizons, seeds=(0, 1, 2), n=40, queries=("
                                                 "measured": [0.0], "estimate": [0.0],
                                                 **({"measured_replicate": [0.0]} if replicate is not None else {})}))
     return pd.concat(frames, ignore_index=True)
+
+
+def reporting_job(spec: tuple[str, int, float]):
+    """A job for executors.run_local that reports ``units`` units of ``key`` one at a time, ``pause`` seconds apart
+    (importable in a spawned worker: tests/ is on its sys.path)."""
+    import time
+
+    from seedlab.executors import report
+
+    key, units, pause = spec
+    for _ in range(units):
+        report(key, 1)
+        time.sleep(pause)
+    return key, units

@@ -5,6 +5,12 @@ An executor maps ``fn`` over job specs, calls ``on_done(spec)`` as each finishes
 can record progress, and returns what ``fn`` returned, in the order of the specs. Jobs must be
 independent. In other processes (``jobs`` > 1, Ray) ``fn`` and the specs must pickle, and a
 job's :class:`SeedlabError` reaches the caller as itself (one line); the first failure stops the rest.
+
+Progress inside a job: ``run_local(..., on_progress=f)`` lets a job call :func:`report` (``key``, units done), and
+``f(key, n)`` is called in the caller's process as the units arrive (at most every :data:`POLL` seconds), so a bar
+moves while a job of many minutes runs rather than only when it ends. Reports are a view, not a count the caller may
+rely on: a job's last ones can arrive after its ``on_done`` (the caller settles its total there). Elsewhere (Ray, or
+no ``on_progress``) :func:`report` does nothing.
 """
 
 from __future__ import annotations
@@ -17,28 +23,79 @@ from typing import Any
 from seedlab.errors import SeedlabError
 
 Job = Callable[[Any], Any]
+Progress = Callable[[Any, int], None]
+POLL = 0.5  # seconds between the caller's reads of the jobs' progress reports
+
+_reports: Any = None  # in a job of run_local with on_progress: where report() puts (key, n)
 
 
-def run_local(fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], jobs: int = 1) -> list[Any]:
-    """Here, one after another; ``jobs`` > 1: in that many fresh (spawned) processes at once."""
+class _Direct:
+    """The reports' sink for jobs run in the caller's own process: straight to ``on_progress``."""
+
+    def __init__(self, on_progress: Progress):
+        self.put = lambda item: on_progress(*item)
+
+
+def report(key: Any, n: int) -> None:
+    """In a job of :func:`run_local` given ``on_progress``: ``n`` more units of ``key`` done (module doc); a no-op
+    anywhere else."""
+    if _reports is not None:
+        _reports.put((key, n))
+
+
+def _listen(queue) -> None:
+    """A worker's initializer: its reports go to ``queue``."""
+    global _reports
+    _reports = queue
+
+
+def _drain(queue, on_progress: Progress) -> None:
+    import queue as q
+
+    while True:
+        try:
+            key, n = queue.get_nowait()
+        except q.Empty:
+            return
+        on_progress(key, n)
+
+
+def run_local(fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], jobs: int = 1,
+              on_progress: Progress | None = None) -> list[Any]:
+    """Here, one after another; ``jobs`` > 1: in that many fresh (spawned) processes at once. ``on_progress``: where
+    the jobs' :func:`report` calls go (module doc)."""
+    global _reports
     if jobs <= 1:
-        out = []
-        for spec in specs:
-            out.append(fn(spec))
-            on_done(spec)
+        out, before = [], _reports
+        _reports = _Direct(on_progress) if on_progress is not None else None
+        try:
+            for spec in specs:
+                out.append(fn(spec))
+                on_done(spec)
+        finally:
+            _reports = before
         return out
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     out = [None] * len(specs)
-    pool = ProcessPoolExecutor(max(1, min(jobs, len(specs))), mp_context=multiprocessing.get_context("spawn"))
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue() if on_progress is not None else None
+    pool = ProcessPoolExecutor(max(1, min(jobs, len(specs))), mp_context=ctx,
+                               initializer=_listen if queue is not None else None,
+                               initargs=(queue,) if queue is not None else ())
     workers = pool._processes  # to stop the running jobs when one fails (Python < 3.14 has no terminate_workers)
     try:
         futures = {pool.submit(fn, spec): i for i, spec in enumerate(specs)}
-        for future in as_completed(futures):
-            out[futures[future]] = future.result()
-            on_done(specs[futures[future]])
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=POLL if queue is not None else None, return_when=FIRST_COMPLETED)
+            if queue is not None:
+                _drain(queue, on_progress)
+            for future in finished:
+                out[futures[future]] = future.result()
+                on_done(specs[futures[future]])
     except BaseException as err:  # a job failed (or Ctrl-C): stop the others now
         running = list(workers.values())
         pool.shutdown(wait=False, cancel_futures=True)
@@ -48,6 +105,9 @@ def run_local(fn: Job, specs: Sequence[Any], on_done: Callable[[Any], None], job
             raise SeedlabError("--jobs: a worker process died (killed, or out of memory?)") from None
         raise
     pool.shutdown()
+    if queue is not None:
+        _drain(queue, on_progress)
+        queue.close()
     return out
 
 

@@ -24,6 +24,7 @@ Every file goes through the design's folder (forks/folders.py) and store.py. Und
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -156,6 +157,26 @@ class ProgressBar(Observer):
 
     def skip(self, steps: int) -> None:
         self.bar.advance(steps)
+
+
+class Reported(Observer):
+    """A seed trained in a worker process (executors.py ``run_local`` with ``on_progress``): its updates sent to the
+    caller as ``(key, n)`` (executors.py ``report``), gathered for ``every`` seconds, so the caller's bar moves
+    while the seed trains."""
+
+    def __init__(self, key, every: float = 0.5):
+        self.key, self.every, self.n, self.last = key, every, 0, time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.skip(1)
+
+    def skip(self, steps: int) -> None:
+        self.n += steps
+        if time.monotonic() - self.last >= self.every:
+            from seedlab.executors import report
+
+            report(self.key, self.n)
+            self.n, self.last = 0, time.monotonic()
 
 
 @dataclass(kw_only=True)

@@ -73,8 +73,8 @@ from seedlab.errors import SeedlabError, in_seed
 from seedlab.forks.arms import Arm
 from seedlab.forks.distances import Distances
 from seedlab.forks.folders import RunFolder
-from seedlab.forks.loop import (Design, Manifest, Observer, Observers, ProgressBar, Recording, SeedResult, run_design,
-                                run_seed, seed_updates)
+from seedlab.forks.loop import (Design, Manifest, Observer, Observers, ProgressBar, Recording, Reported, SeedResult,
+                                run_design, run_seed, seed_updates)
 from seedlab.forks.prefix import first_difference
 from seedlab.forks.start import begin, settled
 from seedlab.lm.determinism import nondeterminism_is_an_error
@@ -138,16 +138,29 @@ def design(inputs: Inputs, rd: BankDir, observer: Observer, start=lambda: None) 
 def seeds_apart(d: Design, *, env: dict, bar: Bar, executor: str, jobs: int,
                 ray_address: str | None) -> dict[int, SeedResult]:
     """Every seed of ``d`` in a process of its own (:func:`bank_seed`): ``jobs`` at once here, or as
-    Ray tasks (on CUDA, 1/``jobs`` of a GPU each); the bar advances as each seed finishes."""
+    Ray tasks (on CUDA, 1/``jobs`` of a GPU each); the bar advances as the seeds train (here: forks/loop.py
+    ``Reported``) or as each finishes (Ray), and settles each seed's total when it ends."""
     from seedlab.executors import run_local, run_ray
 
     specs = [(str(d.folder.root.resolve()), seed, env) for seed in d.cfg.seeds]
-    done = lambda spec: bar.advance(seed_updates(d, spec[1]))
+    streamed: dict[int, int] = {}  # updates each seed reported while it trained (local only)
+    settled: set[int] = set()  # seeds done: their total is on the bar, a late report is dropped
+
+    def progress(seed: int, n: int) -> None:
+        if seed not in settled:
+            streamed[seed] = streamed.get(seed, 0) + n
+            bar.advance(n)
+
+    def done(spec) -> None:
+        seed = spec[1]
+        settled.add(seed)
+        bar.advance(max(0, seed_updates(d, seed) - streamed.get(seed, 0)))
+
     if executor == "ray":
         gpus = 1 / jobs if env["device"] == "cuda" else 0.0
         out = run_ray(bank_seed, specs, done, address=ray_address, gpus_per_job=gpus)
     else:
-        out = run_local(bank_seed, specs, done, jobs=jobs)
+        out = run_local(bank_seed, specs, done, jobs=jobs, on_progress=progress)
     return dict(zip(d.cfg.seeds, out))
 
 
@@ -162,7 +175,8 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
         bank = open_bank(root)
         settled(World().device(bank.cfg.device), 1, bank.cfg.precision, like=env, of="the bank's")
         with nondeterminism_is_an_error():
-            return run_seed(design(bank.inputs, bank.dir, recorders(bank.inputs, bank.dir)), seed)
+            return run_seed(design(bank.inputs, bank.dir, Observers(recorders(bank.inputs, bank.dir), Reported(seed))),
+                            seed)
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
 
