@@ -43,6 +43,45 @@ def report(key: Any, n: int) -> None:
         _reports.put((key, n))
 
 
+class Reporter:
+    """In a job: ``reporter(n)`` adds ``n`` units of ``key``, sent on (:func:`report`) at most every ``every`` seconds,
+    so a job of many small steps puts one item on the queue per gathering rather than one per step."""
+
+    def __init__(self, key: Any, every: float = POLL):
+        import time
+
+        self.key, self.every, self.n, self.clock = key, every, 0, time.monotonic
+        self.last = self.clock()
+
+    def __call__(self, n: int = 1) -> None:
+        self.n += n
+        if self.clock() - self.last >= self.every:
+            report(self.key, self.n)
+            self.n, self.last = 0, self.clock()
+
+
+class Tally:
+    """The caller's side of a bar fed by its jobs' reports: :meth:`progress` is ``run_local``'s ``on_progress``,
+    :meth:`done` settles a job's ``total(key)`` units when it ends (its unsent or late reports: a late one is
+    dropped), so the bar ends at its total whatever arrived."""
+
+    def __init__(self, advance: Callable[[int], None], total: Callable[[Any], int]):
+        self.advance, self.total = advance, total
+        self.seen: dict[Any, int] = {}
+        self.settled: set[Any] = set()
+
+    def progress(self, key: Any, n: int) -> None:
+        if key not in self.settled:
+            self.seen[key] = self.seen.get(key, 0) + n
+            self.advance(n)
+
+    def done(self, key: Any) -> None:
+        self.settled.add(key)
+        rest = self.total(key) - self.seen.get(key, 0)
+        if rest > 0:
+            self.advance(rest)
+
+
 def _listen(queue) -> None:
     """A worker's initializer: its reports go to ``queue``."""
     global _reports

@@ -635,3 +635,23 @@ def test_metagrad_trunc_scores_the_rows_as_metagrad_inside_its_window(bank, tmp_
     assert "metagrad-trunc" not in rowscores.choose(None)
     j = loo.joined(pd.read_parquet(BankDir(copy).loo), scores)
     assert "metagrad-trunc" in set(j.estimator)
+
+
+def test_seeds_in_processes_of_their_own_give_the_same_metagradients_and_row_scores(bank, tmp_path):
+    """``metagrad --jobs 2`` and ``rowscores --jobs 2``: the two seeds at once in spawned workers, one thread each,
+    their progress reported back; the tables the one-process runs of the fixture wrote, bit for bit."""
+    import shutil
+
+    from seedlab.attribution.estimators.metagrad import bank_metagrad
+    from seedlab.attribution.estimators.rowscores import bank_rowscores
+
+    copy = shutil.copytree(bank, tmp_path / "bank")
+    rd, ref = BankDir(copy), BankDir(bank)
+    bank_metagrad(copy, first=2, progress=False, jobs=2)
+    bank_rowscores(copy, estimators=["tracin", "grad-dot", "grad-cosine"], progress=False, jobs=2)
+    for table in ("metagrad", "rowscores"):
+        pd.testing.assert_frame_equal(pd.read_parquet(getattr(rd, table)), pd.read_parquet(getattr(ref, table)),
+                                      check_exact=True)
+    record = json.loads(rd.metagrad_json.read_text())
+    assert record["jobs"] == 2 and set(record["seeds"]) == {"0", "1"}
+    assert set(json.loads(rd.rowscores_json.read_text())["seconds"]) == {"0", "1"}

@@ -223,6 +223,7 @@ def test_bank_metagrad_writes_every_row_and_a_corrupted_prefix_is_one_line(bank,
     ({"horizons": ["9"]}, r"^--horizon: must be one of the bank's horizons"),
     ({"every": 0}, r"^--every: at least 1"),
     ({"query_chunk": 0}, r"^--query-chunk: at least 1"),
+    ({"jobs": 0}, r"^--jobs: at least 1"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(bank, tmp_path, kwargs, match):
     root = _copy(bank, tmp_path)

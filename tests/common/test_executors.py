@@ -46,3 +46,14 @@ def test_a_seed_in_a_worker_reports_its_updates_gathered(monkeypatch):
     time.sleep(0.06)
     r.step("twin")
     assert sent and all(k == 7 for k, _ in sent) and sum(n for _, n in sent) == 16  # gathered, none lost at a flush
+
+
+def test_a_tally_ends_at_each_jobs_total_whatever_arrived():
+    moved = []
+    t = executors.Tally(moved.append, total=lambda key: {"a": 10, "b": 4}[key])
+    t.progress("a", 3)
+    t.progress("b", 6)  # more than its total arrived before it ended: nothing taken back
+    t.done("a")  # a's 7 unsent units settled at its end
+    t.progress("a", 2)  # a late report of a settled job: dropped
+    t.done("b")
+    assert moved == [3, 6, 7] and sum(moved) == 16

@@ -87,6 +87,7 @@ def attribution_metagrad(
     query_chunk: Annotated[int | None, typer.Option("--query-chunk", help=(
         "queries per backward pass (the adjoints' memory: chunk x horizons x 3P numbers); default: as many as fit "
         "in 1 GiB"))] = None,
+    jobs: Annotated[int, typer.Option(help="seeds at once, each in a process of its own on one thread (1: one after another, here)")] = 1,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Every training row's metagradient dL_q(theta_h)/dw_{t,i}: the adjoint of each query's loss at each horizon
@@ -95,7 +96,7 @@ def attribution_metagrad(
     from seedlab.attribution.bank.rundir import BankDir
 
     df = bank_metagrad(bank, first=t0, every=every, horizons=horizon or None, device=device, query_chunk=query_chunk,
-                       progress=progress)
+                       progress=progress, jobs=jobs)
     typer.echo(f"{len(df)} row metagradients ({df.seed.nunique()} seed(s) x {df['query'].nunique()} queries x "
                f"{df.horizon.nunique()} horizons) -> {BankDir(bank).metagrad}")
 
@@ -110,6 +111,7 @@ def attribution_rowscores(
         "from seedlab attribution metagrad); default: all installed built-ins"))] = [],  # noqa: B006
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    jobs: Annotated[int, typer.Option(help="seeds at once, each in a process of its own on one thread (1: one after another, here)")] = 1,
     add: Annotated[bool, typer.Option(help="keep the other estimators' rows already in rowscores.parquet (e.g. --estimator trak --add)")] = False,
 ) -> None:
     """Every removed training row's predicted effect (leave-one-out and group rows) by the estimators that score
@@ -118,7 +120,7 @@ def attribution_rowscores(
     from seedlab.attribution.bank.rundir import BankDir
 
     names = _names(estimators)
-    df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress, add=add)
+    df = bank_rowscores(bank, estimators=names or None, device=device, progress=progress, add=add, jobs=jobs)
     typer.echo(f"{len(df)} row scores ({df.estimator.nunique()} estimator(s), {df.seed.nunique()} seed(s)) -> "
                f"{BankDir(bank).rowscores}")
 

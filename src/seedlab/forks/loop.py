@@ -24,7 +24,6 @@ Every file goes through the design's folder (forks/folders.py) and store.py. Und
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -161,22 +160,19 @@ class ProgressBar(Observer):
 
 class Reported(Observer):
     """A seed trained in a worker process (executors.py ``run_local`` with ``on_progress``): its updates sent to the
-    caller as ``(key, n)`` (executors.py ``report``), gathered for ``every`` seconds, so the caller's bar moves
+    caller as ``(key, n)``, gathered for ``every`` seconds (executors.py ``Reporter``), so the caller's bar moves
     while the seed trains."""
 
     def __init__(self, key, every: float = 0.5):
-        self.key, self.every, self.n, self.last = key, every, 0, time.monotonic()
+        from seedlab.executors import Reporter
+
+        self.report = Reporter(key, every)
 
     def step(self, label: str) -> None:
-        self.skip(1)
+        self.report(1)
 
     def skip(self, steps: int) -> None:
-        self.n += steps
-        if time.monotonic() - self.last >= self.every:
-            from seedlab.executors import report
-
-            report(self.key, self.n)
-            self.n, self.last = 0, time.monotonic()
+        self.report(steps)
 
 
 @dataclass(kw_only=True)

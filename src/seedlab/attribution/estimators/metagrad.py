@@ -101,7 +101,7 @@ from torch.func import functional_call, vjp, vmap
 from seedlab.attribution.bank.rundir import Bank, open_bank
 from seedlab.attribution.estimators.builtin import Gradients
 from seedlab.attribution.estimators.unroll import State, Step, _math_attention, first_step
-from seedlab.errors import SeedlabError
+from seedlab.errors import SeedlabError, in_seed
 from seedlab.forks.prefix import first_difference, read_prefix
 from seedlab.lm.batches import get_batch
 from seedlab.lm.schedule import lr_of
@@ -626,18 +626,19 @@ def bank_horizons(bank: Bank, horizons: Sequence[str | int] | None) -> list[int]
 
 def bank_metagrad(root: str | Path, *, first: int = 0, every: int | None = None,
                   horizons: Sequence[str | int] | None = None, device: str = "auto", query_chunk: int | None = None,
-                  progress: bool = True) -> pd.DataFrame:
+                  progress: bool = True, jobs: int = 1) -> pd.DataFrame:
     """``seedlab attribution metagrad BANK``: every row's metagradient ∂L_q(θ_h)/∂w_{t,i} for every query of the
     bank (its query rows and probes), every horizon h asked for and every row (t, i), ``first`` ≤ t < h, of every
     seed whose twin finished, the twin replayed (from step 0 when ``first`` < s, else from the kept prefix) and
     checked (:func:`replay_check`); written to metagrad.parquet (:data:`COLUMNS`) and metagrad.json (the
     settings, the replay's and the VJPs' counts, the states held, the wall time per seed) in the bank folder.
-    Every input is checked before any work (a first step outside 0 .. the first horizon, a horizon the bank
-    lacks, ``every`` or ``query_chunk`` < 1, a bank without queries or a finished twin, a prefix missing where
-    the replay starts from it): one line, nothing written."""
-    from seedlab.lm.determinism import nondeterminism_is_an_error, settle
+    ``jobs`` > 1: that many seeds at once, each in a process of its own on one thread (the same bits: a seed's
+    metagradients depend on nothing else; its seconds are its own process's). Every input is checked before any
+    work (a first step outside 0 .. the first horizon, a horizon the bank lacks, ``every``, ``query_chunk`` or
+    ``jobs`` < 1, a bank without queries or a finished twin, a prefix missing where the replay starts from it):
+    one line, nothing written."""
+    from seedlab.lm.determinism import settle
     from seedlab.lm.distributed import World
-    from seedlab.lm.gptconfig import param_count
     from seedlab.progress import Bar
 
     bank = open_bank(root)
@@ -650,6 +651,8 @@ def bank_metagrad(root: str | Path, *, first: int = 0, every: int | None = None,
         raise SeedlabError(f"--every: at least 1 (a complete state kept every K steps), got {every}")
     if query_chunk is not None and query_chunk < 1:
         raise SeedlabError(f"--query-chunk: at least 1, got {query_chunk}")
+    if jobs < 1:
+        raise SeedlabError(f"--jobs: at least 1, got {jobs}")
     queries = {n: t.tokens for n, t in inputs.queries.items()}
     if not queries:
         raise SeedlabError(f"{bank.root}: the bank has no queries (queries.heldout, queries.probes) to differentiate")
@@ -663,30 +666,77 @@ def bank_metagrad(root: str | Path, *, first: int = 0, every: int | None = None,
                                f"({bank.dir.prefix(gone[0])}); pass --t0 below {s} to replay from step 0")
     checks = {seed: replay_check(bank, seed, hs) for seed in seeds}  # every horizon's hashes, every prefix's file
     dev = World().device(device)
-    settle(dev, cfg.threads)
-    start = 0 if first < s else s
-    size = (3 if cfg.optimizer == "adamw" else 1) * param_count(inputs.gcfg) * 4  # fp32 weights and moments
-    p = plan(start, len(queries), hs, first=first, every=every, query_chunk=query_chunk, state_bytes=size,
-             adjoint_bytes=size)
-    frames, record = [], {}
-    with Bar("metagrad", p.ticks() * len(seeds), "steps", enabled=progress) as bar, nondeterminism_is_an_error():
-        for seed in seeds:
-            bar.update(note=f"seed {seed}")
-            t_start = time.perf_counter()
-            tr = Trainer(cfg.model_copy(update={"device": str(dev)}), inputs.gcfg, seed, inputs.corpus.train)
-            if start == s:
-                read_prefix(tr, bank.dir.prefix(seed), s)
-            adj = adjoints(tr, queries, hs, first=first, every=p.every, check=checks[seed], query_chunk=p.query_chunk,
-                           micro_batch=cfg.micro_batch, tick=bar.advance)
-            frames.append(rows_frame(seed, adj))
-            record[str(seed)] = {"seconds": time.perf_counter() - t_start, "replayed_from": start,
-                                 "updates_replayed": adj.replayed, "vjps": adj.vjps, "states_held": adj.held,
-                                 "replay_seconds": adj.seconds["replay"], "backward_seconds": adj.seconds["backward"]}
-    df = pd.concat(frames, ignore_index=True)
+    settle(dev, 1 if jobs > 1 else cfg.threads)
+    p = _plan(bank, hs, first, every, query_chunk)
+    with Bar("metagrad", p.ticks() * len(seeds), "steps", enabled=progress) as bar:
+        if jobs > 1:
+            from seedlab.executors import Tally, run_local
+
+            tally = Tally(bar.advance, lambda seed: p.ticks())
+            specs = [(str(bank.root), seed, hs, first, every, query_chunk, str(dev)) for seed in seeds]
+            done = run_local(metagrad_seed, specs, lambda spec: tally.done(spec[1]), jobs=jobs,
+                             on_progress=tally.progress)
+        else:
+            done = []
+            for seed in seeds:
+                bar.update(note=f"seed {seed}")
+                done.append(seed_metagrad(bank, seed, hs, first, p, dev, checks[seed], bar.advance))
+    df = pd.concat([frame for frame, _ in done], ignore_index=True)
     write_parquet(bank.dir.metagrad, df)
     write_json(bank.dir.metagrad_json, {"t0": first, "every": p.every, "horizons": hs, "queries": list(queries),
-                                        "device": str(dev), "query_chunk": p.query_chunk, "seeds": record})
+                                        "device": str(dev), "query_chunk": p.query_chunk, "jobs": jobs,
+                                        "seeds": {str(seed): r for seed, (_, r) in zip(seeds, done)}})
     return df
+
+
+def _plan(bank: Bank, hs: Sequence[int], first: int, every: int | None, query_chunk: int | None) -> Plan:
+    """:func:`plan` for a bank's metagrad (the replay's start: step 0 before s, else the kept prefix)."""
+    from seedlab.lm.gptconfig import param_count
+
+    cfg, s = bank.cfg, bank.cfg.injection_step
+    size = (3 if cfg.optimizer == "adamw" else 1) * param_count(bank.inputs.gcfg) * 4  # fp32 weights and moments
+    return plan(0 if first < s else s, len(bank.inputs.queries), hs, first=first, every=every,
+                query_chunk=query_chunk, state_bytes=size, adjoint_bytes=size)
+
+
+def seed_metagrad(bank: Bank, seed: int, hs: Sequence[int], first: int, p: Plan, dev, check: Check,
+                  tick: Callable[[], None] | None) -> tuple[pd.DataFrame, dict]:
+    """One seed's metagradients (:func:`bank_metagrad`): its long frame and metagrad.json's record of it."""
+    from seedlab.lm.determinism import nondeterminism_is_an_error
+
+    cfg, s = bank.cfg, bank.cfg.injection_step
+    start = 0 if first < s else s
+    queries = {n: t.tokens for n, t in bank.inputs.queries.items()}
+    t_start = time.perf_counter()
+    with nondeterminism_is_an_error():
+        tr = Trainer(cfg.model_copy(update={"device": str(dev)}), bank.inputs.gcfg, seed, bank.inputs.corpus.train)
+        if start == s:
+            read_prefix(tr, bank.dir.prefix(seed), s)
+        adj = adjoints(tr, queries, hs, first=first, every=p.every, check=check, query_chunk=p.query_chunk,
+                       micro_batch=cfg.micro_batch, tick=tick)
+    record = {"seconds": time.perf_counter() - t_start, "replayed_from": start, "updates_replayed": adj.replayed,
+              "vjps": adj.vjps, "states_held": adj.held, "replay_seconds": adj.seconds["replay"],
+              "backward_seconds": adj.seconds["backward"]}
+    return rows_frame(seed, adj), record
+
+
+def metagrad_seed(spec: tuple[str, int, list[int], int, int | None, int | None, str]) -> tuple[pd.DataFrame, dict]:
+    """One seed of ``metagrad --jobs`` in a process of its own: the bank read back, one thread, the replay checked
+    as in the caller; its progress reported to the caller's bar (executors.py ``Reporter``); a failure is one line
+    naming the seed."""
+    from seedlab.executors import Reporter
+    from seedlab.lm.determinism import settle
+    from seedlab.lm.distributed import World
+
+    root, seed, hs, first, every, query_chunk, device = spec
+    try:
+        bank = open_bank(root)
+        dev = World().device(device)
+        settle(dev, 1)
+        return seed_metagrad(bank, seed, hs, first, _plan(bank, hs, first, every, query_chunk), dev,
+                             replay_check(bank, seed, hs), Reporter(seed))
+    except Exception as err:  # one line, whatever it was
+        raise in_seed(seed, err) from None
 
 
 def rows_frame(seed: int, adj: Adjoints) -> pd.DataFrame:

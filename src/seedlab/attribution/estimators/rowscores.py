@@ -73,7 +73,7 @@ import pandas as pd
 from seedlab.attribution.bank import removals
 from seedlab.attribution.bank.rundir import Bank, open_bank
 from seedlab.attribution.estimators.registry import ROW_ESTIMATORS, get_row_estimator
-from seedlab.errors import SeedlabError
+from seedlab.errors import SeedlabError, in_seed
 from seedlab.store import write_json, write_parquet
 
 if TYPE_CHECKING:  # torch is imported where the gradients are taken: the report reads row scores without it
@@ -120,17 +120,21 @@ def _library(name: str) -> None:
 
 
 def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None, device: str = "auto",
-                   progress: bool = True, add: bool = False) -> pd.DataFrame:
+                   progress: bool = True, add: bool = False, jobs: int = 1) -> pd.DataFrame:
     """``seedlab attribution rowscores BANK``: every removal row's value (module doc) for every estimator, query
     and horizon after the row's step, every seed whose twin finished; written to rowscores.parquet and
     rowscores.json (the seconds per seed and estimator). Every input is checked before any work: a bank without
     ``loo`` or ``groups``, an unknown estimator, no finished twin — one line, nothing written. ``add``: keep the
     other estimators' rows of a rowscores.parquet already there (these estimators' rows are replaced), e.g.
-    ``--estimator trak --add`` on a bank scored before; the frame returned is then the merged one."""
+    ``--estimator trak --add`` on a bank scored before; the frame returned is then the merged one. ``jobs`` > 1:
+    that many seeds at once, each in a process of its own on one thread (the same numbers; each seed's seconds its
+    own process's)."""
     from seedlab.lm.determinism import nondeterminism_is_an_error, settle
     from seedlab.lm.distributed import World
     from seedlab.progress import Bar
 
+    if jobs < 1:
+        raise SeedlabError(f"--jobs: at least 1, got {jobs}")
     bank = open_bank(root)
     cfg = bank.cfg
     if cfg.loo is None and cfg.groups is None and cfg.trak is None:
@@ -145,19 +149,62 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
 
     checks = {seed: replay_check(bank, seed, hs) for seed in seeds}
     dev = World().device(device)
-    settle(dev, cfg.threads)
-    frames, seconds = [], {}
-    with Bar("rowscores", len(seeds) * len(names), "scores", enabled=progress) as bar, nondeterminism_is_an_error():
-        for seed in seeds:
-            f, seconds[str(seed)] = seed_rowscores(bank, seed, names, rows, hs, dev, checks[seed], bar)
-            frames.append(f)
-    df = pd.concat(frames, ignore_index=True)[COLUMNS]
+    settle(dev, 1 if jobs > 1 else cfg.threads)
+    with Bar("rowscores", len(seeds) * len(names), "scores", enabled=progress) as bar:
+        if jobs > 1:
+            from seedlab.executors import Tally, run_local
+
+            tally = Tally(bar.advance, lambda seed: len(names))
+            specs = [(str(bank.root), seed, names, str(dev)) for seed in seeds]
+            done = run_local(rowscores_seed, specs, lambda spec: tally.done(spec[1]), jobs=jobs,
+                             on_progress=tally.progress)
+        else:
+            with nondeterminism_is_an_error():
+                done = [seed_rowscores(bank, seed, names, rows, hs, dev, checks[seed], bar) for seed in seeds]
+    df = pd.concat([f for f, _ in done], ignore_index=True)[COLUMNS]
+    seconds = {str(seed): t for seed, (_, t) in zip(seeds, done)}
     if add and bank.dir.rowscores.is_file() and bank.dir.rowscores_json.is_file():
         df, names, seconds = _merged(bank, df, names, seconds)
     write_parquet(bank.dir.rowscores, df)
     write_json(bank.dir.rowscores_json, {"estimators": names, "rows": len(rows), "horizons": hs,
                                                          "device": str(dev), "seconds": seconds})
     return df
+
+
+class _Reported:
+    """A worker's stand-in for the caller's bar (:func:`seed_rowscores` notes and advances it): each estimator done
+    reported to the caller (executors.py ``report``)."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def update(self, note: str = "") -> None:
+        pass
+
+    def advance(self, n: int = 1) -> None:
+        from seedlab.executors import report
+
+        report(self.seed, n)
+
+
+def rowscores_seed(spec: tuple[str, int, list[str], str]) -> tuple[pd.DataFrame, dict[str, float]]:
+    """One seed of ``rowscores --jobs`` in a process of its own: the bank read back, one thread, the replay checked
+    as in the caller; a failure is one line naming the seed."""
+    from seedlab.attribution.estimators.metagrad import replay_check
+    from seedlab.lm.determinism import nondeterminism_is_an_error, settle
+    from seedlab.lm.distributed import World
+
+    root, seed, names, device = spec
+    try:
+        bank = open_bank(root)
+        dev = World().device(device)
+        settle(dev, 1)
+        hs = sorted(bank.cfg.horizon_steps())
+        with nondeterminism_is_an_error():
+            return seed_rowscores(bank, seed, names, removals.rows_of(bank.cfg), hs, dev, replay_check(bank, seed, hs),
+                                  _Reported(seed))
+    except Exception as err:  # one line, whatever it was
+        raise in_seed(seed, err) from None
 
 
 def seed_rowscores(bank: Bank, seed: int, names: Sequence[str], rows: list[tuple[int, int]], horizons: list[int],
