@@ -59,6 +59,12 @@ class Reporter:
             report(self.key, self.n)
             self.n, self.last = 0, self.clock()
 
+    # a job's stand-in for the caller's progress.Bar, where its loop advances and notes one
+    advance = __call__
+
+    def update(self, note: str = "") -> None:
+        pass
+
 
 class Tally:
     """The caller's side of a bar fed by its jobs' reports: :meth:`progress` is ``run_local``'s ``on_progress``,

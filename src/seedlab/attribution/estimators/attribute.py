@@ -152,9 +152,11 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
     specs = [(str(bank.root), seed, names, str(dev), tuple(settings)) for seed in seeds]
     with Bar("attribute", len(seeds) * len(names), "estimators", enabled=progress) as bar:
         if jobs > 1:
-            from seedlab.executors import run_local
+            from seedlab.executors import Tally, run_local
 
-            done = run_local(attribute_seed, specs, lambda spec: bar.advance(len(names)), jobs=jobs)
+            tally = Tally(bar.advance, lambda seed: len(names))
+            done = run_local(attribute_seed, specs, lambda spec: tally.done(spec[1]), jobs=jobs,
+                             on_progress=tally.progress)
         else:
             done = [seed_estimates(bank, seed, names, dev, bar) for seed in seeds]
     est = pd.concat([frame for frame, _ in done], ignore_index=True)
@@ -179,13 +181,16 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
 
 def attribute_seed(spec: tuple[str, int, list[str], str, tuple[str, ...]]) -> tuple[pd.DataFrame, dict[str, float]]:
     """One seed's estimates in a process of its own (``attribute --jobs``): the bank read back with the
-    same settings, one thread; a failure is one line naming the seed."""
+    same settings, one thread, each estimator done reported to the caller's bar (executors.py ``Reporter``); a
+    failure is one line naming the seed."""
+    from seedlab.executors import Reporter
+
     root, seed, names, device, settings = spec
     try:
         bank = with_settings(open_bank(root), settings)
         dev = World().device(device)
         settle(dev, 1)
-        return seed_estimates(bank, seed, names, dev, None)
+        return seed_estimates(bank, seed, names, dev, Reporter(seed))
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
 

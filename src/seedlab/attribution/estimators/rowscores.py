@@ -171,26 +171,12 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
     return df
 
 
-class _Reported:
-    """A worker's stand-in for the caller's bar (:func:`seed_rowscores` notes and advances it): each estimator done
-    reported to the caller (executors.py ``report``)."""
-
-    def __init__(self, seed: int):
-        self.seed = seed
-
-    def update(self, note: str = "") -> None:
-        pass
-
-    def advance(self, n: int = 1) -> None:
-        from seedlab.executors import report
-
-        report(self.seed, n)
-
-
 def rowscores_seed(spec: tuple[str, int, list[str], str]) -> tuple[pd.DataFrame, dict[str, float]]:
     """One seed of ``rowscores --jobs`` in a process of its own: the bank read back, one thread, the replay checked
-    as in the caller; a failure is one line naming the seed."""
+    as in the caller, its progress reported to the caller's bar (executors.py ``Reporter``); a failure is one line
+    naming the seed."""
     from seedlab.attribution.estimators.metagrad import replay_check
+    from seedlab.executors import Reporter
     from seedlab.lm.determinism import nondeterminism_is_an_error, settle
     from seedlab.lm.distributed import World
 
@@ -202,7 +188,7 @@ def rowscores_seed(spec: tuple[str, int, list[str], str]) -> tuple[pd.DataFrame,
         hs = sorted(bank.cfg.horizon_steps())
         with nondeterminism_is_an_error():
             return seed_rowscores(bank, seed, names, removals.rows_of(bank.cfg), hs, dev, replay_check(bank, seed, hs),
-                                  _Reported(seed))
+                                  Reporter(seed))
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
 
