@@ -31,7 +31,8 @@ def _help(b: Board) -> str:
     lv = level(b.alpha)
     return (
         f"Cells: the value [{lv} interval] as the analyses modules compute it; {DASH}: the bank has no such number "
-        "(not run, or not scored). **ρ h** (single rows): per seed, query and horizon h the Spearman over candidates "
+        "(not run, or not scored); n/a: scored, but the correlation is undefined there (the estimate is constant "
+        "over what it ranks, as truncated metagrad's 0 for every row older than its window). **ρ h** (single rows): per seed, query and horizon h the Spearman over candidates "
         "between the estimate and the measured effect of swapping one row at s, the mean over the kind's queries, "
         "then over seeds (the bank report's headline, within seed; bootstrap over candidates). **LOO age a** "
         "(leave-one-out): one training row removed and the run trained to the end, read on every query; per seed "
