@@ -69,3 +69,22 @@ def test_magnitudes_by_age_are_medians_of_absolute_values_per_bin():
     m = p.magnitudes(_metagrad(ratio=50.0), 101)
     assert m[pd.Interval(5, 10)] == 1.0 and m[pd.Interval(0, 1)] == 1e6
     assert m[pd.Interval(20, 50)] == 50.0  # seeds 1-3 hold 50, seed 0 5,000: the median over rows
+
+
+def test_the_growth_table_reads_each_bank_at_its_end_and_refuses_a_missing_horizon(tmp_path, capsys):
+    """experiments/metagrad_growth.py: D3's statistic per seed and the magnitudes by age, per bank, from the tested
+    functions above; a bank without the horizon asked for is one line, exit 2."""
+    import json
+
+    spec2 = importlib.util.spec_from_file_location("metagrad_growth", SCRIPT.with_name("metagrad_growth.py"))
+    g = importlib.util.module_from_spec(spec2)
+    spec2.loader.exec_module(g)
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    (bank / "config.json").write_text(json.dumps({"steps": 101}))
+    _metagrad(ratio=50.0).to_parquet(bank / "metagrad.parquet")
+    assert g.main([str(bank)]) == 0
+    out = capsys.readouterr().out
+    assert "| bank | 101 | 5e+03, 50, 50, 50 | 1e+06 | 1 | 50 |" in out  # a column per age bin some bank holds
+    assert g.main([str(bank), "--horizon", "130"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
