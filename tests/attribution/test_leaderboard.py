@@ -273,6 +273,9 @@ def test_the_cost_is_the_recorded_seconds_per_seed_over_the_banks_training_run(b
     # what the seconds bought, counted in the scores: the fixture's 14 steps × 4 rows, 3 queries, 4 horizons
     assert rows.loc["tracin", "detail"] == "56 rows × 3 queries × 4 horizons"
     assert rows.loc["metagrad", "detail"].endswith("every query in one reverse pass")
+    repeated = leaderboard.row_cover(pd.DataFrame({"seed": 0, "estimator": "tracin", "query": "q", "step": [3, 3, 4, 4],
+                                                   "row": 0, "horizon": [5, 9, 5, 9], "value": [1.0, 1.0, 2.0, 2.0]}))
+    assert repeated == {"tracin": "2 rows × 1 query, one value repeated at its 2 horizons"}  # its one visit
     bare = t[(t.column == board.columns[2]) & (t.metric == leaderboard.COST_SWAPS)]
     assert bare.per_run.isna().all() and bare.seconds.notna().all()  # no training.json: seconds, no multiple
 

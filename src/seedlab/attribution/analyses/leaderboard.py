@@ -382,8 +382,11 @@ def row_cover(scores: pd.DataFrame | None) -> dict[str, str]:
     out = {}
     for e, g in one.groupby("estimator", sort=False):
         rows, q, h = len(g[["step", "row"]].drop_duplicates()), g["query"].nunique(), g["horizon"].nunique()
-        out[str(e)] = (f"{rows:,} rows × {q} queries × {h} horizon{'s' * (h != 1)}"
-                       + (", every query in one reverse pass" if e == "metagrad" else ""))
+        queries = f"{q} quer{'ies' if q != 1 else 'y'}"
+        text = f"{rows:,} rows × {queries} × {h} horizon{'s' * (h != 1)}"
+        if h > 1 and g.groupby(["step", "row", "query"]).value.nunique().max() == 1:
+            text = f"{rows:,} rows × {queries}, one value repeated at its {h} horizons"  # tracin's one visit
+        out[str(e)] = text + (", every query in one reverse pass" if e == "metagrad" else "")
     return out
 
 
