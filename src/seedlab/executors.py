@@ -88,6 +88,15 @@ class Tally:
             self.advance(rest)
 
 
+def run_tallied(fn: Job, specs: Sequence[Any], advance: Callable[[int], None], total: Callable[[Any], int],
+                jobs: int, key: Callable[[Any], Any] = lambda spec: spec[1]) -> list[Any]:
+    """:func:`run_local` feeding a bar: the jobs' reports ``advance`` it, and each job's ``total(key(spec))`` units
+    are settled when it ends (:class:`Tally`). ``key``: a job's report key, by default its spec's second item (the
+    seed, in the specs of bank, attribute, metagrad and rowscores)."""
+    tally = Tally(advance, total)
+    return run_local(fn, specs, lambda spec: tally.done(key(spec)), jobs=jobs, on_progress=tally.progress)
+
+
 def _listen(queue) -> None:
     """A worker's initializer: its reports go to ``queue``."""
     global _reports

@@ -57,3 +57,10 @@ def test_a_tally_ends_at_each_jobs_total_whatever_arrived():
     t.progress("a", 2)  # a late report of a settled job: dropped
     t.done("b")
     assert moved == [3, 6, 7] and sum(moved) == 16
+
+
+def test_run_tallied_ends_the_bar_at_every_jobs_total():
+    moved = []
+    out = executors.run_tallied(reporting_job, [("a", 4, 0.0), ("b", 2, 0.0)], moved.append,
+                                total=lambda key: {"a": 5, "b": 2}[key], jobs=1, key=lambda spec: spec[0])
+    assert out == [("a", 4), ("b", 2)] and sum(moved) == 7  # a reported 4 of its 5: the fifth settled at its end

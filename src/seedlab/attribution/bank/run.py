@@ -140,16 +140,16 @@ def seeds_apart(d: Design, *, env: dict, bar: Bar, executor: str, jobs: int,
     """Every seed of ``d`` in a process of its own (:func:`bank_seed`): ``jobs`` at once here, or as
     Ray tasks (on CUDA, 1/``jobs`` of a GPU each); the bar advances as the seeds train (here: forks/loop.py
     ``Reported``) or as each finishes (Ray), and settles each seed's total when it ends."""
-    from seedlab.executors import Tally, run_local, run_ray
+    from seedlab.executors import run_ray, run_tallied
 
     specs = [(str(d.folder.root.resolve()), seed, env) for seed in d.cfg.seeds]
-    tally = Tally(bar.advance, lambda seed: seed_updates(d, seed))
-    done = lambda spec: tally.done(spec[1])
+    updates = lambda seed: seed_updates(d, seed)
     if executor == "ray":
         gpus = 1 / jobs if env["device"] == "cuda" else 0.0
-        out = run_ray(bank_seed, specs, done, address=ray_address, gpus_per_job=gpus)
+        out = run_ray(bank_seed, specs, lambda spec: bar.advance(updates(spec[1])), address=ray_address,
+                      gpus_per_job=gpus)
     else:
-        out = run_local(bank_seed, specs, done, jobs=jobs, on_progress=tally.progress)
+        out = run_tallied(bank_seed, specs, bar.advance, updates, jobs)
     return dict(zip(d.cfg.seeds, out))
 
 

@@ -152,11 +152,9 @@ def attribute(root: str | Path, *, estimators: Sequence[str] | None = None, devi
     specs = [(str(bank.root), seed, names, str(dev), tuple(settings)) for seed in seeds]
     with Bar("attribute", len(seeds) * len(names), "estimators", enabled=progress) as bar:
         if jobs > 1:
-            from seedlab.executors import Tally, run_local
+            from seedlab.executors import run_tallied
 
-            tally = Tally(bar.advance, lambda seed: len(names))
-            done = run_local(attribute_seed, specs, lambda spec: tally.done(spec[1]), jobs=jobs,
-                             on_progress=tally.progress)
+            done = run_tallied(attribute_seed, specs, bar.advance, lambda seed: len(names), jobs)
         else:
             done = [seed_estimates(bank, seed, names, dev, bar) for seed in seeds]
     est = pd.concat([frame for frame, _ in done], ignore_index=True)

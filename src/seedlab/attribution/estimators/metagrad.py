@@ -670,12 +670,10 @@ def bank_metagrad(root: str | Path, *, first: int = 0, every: int | None = None,
     p = _plan(bank, hs, first, every, query_chunk)
     with Bar("metagrad", p.ticks() * len(seeds), "steps", enabled=progress) as bar:
         if jobs > 1:
-            from seedlab.executors import Tally, run_local
+            from seedlab.executors import run_tallied
 
-            tally = Tally(bar.advance, lambda seed: p.ticks())
             specs = [(str(bank.root), seed, hs, first, every, query_chunk, str(dev)) for seed in seeds]
-            done = run_local(metagrad_seed, specs, lambda spec: tally.done(spec[1]), jobs=jobs,
-                             on_progress=tally.progress)
+            done = run_tallied(metagrad_seed, specs, bar.advance, lambda seed: p.ticks(), jobs)
         else:
             done = []
             for seed in seeds:

@@ -152,12 +152,10 @@ def bank_rowscores(root: str | Path, *, estimators: Sequence[str] | None = None,
     settle(dev, 1 if jobs > 1 else cfg.threads)
     with Bar("rowscores", len(seeds) * len(names), "scores", enabled=progress) as bar:
         if jobs > 1:
-            from seedlab.executors import Tally, run_local
+            from seedlab.executors import run_tallied
 
-            tally = Tally(bar.advance, lambda seed: len(names))
             specs = [(str(bank.root), seed, names, str(dev)) for seed in seeds]
-            done = run_local(rowscores_seed, specs, lambda spec: tally.done(spec[1]), jobs=jobs,
-                             on_progress=tally.progress)
+            done = run_tallied(rowscores_seed, specs, bar.advance, lambda seed: len(names), jobs)
         else:
             with nondeterminism_is_an_error():
                 done = [seed_rowscores(bank, seed, names, rows, hs, dev, checks[seed], bar) for seed in seeds]
