@@ -143,6 +143,8 @@ def test_resume_after_an_interruption_gives_identical_results(tmp_path, design, 
     monkeypatch.setattr(Trainer, "advance", lambda self, *a, **k: counted(self, *a, **k))
     run_bank(cfg, tmp_path / "bank", base=base, progress=False)
     assert calls[0] == 11 * 10 + (4 + 10 * 10)  # twin, replica, 7 candidates, 2 nudges; seed 0's prefix read back
+    # the clock: what the resume trained (the twin cut short and the prefix before it never finished a run)
+    assert json.loads(rd.training.read_text())["run_updates"] == calls[0]
     ref = BankDir(tiny_bank / "bank")
     pd.testing.assert_frame_equal(pd.read_parquet(rd.measured), pd.read_parquet(ref.measured))
     for seed in (0, 1):
@@ -205,6 +207,13 @@ def test_replicates_and_parallel_seeds_are_bitwise_the_sequential_bank(tmp_path,
     assert hashes == _manifests(two.root) and "seed-1/replicates/own-row/manifest.json" in hashes
     assert _shown(one) == _shown(two)  # how the runs were stacked differs (one stack of both seeds, or one per process)
     pd.testing.assert_frame_equal(pd.read_parquet(one.measured), pd.read_parquet(two.measured))
+    # the clocks: the seeds apart timed the updates the seeds in turn did, each process in its seed's record, and
+    # each process's own solo check (forks/stacked.py: the first twin it trains, again alone from s to that step)
+    clocks = [json.loads(b.training.read_text()) for b in (one, two)]
+    solo = [sum(seed["stack"]["solo_check"]["step"] - cfg.injection_step
+                for seed in json.loads(b.integrity.read_text())["seeds"].values() if "solo_check" in seed["stack"])
+            for b in (one, two)]
+    assert clocks[0]["run_updates"] - solo[0] == clocks[1]["run_updates"] - solo[1] and clocks[1]["clocks"] == 2
     # the replicates change no other run: the twin and the candidates hash as in the bank without them
     without = _manifests(ref.root)
     assert {k: v for k, v in hashes.items() if "replicates/" not in k} == {k: without[k] for k in hashes if k in without}

@@ -116,13 +116,11 @@ def run_bank(cfg: AttributionConfig, out: str | Path, *, base: Path = Path("."),
                threads=1 if parallel else cfg.threads, force=force, allow_env_change=allow_env_change) as started, \
             Bar("bank", 0, "steps", enabled=progress) as bar:
         apart = partial(seeds_apart, env=started.env, bar=bar, executor=executor, jobs=jobs, ray_address=ray_address)
-        clock, fresh, t0 = Clock(), not any(rd.prefix(seed).is_file() for seed in cfg.seeds), time.perf_counter()
-        observer = Observers(ProgressBar(bar), clock) if parallel else Observers(ProgressBar(bar), recorders(inputs, rd),
-                                                                                   clock)
+        # apart, each seed's process keeps its own clock (bank_seed); here, one clock for the seeds in turn
+        observer = (Observers(ProgressBar(bar)) if parallel
+                    else Observers(ProgressBar(bar), recorders(inputs, rd), SeedClock(rd)))
         run_design(design(inputs, rd, observer, start=started.first_files), apart if parallel else None)
-        if parallel:  # the seeds trained in other processes: this one saw no update, only the total (a fresh bank's)
-            clock.first, clock.last, clock.updates = t0, time.perf_counter(), clock.total if fresh else 0
-        write_training(rd, cfg, clock, started.env, jobs if parallel else 1)
+        write_training(rd, cfg, started.env)
     write_additivity(rd.root)  # with candidates.pairs
     write_weighted(rd.root)  # every bank's distances; with candidates.weights, the weighted effects
     write_removals(rd.root)  # with loo / groups: loo.parquet, groups.parquet, group_rows.parquet
@@ -164,50 +162,58 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
         bank = open_bank(root)
         settled(World().device(bank.cfg.device), 1, bank.cfg.precision, like=env, of="the bank's")
         with nondeterminism_is_an_error():
-            return run_seed(design(bank.inputs, bank.dir, Observers(recorders(bank.inputs, bank.dir), Reported(seed))),
-                            seed)
+            observer = Observers(recorders(bank.inputs, bank.dir), Reported(seed), SeedClock(bank.dir))
+            return run_seed(design(bank.inputs, bank.dir, observer), seed)
     except Exception as err:  # one line, whatever it was
         raise in_seed(seed, err) from None
 
 
-class Clock(Observer):
-    """The bank's own training clock, in this process: wall seconds from the first run started to the last update,
-    and the updates trained (one run's update each: prefixes, arms and replica controls; runs in a stack count one
-    each) — what :func:`write_training` records."""
+class SeedClock(Observer):
+    """A seed's training clock, in the process that trains it: the wall seconds from its first run started to its
+    last finished run and the updates trained (one run's update each: prefixes, arms and replica controls; runs in a stack
+    count one each; the queries' losses, hashes and distances between them included), added to
+    ``seed-<k>/training.json`` as each run finishes. The record sums every command that trained the seed, so a bank
+    stopped and resumed keeps what each part timed (the updates of a run cut short are not counted, nor its seconds).
+    What was trained since the last finished run is counted on the finishing run's seed: exact where a process trains
+    one seed (``--jobs``, Ray) or the seeds in turn; where one stack holds runs of several seeds, on the seed of the
+    first to finish. The bank's sum (:func:`write_training`) is exact either way."""
 
-    def __init__(self):
-        self.first: float | None = None
-        self.last: float | None = None
-        self.updates = self.total = 0
-
-    def started(self, total: int) -> None:
-        self.total = total
+    def __init__(self, rd: BankDir):
+        self.rd, self.mark, self.updates = rd, None, 0
 
     def run(self, label: str, steps: int, done: int = 0) -> None:
-        if self.first is None:
-            self.first = time.perf_counter()
+        if self.mark is None:
+            self.mark = time.perf_counter()
 
     def step(self, label: str) -> None:
         self.updates += 1
-        self.last = time.perf_counter()
+
+    def finished(self, seed: int, arm: Arm, where: RunFolder, manifest: Manifest) -> dict | None:
+        now = time.perf_counter()
+        if self.updates and self.mark is not None:
+            path = self.rd.seed_training(seed)
+            old = json.loads(path.read_text()) if path.is_file() else {"seconds": 0.0, "run_updates": 0}
+            write_json(path, {"seconds": old["seconds"] + (now - self.mark),
+                              "run_updates": old["run_updates"] + self.updates})
+        self.mark, self.updates = now, 0
+        return None
 
 
-def write_training(rd: BankDir, cfg: AttributionConfig, clock: Clock, env: dict, processes: int) -> None:
-    """training.json (rundir.py ``BankDir.training``): the bank's training as this command timed it — ``seconds``
-    (wall, from the first run started to the last update), ``run_updates`` (updates of every run trained: prefixes,
-    arms, replica controls), ``processes`` (seeds trained at once, each in a process of its own) and
-    ``seconds_per_run`` = seconds × processes / run_updates × end: one run of the bank's ``end`` updates at the
-    rate the bank trained its runs (queries' losses, hashes and distances included; runs in a stack share one set
-    of tensors, so a run alone costs more). What estimators' costs are set beside (the leaderboard's "× one
-    training run"). Written when this command trained more updates than the record holds (a resumed bank keeps
-    the larger part's), never when it trained none."""
-    if not clock.updates or clock.first is None or clock.last is None:
+def write_training(rd: BankDir, cfg: AttributionConfig, env: dict) -> None:
+    """training.json (rundir.py ``BankDir.training``): the bank's training as its seeds' clocks timed it
+    (:class:`SeedClock`) — ``seconds`` (the process-seconds: each seed's wall seconds in the process that trained it,
+    summed over seeds and commands), ``run_updates`` (the updates those seconds trained: prefixes, arms, replica
+    controls, the stacked loop's solo check), ``clocks`` (the seeds' records summed) and ``seconds_per_run`` = seconds / run_updates × end: one run of the bank's ``end`` updates at the
+    rate one process trained the bank's runs (queries' losses, hashes and distances included; runs in a stack share
+    one set of tensors, so a run alone costs more), whether its seeds trained one after another, side by side or
+    in parts across a stop. What estimators' costs are set beside (the leaderboard's "× one training run").
+    Nothing is written when no seed has a clock (a bank trained before seeds kept one)."""
+    records = [json.loads(p.read_text()) for p in map(rd.seed_training, cfg.seeds) if p.is_file()]
+    seconds, updates = sum(r["seconds"] for r in records), sum(r["run_updates"] for r in records)
+    if not updates:
         return
-    if rd.training.is_file() and json.loads(rd.training.read_text()).get("run_updates", 0) >= clock.updates:
-        return
-    seconds = clock.last - clock.first
-    write_json(rd.training, {"seconds": seconds, "run_updates": clock.updates, "processes": processes,
-                             "end": cfg.end, "seconds_per_run": seconds * processes / clock.updates * cfg.end,
+    write_json(rd.training, {"seconds": seconds, "run_updates": updates, "clocks": len(records), "end": cfg.end,
+                             "seconds_per_run": seconds / updates * cfg.end,
                              "device": env.get("device"), "threads": env.get("threads")})
 
 

@@ -39,6 +39,10 @@ The layout::
                                         hashes, the queries' losses
     DIR/seed-<k>/nudges/<tensor>/       a nudge arm (chaos.nudges: one ulp of one element of <tensor> at s; its arm is
                                         ``nudge.<tensor>``): hashes, the queries' losses
+    DIR/seed-<k>/training.json          the seed's training clock: the wall seconds its process spent training it and the
+                                        run-updates trained, summed over the commands that trained it (written as each
+                                        run finishes, so a stopped bank keeps what it timed; a stack of several seeds'
+                                        runs counts on its first seed; attribution/bank/run.py ``SeedClock``)
     DIR/seed-<k>/*/**/distances.parquet (step, distance) of every run but the twin and the replica: ‖θ_run − θ_twin‖₂
                                         at every chaos.every-th step from s (forks/distances.py)
     DIR/integrity.json                  what was shown: replica control, own-row controls
@@ -58,8 +62,9 @@ The layout::
                                         the estimators that score arbitrary training rows, and the run's settings and
                                         seconds (attribution/estimators/rowscores.py)
     DIR/attribution.parquet, DIR/attribution.json    seedlab attribution attribute: estimates beside measured
-    DIR/training.json                   seedlab attribution bank: its training's wall seconds, the run-updates trained and
-                                        one run's seconds at that rate (attribution/bank/run.py ``write_training``)
+    DIR/training.json                   seedlab attribution bank: the seeds' clocks summed — the process-seconds of its
+                                        training, the run-updates timed and one run's seconds at that rate
+                                        (attribution/bank/run.py ``write_training``)
     DIR/metagrad.parquet, DIR/metagrad.json          seedlab attribution metagrad: every row's metagradient
                                         ∂L_q(θ_h)/∂w_{t,i} (seed, query, horizon, step, row, value) and the run's
                                         settings and costs (attribution/estimators/metagrad.py)
@@ -299,9 +304,13 @@ class BankDir(DesignFolder):
 
     @property
     def training(self) -> Path:
-        """seedlab attribution bank: its training's wall seconds and updates (run.py ``write_training``): what one
+        """seedlab attribution bank: its training's seconds and updates (run.py ``write_training``): what one
         training run costs, beside which the leaderboard sets the estimators' seconds."""
         return self.root / "training.json"
+
+    def seed_training(self, seed: int) -> Path:
+        """One seed's training clock, summed over the commands that trained it (run.py ``SeedClock``)."""
+        return self.seed(seed) / "training.json"
 
     def tables(self) -> list[Path]:
         """Every table of the bank: its top-level ``*.parquet`` files (measured, additivity, attribution, ...)."""
