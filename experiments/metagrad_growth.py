@@ -23,14 +23,13 @@ rows_prereg = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rows_prereg)
 
 
-def table(banks: dict[str, object], horizon: int | str) -> str:
-    """One markdown table: a line per bank (``banks``: name -> metagrad.parquet's frame with the bank's end), D3's
+def table(banks: dict[str, object]) -> str:
+    """One markdown table: a line per bank (``banks``: name -> metagrad.parquet's frame and the horizon read), D3's
     statistic per seed, then the median |metagrad| per age bin."""
     from seedlab.reporting import md_table
 
     rows, mags = [], []
-    for name, (m, end) in banks.items():
-        h = end if horizon == "end" else int(horizon)
+    for name, (m, h) in banks.items():
         mags.append(rows_prereg.magnitudes(m, h))
         rows.append([name, str(h), ", ".join(f"{v:.3g}" for v in rows_prereg.growth(m, h).values)])
     bins = sorted({b for mag in mags for b in mag.index}, key=lambda b: b.left)  # every bank's, in age order
@@ -62,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if h not in set(m.horizon):
             print(f"{b}: metagrad.parquet holds no horizon {h} (it has {sorted(set(m.horizon))})", file=sys.stderr)
             return 2
-        banks[b.name] = (m, end)
-    out = table(banks, a.horizon)
+        banks[b.name] = (m, h)
+    out = table(banks)
     print(out)
     if a.out:
         a.out.write_text(out + "\n")

@@ -170,8 +170,8 @@ def bank_seed(spec: tuple[str, int, dict]) -> SeedResult:
 
 class SeedClock(Observer):
     """A seed's training clock, in the process that trains it: the wall seconds from its first run started to its
-    last finished run and the updates trained (one run's update each: prefixes, arms and replica controls; runs in a stack
-    count one each; the queries' losses, hashes and distances between them included), added to
+    last finished run and the updates trained (one run's update each: prefixes, arms and replica controls; runs in a
+    stack count one each; the queries' losses, hashes and distances between them included), added to
     ``seed-<k>/training.json`` as each run finishes. The record sums every command that trained the seed, so a bank
     stopped and resumed keeps what each part timed (the updates of a run cut short are not counted, nor its seconds).
     What was trained since the last finished run is counted on the finishing run's seed: exact where a process trains
@@ -203,10 +203,10 @@ def write_training(rd: BankDir, cfg: AttributionConfig, env: dict) -> None:
     """training.json (rundir.py ``BankDir.training``): the bank's training as its seeds' clocks timed it
     (:class:`SeedClock`) — ``seconds`` (the process-seconds: each seed's wall seconds in the process that trained it,
     summed over seeds and commands), ``run_updates`` (the updates those seconds trained: prefixes, arms, replica
-    controls, the stacked loop's solo check), ``clocks`` (the seeds' records summed) and ``seconds_per_run`` = seconds / run_updates × end: one run of the bank's ``end`` updates at the
-    rate one process trained the bank's runs (queries' losses, hashes and distances included; runs in a stack share
-    one set of tensors, so a run alone costs more), whether its seeds trained one after another, side by side or
-    in parts across a stop. What estimators' costs are set beside (the leaderboard's "× one training run").
+    controls, the stacked loop's solo check), ``clocks`` (the seeds' records summed) and ``seconds_per_run`` =
+    seconds / run_updates × end: one run of the bank's ``end`` updates at the rate one process trained the bank's
+    runs (queries' losses, hashes and distances included; runs in a stack share one set of tensors, so a run alone
+    costs more), whether its seeds trained one after another, side by side or in parts across a stop. What estimators' costs are set beside (the leaderboard's "× one training run").
     Nothing is written when no seed has a clock (a bank trained before seeds kept one)."""
     records = [json.loads(p.read_text()) for p in map(rd.seed_training, cfg.seeds) if p.is_file()]
     seconds, updates = sum(r["seconds"] for r in records), sum(r["run_updates"] for r in records)
